@@ -1,0 +1,25 @@
+"""`real-data`: data preparation commands (convert, validate, pairs, enhance).
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)``
+and ``run(args) -> int``; this file only dispatches, so commands can be
+added without touching each other.
+"""
+
+from __future__ import annotations
+
+from data_prep._dispatch import dispatch
+
+SUBCOMMANDS = {
+    "convert": ("data_prep.converters.cli", "convert an official dataset release into claim records"),
+    "validate": ("data_prep.validate_cli", "check a records file and report every bad line"),
+    "pairs": ("data_prep.pairs_cli", "build REAL training pairs (SPEC §4) as a HF dataset"),
+    "enhance": ("data_prep.enhance.cli", "enlarge gold evidence by a majority vote of annotator LLMs"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch("real-data", __doc__, SUBCOMMANDS, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""Prompts and the answer format (SPEC §3), shared by training and evaluation.
+
+Training targets are produced by :func:`format_answer` and evaluation reads
+answers with :func:`parse_answer`, so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+from .records import LABELS, NOT_ENOUGH_INFO, ClaimRecord
+
+FORMAT_INSTRUCTIONS = (
+    "Answer with one JSON object and nothing else: "
+    '{"label": LABEL, "evidence": [IDS]}. '
+    'LABEL is "SUPPORT", "REFUTE" or "NOT_ENOUGH_INFO". '
+    "IDS are the numbers N of the lines (lineN) your label relies on; "
+    'use an empty list with "NOT_ENOUGH_INFO".'
+)
+EVIDENCE_SYSTEM_PROMPT = (
+    "Verify the claim strictly against the provided evidence. "
+    "If the evidence neither supports nor refutes the claim, answer NOT_ENOUGH_INFO. "
+    + FORMAT_INSTRUCTIONS
+)
+KNOWLEDGE_SYSTEM_PROMPT = "Verify the claim using general knowledge. " + FORMAT_INSTRUCTIONS
+
+Message = dict[str, str]
+
+
+def format_pool(record: ClaimRecord, pool_ids: Iterable[int] | None = None) -> str:
+    """The ``lineN: text`` block, in the record's reading order."""
+    if pool_ids is None:
+        sents = record.sentences
+    else:
+        keep = set(pool_ids)
+        unknown = keep - set(record.pool_ids)
+        if unknown:
+            raise ValueError(
+                f"record {record.id!r}: pool ids {sorted(unknown)} are not sentences of the record"
+            )
+        sents = [s for s in record.sentences if s.id in keep]
+    return "\n".join(f"line{s.id}: {_one_line(s.text)}" for s in sents)
+
+
+def _one_line(text: str) -> str:
+    # A newline inside a sentence would fake a new "lineN:" row.
+    return " ".join(text.split())
+
+
+def render_evidence_prompt(
+    record: ClaimRecord, pool_ids: Iterable[int] | None = None
+) -> list[Message]:
+    """Evidence-based chat messages for the pool ``pool_ids`` (default: full pool)."""
+    user = f"Claim: {_one_line(record.claim)}\nDocument:\n{format_pool(record, pool_ids)}"
+    return [
+        {"role": "system", "content": EVIDENCE_SYSTEM_PROMPT},
+        {"role": "user", "content": user.rstrip("\n")},
+    ]
+
+
+def render_knowledge_prompt(record: ClaimRecord) -> list[Message]:
+    """Claim-only (parametric knowledge) chat messages, used by the probes."""
+    return [
+        {"role": "system", "content": KNOWLEDGE_SYSTEM_PROMPT},
+        {"role": "user", "content": f"Claim: {_one_line(record.claim)}"},
+    ]
+
+
+def format_answer(label: str, evidence: Iterable[int] = ()) -> str:
+    """The one JSON object a verifier answers with (the training target)."""
+    if label not in LABELS:
+        raise ValueError(f"unknown label {label!r}")
+    return json.dumps({"label": label, "evidence": sorted(set(int(i) for i in evidence))})
+
+
+def render_chat(tokenizer, messages: Sequence[Message]) -> str:
+    """The model's own chat template with the generation prompt appended."""
+    return tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=True
+    )
+
+
+def encode_chat(tokenizer, messages: Sequence[Message]) -> list[int]:
+    """Token ids of :func:`render_chat` without a doubled BOS.
+
+    Templates such as Llama-3's already emit ``<|begin_of_text|>``; encoding
+    their text with ``add_special_tokens=True`` would add a second one.
+    """
+    text = render_chat(tokenizer, messages)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+# ---------------------------------------------------------------------------
+# Answer parsing
+# ---------------------------------------------------------------------------
+
+_LINE_ID = re.compile(r"^\s*(?:line\s*)?(\d+)\s*$", re.IGNORECASE)
+_LABEL_ALIASES = {lab: lab for lab in LABELS}
+
+
+@dataclass
+class ParsedAnswer:
+    """A verifier answer, judged against the pool it was shown.
+
+    ``cited`` holds ids that exist in the pool (in citation order, without
+    repeats); ``hallucinated`` the ids that do not. An invalid answer has
+    ``label=None`` and says why in ``error``.
+    """
+
+    valid: bool
+    label: str | None
+    cited: list[int] = field(default_factory=list)
+    hallucinated: list[int] = field(default_factory=list)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _invalid(reason: str) -> ParsedAnswer:
+    return ParsedAnswer(valid=False, label=None, error=reason)
+
+
+def _json_objects(text: str) -> list[Any]:
+    """Every top-level JSON object embedded in ``text`` (in order)."""
+    decoder = json.JSONDecoder()
+    found = []
+    i = 0
+    while True:
+        start = text.find("{", i)
+        if start < 0:
+            return found
+        try:
+            obj, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            i = start + 1
+            continue
+        found.append(obj)
+        i = end
+
+
+def _coerce_id(x: Any) -> int | None:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, str):
+        m = _LINE_ID.match(x)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def parse_answer(text: str, pool_ids: Iterable[int]) -> ParsedAnswer:
+    """Parse a raw verifier answer against the pool that was shown.
+
+    Lenient but honest: a JSON object inside extra text (code fences, a
+    sentence before it) is accepted; two different answers, a label outside
+    the label set, or evidence that is not a list of ids is invalid, never
+    guessed. Ids may be ints, digit strings or ``"lineN"``.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return _invalid("empty output")
+    candidates = [o for o in _json_objects(text) if isinstance(o, dict) and "label" in o]
+    if not candidates:
+        return _invalid("no JSON object with a 'label' key")
+    distinct = {json.dumps(o, sort_keys=True) for o in candidates}
+    if len(distinct) > 1:
+        return _invalid("several different answers in one output")
+    obj = candidates[0]
+
+    raw_label = obj.get("label")
+    if not isinstance(raw_label, str):
+        return _invalid(f"label is not a string: {raw_label!r}")
+    label = _LABEL_ALIASES.get(raw_label.strip().upper())
+    if label is None:
+        return _invalid(f"label {raw_label!r} is not one of {', '.join(LABELS)}")
+
+    if "evidence" not in obj:
+        return _invalid("missing 'evidence' list")
+    raw_ev = obj["evidence"]
+    if not isinstance(raw_ev, list):
+        return _invalid(f"evidence is not a list: {raw_ev!r}")
+    ids: list[int] = []
+    for x in raw_ev:
+        i = _coerce_id(x)
+        if i is None:
+            return _invalid(f"evidence item {x!r} is not a sentence id")
+        if i not in ids:
+            ids.append(i)
+
+    pool = set(pool_ids)
+    cited = [i for i in ids if i in pool]
+    hallucinated = [i for i in ids if i not in pool]
+    return ParsedAnswer(valid=True, label=label, cited=cited, hallucinated=hallucinated)
+
+
+def is_abstention(label: str | None) -> bool:
+    return label == NOT_ENOUGH_INFO

@@ -1,0 +1,384 @@
+"""Claim records (SPEC §2): typed classes, validation, streaming JSONL I/O.
+
+Every part of the framework (pairs, training, FAE, probes, enhancement) reads
+these records, so validation lives here once. Errors always name the file, the
+line, the record id when known, the field and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+SUPPORT = "SUPPORT"
+REFUTE = "REFUTE"
+NOT_ENOUGH_INFO = "NOT_ENOUGH_INFO"
+LABELS: tuple[str, ...] = (SUPPORT, REFUTE, NOT_ENOUGH_INFO)
+
+# Fields the schema knows; anything else is kept verbatim in ``ClaimRecord.extra``
+# so a load/save round trip never loses data added by other tools.
+_KNOWN_FIELDS = (
+    "id",
+    "dataset",
+    "claim",
+    "label",
+    "sentences",
+    "evidence",
+    "enhanced_evidence",
+)
+
+
+class RecordError(ValueError):
+    """One bad record: where it is and what is wrong with it."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        field: str | None = None,
+        path: str | os.PathLike | None = None,
+        line: int | None = None,
+        record_id: str | None = None,
+    ):
+        self.reason = reason
+        self.field = field
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.record_id = record_id
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = self.path or "<records>"
+        if self.line is not None:
+            where += f":{self.line}"
+        parts = [where]
+        if self.record_id is not None:
+            parts.append(f"record {self.record_id!r}")
+        if self.field is not None:
+            parts.append(f"field {self.field!r}")
+        return ": ".join(parts) + f": {self.reason}"
+
+    def located(self, path, line, record_id=None) -> "RecordError":
+        return RecordError(
+            self.reason,
+            field=self.field,
+            path=path,
+            line=line,
+            record_id=self.record_id if self.record_id is not None else record_id,
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "line": self.line,
+            "record_id": self.record_id,
+            "field": self.field,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class Sentence:
+    id: int
+    text: str
+    doc: str | None = None
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"id": self.id, "text": self.text}
+        if self.doc is not None:
+            out["doc"] = self.doc
+        return out
+
+
+@dataclass
+class ClaimRecord:
+    """A claim, its sentence pool ``S`` and gold evidence groups.
+
+    ``evidence`` holds groups: any one complete group suffices (FEVER
+    semantics). Sentence ids are never renumbered, so ablated pools keep ids.
+    """
+
+    id: str
+    claim: str
+    label: str
+    sentences: list[Sentence]
+    evidence: list[list[int]]
+    dataset: str = ""
+    enhanced_evidence: list[int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- derived views -------------------------------------------------
+    @property
+    def pool_ids(self) -> list[int]:
+        return [s.id for s in self.sentences]
+
+    @property
+    def gold_ids(self) -> list[int]:
+        """E*: the union of all gold groups, sorted."""
+        return sorted({i for group in self.evidence for i in group})
+
+    def sentence_map(self) -> dict[int, Sentence]:
+        return {s.id: s for s in self.sentences}
+
+    # -- (de)serialisation ---------------------------------------------
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "dataset": self.dataset,
+            "claim": self.claim,
+            "label": self.label,
+            "sentences": [s.to_dict() for s in self.sentences],
+            "evidence": [list(g) for g in self.evidence],
+        }
+        if self.enhanced_evidence is not None:
+            out["enhanced_evidence"] = list(self.enhanced_evidence)
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> "ClaimRecord":
+        """Build and validate; raises RecordError (without location)."""
+        if not isinstance(obj, dict):
+            raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
+        rid = obj.get("id")
+        record_id = str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+
+        def fail(fld: str, reason: str):
+            raise RecordError(reason, field=fld, record_id=record_id)
+
+        for name in ("id", "claim", "label", "sentences", "evidence"):
+            if name not in obj:
+                fail(name, "missing required field")
+        if record_id is None or record_id == "":
+            fail("id", "must be a non-empty string or integer")
+        claim = obj["claim"]
+        if not isinstance(claim, str) or not claim.strip():
+            fail("claim", "must be a non-empty string")
+        label = obj["label"]
+        if label not in LABELS:
+            fail("label", f"unknown label {label!r} (expected one of {', '.join(LABELS)})")
+        dataset = obj.get("dataset", "")
+        if not isinstance(dataset, str):
+            fail("dataset", "must be a string")
+
+        raw_sents = obj["sentences"]
+        if not isinstance(raw_sents, list):
+            fail("sentences", "must be a list")
+        if not raw_sents:
+            fail("sentences", "empty pool: a record needs at least one sentence")
+        sentences: list[Sentence] = []
+        seen: set[int] = set()
+        for k, s in enumerate(raw_sents):
+            fld = f"sentences[{k}]"
+            if not isinstance(s, dict):
+                fail(fld, "must be an object with 'id' and 'text'")
+            sid = s.get("id")
+            if not _is_int(sid):
+                fail(f"{fld}.id", f"must be an integer, got {sid!r}")
+            if sid < 0:
+                fail(f"{fld}.id", f"must be >= 0, got {sid}")
+            if sid in seen:
+                fail(f"{fld}.id", f"duplicate sentence id {sid}")
+            seen.add(sid)
+            text = s.get("text")
+            if not isinstance(text, str):
+                fail(f"{fld}.text", "missing or not a string")
+            doc = s.get("doc")
+            if doc is not None and not isinstance(doc, (str, int)):
+                fail(f"{fld}.doc", "must be a string")
+            sentences.append(Sentence(id=sid, text=text, doc=None if doc is None else str(doc)))
+
+        raw_ev = obj["evidence"]
+        if not isinstance(raw_ev, list):
+            fail("evidence", "must be a list of groups (lists of sentence ids)")
+        evidence: list[list[int]] = []
+        for g, group in enumerate(raw_ev):
+            if not isinstance(group, list) or not group:
+                fail(f"evidence[{g}]", "each group must be a non-empty list of sentence ids")
+            ids = []
+            for i in group:
+                if not _is_int(i):
+                    fail(f"evidence[{g}]", f"evidence id {i!r} is not an integer")
+                if i not in seen:
+                    fail(f"evidence[{g}]", f"evidence id {i} is not in the pool")
+                if i not in ids:
+                    ids.append(i)
+            evidence.append(ids)
+        if label != NOT_ENOUGH_INFO and not evidence:
+            fail("evidence", f"a {label} record needs at least one gold evidence group")
+
+        enhanced = obj.get("enhanced_evidence")
+        if enhanced is not None:
+            if not isinstance(enhanced, list):
+                fail("enhanced_evidence", "must be a list of sentence ids")
+            for i in enhanced:
+                if not _is_int(i):
+                    fail("enhanced_evidence", f"id {i!r} is not an integer")
+                if i not in seen:
+                    fail("enhanced_evidence", f"id {i} is not in the pool")
+            missing = {i for grp in evidence for i in grp} - set(enhanced)
+            if missing:
+                fail(
+                    "enhanced_evidence",
+                    f"must contain all gold evidence; missing {sorted(missing)}",
+                )
+            enhanced = sorted(set(enhanced))
+
+        extra = {k: v for k, v in obj.items() if k not in _KNOWN_FIELDS}
+        return cls(
+            id=record_id,
+            dataset=dataset,
+            claim=claim,
+            label=label,
+            sentences=sentences,
+            evidence=evidence,
+            enhanced_evidence=enhanced,
+            extra=extra,
+        )
+
+    def validate(self) -> "ClaimRecord":
+        """Re-validate an in-memory record (e.g. one a converter built)."""
+        return ClaimRecord.from_dict(self.to_dict())
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+@dataclass
+class ValidationReport:
+    """Bad lines collected by ``--keep-going`` instead of stopping at the first."""
+
+    path: str
+    n_lines: int = 0
+    n_valid: int = 0
+    errors: list[RecordError] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "lines": self.n_lines,
+            "valid": self.n_valid,
+            "invalid": len(self.errors),
+            "errors": [e.to_dict() for e in self.errors],
+        }
+
+    def summary(self) -> str:
+        head = f"{self.path}: {self.n_valid} valid, {len(self.errors)} invalid of {self.n_lines} records"
+        return "\n".join([head] + [f"  {e}" for e in self.errors])
+
+
+def iter_records(
+    path: str | os.PathLike,
+    *,
+    on_error: Callable[[RecordError], None] | None = None,
+) -> Iterator[ClaimRecord]:
+    """Stream validated records from a JSONL file.
+
+    Without ``on_error`` the first bad line raises RecordError; with it, bad
+    lines are handed to the callback and skipped. Blank lines are ignored.
+    """
+    for _, rec in _iter_with_lines(path, on_error):
+        yield rec
+
+
+def load_records(
+    path: str | os.PathLike,
+    *,
+    keep_going: bool = False,
+    report: ValidationReport | None = None,
+) -> list[ClaimRecord]:
+    """Load and validate every record of a JSONL file.
+
+    ``keep_going=True`` skips bad lines, collecting them into ``report`` (pass
+    one in to read it) instead of raising at the first. Duplicate record ids
+    are errors: every downstream tool keys on them.
+    """
+    if report is None:
+        report = ValidationReport(path=str(path))
+    records: list[ClaimRecord] = []
+    seen_ids: dict[str, int] = {}
+
+    def collect(err: RecordError) -> None:
+        report.n_lines += 1
+        report.errors.append(err)
+
+    for lineno_rec in _iter_with_lines(path, collect if keep_going else None):
+        lineno, rec = lineno_rec
+        report.n_lines += 1
+        if rec.id in seen_ids:
+            err = RecordError(
+                f"duplicate record id (first seen on line {seen_ids[rec.id]})",
+                field="id",
+                path=path,
+                line=lineno,
+                record_id=rec.id,
+            )
+            if not keep_going:
+                raise err
+            report.errors.append(err)
+            continue
+        seen_ids[rec.id] = lineno
+        report.n_valid += 1
+        records.append(rec)
+    return records
+
+
+def _iter_with_lines(path, on_error) -> Iterator[tuple[int, ClaimRecord]]:
+    path = Path(path)
+    with path.open("r", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RecordError(f"invalid JSON ({exc.msg} at column {exc.colno})")
+                rec = ClaimRecord.from_dict(obj)
+            except RecordError as err:
+                located = err.located(path, lineno)
+                if on_error is None:
+                    raise located from None
+                on_error(located)
+                continue
+            yield lineno, rec
+
+
+def validate_file(path: str | os.PathLike) -> ValidationReport:
+    """Check every line of a records file and report all problems."""
+    report = ValidationReport(path=str(path))
+    load_records(path, keep_going=True, report=report)
+    return report
+
+
+def save_records(records: Iterable[ClaimRecord | dict], path: str | os.PathLike) -> int:
+    """Write records as UTF-8 JSONL, streaming; returns the count written.
+
+    Writes to a temporary file and renames it, so a crash never leaves a
+    half-written records file behind under the final name.
+    """
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with tmp.open("w", encoding="utf-8") as fh:
+        for rec in records:
+            obj = rec.to_dict() if isinstance(rec, ClaimRecord) else rec
+            fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            n += 1
+    os.replace(tmp, path)
+    return n
+
+
+def dump_record(rec: ClaimRecord) -> str:
+    """One JSONL line (for tools that append records incrementally)."""
+    return json.dumps(rec.to_dict(), ensure_ascii=False)

@@ -1,0 +1,59 @@
+"""Shared fixtures: tiny models with real chat templates, the shared real data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# CI lays shared/ beside the clone; REAL_SHARED_DATA overrides.
+SHARED_DATA = Path(os.environ.get("REAL_SHARED_DATA", REPO.parent / "shared" / "data"))
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared real data not found at {SHARED_DATA} (set REAL_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    """A random 2-layer Llama with the real Llama-3.1-Instruct chat template."""
+    from real.tiny_models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory) -> Path:
+    """A random 2-layer Qwen2 with the real Qwen2.5-Instruct chat template."""
+    from real.tiny_models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen"), "qwen2")
+
+
+@pytest.fixture(params=["llama", "qwen2"])
+def tiny_model(request, tiny_llama, tiny_qwen) -> Path:
+    return tiny_llama if request.param == "llama" else tiny_qwen
+
+
+def make_record_dict(**overrides) -> dict:
+    """A valid record as a dict; tests override fields to break it."""
+    rec = {
+        "id": "r1",
+        "dataset": "toy",
+        "claim": "The sky is blue.",
+        "label": "SUPPORT",
+        "sentences": [
+            {"id": 0, "text": "The sky appears blue by day.", "doc": "Sky"},
+            {"id": 1, "text": "Grass is green.", "doc": "Grass"},
+            {"id": 3, "text": "Rayleigh scattering colours the sky.", "doc": "Sky"},
+        ],
+        "evidence": [[0], [3]],
+    }
+    rec.update(overrides)
+    return rec

@@ -1,0 +1,142 @@
+import json
+
+import pytest
+
+from conftest import make_record_dict
+from data_prep.cli import main as real_data
+from data_prep.records import (
+    ClaimRecord,
+    RecordError,
+    ValidationReport,
+    iter_records,
+    load_records,
+    save_records,
+    validate_file,
+)
+
+
+def write_lines(path, objs):
+    with open(path, "w", encoding="utf-8") as fh:
+        for o in objs:
+            fh.write((o if isinstance(o, str) else json.dumps(o, ensure_ascii=False)) + "\n")
+    return path
+
+
+def test_round_trip_keeps_every_field(tmp_path):
+    rec = make_record_dict(enhanced_evidence=[0, 1, 3], annotations={"gpt": [0, 1]}, claim="Ünïcode ✓")
+    p = write_lines(tmp_path / "in.jsonl", [rec])
+    (loaded,) = load_records(p)
+    assert loaded.gold_ids == [0, 3]
+    assert loaded.pool_ids == [0, 1, 3]
+    assert loaded.extra == {"annotations": {"gpt": [0, 1]}}
+    out = tmp_path / "out.jsonl"
+    assert save_records([loaded], out) == 1
+    assert json.loads(out.read_text(encoding="utf-8")) == rec
+    assert "Ünïcode ✓" in out.read_text(encoding="utf-8")  # UTF-8, not \u escapes
+
+
+def test_integer_ids_are_kept_as_strings(tmp_path):
+    p = write_lines(tmp_path / "in.jsonl", [make_record_dict(id=42)])
+    assert load_records(p)[0].id == "42"
+
+
+@pytest.mark.parametrize(
+    "overrides, field, reason",
+    [
+        ({"claim": None}, "claim", "non-empty string"),
+        ({"label": "SUPPORTS"}, "label", "unknown label 'SUPPORTS'"),
+        ({"sentences": []}, "sentences", "empty pool"),
+        ({"evidence": [[7]]}, "evidence[0]", "evidence id 7 is not in the pool"),
+        ({"evidence": [[]]}, "evidence[0]", "non-empty list"),
+        ({"evidence": []}, "evidence", "needs at least one gold evidence group"),
+        (
+            {"sentences": [{"id": 0, "text": "a"}, {"id": 0, "text": "b"}], "evidence": [[0]]},
+            "sentences[1].id",
+            "duplicate sentence id 0",
+        ),
+        ({"sentences": [{"id": "x", "text": "a"}]}, "sentences[0].id", "must be an integer"),
+        ({"enhanced_evidence": [1]}, "enhanced_evidence", "must contain all gold evidence"),
+        ({"enhanced_evidence": [0, 3, 9]}, "enhanced_evidence", "id 9 is not in the pool"),
+    ],
+)
+def test_each_validation_error_names_file_line_record_and_field(tmp_path, overrides, field, reason):
+    good = make_record_dict(id="ok")
+    bad = make_record_dict(id="bad-1", **overrides)
+    p = write_lines(tmp_path / "recs.jsonl", [good, bad])
+    with pytest.raises(RecordError) as exc_info:
+        load_records(p)
+    err = exc_info.value
+    assert (err.line, err.record_id, err.field) == (2, "bad-1", field)
+    msg = str(err)
+    assert msg.startswith(f"{p}:2: record 'bad-1': field '{field}': ")
+    assert reason in msg
+
+
+def test_missing_field_and_bad_json(tmp_path):
+    rec = make_record_dict()
+    del rec["evidence"]
+    p = write_lines(tmp_path / "recs.jsonl", [rec])
+    with pytest.raises(RecordError, match=r"recs.jsonl:1: record 'r1': field 'evidence': missing required field"):
+        load_records(p)
+    p2 = write_lines(tmp_path / "broken.jsonl", [make_record_dict(), '{"id": "x", "claim": '])
+    with pytest.raises(RecordError, match=r"broken.jsonl:2: invalid JSON"):
+        load_records(p2)
+
+
+def test_nei_records_may_have_no_evidence(tmp_path):
+    p = write_lines(tmp_path / "r.jsonl", [make_record_dict(label="NOT_ENOUGH_INFO", evidence=[])])
+    assert load_records(p)[0].gold_ids == []
+
+
+def test_duplicate_record_ids(tmp_path):
+    p = write_lines(tmp_path / "r.jsonl", [make_record_dict(), make_record_dict()])
+    with pytest.raises(RecordError, match="r.jsonl:2: record 'r1': field 'id': duplicate record id"):
+        load_records(p)
+
+
+def test_keep_going_collects_every_bad_line(tmp_path):
+    lines = [
+        make_record_dict(id="a"),
+        make_record_dict(id="b", label="MAYBE"),
+        "not json",
+        make_record_dict(id="c"),
+        make_record_dict(id="d", evidence=[[5]]),
+    ]
+    p = write_lines(tmp_path / "r.jsonl", lines)
+    report = ValidationReport(path=str(p))
+    recs = load_records(p, keep_going=True, report=report)
+    assert [r.id for r in recs] == ["a", "c"]
+    assert [(e.line, e.field) for e in report.errors] == [(2, "label"), (3, None), (5, "evidence[0]")]
+    assert report.n_lines == 5 and report.n_valid == 2 and not report.ok
+    assert validate_file(p).to_dict()["invalid"] == 3
+
+
+def test_validate_cli_keep_going_writes_report(tmp_path, capsys):
+    p = write_lines(tmp_path / "r.jsonl", [make_record_dict(id="a"), make_record_dict(id="b", label="X")])
+    rep = tmp_path / "report.json"
+    assert real_data(["validate", str(p), "--keep-going", "--report", str(rep)]) == 1
+    data = json.loads(rep.read_text())
+    assert data["invalid"] == 1 and data["errors"][0]["line"] == 2 and data["errors"][0]["field"] == "label"
+    assert real_data(["validate", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "r.jsonl:2: record 'b': field 'label'" in err and "Traceback" not in err
+
+
+def test_iter_records_streams(tmp_path):
+    p = write_lines(tmp_path / "r.jsonl", [make_record_dict(id=str(i)) for i in range(5)])
+    it = iter_records(p)
+    assert next(it).id == "0"  # lazily: a generator, not a list
+    assert [r.id for r in it] == ["1", "2", "3", "4"]
+
+
+def test_save_is_atomic_on_failure(tmp_path):
+    out = tmp_path / "out.jsonl"
+    save_records([ClaimRecord.from_dict(make_record_dict())], out)
+
+    def boom():
+        yield ClaimRecord.from_dict(make_record_dict(id="new"))
+        raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError):
+        save_records(boom(), out)
+    assert [r.id for r in load_records(out)] == ["r1"]  # the old file is intact
