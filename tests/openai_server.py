@@ -1,0 +1,251 @@
+"""A real OpenAI-compatible chat-completions server on 127.0.0.1, for tests and benchmarks.
+
+It speaks HTTP and the ``/v1/chat/completions`` JSON shape the ``openai``
+client expects, plays one or more models through a ``responder`` function, and
+injects faults deterministically: the fault plan sees the request body and how
+many times that same body was seen before (its attempt number), so a test can
+say "the first attempt of every third prompt gets a 429" regardless of the
+order in which concurrent requests arrive.
+
+Use in-process (``with LocalOpenAIServer(...) as srv: srv.base_url``) or as a
+separate process (``python tests/openai_server.py --port 0 --latency 0.05``
+prints ``READY <base_url>`` on stdout), the latter for benchmarks where the
+client must not share the server's interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+# A fault is one of these strings (or None for a normal answer).
+FAULTS = ("429", "500", "503", "timeout", "malformed_body", "disconnect")
+
+Responder = Callable[[dict], str]
+FaultPlan = Callable[[dict, int], "str | None"]
+
+_LINE = re.compile(r"^line(\d+): (.*)$", re.MULTILINE)
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def body_key(body: dict) -> str:
+    """Identity of a request: model + messages + decoding settings."""
+    keep = {k: body.get(k) for k in ("model", "messages", "temperature", "max_tokens", "seed", "n")}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()
+
+
+def pool_lines(body: dict) -> dict[int, str]:
+    """The ``lineN: text`` rows of the last user message."""
+    user = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    return {int(i): t for i, t in _LINE.findall(user[-1]["content"])} if user else {}
+
+
+def claim_of(body: dict) -> str:
+    user = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    m = re.search(r"^Claim: (.*)$", user[-1]["content"], re.MULTILINE) if user else None
+    return m.group(1) if m else ""
+
+
+def overlap_ids(body: dict, min_overlap: int = 2) -> list[int]:
+    """Lines sharing at least ``min_overlap`` words with the claim (a crude annotator)."""
+    claim_words = set(_WORD.findall(claim_of(body).lower()))
+    return sorted(
+        i for i, t in pool_lines(body).items() if len(claim_words & set(_WORD.findall(t.lower()))) >= min_overlap
+    )
+
+
+def overlap_verifier(body: dict) -> str:
+    """Answers like an evidence-reading verifier: SUPPORT citing overlapping lines, else NEI."""
+    ids = overlap_ids(body)
+    if ids:
+        return json.dumps({"label": "SUPPORT", "evidence": ids})
+    return json.dumps({"label": "NOT_ENOUGH_INFO", "evidence": []})
+
+
+def overlap_annotator(body: dict) -> str:
+    return json.dumps({"evidence": overlap_ids(body)})
+
+
+@dataclass
+class RequestLog:
+    model: str
+    key: str
+    attempt: int
+    outcome: str  # "ok" or the fault name
+    authorization: str | None = None
+
+
+@dataclass
+class LocalOpenAIServer:
+    responder: Responder = overlap_verifier
+    faults: FaultPlan | None = None
+    latency: float = 0.0  # seconds added to every answer
+    slow_seconds: float = 5.0  # how long a "timeout" fault stalls
+    api_key: str | None = None  # when set, other keys get a 401
+    host: str = "127.0.0.1"
+    port: int = 0
+    log: list[RequestLog] = field(default_factory=list)
+
+    def __post_init__(self):
+        self._lock = threading.Lock()
+        self._seen: Counter[str] = Counter()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------
+    def start(self) -> "LocalOpenAIServer":
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                server._handle(self)
+
+            def do_GET(self):
+                if self.path.rstrip("/").endswith("/models"):
+                    server._send_json(self, 200, {"object": "list", "data": []})
+                else:
+                    server._send_json(self, 404, {"error": {"message": "not found"}})
+
+        self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> "LocalOpenAIServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    # -- bookkeeping ----------------------------------------------------
+    def count(self, model: str | None = None, outcome: str | None = None) -> int:
+        with self._lock:
+            return sum(
+                1
+                for r in self.log
+                if (model is None or r.model == model) and (outcome is None or r.outcome == outcome)
+            )
+
+    def reset_log(self) -> None:
+        with self._lock:
+            self.log.clear()
+            self._seen.clear()
+
+    # -- request handling -----------------------------------------------
+    @staticmethod
+    def _send_json(handler, status: int, obj, raw: bytes | None = None) -> None:
+        data = raw if raw is not None else json.dumps(obj).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _handle(self, handler) -> None:
+        if not handler.path.rstrip("/").endswith("/chat/completions"):
+            self._send_json(handler, 404, {"error": {"message": f"unknown path {handler.path}"}})
+            return
+        length = int(handler.headers.get("Content-Length", 0))
+        try:
+            body = json.loads(handler.rfile.read(length))
+        except json.JSONDecodeError:
+            self._send_json(handler, 400, {"error": {"message": "invalid JSON body"}})
+            return
+        auth = handler.headers.get("Authorization")
+        key = body_key(body)
+        with self._lock:
+            attempt = self._seen[key]
+            self._seen[key] += 1
+        fault = self.faults(body, attempt) if self.faults else None
+        if self.api_key is not None and auth != f"Bearer {self.api_key}":
+            fault = "401"
+        with self._lock:
+            self.log.append(RequestLog(body.get("model", ""), key, attempt, fault or "ok", auth))
+        if self.latency:
+            time.sleep(self.latency)
+        if fault == "401":
+            self._send_json(handler, 401, {"error": {"message": "invalid api key", "type": "auth"}})
+        elif fault in ("429", "500", "503"):
+            self._send_json(handler, int(fault), {"error": {"message": f"injected {fault}", "type": "server"}})
+        elif fault == "timeout":
+            time.sleep(self.slow_seconds)
+            self._answer(handler, body)
+        elif fault == "malformed_body":
+            self._send_json(handler, 200, None, raw=b'{"id": "x", "choices": [')
+        elif fault == "disconnect":
+            handler.close_connection = True
+            handler.connection.close()
+        else:
+            self._answer(handler, body)
+
+    def _answer(self, handler, body: dict) -> None:
+        n = int(body.get("n") or 1)
+        contents = [self.responder(dict(body, _choice_index=i)) for i in range(n)]
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+        completion_tokens = sum(len(c.split()) for c in contents)
+        resp = {
+            "id": "chatcmpl-local",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", ""),
+            "choices": [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": c},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+                for i, c in enumerate(contents)
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        self._send_json(handler, 200, resp)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--latency", type=float, default=0.0)
+    p.add_argument("--role", choices=["verifier", "annotator"], default="annotator")
+    args = p.parse_args(argv)
+    responder = overlap_verifier if args.role == "verifier" else overlap_annotator
+    srv = LocalOpenAIServer(responder=responder, latency=args.latency, port=args.port).start()
+    print(f"READY {srv.base_url}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    main()
