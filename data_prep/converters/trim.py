@@ -4,14 +4,15 @@ The cost of a sentence is the token count of its rendered ``lineN: text`` row
 (the evidence block of the prompt, as :func:`data_prep.prompts.format_pool`
 writes it) plus one for the newline. Every gold sentence is kept (and, for NEI
 records, the ``related_evidence`` ids); then the non-gold sentences are added
-nearest-first (distance in reading order to the closest kept anchor, ties by
-lower id) until the next one would exceed the budget. Reading order and ids
+nearest-first (distance in reading order to the closest anchor, ties by lower
+id), growing a contiguous window around each anchor; a sentence that would
+exceed the budget closes the window on its side. Reading order and ids
 are unchanged. Pools within the budget are left whole.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from data_prep.prompts import format_pool
@@ -40,7 +41,6 @@ class TrimStats:
     trimmed: int = 0
     kept_whole: int = 0
     gold_over_budget: int = 0
-    examples: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"max_pool_tokens": self.max_pool_tokens, "trimmed": self.trimmed,
@@ -58,27 +58,29 @@ def anchors(rec: ClaimRecord) -> set[int]:
 def select_pool(ids: Sequence[int], costs: Sequence[int], keep: set[int], budget: int) -> list[int] | None:
     """Pure selection: the ids to keep, in reading order, or None if ``keep`` alone exceeds the budget.
 
-    ``ids``/``costs`` are in reading order. With no anchors (an NEI record
-    without related ids) the pool is filled from the start.
+    ``ids``/``costs`` are in reading order. Windows grow outwards from the
+    anchors, nearest sentence first (ties: lower id); a sentence that does not
+    fit closes its window on that side, so no far-away sentence is pulled in
+    past a gap. With no anchors (an NEI record without related ids) the pool
+    is filled from the start.
     """
     total = sum(c for i, c in zip(ids, costs) if i in keep)
     if total > budget:
         return None
-    chosen = set(keep)
-    anchor_pos = [p for p, i in enumerate(ids) if i in keep] or [-1]
+    chosen_pos = {p for p, i in enumerate(ids) if i in keep} or {-1}
+    anchor_pos = sorted(chosen_pos)
     candidates = []
     for p, i in enumerate(ids):
         if i in keep:
             continue
         dist = min(abs(p - a) for a in anchor_pos)
-        candidates.append((dist, i, costs[p]))
+        candidates.append((dist, i, p, costs[p]))
     candidates.sort()
-    for _, i, cost in candidates:
-        if total + cost > budget:
-            break
-        chosen.add(i)
-        total += cost
-    return [i for i in ids if i in chosen]
+    for _, _, p, cost in candidates:
+        if (p - 1 in chosen_pos or p + 1 in chosen_pos) and total + cost <= budget:
+            chosen_pos.add(p)
+            total += cost
+    return [i for p, i in enumerate(ids) if p in chosen_pos]
 
 
 class PoolTrimmer:
