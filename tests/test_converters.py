@@ -268,7 +268,8 @@ def test_check_covid_input_errors_name_file_line_field(tmp_path, capsys, bad_lin
     assert rc == 1
     where = f"{claims}:2" + (f": field {field!r}" if field else "")
     assert where in err and reason in err
-    assert not (tmp_path / "o.jsonl").exists()  # no half-written output
+    # neither the output nor its .tmp is left behind
+    assert sorted(tmp_path.iterdir()) == sorted([claims, tmp_path / "corpus.json"])
 
 
 @pytest.mark.parametrize("dataset, make, field", [
@@ -337,6 +338,9 @@ def test_cli_flag_errors(tmp_path, capsys):
     rc, _, err = convert(capsys, "--dataset", "check-covid", "--claims", claims, "--corpus", claims,
                          "--max-pool-tokens", "10", "--output", tmp_path / "o")
     assert rc == 1 and "--tokenizer" in err
+    rc, _, err = convert(capsys, "--dataset", "check-covid", "--claims", claims, "--corpus", claims,
+                         "--max-pool-tokens", "10", "--tokenizer", tmp_path / "nope", "--output", tmp_path / "o")
+    assert rc == 1 and "not a tokenizer directory" in err
     assert sorted(CONVERTERS) == ["check-covid", "climate-fever", "fever", "scifact"]
 
 

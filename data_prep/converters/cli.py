@@ -57,6 +57,8 @@ def _inputs(args) -> ConvertInputs:
         raise UserError("--max-pool-tokens and --tokenizer go together")
     if args.max_pool_tokens is not None and args.max_pool_tokens <= 0:
         raise UserError("--max-pool-tokens must be a positive number of tokens")
+    if args.tokenizer is not None and not Path(args.tokenizer).is_dir():
+        raise UserError(f"--tokenizer {args.tokenizer}: not a tokenizer directory")
     return ConvertInputs(claims=list(args.claims), corpus=args.corpus,
                          wiki_pages=args.wiki_pages, keep_nei=args.keep_nei)
 
@@ -90,7 +92,12 @@ def convert_to_file(dataset: str, inputs: ConvertInputs, output: Path,
             pool_sizes.append(len(rec.sentences))
             yield rec
 
-    written = save_records(records(), output)
+    try:
+        written = save_records(records(), output)
+    except BaseException:
+        # save_records writes <output>.tmp and renames on success; don't leave it behind
+        output.with_name(output.name + ".tmp").unlink(missing_ok=True)
+        raise
     summary = {
         "dataset": dataset,
         "inputs": {"claims": [str(p) for p in inputs.claims],

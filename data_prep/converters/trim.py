@@ -25,7 +25,7 @@ def hf_token_counter(tokenizer_path: str) -> CountTokens:
     """Token counts from a local HF tokenizer (batched, no special tokens)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_path)
+    tok = AutoTokenizer.from_pretrained(tokenizer_path, local_files_only=True)
 
     def count(rows: Sequence[str]) -> list[int]:
         if not rows:
