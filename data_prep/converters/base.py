@@ -1,0 +1,131 @@
+"""Shared pieces of the converters: input errors, JSONL reading, drop accounting.
+
+Two kinds of bad input, treated differently:
+
+* a malformed source (bad JSON, a missing or mistyped field) is fatal and
+  raises :class:`InputError` naming the file, line and field, because the
+  output would silently lose data otherwise;
+* a claim whose evidence cannot be resolved (an unknown cord_id / doc id /
+  wiki page, a sentence index outside its abstract, an empty gold line) is
+  dropped and counted by reason in the summary, with the first few locations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from data_prep._dispatch import UserError
+from data_prep.records import ClaimRecord
+
+# How many locations per drop reason the summary keeps (the counts are exact).
+MAX_EXAMPLES = 5
+
+
+class InputError(UserError):
+    """A malformed source file: always says file, line and field."""
+
+    def __init__(self, path, line: int | None, field: str | None, reason: str):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.reason = reason
+        super().__init__(where(path, line, field) + f": {reason}")
+
+
+def where(path, line: int | None = None, field: str | None = None) -> str:
+    out = str(path)
+    if line is not None:
+        out += f":{line}"
+    if field is not None:
+        out += f": field {field!r}"
+    return out
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line number, object)``; blank lines are skipped, bad JSON is fatal."""
+    path = Path(path)
+    try:
+        fh = path.open("r", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+    with fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                hint = " (this file must be JSON lines: one object per line)" if lineno == 1 and line.lstrip().startswith("[") else ""
+                raise InputError(path, lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno}){hint}") from None
+            if not isinstance(obj, dict):
+                raise InputError(path, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
+            yield lineno, obj
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
+
+
+def get_field(obj: dict, name: str, kind: type | tuple[type, ...], path, line: int,
+              *, optional: bool = False, nonempty: bool = False) -> Any:
+    """``obj[name]`` checked for presence and type, else an InputError at file:line:field."""
+    if name not in obj or obj[name] is None:
+        if optional:
+            return None
+        raise InputError(path, line, name, "missing required field")
+    value = obj[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        expected = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+        raise InputError(path, line, name, f"must be {expected}, got {type(value).__name__}")
+    if nonempty and isinstance(value, str) and not value.strip():
+        raise InputError(path, line, name, "must be a non-empty string")
+    return value
+
+
+@dataclass
+class ConvertStats:
+    """Counts the converters report; the CLI turns them into the summary."""
+
+    claims_read: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # converter-specific figures for the summary
+
+    def drop(self, reason: str, path, line: int | None = None, field_name: str | None = None,
+             detail: str | None = None) -> None:
+        self.dropped[reason] += 1
+        ex = self.examples.setdefault(reason, [])
+        if len(ex) < MAX_EXAMPLES:
+            loc = where(path, line, field_name)
+            ex.append(loc + (f": {detail}" if detail else ""))
+
+
+@dataclass
+class ConvertInputs:
+    """What the CLI hands a converter (paths already checked to exist)."""
+
+    claims: list[Path]
+    corpus: Path | None = None
+    wiki_pages: Path | None = None
+    keep_nei: bool = False
+
+
+# A converter yields each record with the source location it came from, so the
+# driver can name file:line if the record fails validation.
+Emitted = tuple[ClaimRecord, Path, int]
+
+
+@dataclass(frozen=True)
+class Converter:
+    name: str
+    help: str
+    convert: Callable[[ConvertInputs, ConvertStats], Iterator[Emitted]]
+    needs: tuple[str, ...] = ()  # input options besides --claims: "corpus", "wiki_pages"
+
+
+NEI_REASON = "NOT_ENOUGH_INFO claim (use --keep-nei to keep)"

@@ -1,0 +1,104 @@
+"""Check-COVID (Wang et al., ACL Findings 2023): one CORD-19 abstract per claim.
+
+Source: ``covidCheck_*.json`` (JSON lines) + ``corpus.json``. Pool = the
+abstract of ``cord_id``, sentence id = its index in the abstract; gold = ONE
+group holding every ``sent_index`` of ``evidence_set`` (PRIMARY and
+SUPPLEMENTARY alike; the PRIMARY ids are kept in ``primary_evidence``).
+NOTENOUGHINFO claims carry a related-but-insufficient sentence in
+``evidence_set``: with --keep-nei they get ``evidence: []`` and those ids in
+``related_evidence``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
+
+from .base import (NEI_REASON, ConvertInputs, ConvertStats, Converter, Emitted, InputError,
+                   get_field, read_jsonl)
+
+NAME = "check-covid"
+LABELS = {"SUPPORT": SUPPORT, "REFUTE": REFUTE, "NOTENOUGHINFO": NOT_ENOUGH_INFO,
+          "NOT_ENOUGH_INFO": NOT_ENOUGH_INFO}
+
+
+def load_corpus(path) -> dict[str, list[str]]:
+    corpus: dict[str, list[str]] = {}
+    first_line: dict[str, int] = {}
+    for lineno, obj in read_jsonl(path):
+        cord_id = get_field(obj, "cord_id", str, path, lineno, nonempty=True)
+        abstract = get_field(obj, "abstract", list, path, lineno)
+        for k, s in enumerate(abstract):
+            if not isinstance(s, str):
+                raise InputError(path, lineno, f"abstract[{k}]", f"must be a string, got {type(s).__name__}")
+        if cord_id in corpus:
+            raise InputError(path, lineno, "cord_id",
+                             f"duplicate cord_id {cord_id!r} (first on line {first_line[cord_id]})")
+        corpus[cord_id] = abstract
+        first_line[cord_id] = lineno
+    return corpus
+
+
+def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
+    corpus = load_corpus(inputs.corpus)
+    for path in inputs.claims:
+        for lineno, obj in read_jsonl(path):
+            stats.claims_read += 1
+            cid = get_field(obj, "id", (str, int), path, lineno)
+            claim = get_field(obj, "claim", str, path, lineno, nonempty=True)
+            raw_label = get_field(obj, "label", str, path, lineno)
+            if raw_label not in LABELS:
+                raise InputError(path, lineno, "label",
+                                 f"unknown label {raw_label!r} (expected one of {', '.join(LABELS)})")
+            label = LABELS[raw_label]
+            cord_id = get_field(obj, "cord_id", str, path, lineno)
+            evidence_set = get_field(obj, "evidence_set", list, path, lineno)
+            indices: list[int] = []
+            primary: list[int] = []
+            for k, ev in enumerate(evidence_set):
+                fld = f"evidence_set[{k}]"
+                if not isinstance(ev, dict):
+                    raise InputError(path, lineno, fld, "must be an object with 'sent_index'")
+                idx = get_field(ev, "sent_index", int, path, lineno)
+                if idx not in indices:
+                    indices.append(idx)
+                if ev.get("type") == "PRIMARY" and idx not in primary:
+                    primary.append(idx)
+
+            if label == NOT_ENOUGH_INFO and not inputs.keep_nei:
+                stats.drop(NEI_REASON, path, lineno, "label")
+                continue
+            abstract = corpus.get(cord_id)
+            if abstract is None:
+                stats.drop("cord_id not in corpus", path, lineno, "cord_id", repr(cord_id))
+                continue
+            bad = [i for i in indices if not 0 <= i < len(abstract)]
+            if bad:
+                stats.drop("sent_index outside the abstract", path, lineno, "evidence_set",
+                           f"{bad} (abstract has {len(abstract)} sentences)")
+                continue
+            if any(not abstract[i].strip() for i in indices):
+                stats.drop("gold sentence is empty", path, lineno, "evidence_set")
+                continue
+            if label != NOT_ENOUGH_INFO and not indices:
+                stats.drop("no gold evidence", path, lineno, "evidence_set")
+                continue
+            sentences = [Sentence(id=i, text=t, doc=cord_id)
+                         for i, t in enumerate(abstract) if t.strip()]
+            extra: dict = {}
+            if label == NOT_ENOUGH_INFO:
+                evidence: list[list[int]] = []
+                extra["related_evidence"] = sorted(indices)
+            else:
+                evidence = [sorted(indices)]
+                extra["primary_evidence"] = sorted(primary)
+            if "is_auth" in obj:
+                extra["is_auth"] = obj["is_auth"]
+            rec = ClaimRecord(id=f"{NAME}-{cid}", dataset=NAME, claim=claim, label=label,
+                              sentences=sentences, evidence=evidence, extra=extra)
+            yield rec, path, lineno
+
+
+CONVERTER = Converter(NAME, "Check-COVID: --claims covidCheck_*.json --corpus corpus.json",
+                      convert, needs=("corpus",))

@@ -1,0 +1,156 @@
+"""`real-data convert --dataset NAME --claims ... [--corpus|--wiki-pages] --output records.jsonl`.
+
+Streams the converter's records through validation (and optional pool
+trimming) into an atomically written JSONL file, then prints a summary and
+writes it beside the output as ``<output>.summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+from data_prep._dispatch import UserError
+from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
+
+from . import CONVERTERS
+from .base import ConvertInputs, ConvertStats, InputError
+from .trim import PoolTrimmer, hf_token_counter
+
+_OPTION = {"corpus": "--corpus", "wiki_pages": "--wiki-pages"}
+GOLD_OVER_BUDGET = "gold evidence alone exceeds --max-pool-tokens"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--dataset", required=True, choices=sorted(CONVERTERS),
+                   help="; ".join(c.help for c in CONVERTERS.values()))
+    p.add_argument("--claims", required=True, nargs="+", type=Path,
+                   help="claim file(s) of the official release, converted in order")
+    p.add_argument("--corpus", type=Path, help="abstracts file (check-covid, scifact)")
+    p.add_argument("--wiki-pages", type=Path, help="FEVER wiki-pages directory of wiki-NNN.jsonl shards")
+    p.add_argument("--output", required=True, type=Path, help="records JSONL to write")
+    p.add_argument("--keep-nei", action="store_true",
+                   help="keep NOT_ENOUGH_INFO claims (evidence: []); dropped by default")
+    p.add_argument("--max-pool-tokens", type=int, metavar="N",
+                   help="trim pools longer than N tokens, always keeping the gold sentences (needs --tokenizer)")
+    p.add_argument("--tokenizer", help="HF tokenizer directory used to count pool tokens")
+
+
+def _inputs(args) -> ConvertInputs:
+    conv = CONVERTERS[args.dataset]
+    for opt in ("corpus", "wiki_pages"):
+        given = getattr(args, opt) is not None
+        if opt in conv.needs and not given:
+            raise UserError(f"--dataset {args.dataset} needs {_OPTION[opt]}")
+        if opt not in conv.needs and given:
+            raise UserError(f"--dataset {args.dataset} does not use {_OPTION[opt]}")
+    paths = list(args.claims) + [getattr(args, o) for o in conv.needs]
+    for path in paths:
+        if not path.exists():
+            raise UserError(f"{path}: no such file or directory")
+    if (args.max_pool_tokens is None) != (args.tokenizer is None):
+        raise UserError("--max-pool-tokens and --tokenizer go together")
+    if args.max_pool_tokens is not None and args.max_pool_tokens <= 0:
+        raise UserError("--max-pool-tokens must be a positive number of tokens")
+    if args.tokenizer is not None and not Path(args.tokenizer).is_dir():
+        raise UserError(f"--tokenizer {args.tokenizer}: not a tokenizer directory")
+    return ConvertInputs(claims=list(args.claims), corpus=args.corpus,
+                         wiki_pages=args.wiki_pages, keep_nei=args.keep_nei)
+
+
+def convert_to_file(dataset: str, inputs: ConvertInputs, output: Path,
+                    trimmer: PoolTrimmer | None = None) -> dict:
+    """Run one converter end to end; returns the summary (also written as JSON)."""
+    conv = CONVERTERS[dataset]
+    stats = ConvertStats()
+    labels: Counter = Counter()
+    pool_sizes: list[int] = []
+    seen: dict[str, str] = {}
+    t0 = time.perf_counter()
+
+    def records() -> Iterator[ClaimRecord]:
+        for rec, path, lineno in conv.convert(inputs, stats):
+            if rec.id in seen:
+                stats.drop("duplicate claim id", path, lineno, None, f"{rec.id} (first at {seen[rec.id]})")
+                continue
+            seen[rec.id] = f"{path}:{lineno}"
+            if trimmer is not None:
+                rec = trimmer(rec)
+                if rec is None:
+                    stats.drop(GOLD_OVER_BUDGET, path, lineno, "evidence")
+                    continue
+            try:
+                rec = rec.validate()
+            except RecordError as err:
+                raise InputError(path, lineno, err.field, f"record {err.record_id!r}: {err.reason}") from None
+            labels[rec.label] += 1
+            pool_sizes.append(len(rec.sentences))
+            yield rec
+
+    try:
+        written = save_records(records(), output)
+    except BaseException:
+        # save_records writes <output>.tmp and renames on success; don't leave it behind
+        output.with_name(output.name + ".tmp").unlink(missing_ok=True)
+        raise
+    summary = {
+        "dataset": dataset,
+        "inputs": {"claims": [str(p) for p in inputs.claims],
+                   **({"corpus": str(inputs.corpus)} if inputs.corpus else {}),
+                   **({"wiki_pages": str(inputs.wiki_pages)} if inputs.wiki_pages else {})},
+        "output": str(output),
+        "claims_read": stats.claims_read,
+        "records_written": written,
+        "labels": {lab: labels.get(lab, 0) for lab in LABELS},
+        "pool_size": ({"min": min(pool_sizes), "median": statistics.median(pool_sizes),
+                       "max": max(pool_sizes)} if pool_sizes else None),
+        "dropped": dict(sorted(stats.dropped.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "dropped_examples": stats.examples,
+        **({"trimming": trimmer.stats.to_dict()} if trimmer is not None else {}),
+        **stats.info,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    summary_path = output.with_name(output.name + ".summary.json")
+    summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return summary
+
+
+def format_summary(s: dict) -> str:
+    lines = [f"{s['dataset']}: {s['records_written']} records written to {s['output']} "
+             f"({s['claims_read']} claims read)"]
+    lines.append("  labels: " + ", ".join(f"{k} {v}" for k, v in s["labels"].items()))
+    if s["pool_size"]:
+        p = s["pool_size"]
+        lines.append(f"  pool size (sentences): min {p['min']}, median {p['median']:g}, max {p['max']}")
+    if s.get("trimming"):
+        t = s["trimming"]
+        lines.append(f"  trimming to {t['max_pool_tokens']} tokens: {t['trimmed']} trimmed, "
+                     f"{t['kept_whole']} kept whole, {t['dropped_gold_over_budget']} dropped (gold over budget)")
+    if s["dropped"]:
+        lines.append(f"  dropped {sum(s['dropped'].values())}:")
+        for reason, n in s["dropped"].items():
+            lines.append(f"    {n:>7}  {reason}   e.g. {s['dropped_examples'][reason][0]}")
+    else:
+        lines.append("  dropped: none")
+    lines.append(f"  summary: {s['output']}.summary.json")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    inputs = _inputs(args)
+    trimmer = None
+    if args.max_pool_tokens is not None:
+        try:
+            counter = hf_token_counter(args.tokenizer)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot load tokenizer {args.tokenizer}: {exc}") from None
+        trimmer = PoolTrimmer(args.max_pool_tokens, counter)
+    summary = convert_to_file(args.dataset, inputs, args.output, trimmer)
+    print(format_summary(summary))
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,81 @@
+"""Climate-FEVER (Diggelmann et al., 2020): five Wikipedia sentences per claim.
+
+Source: ``climate-fever.jsonl``. Pool = the claim's ``evidences`` in order
+(ids 0-4), ``doc`` = the article. Only SUPPORTS/REFUTES claims are verifiable
+here: DISPUTED is always dropped, NOT_ENOUGH_INFO unless --keep-nei. Gold =
+every sentence whose ``evidence_label`` equals the claim label, each its own
+group (annotators judged each sentence alone).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
+
+from .base import (NEI_REASON, ConvertInputs, ConvertStats, Converter, Emitted, InputError,
+                   get_field, read_jsonl)
+
+NAME = "climate-fever"
+CLAIM_LABELS = {"SUPPORTS": SUPPORT, "REFUTES": REFUTE, "NOT_ENOUGH_INFO": NOT_ENOUGH_INFO,
+                "DISPUTED": None}
+EVIDENCE_LABELS = {"SUPPORTS": SUPPORT, "REFUTES": REFUTE, "NOT_ENOUGH_INFO": NOT_ENOUGH_INFO}
+
+
+def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
+    for path in inputs.claims:
+        for lineno, obj in read_jsonl(path):
+            stats.claims_read += 1
+            cid = get_field(obj, "claim_id", (str, int), path, lineno)
+            claim = get_field(obj, "claim", str, path, lineno, nonempty=True)
+            raw_label = get_field(obj, "claim_label", str, path, lineno)
+            if raw_label not in CLAIM_LABELS:
+                raise InputError(path, lineno, "claim_label",
+                                 f"unknown label {raw_label!r} (expected one of {', '.join(CLAIM_LABELS)})")
+            evidences = get_field(obj, "evidences", list, path, lineno)
+            sentences: list[Sentence] = []
+            ev_labels: list[str] = []
+            empty: set[int] = set()
+            for k, ev in enumerate(evidences):
+                fld = f"evidences[{k}]"
+                if not isinstance(ev, dict):
+                    raise InputError(path, lineno, fld, "must be an object")
+                text = ev.get("evidence")
+                if not isinstance(text, str):
+                    raise InputError(path, lineno, fld + ".evidence", "missing or not a string")
+                lab = ev.get("evidence_label")
+                if lab not in EVIDENCE_LABELS:
+                    raise InputError(path, lineno, fld + ".evidence_label",
+                                     f"unknown label {lab!r} (expected one of {', '.join(EVIDENCE_LABELS)})")
+                article = ev.get("article")
+                if article is not None and not isinstance(article, str):
+                    raise InputError(path, lineno, fld + ".article", "must be a string")
+                ev_labels.append(EVIDENCE_LABELS[lab])
+                if text.strip():
+                    sentences.append(Sentence(id=k, text=text, doc=article))
+                else:
+                    empty.add(k)
+
+            label = CLAIM_LABELS[raw_label]
+            if label is None:
+                stats.drop("DISPUTED claim", path, lineno, "claim_label")
+                continue
+            if label == NOT_ENOUGH_INFO and not inputs.keep_nei:
+                stats.drop(NEI_REASON, path, lineno, "claim_label")
+                continue
+            if not sentences:
+                stats.drop("no evidence sentences (empty pool)", path, lineno, "evidences")
+                continue
+            gold = [k for k, lab in enumerate(ev_labels) if lab == label] if label != NOT_ENOUGH_INFO else []
+            if any(k in empty for k in gold):
+                stats.drop("gold sentence is empty", path, lineno, "evidences")
+                continue
+            if label != NOT_ENOUGH_INFO and not gold:
+                stats.drop("no sentence carries the claim label", path, lineno, "evidences")
+                continue
+            rec = ClaimRecord(id=f"{NAME}-{cid}", dataset=NAME, claim=claim, label=label,
+                              sentences=sentences, evidence=[[k] for k in gold])
+            yield rec, path, lineno
+
+
+CONVERTER = Converter(NAME, "Climate-FEVER: --claims climate-fever.jsonl", convert)
