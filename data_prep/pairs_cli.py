@@ -31,7 +31,7 @@ def add_arguments(p):
     p.add_argument("--output", required=True, help="output directory (HF dataset + pairs.jsonl + stats.json)")
     p.add_argument("--seed", type=int, default=42, help="shuffling seed (default 42)")
     p.add_argument("--no-shuffle", action="store_true", help="keep record order (positive before negative)")
-    p.add_argument("--tokenizer", help="tokenizer (local dir) to measure token lengths with its chat template")
+    p.add_argument("--tokenizer", help="tokenizer (local dir or hub id) to measure token lengths with its chat template")
     p.add_argument("--max-length", type=int, default=4096,
                    help="with --tokenizer: drop (and count) pairs longer than this many tokens (default 4096)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
@@ -40,8 +40,8 @@ def add_arguments(p):
 def _load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
-    if not Path(path).is_dir():
-        raise UserError(f"tokenizer path {path!r} is not a directory")
+    if not Path(path).expanduser().exists() and (path.startswith((".", "/", "~")) or path.count("/") > 1):
+        raise UserError(f"tokenizer path {path!r} does not exist")
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:

@@ -429,14 +429,24 @@ def model_card(*, base_model, variant, data_path, data_info, data_sha, args, mod
 # Main
 # ---------------------------------------------------------------------------
 
-def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_args: ModelConfig) -> dict:
-    import peft
-    import torch
-    import transformers
-    import trl
-    import yaml
+@dataclass
+class Run:
+    """Everything ``train`` needs after set-up (also used by the tests to inspect labels)."""
+
+    trainer: object
+    model: object  # the base transformers model (PEFT wraps it)
+    tokenizer: object
+    data_info: dict
+    eos_ids: list
+    resume: str | None
+    global_batch: int
+
+
+def build_trainer(script_args: RealScriptArguments, training_args: RealSFTConfig, model_args: ModelConfig) -> Run:
+    """Check inputs (cheap checks first), load data and model, build the SFTTrainer."""
     from trl import SFTTrainer, get_peft_config
 
+    check_model_path(model_args.model_name_or_path)
     ds = load_pairs(script_args.dataset_name, script_args.dataset_train_split)
     data_info = check_variant(ds, script_args.variant, script_args.dataset_name)
     train_ds = ds.select_columns(["prompt", "completion"])
@@ -459,7 +469,6 @@ def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_
 
     model, tokenizer = load_model_and_tokenizer(model_args, training_args)
     eos_ids = set_generation_eos(model, tokenizer)
-
     trainer = SFTTrainer(
         model=model,
         args=training_args,
@@ -467,6 +476,21 @@ def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
+    return Run(trainer, model, tokenizer, data_info, eos_ids, resume, global_batch)
+
+
+def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_args: ModelConfig) -> dict:
+    import peft
+    import torch
+    import transformers
+    import trl
+    import yaml
+
+    run = build_trainer(script_args, training_args, model_args)
+    trainer, tokenizer, resume, global_batch = run.trainer, run.tokenizer, run.resume, run.global_batch
+    data_info, eos_ids = run.data_info, run.eos_ids
+    model = run.model
+    train_ds = trainer.train_dataset
     acc = trainer.accelerator
     acc.print(
         f"real-train: world size {acc.num_processes} (rank {acc.process_index}), per-device batch "
