@@ -363,8 +363,10 @@ def resolved_config(script_args, training_args, model_args) -> dict:
             if not f.init or f.name not in d or f.name in _RUNTIME_FIELDS:
                 continue
             v = d[f.name]
-            if f.name.endswith("_token") and f.name not in ("eos_token", "pad_token") and v is not None:
-                continue
+            if f.name.endswith("_token"):  # to_dict() masks these as "<NAME>"
+                v = getattr(obj, f.name)
+                if v is not None and f.name not in ("eos_token", "pad_token"):
+                    continue  # a secret (hub_token): never written
             out[f.name] = v
     return json.loads(json.dumps(out, default=str))
 
