@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -18,6 +19,8 @@ from data_prep.pairs import (
 )
 from data_prep.prompts import format_answer, parse_answer, render_evidence_prompt
 from data_prep.records import ClaimRecord
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 POOL = [
     {"id": 0, "text": "The sky appears blue by day.", "doc": "Sky"},

@@ -355,3 +355,11 @@ def test_gpu_bf16_lora_deepspeed_zero2(work, tiny_llama, tmp_path):
     state = json.loads((out / "trainer_state.json").read_text())
     losses = [e["loss"] for e in state["log_history"] if "loss" in e]
     assert len(losses) == 8 and all(l == l for l in losses)  # finite, one per step
+
+
+def test_pairs_load_from_dir_or_jsonl(work):
+    from_dir = rt.load_pairs(str(work / "pairs-real"))
+    from_jsonl = rt.load_pairs(str(work / "pairs-real" / "pairs.jsonl"))
+    assert from_dir["prompt"] == from_jsonl["prompt"] and from_dir["completion"] == from_jsonl["completion"]
+    info = rt.check_variant(from_dir, "real", "x")
+    assert info["by_kind"] == {"positive": 6, "negative": 6}
