@@ -17,7 +17,7 @@ import yaml
 
 from conftest import REPO, make_record_dict
 from data_prep.cli import main as real_data
-from data_prep.prompts import format_answer, render_chat
+from data_prep.prompts import render_chat
 from real import train as rt
 
 os.environ["HF_HUB_OFFLINE"] = "1"
