@@ -1,11 +1,92 @@
-"""real.merge — placeholder until its issue lands."""
+"""`real-merge --adapter DIR --output DIR`: fold a LoRA adapter into its base model.
 
+The merged model is a plain ``transformers`` checkpoint (safetensors) that
+vLLM or ``from_pretrained`` load without PEFT, so FAE runs at full speed. The
+adapter directory's tokenizer and generation config (with the chat
+template's end-of-turn token as eos) are carried over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
 import sys
+from pathlib import Path
+
+from data_prep._dispatch import UserError
+
+logger = logging.getLogger("real.merge")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
-def main(argv=None) -> int:
-    print("real-merge: not implemented yet", file=sys.stderr)
-    return 2
+def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: str = "auto",
+                  trust_remote_code: bool = False, overwrite: bool = False) -> Path:
+    """Merge ``adapter`` into its base (or ``base``) and save to ``output``."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    ad = Path(adapter)
+    cfg_path = ad / "adapter_config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"{adapter!r} has no adapter_config.json, so it is not a LoRA adapter directory")
+    out = Path(output)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"output directory {output!r} is not empty (pass --overwrite to replace it)")
+    base = base or json.loads(cfg_path.read_text()).get("base_model_name_or_path")
+    if not base:
+        raise UserError(f"{cfg_path} names no base model; pass --base")
+    if not Path(base).exists() and (base.startswith((".", "/", "~"))):
+        raise UserError(f"base model path {base!r} does not exist (pass --base to point at it)")
+
+    kwargs = dict(trust_remote_code=trust_remote_code, use_safetensors=True,
+                  dtype=dtype if dtype == "auto" else getattr(torch, dtype))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base, **kwargs)
+    except OSError as exc:
+        raise UserError(f"could not load base model {base!r} ({str(exc).splitlines()[0]})") from None
+    model = PeftModel.from_pretrained(model, str(ad)).merge_and_unload()
+
+    tok_src = ad if (ad / "tokenizer_config.json").is_file() else Path(base)
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_src), trust_remote_code=trust_remote_code)
+    if (ad / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(str(ad))
+
+    if out.exists() and overwrite:
+        shutil.rmtree(out)
+    model.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+    card = ad / "README.md"
+    if card.is_file():
+        text = card.read_text(encoding="utf-8")
+        (out / "README.md").write_text(
+            text.replace("library_name: peft", "library_name: transformers")
+            + f"\nMerged from adapter `{ad.resolve()}` into `{base}` with `real-merge`.\n",
+            encoding="utf-8",
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="real-merge", description=__doc__.splitlines()[0])
+    p.add_argument("--adapter", required=True, help="LoRA adapter directory written by real-train")
+    p.add_argument("--output", required=True, help="where to save the merged model")
+    p.add_argument("--base", help="base model (default: base_model_name_or_path of the adapter)")
+    p.add_argument("--dtype", default="auto", choices=DTYPES, help="dtype to load and save the base in (default auto)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the base repo")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    args = p.parse_args(argv)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    try:
+        out = merge_adapter(args.adapter, args.output, base=args.base, dtype=args.dtype,
+                            trust_remote_code=args.trust_remote_code, overwrite=args.overwrite)
+    except UserError as exc:
+        print(f"real-merge: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"real-merge: merged model saved to {out}")
+    return 0
 
 
 if __name__ == "__main__":

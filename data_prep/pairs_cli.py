@@ -1,0 +1,100 @@
+"""`real-data pairs --records FILE --variant V --output DIR`: the REAL training set.
+
+Writes ``DIR`` as a ``datasets.DatasetDict`` (``save_to_disk``, split
+``train``), the same rows as ``DIR/pairs.jsonl`` and a ``DIR/stats.json``
+summary. ``real-train`` reads either form through ``dataset_name``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from data_prep._dispatch import UserError
+from data_prep.pairs import (
+    VARIANTS,
+    MissingEnhancedEvidence,
+    build_pairs,
+    drop_over_length,
+    pair_stats,
+    token_lengths,
+)
+from data_prep.records import RecordError, load_records
+
+
+def add_arguments(p):
+    p.add_argument("--records", required=True, help="claim records JSONL (e.g. FEVER train)")
+    p.add_argument("--variant", required=True, choices=list(VARIANTS),
+                   help="sft | no_ablation | no_enhancement | real (SPEC §4)")
+    p.add_argument("--output", required=True, help="output directory (HF dataset + pairs.jsonl + stats.json)")
+    p.add_argument("--seed", type=int, default=42, help="shuffling seed (default 42)")
+    p.add_argument("--no-shuffle", action="store_true", help="keep record order (positive before negative)")
+    p.add_argument("--tokenizer", help="tokenizer (local dir or hub id) to measure token lengths with its chat template")
+    p.add_argument("--max-length", type=int, default=4096,
+                   help="with --tokenizer: drop (and count) pairs longer than this many tokens (default 4096)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+
+
+def _load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    if not Path(path).expanduser().exists() and (path.startswith((".", "/", "~")) or path.count("/") > 1):
+        raise UserError(f"tokenizer path {path!r} does not exist")
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"could not load a tokenizer from {path!r} ({str(exc).splitlines()[0]})") from None
+    if not getattr(tok, "chat_template", None):
+        raise UserError(f"tokenizer {path!r} has no chat template, so it cannot render the chat prompts")
+    return tok
+
+
+def run(args) -> int:
+    out = Path(args.output)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise UserError(f"output directory {str(out)!r} is not empty (pass --overwrite to replace it)")
+    if args.max_length is not None and args.max_length <= 0:
+        raise UserError("--max-length must be a positive number of tokens")
+    try:
+        records = load_records(args.records)
+    except FileNotFoundError:
+        raise UserError(f"records file {args.records!r} does not exist") from None
+    except RecordError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        rows, info = build_pairs(records, args.variant, seed=None if args.no_shuffle else args.seed)
+    except MissingEnhancedEvidence as exc:
+        raise UserError(f"{args.records}: {exc}") from None
+    if not rows:
+        raise UserError(f"{args.records}: no SUPPORT/REFUTE records, so there are no training pairs")
+
+    over = None
+    if args.tokenizer:
+        tok = _load_tokenizer(args.tokenizer)
+        lengths = token_lengths(rows, tok, progress=len(rows) > 2000)
+        rows, over = drop_over_length(rows, lengths, args.max_length)
+        if not rows:
+            raise UserError(f"every pair is longer than --max-length {args.max_length} tokens")
+
+    stats = pair_stats(rows, info, over_length=over,
+                       max_length=args.max_length if args.tokenizer else None,
+                       tokenizer=args.tokenizer)
+    stats.update({"variant": args.variant, "records_file": os.path.abspath(args.records),
+                  "seed": None if args.no_shuffle else args.seed})
+
+    from datasets import Dataset, DatasetDict
+
+    if out.exists() and args.overwrite:
+        shutil.rmtree(out)
+    DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(out))
+    with (out / "pairs.jsonl").open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    with (out / "stats.json").open("w", encoding="utf-8") as fh:
+        json.dump(stats, fh, indent=2)
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats["by_kind"].items()))
+    dropped = ", ".join(f"{k} {n}" for k, n in stats["dropped"].items())
+    print(f"{out}: {len(rows)} pairs ({kinds}); dropped: {dropped}")
+    return 0

@@ -1,0 +1,365 @@
+"""REAL training: recipes, completion-only labels, real `accelerate launch` runs, resume, merge."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, make_record_dict
+from data_prep.cli import main as real_data
+from data_prep.prompts import render_chat
+from real import train as rt
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
+GPU_RECIPES = [p for p in RECIPES if p.parent.name != "tiny"]
+ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+REAL_TRAIN = str(Path(sys.executable).with_name("real-train"))
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+       "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+EOT = {"llama": "<|eot_id|>", "qwen2": "<|im_end|>"}
+
+
+def _records() -> list[dict]:
+    pool = [
+        {"id": 0, "text": "The vaccine reduces the risk of severe disease.", "doc": "V"},
+        {"id": 2, "text": "Results were consistent across trials.", "doc": "V"},
+        {"id": 5, "text": "Grass is green.", "doc": "G"},
+        {"id": 9, "text": "The study found no significant effect.", "doc": "S"},
+    ]
+    recs = []
+    for i in range(6):
+        label = "SUPPORT" if i % 2 else "REFUTE"
+        recs.append(make_record_dict(id=f"t{i}", label=label, sentences=pool, evidence=[[0]] if i % 2 else [[9]],
+                                     enhanced_evidence=[0, 2] if i % 2 else [2, 9]))
+    return recs
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, tiny_llama, tiny_qwen):
+    """Records and pairs datasets shared by every test of this module."""
+    d = tmp_path_factory.mktemp("train")
+    recs = d / "train.jsonl"
+    recs.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    for variant, tok in (("real", tiny_llama), ("sft", tiny_qwen)):
+        assert real_data(["pairs", "--records", str(recs), "--variant", variant, "--output",
+                          str(d / f"pairs-{variant}"), "--tokenizer", str(tok)]) == 0
+    return d
+
+
+def _args(recipe: str, model, data, out, *extra) -> list[str]:
+    return ["--config", str(REPO / "recipes" / "tiny" / recipe), "--model_name_or_path", str(model),
+            "--dataset_name", str(data), "--output_dir", str(out), *map(str, extra)]
+
+
+def _run(cmd, timeout=300) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
+    return p
+
+
+# ---------------------------------------------------------------------------
+# Recipes and argument parsing
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(REPO / "recipes")))
+def test_every_recipe_parses_with_installed_trl(recipe):
+    raw = yaml.safe_load(recipe.read_text())
+    script, training, model = rt.parse_args(["--config", str(recipe)])
+    assert script.variant in rt.VARIANT_NAMES and script.variant in str(raw["dataset_name"]).split("/")[-1]
+    # paper hyper-parameters (SPEC §4)
+    assert model.use_peft and (model.lora_r, model.lora_alpha, model.lora_dropout) == (16, 32, 0.05)
+    assert sorted(model.lora_target_modules) == ["k_proj", "o_proj", "q_proj", "v_proj"]
+    assert training.learning_rate == 1e-4 and str(training.optim.value).startswith("adamw")
+    assert training.max_length == 4096 and training.seed == raw["seed"]
+    if recipe in GPU_RECIPES:
+        assert raw["bf16"] is True and raw["dtype"] == "bfloat16"
+        assert training.num_train_epochs == 2 and training.global_batch_size == 32
+        assert raw["per_device_train_batch_size"] * raw["gradient_accumulation_steps"] == 32
+    if not rt._accelerator_available():
+        assert training.bf16 is False and training.use_cpu is True  # forced off on CPU
+
+
+def test_each_model_folder_has_a_readme_with_launch_lines():
+    for folder in {p.parent for p in GPU_RECIPES}:
+        text = (folder / "README.md").read_text()
+        for recipe in folder.glob("*.yaml"):
+            assert f"--config recipes/{folder.name}/{recipe.name}" in text
+        for n in (1, 4, 8):
+            assert re.search(rf"\|\s*{n}\s*\|", text), f"{folder}: no batch row for {n} GPUs"
+
+
+def test_precedence_defaults_yaml_cli():
+    recipe = str(REPO / "recipes" / "tiny" / "llama-sft.yaml")
+    _, t, m = rt.parse_args(["--config", recipe])
+    assert t.learning_rate == 1e-4 and m.lora_r == 16  # YAML over TRL's defaults (2e-5 / 16)
+    assert t.weight_decay == 0.0  # untouched default
+    _, t, m = rt.parse_args(["--config", recipe, "--learning_rate", "3e-4", "--lora_r", "8"])
+    assert t.learning_rate == 3e-4 and m.lora_r == 8  # CLI over YAML
+
+
+def test_global_batch_size_derives_accumulation():
+    assert rt.derive_accumulation(32, 4, 1) == 8
+    assert rt.derive_accumulation(32, 4, 4) == 2
+    assert rt.derive_accumulation(32, 4, 8) == 1
+    with pytest.raises(rt.UserError, match="not a multiple"):
+        rt.derive_accumulation(32, 3, 2)
+
+
+def _main_err(argv, capsys) -> str:
+    assert rt.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("real-train: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_unknown_recipe_key_is_one_sentence(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "recipes/tiny/llama-sft.yaml").read_text() + "lora_alfa: 8\n")
+    err = _main_err(["--config", str(bad)], capsys)
+    assert "unknown key 'lora_alfa'" in err and "did you mean 'lora_alpha'" in err and "bad.yaml" in err
+
+
+def test_missing_base_model_is_one_sentence(work, tmp_path, capsys):
+    err = _main_err(_args("llama-real.yaml", tmp_path / "no-such-model", work / "pairs-real", tmp_path / "o"), capsys)
+    assert "base model path" in err and "no-such-model" in err and "does not exist" in err
+
+
+def test_bad_data_is_one_sentence(work, tiny_llama, tmp_path, capsys):
+    err = _main_err(_args("llama-real.yaml", tiny_llama, tmp_path / "missing", tmp_path / "o"), capsys)
+    assert "does not exist" in err and "real-data pairs" in err
+    err = _main_err(_args("llama-real.yaml", tiny_llama, work / "pairs-sft", tmp_path / "o"), capsys)
+    assert "built for variant sft" in err and "'real'" in err
+
+
+# ---------------------------------------------------------------------------
+# The loss covers exactly the answer (labels built by TRL from our pairs)
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_labels_cover_exactly_the_answer(arch, work, tiny_llama, tiny_qwen, tmp_path):
+    from datasets import load_from_disk
+
+    model = tiny_llama if arch == "llama" else tiny_qwen
+    data = work / ("pairs-real" if arch == "llama" else "pairs-sft")
+    recipe = "llama-real.yaml" if arch == "llama" else "qwen-sft.yaml"
+    run = rt.build_trainer(*rt.parse_args(_args(recipe, model, data, tmp_path / "o")))
+    tok = run.tokenizer
+    rows = load_from_disk(str(data))["train"]
+    processed = run.trainer.train_dataset
+    assert len(processed) == len(rows)
+    kinds = set()
+    for row, ex in zip(rows, processed):
+        ids, labels = ex["input_ids"], ex["labels"]
+        start = next(i for i, lab in enumerate(labels) if lab != -100)
+        assert all(lab == -100 for lab in labels[:start])
+        assert labels[start:] == ids[start:]  # contiguous up to the end
+        # everything before the loss is the inference-time prompt, generation header included
+        assert tok.decode(ids[:start]) == render_chat(tok, row["prompt"])
+        target = tok.decode(labels[start:])
+        answer = row["completion"][0]["content"]
+        assert target.rstrip("\n") == answer + EOT[arch]
+        assert json.loads(answer) == {"label": row["label"], "evidence": row["evidence"]}
+        kinds.add(row["kind"])
+    assert kinds == ({"positive", "negative"} if arch == "llama" else {"positive"})
+    # generation stops at the end-of-turn token
+    assert tok.convert_tokens_to_ids(EOT[arch]) in run.model.generation_config.eos_token_id
+
+
+def test_generation_eos_gets_end_of_turn_token(tiny_llama):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    model.generation_config.eos_token_id = None
+    tok.eos_token = "<|end_of_text|>"  # as in the base (non-instruct) Llama-3.1 tokenizer
+    eos = rt.set_generation_eos(model, tok)
+    assert eos == model.generation_config.eos_token_id
+    assert tok.convert_tokens_to_ids("<|eot_id|>") in eos  # found in the chat template
+    assert tok.convert_tokens_to_ids("<|end_of_text|>") in eos
+
+
+def test_pad_token_is_set_when_missing(tiny_qwen):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_qwen)
+    tok.pad_token = None
+    assert rt.ensure_pad_token(tok) == "<|endoftext|>" != tok.eos_token
+
+
+# ---------------------------------------------------------------------------
+# Real launches
+# ---------------------------------------------------------------------------
+
+def _logits(model, tok):
+    import torch
+
+    ids = tok("Claim: The vaccine reduces the risk of severe disease.", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        return model(ids).logits
+
+
+@pytest.mark.slow
+def test_accelerate_cpu_trains_saves_and_reloads(work, tiny_llama, tmp_path):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from real.merge import main as real_merge
+
+    out = tmp_path / "llama-real"
+    p = _run([ACCELERATE, "launch", "--config_file", "accelerate_configs/cpu.yaml", "-m", "real.train",
+              *_args("llama-real.yaml", tiny_llama, work / "pairs-real", out, "--learning_rate", "1e-3")])
+    assert "world size 1" in p.stdout
+    for f in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "chat_template.jinja",
+              "generation_config.json", "train_results.json", "trainer_state.json", "resolved_config.yaml",
+              "README.md"):
+        assert (out / f).is_file(), f
+
+    results = json.loads((out / "train_results.json").read_text())
+    assert results["world_size"] == 1 and results["global_batch_size"] == 2
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 8
+
+    resolved = yaml.safe_load((out / "resolved_config.yaml").read_text())
+    assert resolved["learning_rate"] == 1e-3  # CLI beat YAML
+    assert resolved["lora_r"] == 16 and resolved["variant"] == "real" and resolved["bf16"] is False
+    assert resolved["eos_token"] is None and resolved["pad_token"] is None  # not to_dict()'s "<EOS_TOKEN>" mask
+    reparsed = rt.parse_args(["--config", str(out / "resolved_config.yaml")])
+    assert reparsed[1].learning_rate == 1e-3 and reparsed[1].eos_token is None and reparsed[2].lora_r == 16
+
+    card = (out / "README.md").read_text()
+    for needle in (f"base_model: {tiny_llama}", "variant", "real", str(work / "pairs-real"), "sha256",
+                   "r=16, alpha=32, dropout=0.05", "| learning rate | 0.001 |", "| global batch | 2 |"):
+        assert needle in card, needle
+
+    tok = AutoTokenizer.from_pretrained(out)
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert tok.convert_tokens_to_ids("<|eot_id|>") in gen["eos_token_id"]
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+    base_logits = _logits(base, tok)
+    tuned = PeftModel.from_pretrained(base, str(out)).eval()
+    tuned_logits = _logits(tuned, tok)
+    assert (tuned_logits - base_logits).abs().max() > 1e-4  # the adapter was trained and saved
+    again = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_llama), str(out / "checkpoint-8"))
+    torch.testing.assert_close(_logits(again.eval(), tok), tuned_logits)  # = the trainer's last state
+
+    merged_dir = tmp_path / "merged"
+    assert real_merge(["--adapter", str(out), "--output", str(merged_dir)]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir).eval()
+    torch.testing.assert_close(_logits(merged, tok), tuned_logits, atol=1e-5, rtol=1e-4)
+    assert merged.generation_config.eos_token_id == gen["eos_token_id"]
+    assert not any(n.endswith("lora_A.weight") for n, _ in merged.named_parameters())
+
+
+@pytest.mark.slow
+def test_cpu_2proc_really_runs_two_processes(work, tiny_llama, tmp_path):
+    out = tmp_path / "ddp"
+    p = _run([ACCELERATE, "launch", "--config_file", "accelerate_configs/cpu_2proc.yaml", "-m", "real.train",
+              *_args("llama-real.yaml", tiny_llama, work / "pairs-real", out, "--max_steps", "2",
+                     "--per_device_train_batch_size", "1", "--global_batch_size", "4", "--save_strategy", "no")])
+    assert "world size 2" in p.stdout
+    results = json.loads((out / "train_results.json").read_text())
+    assert results["world_size"] == 2
+    assert results["global_batch_size"] == 4  # 1 per device x 2 accumulation x 2 processes
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and state["train_batch_size"] == 1
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_from_last_checkpoint(work, tiny_qwen, tmp_path):
+    out = tmp_path / "qwen-sft"
+    cmd = [REAL_TRAIN, *_args("qwen-sft.yaml", tiny_qwen, work / "pairs-sft", out, "--max_steps", "30",
+                             "--save_steps", "1", "--save_total_limit", "3")]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not (out / "checkpoint-1" / "trainer_state.json").exists():
+            assert proc.poll() is None, "training ended before its first checkpoint"
+            assert time.time() < deadline, "no checkpoint within the time limit"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "adapter_model.safetensors").exists()  # the run did not finish
+    last = rt.last_complete_checkpoint(str(out))
+    killed_at = json.loads((Path(last) / "trainer_state.json").read_text())["global_step"]
+    assert 1 <= killed_at < 30
+
+    p = _run(cmd)
+    m = re.search(r"resuming from (\S+) \(global step (\d+)\)", p.stdout)
+    assert m and m.group(1) == last and int(m.group(2)) == killed_at
+    results = json.loads((out / "train_results.json").read_text())
+    assert results["resumed_from"] == last
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 30
+    steps = [e["step"] for e in state["log_history"] if "loss" in e]
+    assert steps == list(range(1, 31))  # steps before the kill kept, none repeated, none lost
+    assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_incomplete_checkpoint_is_skipped(tmp_path):
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')
+    (tmp_path / "checkpoint-3").mkdir()  # killed while saving: no trainer state
+    (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text('{"global_st')  # torn write
+    assert rt.last_complete_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    assert rt.last_complete_checkpoint(str(tmp_path / "nothing")) is None
+
+
+# ---------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------
+
+def _gpu_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch missing"
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (bf16 DeepSpeed ZeRO-2 run)"
+    if shutil.which("deepspeed") is None:
+        try:
+            import deepspeed  # noqa: F401
+        except ImportError:
+            return "deepspeed is not installed (pip install -e '.[deepspeed]')"
+    return None
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+def test_gpu_bf16_lora_deepspeed_zero2(work, tiny_llama, tmp_path):
+    out = tmp_path / "zero2"
+    _run([ACCELERATE, "launch", "--config_file", "accelerate_configs/deepspeed_zero2.yaml", "--num_processes", "1",
+          "-m", "real.train", *_args("llama-real.yaml", tiny_llama, work / "pairs-real", out,
+                                      "--bf16", "true", "--use_cpu", "false", "--dtype", "bfloat16",
+                                      "--save_strategy", "no")], timeout=600)
+    state = json.loads((out / "trainer_state.json").read_text())
+    losses = [e["loss"] for e in state["log_history"] if "loss" in e]
+    assert len(losses) == 8 and all(l == l for l in losses)  # finite, one per step
+
+
+def test_pairs_load_from_dir_or_jsonl(work):
+    from_dir = rt.load_pairs(str(work / "pairs-real"))
+    from_jsonl = rt.load_pairs(str(work / "pairs-real" / "pairs.jsonl"))
+    assert from_dir["prompt"] == from_jsonl["prompt"] and from_dir["completion"] == from_jsonl["completion"]
+    info = rt.check_variant(from_dir, "real", "x")
+    assert info["by_kind"] == {"positive": 6, "negative": 6}
