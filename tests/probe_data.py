@@ -98,3 +98,25 @@ def make_lora_adapter(model_path: Path, out: Path, targets=("q_proj", "v_proj"),
     peft_model = get_peft_model(base, cfg)
     peft_model.save_pretrained(out)
     return out
+
+
+def with_nonzero_pad(model_path: Path, out: Path, seed: int = 0) -> Path:
+    """Copy of a tiny model whose pad-token embedding is random, not zero.
+
+    ``from_config`` zeroes the ``padding_idx`` row, so padding would be
+    invisible even without masking; real checkpoints have a non-zero row.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if out.exists():
+        return out
+    tok = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    g = torch.Generator().manual_seed(seed)
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        emb[tok.pad_token_id] = torch.randn(emb.shape[1], generator=g) * emb.std()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

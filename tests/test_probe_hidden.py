@@ -7,7 +7,7 @@ from data_prep._dispatch import UserError
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord
 from fae.hidden import capture_last_token_states, encode_prompts, left_pad_batch, load_model
-from probe_data import make_lora_adapter, make_records
+from probe_data import make_lora_adapter, make_records, with_nonzero_pad
 
 
 def _prompts(n=4):
@@ -26,8 +26,8 @@ def test_left_pad_batch_positions_ignore_padding():
     assert enc["position_ids"].tolist() == [[0, 1, 2], [0, 0, 0]]
 
 
-def test_batching_is_invisible(tiny_model):
-    model, tok = load_model(tiny_model)
+def test_batching_is_invisible(tiny_model, tmp_path):
+    model, tok = load_model(with_nonzero_pad(tiny_model, tmp_path / "m"))
     seqs = encode_prompts(tok, _prompts())
     assert len({len(s) for s in seqs}) > 3  # real left padding inside the batch
     batched = capture_last_token_states(model, seqs, pad_id=tok.pad_token_id, batch_size=16,
