@@ -86,7 +86,11 @@ def plot(labels: list[str], probes: list[dict], path: Path, title: str) -> None:
     ax.set_ylabel(r"DirK$^{(r)}$ (mean, 95% CI)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no defined DirK values\n(every pool unchanged)",
+                transform=ax.transAxes, ha="center", va="center")
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)

@@ -6,6 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 CLAIMS = [
     ("The vaccine reduces the risk of severe disease.", "SUPPORT"),
     ("The study found a significant effect of the treatment.", "REFUTE"),
@@ -120,3 +122,42 @@ def with_nonzero_pad(model_path: Path, out: Path, seed: int = 0) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def build_tiny_gemma3(out: Path) -> Path:
+    """A random 2-layer Gemma3ForCausalLM with the real Gemma-3 chat template (TRL's copy).
+
+    Sliding-window attention (window 16, shorter than the prompts) is on, so
+    left padding meets the local-attention mask too.
+    """
+    from importlib import resources
+
+    import torch
+    from transformers import AutoModelForCausalLM, Gemma3TextConfig
+
+    from real.tiny_models import build_tokenizer
+
+    if out.exists():
+        return out
+    tok = build_tokenizer("qwen2")
+    tok.add_special_tokens({"bos_token": "<bos>",
+                            "additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
+    tok.eos_token = "<end_of_turn>"
+    tok.chat_template = resources.files("trl").joinpath("chat_templates", "gemma3.jinja").read_text()
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+        sliding_window=16, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3(tmp_path_factory) -> Path:
+    """Fixture: :func:`build_tiny_gemma3` once per session (import it into a test module)."""
+    return build_tiny_gemma3(tmp_path_factory.mktemp("tiny-gemma3") / "m")

@@ -13,7 +13,8 @@ from data_prep.records import ClaimRecord
 from fae.cli import main
 from fae.hidden import load_model
 from fae.neurons import _lens_area, coverage_set, find_down_projs, overlap_stats, venn_distance
-from probe_data import make_lora_adapter, make_records, with_nonzero_pad, write_jsonl
+from probe_data import (  # noqa: F401  (tiny_gemma3 is a fixture)
+    make_lora_adapter, make_records, tiny_gemma3, with_nonzero_pad, write_jsonl)
 
 
 def test_coverage_set_smallest_prefix():
@@ -78,9 +79,10 @@ def _brute_force(model_path, records, coverage, adapter=None):
     return means, per_layer, glob, width
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_neurons_match_brute_force(arch, tiny_llama, tiny_qwen, tmp_path):
-    model = with_nonzero_pad(tiny_llama if arch == "llama" else tiny_qwen, tmp_path / "m")
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_neurons_match_brute_force(arch, tiny_llama, tiny_qwen, tiny_gemma3, tmp_path):
+    src = {"llama": tiny_llama, "qwen2": tiny_qwen, "gemma3": tiny_gemma3}[arch]
+    model = with_nonzero_pad(src, tmp_path / "m")
     recs = make_records(5, nei=1)
     path = write_jsonl(tmp_path / "eval.jsonl", recs)
     out = tmp_path / "n"

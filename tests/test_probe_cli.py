@@ -1,9 +1,10 @@
-"""`fae probe` and `fae probe-report` end to end on tiny models.
+"""`fae run` -> `fae probe` -> `fae probe-report` end to end on tiny models.
 
-NOTE: the FAE run here is a hand-built run directory that follows the
-claims.jsonl/config.json contract of `fae run` (branch `fae` had no runnable
-`fae run` yet). After the merge, switch `test_fae_probe_then_report` to a
-real `fae run` on the tiny model (see the TODO there).
+The main chain uses the real `fae run`: once with a scripted verifier served
+by the local OpenAI-compatible server (so pools really shrink round by round)
+and once with the hf backend on the tiny model itself (a random model cites
+nothing, so every DirK is undefined: the degenerate path end to end). Error
+tests use hand-built run directories that follow the same contract.
 """
 
 import json
@@ -13,14 +14,18 @@ import pytest
 
 from fae.cli import main
 from fae.probe_cli import load_states
+from openai_server import LocalOpenAIServer, claim_of, pool_lines
 from probe_data import make_lora_adapter, make_records, make_run_dir, write_jsonl
 
+SILENT_CLAIM = "Grass is green."  # claim of record c4: the scripted verifier never cites
 
-@pytest.fixture
-def run_dir(tmp_path):
-    recs = make_records(4)
-    records = write_jsonl(tmp_path / "eval.jsonl", recs)
-    return make_run_dir(tmp_path / "run", records, recs, rounds=3, silent=("c3",))
+
+def scripted_verifier(body: dict) -> str:
+    """Cites the first two lines still in the pool; NEI once the pool is empty."""
+    ids = sorted(pool_lines(body))[:2]
+    if not ids or claim_of(body) == SILENT_CLAIM:
+        return json.dumps({"label": "NOT_ENOUGH_INFO", "evidence": []})
+    return json.dumps({"label": "SUPPORT", "evidence": ids})
 
 
 def _probe(run, model, out, *extra):
@@ -31,8 +36,14 @@ def _probe(run, model, out, *extra):
 
 
 @pytest.mark.slow
-def test_fae_probe_then_report(run_dir, tiny_llama, tmp_path, capsys):
-    # TODO(after merging branch `fae`): produce run_dir with the real `fae run` on tiny_llama.
+def test_fae_run_then_probe_then_report(tiny_llama, tmp_path, capsys):
+    recs = make_records(5)
+    records = write_jsonl(tmp_path / "eval.jsonl", recs)
+    run_dir = tmp_path / "run"
+    with LocalOpenAIServer(responder=scripted_verifier) as srv:
+        assert main(["run", "--backend", "openai", "--base-url", srv.base_url, "--model", "verifier",
+                     "--records", str(records), "--output", str(run_dir), "--rounds", "3",
+                     "--no-progress"]) == 0
     adapter = make_lora_adapter(tiny_llama, tmp_path / "lora")
     base = _probe(run_dir, tiny_llama, tmp_path / "p_base")
     lora = _probe(run_dir, tiny_llama, tmp_path / "p_lora", "--adapter", str(adapter))
@@ -40,24 +51,29 @@ def test_fae_probe_then_report(run_dir, tiny_llama, tmp_path, capsys):
     assert {p.name for p in out.iterdir()} == {"dirk.json", "dirk_claims.jsonl",
                                               "states.safetensors"}
 
-    # Summary: rounds 1..3; the silent claim c3 never changes its pool -> undefined.
+    # Summary: rounds 1..3; the silent claim c4 never changes its pool -> undefined.
     assert [r["round"] for r in base["rounds"]] == [1, 2, 3]
-    assert all(r["n"] == 3 and r["n_undefined"] == 1 for r in base["rounds"])
-    assert base["n_claims"] == 4 and base["n_unique_prompts"] < base["n_prompts"]
+    assert all(r["n"] == 4 and r["n_undefined"] == 1 for r in base["rounds"])
+    assert base["n_claims"] == 5 and base["n_unique_prompts"] < base["n_prompts"]
     for r in base["rounds"]:
         assert -1 <= r["ci_low"] <= r["mean"] <= r["ci_high"] <= 1
 
-    # Per-claim file agrees with the summary.
+    # Per-claim file agrees with the run and with the summary.
+    run_claims = {json.loads(x)["id"]: json.loads(x)
+                  for x in (run_dir / "claims.jsonl").read_text().splitlines()}
     claims = [json.loads(x) for x in (out / "dirk_claims.jsonl").read_text().splitlines()]
     by_id = {c["id"]: c for c in claims}
-    assert by_id["c3"]["dirk"] == [None] * 4 and by_id["c3"]["undefined_rounds"] == [1, 2, 3]
+    assert by_id["c4"]["dirk"] == [None] * 4 and by_id["c4"]["undefined_rounds"] == [1, 2, 3]
+    for c in claims:
+        assert c["pool_sizes"] == [len(r["pool_ids"]) for r in run_claims[c["id"]]["rounds"]]
+    assert by_id["c0"]["pool_sizes"] == [3, 1, 0, 0]  # the run really ablated
     for r in base["rounds"]:
         vals = [c["dirk"][r["round"]] for c in claims if c["dirk"][r["round"]] is not None]
         assert r["mean"] == pytest.approx(np.mean(vals))
 
     # The saved float16 states reproduce every per-claim value.
     st = load_states(out / "states.safetensors")
-    assert st["ids"] == [c["id"] for c in claims] and st["hr"].shape[:2] == (4, 4)
+    assert st["ids"] == [c["id"] for c in claims] and st["hr"].shape[:2] == (5, 4)
     for i, c in enumerate(claims):
         h0, hK = st["hr"][i, 0], st["hK"][i]
         for r in range(1, 4):
@@ -84,6 +100,32 @@ def test_fae_probe_then_report(run_dir, tiny_llama, tmp_path, capsys):
     for probe in (base, lora):
         for r in probe["rounds"]:
             assert f"{r['mean']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" in md
+
+
+@pytest.mark.slow
+def test_fae_run_hf_backend_then_probe(tiny_qwen, tmp_path, capsys):
+    """The probed model is the verifier itself; pools that never change give nulls, not NaN."""
+    records = write_jsonl(tmp_path / "eval.jsonl", make_records(2))
+    run_dir = tmp_path / "run"
+    assert main(["run", "--records", str(records), "--output", str(run_dir), "--model",
+                 str(tiny_qwen), "--rounds", "2", "--max-new-tokens", "8", "--no-progress"]) == 0
+    res = _probe(run_dir, tiny_qwen, tmp_path / "p")
+    run_claims = [json.loads(x) for x in (run_dir / "claims.jsonl").read_text().splitlines()]
+    unchanged = sum(rd["pool_ids"] == c["rounds"][0]["pool_ids"]
+                    for c in run_claims for rd in c["rounds"][1:2])
+    r1 = res["rounds"][0]
+    assert r1["n_undefined"] == unchanged and r1["n"] == 2 - unchanged
+    assert "NaN" not in (tmp_path / "p" / "dirk.json").read_text()
+    assert main(["probe-report", str(tmp_path / "p"), "--output", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "dirk.png").is_file()
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A hand-built run directory (same contract as `fae run`) for the error tests."""
+    recs = make_records(4)
+    records = write_jsonl(tmp_path / "eval.jsonl", recs)
+    return make_run_dir(tmp_path / "run", records, recs, rounds=3, silent=("c3",))
 
 
 def test_probe_checks_records_and_pools(run_dir, tiny_qwen, tmp_path, capsys):

@@ -7,7 +7,12 @@ from data_prep._dispatch import UserError
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord
 from fae.hidden import capture_last_token_states, encode_prompts, left_pad_batch, load_model
-from probe_data import make_lora_adapter, make_records, with_nonzero_pad
+from probe_data import make_lora_adapter, make_records, tiny_gemma3, with_nonzero_pad  # noqa: F401
+
+
+@pytest.fixture(params=["llama", "qwen2", "gemma3"])
+def any_model(request, tiny_llama, tiny_qwen, tiny_gemma3):
+    return {"llama": tiny_llama, "qwen2": tiny_qwen, "gemma3": tiny_gemma3}[request.param]
 
 
 def _prompts(n=4):
@@ -26,8 +31,8 @@ def test_left_pad_batch_positions_ignore_padding():
     assert enc["position_ids"].tolist() == [[0, 1, 2], [0, 0, 0]]
 
 
-def test_batching_is_invisible(tiny_model, tmp_path):
-    model, tok = load_model(with_nonzero_pad(tiny_model, tmp_path / "m"))
+def test_batching_is_invisible(any_model, tmp_path):
+    model, tok = load_model(with_nonzero_pad(any_model, tmp_path / "m"))
     seqs = encode_prompts(tok, _prompts())
     assert len({len(s) for s in seqs}) > 3  # real left padding inside the batch
     batched = capture_last_token_states(model, seqs, pad_id=tok.pad_token_id, batch_size=16,
@@ -42,8 +47,8 @@ def test_batching_is_invisible(tiny_model, tmp_path):
     torch.testing.assert_close(again[len(seqs):], batched[:3], rtol=1e-5, atol=1e-5)
 
 
-def test_captured_position_is_the_last_prompt_token(tiny_model):
-    model, tok = load_model(tiny_model)
+def test_captured_position_is_the_last_prompt_token(any_model):
+    model, tok = load_model(any_model)
     msgs = _prompts(2)
     batched = capture_last_token_states(model, encode_prompts(tok, msgs),
                                         pad_id=tok.pad_token_id, batch_size=8)
