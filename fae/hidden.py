@@ -40,7 +40,8 @@ def load_model(
     fp32 on CPU and bf16 on CUDA unless ``dtype`` says otherwise; a LoRA
     ``adapter`` is applied with ``PeftModel.from_pretrained`` and stays active
     (not merged, so the state is the adapter's). The tokenizer gets a pad
-    token (eos) if it has none.
+    token (eos) if it has none. The tokenizer is read from the adapter
+    directory when it ships one, else from the base model.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -57,7 +58,11 @@ def load_model(
             raise UserError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(DTYPES)}")
         torch_dtype = DTYPES[dtype]
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    # Trainers save the tokenizer (and its chat template) next to the adapter:
+    # prefer that one, as `fae run` does.
+    tok_src = adapter if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file() \
+        else model_path
+    tokenizer = AutoTokenizer.from_pretrained(tok_src, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

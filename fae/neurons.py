@@ -305,7 +305,10 @@ def plot_venn(stats: dict, path: Path, title: str) -> None:
     ax.set_aspect("equal")
     ax.axis("off")
     jac = stats["jaccard"]
-    ax.set_title(f"{title}\nJaccard {jac:.1%}" if jac is not None else title, fontsize=10)
+    sub = f"evidence {na:,} · knowledge {nb:,} · both {ni:,}"
+    if jac is not None:
+        sub += f" · Jaccard {jac:.1%}"
+    ax.set_title(f"{title}\n{sub}", fontsize=10)
     ax.legend(loc="lower center", ncol=2, fontsize=8, bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
     fig.savefig(path, dpi=150)

@@ -235,6 +235,26 @@ def load_states(path: str | Path) -> dict:
     }
 
 
+def _same_path(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    pa, pb = Path(str(a)), Path(str(b))
+    if pa.exists() and pb.exists():
+        return pa.resolve() == pb.resolve()
+    return str(a) == str(b)
+
+
+def _warn_if_other_verifier(cfg: dict, args) -> None:
+    """Probing another checkpoint than the one the run evaluated is allowed, but say so."""
+    if cfg.get("backend", "hf") != "hf":
+        return
+    if not _same_path(cfg.get("model"), args.model) or not _same_path(cfg.get("adapter"),
+                                                                      args.adapter):
+        print(f"fae probe: note: the run evaluated model={cfg.get('model')!r} "
+              f"adapter={cfg.get('adapter')!r}; probing model={args.model!r} "
+              f"adapter={args.adapter!r}", file=sys.stderr)
+
+
 def _write_json(path: Path, obj) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
@@ -259,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
         records = {r.id: r for r in load_records(records_path)}
     except RecordError as exc:
         raise UserError(str(exc)) from None
+    _warn_if_other_verifier(cfg, args)
     claims = read_claims(run_dir, args.limit)
     prompts = build_prompts(claims, records, run_dir / "claims.jsonl")
 
@@ -317,7 +338,8 @@ def run(args: argparse.Namespace) -> int:
         **meta,
         "records": str(records_path),
         "records_sha256": cfg.get("records_sha256"),
-        "fae_adapter": cfg.get("adapter"),
+        "run_model": cfg.get("model"),
+        "run_adapter": cfg.get("adapter"),
         "hidden_states": "hidden_states[layer] at the last prompt token (after the "
                          "generation prompt), layer -1 = after the final norm",
         "n_claims": n,
