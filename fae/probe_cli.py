@@ -1,0 +1,362 @@
+"""`fae probe`: DirK hidden-state probe over a finished FAE run (SPEC §7).
+
+For every claim of the run it rebuilds the round-r evidence prompt from the
+pool ids the run recorded, plus the claim-only knowledge prompt, captures the
+hidden state at the last prompt token (right before the first generated
+token) and computes ``DirK(r) = cos(h(r) - h(0), h(K) - h(0))`` for r >= 1,
+with a percentile-bootstrap CI over claims.
+
+Outputs (in ``--output``): ``dirk.json`` (per-round mean, CI, counts),
+``dirk_claims.jsonl`` (per-claim values) and ``states.safetensors`` (the
+states that reproduce both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from data_prep._dispatch import UserError
+from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
+from data_prep.records import RecordError, load_records
+
+from .dirk import dirk_values, summarize_rounds
+
+FP16_MAX = 65504.0
+STATES_FORMAT = "fae-probe-states/1"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, help="FAE run directory (claims.jsonl, config.json)")
+    p.add_argument("--model", required=True, help="base model directory (HF format)")
+    p.add_argument("--adapter", default=None, help="optional PEFT/LoRA adapter directory")
+    p.add_argument("--output", required=True, help="directory for dirk.json, dirk_claims.jsonl, states")
+    p.add_argument("--records", default=None,
+                   help="records JSONL (default: the path in the run's config.json)")
+    p.add_argument("--layer", type=int, default=-1,
+                   help="index into hidden_states: -1 = last layer after the final norm "
+                        "(SPEC §7), 0 = embeddings, i = output of layer i (default -1)")
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--batch-size", type=int, default=8, help="prompts per forward pass (default 8)")
+    p.add_argument("--limit", type=int, default=None, help="probe only the first N claims")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default auto)")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16")
+    p.add_argument("--states-dtype", choices=("float16", "float32"), default="float16",
+                   help="dtype of states.safetensors (default float16)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code")
+
+
+# ---------------------------------------------------------------------------
+# Reading an FAE run
+# ---------------------------------------------------------------------------
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_run_config(run_dir: Path) -> dict:
+    cfg_path = run_dir / "config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"{cfg_path}: not found (is {str(run_dir)!r} an FAE run directory?)")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{cfg_path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{cfg_path}: expected a JSON object")
+    return cfg
+
+
+def resolve_records(run_dir: Path, cfg: dict, override: str | None) -> Path:
+    """The records file the run read; its sha256 must match when recorded."""
+    if override is not None:
+        path = Path(override)
+        if not path.is_file():
+            raise UserError(f"--records {override!r}: file not found")
+    else:
+        raw = cfg.get("records")
+        if not isinstance(raw, str) or not raw:
+            raise UserError(f"{run_dir / 'config.json'}: field 'records' is missing; pass --records")
+        path = Path(raw)
+        if not path.is_file() and not path.is_absolute() and (run_dir / raw).is_file():
+            path = run_dir / raw
+        if not path.is_file():
+            raise UserError(
+                f"{run_dir / 'config.json'}: field 'records' points to {raw!r}, which does not "
+                f"exist; pass --records"
+            )
+    want = cfg.get("records_sha256")
+    if want:
+        got = sha256_file(path)
+        if got != want:
+            raise UserError(
+                f"{path}: sha256 {got[:12]}... does not match records_sha256 {str(want)[:12]}... "
+                f"in {run_dir / 'config.json'}: these are not the records the run read"
+            )
+    return path
+
+
+def read_claims(run_dir: Path, limit: int | None = None) -> list[dict]:
+    """claims.jsonl rows, checked for the fields the probe needs."""
+    path = run_dir / "claims.jsonl"
+    if not path.is_file():
+        raise UserError(f"{path}: not found (is {str(run_dir)!r} a finished FAE run?)")
+    rows: list[dict] = []
+    seen: dict[str, int] = {}
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict) or "id" not in obj:
+                raise UserError(f"{where}: field 'id': missing")
+            cid = str(obj["id"])
+            if cid in seen:
+                raise UserError(f"{where}: claim {cid!r}: duplicate (first on line {seen[cid]})")
+            seen[cid] = lineno
+            rounds = obj.get("rounds")
+            if not isinstance(rounds, list) or not rounds:
+                raise UserError(f"{where}: claim {cid!r}: field 'rounds': missing or empty")
+            for k, rd in enumerate(rounds):
+                pids = rd.get("pool_ids") if isinstance(rd, dict) else None
+                if not isinstance(pids, list) or not all(
+                    isinstance(i, int) and not isinstance(i, bool) for i in pids
+                ):
+                    raise UserError(
+                        f"{where}: claim {cid!r}: field 'rounds[{k}].pool_ids': "
+                        f"must be a list of sentence ids"
+                    )
+                if rd.get("round", k) != k:
+                    raise UserError(
+                        f"{where}: claim {cid!r}: field 'rounds[{k}].round': expected {k}, "
+                        f"got {rd.get('round')!r}"
+                    )
+            obj["_line"] = lineno
+            rows.append(obj)
+            if limit is not None and len(rows) >= limit:
+                break
+    if not rows:
+        raise UserError(f"{path}: no claims")
+    return rows
+
+
+def build_prompts(claims: list[dict], records: dict, claims_path: Path):
+    """Per claim: [knowledge prompt, round-0 prompt, ..., round-R prompt]."""
+    out = []
+    for c in claims:
+        rec = records.get(str(c["id"]))
+        if rec is None:
+            raise UserError(
+                f"{claims_path}:{c['_line']}: claim {c['id']!r} is not in the records file"
+            )
+        msgs = [render_knowledge_prompt(rec)]
+        for k, rd in enumerate(c["rounds"]):
+            try:
+                msgs.append(render_evidence_prompt(rec, rd["pool_ids"]))
+            except ValueError as exc:
+                raise UserError(
+                    f"{claims_path}:{c['_line']}: field 'rounds[{k}].pool_ids': {exc}"
+                ) from None
+        out.append(msgs)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# DirK from states
+# ---------------------------------------------------------------------------
+
+def dirk_table(hK: np.ndarray, hr: np.ndarray, round_mask: np.ndarray) -> list[list[float | None]]:
+    """Per-claim DirK lists ``[None, d1, ..., dR]`` from ``hK [N,D]``, ``hr [N,R+1,D]``."""
+    vals, defined = dirk_values(hr, hr[:, :1, :], hK[:, None, :])
+    table = []
+    for i in range(hr.shape[0]):
+        n_i = int(round_mask[i].sum())
+        row: list[float | None] = [None]
+        for r in range(1, n_i):
+            row.append(float(vals[i, r]) if defined[i, r] else None)
+        table.append(row)
+    return table
+
+
+def save_states(path: Path, ids, hK, hr, round_mask, meta: dict, dtype: str) -> str:
+    """states.safetensors; falls back to float32 when float16 would overflow."""
+    import torch
+    from safetensors.torch import save_file
+
+    big = max(float(np.abs(hK).max(initial=0.0)), float(np.abs(hr).max(initial=0.0)))
+    if dtype == "float16" and big > FP16_MAX:
+        print(f"fae probe: warning: |h| reaches {big:.3g} > float16 max; saving float32",
+              file=sys.stderr)
+        dtype = "float32"
+    tdt = torch.float16 if dtype == "float16" else torch.float32
+    tensors = {
+        "hK": torch.from_numpy(np.ascontiguousarray(hK)).to(tdt),
+        "hr": torch.from_numpy(np.ascontiguousarray(hr)).to(tdt),
+        "round_mask": torch.from_numpy(round_mask.astype(np.uint8)),
+    }
+    metadata = {"format": STATES_FORMAT, "ids": json.dumps(list(ids)), "dtype": dtype}
+    metadata.update({k: json.dumps(v) for k, v in meta.items()})
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata=metadata)
+    tmp.replace(path)
+    return dtype
+
+
+def load_states(path: str | Path) -> dict:
+    """``{"ids", "hK", "hr", "round_mask", "meta"}`` as float64 numpy arrays."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        meta = fh.metadata() or {}
+        if meta.get("format") != STATES_FORMAT:
+            raise UserError(f"{path}: not a fae probe states file")
+        out = {k: fh.get_tensor(k) for k in ("hK", "hr", "round_mask")}
+    return {
+        "ids": json.loads(meta["ids"]),
+        "hK": out["hK"].double().numpy(),
+        "hr": out["hr"].double().numpy(),
+        "round_mask": out["round_mask"].numpy().astype(bool),
+        "meta": meta,
+    }
+
+
+def _same_path(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    pa, pb = Path(str(a)), Path(str(b))
+    if pa.exists() and pb.exists():
+        return pa.resolve() == pb.resolve()
+    return str(a) == str(b)
+
+
+def _warn_if_other_verifier(cfg: dict, args) -> None:
+    """Probing another checkpoint than the one the run evaluated is allowed, but say so."""
+    if cfg.get("backend", "hf") != "hf":
+        return
+    if not _same_path(cfg.get("model"), args.model) or not _same_path(cfg.get("adapter"),
+                                                                      args.adapter):
+        print(f"fae probe: note: the run evaluated model={cfg.get('model')!r} "
+              f"adapter={cfg.get('adapter')!r}; probing model={args.model!r} "
+              f"adapter={args.adapter!r}", file=sys.stderr)
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _fmt(x) -> str:
+    return "  n/a" if x is None else f"{x:+.3f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run)
+    if not run_dir.is_dir():
+        raise UserError(f"--run {args.run!r}: directory not found")
+    if args.bootstrap < 0:
+        raise UserError("--bootstrap must be >= 0")
+    if args.batch_size < 1:
+        raise UserError("--batch-size must be >= 1")
+    cfg = read_run_config(run_dir)
+    records_path = resolve_records(run_dir, cfg, args.records)
+    try:
+        records = {r.id: r for r in load_records(records_path)}
+    except RecordError as exc:
+        raise UserError(str(exc)) from None
+    _warn_if_other_verifier(cfg, args)
+    claims = read_claims(run_dir, args.limit)
+    prompts = build_prompts(claims, records, run_dir / "claims.jsonl")
+
+    from .hidden import capture_last_token_states, check_layer, encode_prompts, load_model
+
+    model, tok = load_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
+                            trust_remote_code=args.trust_remote_code)
+    check_layer(model, args.layer)
+    flat = [m for msgs in prompts for m in msgs]
+    seqs = encode_prompts(tok, flat)
+    n_unique = len({tuple(s) for s in seqs})
+    states = capture_last_token_states(
+        model, seqs, pad_id=tok.pad_token_id, layers=args.layer,
+        batch_size=args.batch_size, progress=True, desc="fae probe",
+    ).double().numpy()
+
+    n = len(claims)
+    max_rounds = max(len(c["rounds"]) for c in claims)
+    dim = states.shape[1]
+    hK = np.zeros((n, dim))
+    hr = np.zeros((n, max_rounds, dim))
+    mask = np.zeros((n, max_rounds), dtype=bool)
+    k = 0
+    for i, c in enumerate(claims):
+        nr = len(c["rounds"])
+        hK[i] = states[k]
+        hr[i, :nr] = states[k + 1:k + 1 + nr]
+        mask[i, :nr] = True
+        k += 1 + nr
+    table = dirk_table(hK, hr, mask)
+    rounds = summarize_rounds(table, max_rounds - 1, n_resamples=args.bootstrap, seed=args.seed)
+
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "run": str(run_dir),
+        "model": str(args.model),
+        "adapter": None if args.adapter is None else str(args.adapter),
+        "layer": args.layer,
+    }
+    saved_dtype = save_states(out / "states.safetensors", [str(c["id"]) for c in claims],
+                              hK, hr, mask, meta, args.states_dtype)
+    tmp = out / "dirk_claims.jsonl.tmp"
+    with tmp.open("w", encoding="utf-8") as fh:
+        for c, row in zip(claims, table):
+            fh.write(json.dumps({
+                "id": str(c["id"]),
+                "gold_label": c.get("gold_label"),
+                "dirk": row,
+                "undefined_rounds": [r for r in range(1, len(row)) if row[r] is None],
+                "pool_sizes": [len(rd["pool_ids"]) for rd in c["rounds"]],
+                "labels": [rd.get("label") for rd in c["rounds"]],
+            }) + "\n")
+    tmp.replace(out / "dirk_claims.jsonl")
+    summary = {
+        **meta,
+        "records": str(records_path),
+        "records_sha256": cfg.get("records_sha256"),
+        "run_model": cfg.get("model"),
+        "run_adapter": cfg.get("adapter"),
+        "hidden_states": "hidden_states[layer] at the last prompt token (after the "
+                         "generation prompt), layer -1 = after the final norm",
+        "n_claims": n,
+        "n_prompts": len(seqs),
+        "n_unique_prompts": n_unique,
+        "bootstrap": {"method": "percentile", "n_resamples": args.bootstrap,
+                      "confidence_level": 0.95, "seed": args.seed},
+        "undefined": "a round whose state equals h(0) (unchanged pool) has no direction: "
+                     "value null, counted in n_undefined, excluded from mean and CI; "
+                     "round 0 is undefined by definition and not listed",
+        "states": {"file": "states.safetensors", "dtype": saved_dtype},
+        "rounds": rounds,
+    }
+    _write_json(out / "dirk.json", summary)
+    print(f"fae probe: {n} claims, {n_unique} unique prompts, layer {args.layer} -> {out}")
+    for r in rounds:
+        print(f"  round {r['round']}: DirK {_fmt(r['mean'])} "
+              f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]  n={r['n']} "
+              f"undefined={r['n_undefined']}")
+    return 0

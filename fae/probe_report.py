@@ -1,0 +1,114 @@
+"""`fae probe-report`: DirK trajectories of several checkpoints (the paper's Figure 6).
+
+Reads the ``dirk.json`` of each probe directory and writes ``dirk.png`` (one
+line with a shaded 95% CI band per checkpoint) and ``dirk.md`` (rounds x
+checkpoints, ``mean [ci_low, ci_high]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from data_prep._dispatch import UserError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="output directories of `fae probe`")
+    p.add_argument("--output", required=True, help="directory for dirk.png and dirk.md")
+    p.add_argument("--labels", nargs="+", default=None,
+                   help="one legend label per DIR (default: the directory names)")
+    p.add_argument("--title", default="Directional alignment to knowledge-based state")
+
+
+def load_probe(d: str | Path) -> dict:
+    path = Path(d) / "dirk.json"
+    if not path.is_file():
+        raise UserError(f"{path}: not found (run `fae probe --output {d}` first)")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("rounds"), list):
+        raise UserError(f"{path}: field 'rounds': missing (not a `fae probe` output)")
+    for k, r in enumerate(obj["rounds"]):
+        for key in ("round", "mean", "ci_low", "ci_high", "n"):
+            if key not in r:
+                raise UserError(f"{path}: field 'rounds[{k}].{key}': missing")
+    return obj
+
+
+def _cell(r: dict | None) -> str:
+    if r is None or r["mean"] is None:
+        return "–"
+    if r["ci_low"] is None:
+        return f"{r['mean']:.3f} (n={r['n']})"
+    return f"{r['mean']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+
+
+def markdown_table(labels: list[str], probes: list[dict]) -> str:
+    rounds = sorted({r["round"] for p in probes for r in p["rounds"]})
+    by = [{r["round"]: r for r in p["rounds"]} for p in probes]
+    lines = [
+        "| round | " + " | ".join(labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
+    for rd in rounds:
+        lines.append(f"| {rd} | " + " | ".join(_cell(b.get(rd)) for b in by) + " |")
+    lines.append("| n claims | " + " | ".join(str(p.get("n_claims", "?")) for p in probes) + " |")
+    lines.append("| layer | " + " | ".join(str(p.get("layer", "?")) for p in probes) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(labels: list[str], probes: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for label, p in zip(labels, probes):
+        pts = [r for r in p["rounds"] if r["mean"] is not None]
+        if not pts:
+            continue
+        x = [r["round"] for r in pts]
+        line, = ax.plot(x, [r["mean"] for r in pts], marker="o", label=label)
+        band = [r for r in pts if r["ci_low"] is not None]
+        if band:
+            ax.fill_between([r["round"] for r in band], [r["ci_low"] for r in band],
+                            [r["ci_high"] for r in band], color=line.get_color(), alpha=0.2,
+                            linewidth=0)
+    rounds = sorted({r["round"] for p in probes for r in p["rounds"]})
+    if rounds:
+        ax.set_xticks(rounds)
+    ax.set_xlabel("ablation round r")
+    ax.set_ylabel(r"DirK$^{(r)}$ (mean, 95% CI)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no defined DirK values\n(every pool unchanged)",
+                transform=ax.transAxes, ha="center", va="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    labels = args.labels or [Path(d).resolve().name for d in args.dirs]
+    if len(labels) != len(args.dirs):
+        raise UserError(f"--labels has {len(labels)} entries for {len(args.dirs)} directories")
+    probes = [load_probe(d) for d in args.dirs]
+    layers = {p.get("layer") for p in probes}
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    plot(labels, probes, out / "dirk.png", args.title)
+    md = "# DirK per round: mean [95% bootstrap CI]\n\n" + markdown_table(labels, probes)
+    if len(layers) > 1:
+        md += "\nWarning: the probes use different layers, so their values are not comparable.\n"
+    (out / "dirk.md").write_text(md, encoding="utf-8")
+    print(md, end="")
+    print(f"fae probe-report: wrote {out / 'dirk.png'} and {out / 'dirk.md'}")
+    return 0
