@@ -122,6 +122,10 @@ class LocalOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle on, the body waits
+            # for the client's delayed ACK (~40 ms per request). Real servers set
+            # TCP_NODELAY too.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):  # keep test output clean
                 pass

@@ -212,3 +212,20 @@ def test_missing_key_variable_is_one_clear_error(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "annotator 'alpha'" in err and "ENHANCE_TEST_KEY" in err and "not set" in err
     assert "Traceback" not in err
+
+
+def test_duplicate_claims_are_asked_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENHANCE_TEST_KEY", KEY)
+    recs = make_records(4, nei=False)
+    twins = [dict(r, id=r["id"] + "-twin") for r in recs]  # same claim and pool, other ids
+    inp = write_records(tmp_path / "in.jsonl", recs + twins)
+    out = tmp_path / "out.jsonl"
+    with LocalOpenAIServer(responder=responder, api_key=KEY) as srv:
+        ann = annotators_yaml(tmp_path / "ann.yaml", srv.base_url, malformed_retries=0)
+        base = ["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(out)]
+        assert main(base + ["--dry-run"]) == 0
+        assert "12 to send" in capsys.readouterr().out
+        assert main(base + ["--no-progress"]) == 0
+        assert srv.count() == 12
+    got = load_records(out)
+    assert [r.enhanced_evidence for r in got[:4]] == [r.enhanced_evidence for r in got[4:]] == EXPECTED

@@ -111,11 +111,15 @@ def _plan(records, annotators, targets, cache_keys: set[str], job: EnhanceJob, c
     """Per annotator: requests still to send and their estimated input tokens."""
     todo = {a.name: 0 for a in annotators}
     tokens = {a.name: 0 for a in annotators}
+    seen: set[str] = set()  # identical prompts (duplicate claims) are asked once
     for i in targets:
         msgs = render_annotator_prompt(records[i])
         est = None
         for a in annotators:
             key = request_key(a.model, msgs, a.decoding())
+            if key in seen:
+                continue
+            seen.add(key)
             if key in cache_keys:
                 if not job.retry_abstentions or cache is None or cache.get(key).status != ABSTAIN:
                     continue
@@ -257,26 +261,47 @@ async def _enhance_async(job, records, annotators, targets, need, cache, keys):
     window_size = max(64, 4 * sum(a.max_concurrency for a in annotators))
     window = asyncio.Semaphore(window_size)
 
+    inflight: dict[str, asyncio.Future] = {}  # key -> request under way (identical prompts share it)
+    fetched: set[str] = set()  # keys answered (or abstained) in this run
+
+    async def fetch(a: AnnotatorConfig, key: str, msgs, pool) -> CachedAnswer | str:
+        st = stats[a.name]
+        try:
+            ans = await clients[a.name].annotate(msgs, pool)
+        except TransportFailure as exc:
+            if a.name not in reported:  # first failure per annotator; the text is scrubbed of the key
+                reported.add(a.name)
+                tqdm.write(f"enhance: annotator {a.name!r} failed a request: {exc}", file=sys.stderr)
+            return f"{a.name}: {exc}"
+        cache.put(key, a.model, ans)
+        fetched.add(key)
+        if ans.status == OK:
+            st.answered += 1
+        else:
+            st.abstained += 1
+        return ans
+
     async def one(a: AnnotatorConfig, msgs, pool) -> CachedAnswer | str:
         st = stats[a.name]
         key = request_key(a.model, msgs, a.decoding())
         hit = cache.get(key)
-        if hit is not None and not (job.retry_abstentions and hit.status == ABSTAIN):
+        if hit is not None and (hit.status == OK or not job.retry_abstentions or key in fetched):
+            st.from_cache += 1
+        elif key in inflight:  # the same prompt (a duplicate claim) is being asked right now
+            hit = await inflight[key]
+            if isinstance(hit, str):
+                st.failed += 1
+                return hit
             st.from_cache += 1
         else:
+            inflight[key] = asyncio.ensure_future(fetch(a, key, msgs, pool))
             try:
-                hit = await clients[a.name].annotate(msgs, pool)
-            except TransportFailure as exc:
+                hit = await inflight[key]
+            finally:
+                del inflight[key]
+            if isinstance(hit, str):
                 st.failed += 1
-                if a.name not in reported:  # first failure per annotator, key already scrubbed
-                    reported.add(a.name)
-                    tqdm.write(f"enhance: annotator {a.name!r} failed a request: {exc}", file=sys.stderr)
-                return f"{a.name}: {exc}"
-            cache.put(key, a.model, hit)
-            if hit.status == OK:
-                st.answered += 1
-            else:
-                st.abstained += 1
+                return hit
         st.tokens_in_all += hit.prompt_tokens
         st.tokens_out_all += hit.completion_tokens
         return hit
