@@ -52,7 +52,8 @@ def test_shipped_recipes_load(name, monkeypatch):
         (lambda e: e.replace("SOME_KEY", "sk-abc-123"), r"\[1\].*'api_key_env': must be the NAME"),
         (lambda e: e.replace("http://127.0.0.1:8000/v1", "localhost:8000"), r"\[1\].*'base_url'"),
         (lambda e: e + "    colour: red\n", r"\[1\].*'colour': unknown field"),
-        (lambda e: e.replace("model: m-b", "model: m-a"), r"\[1\].*same model and decoding settings as annotators\[0\]"),
+        (lambda e: e.replace("model: m-b", "model: m-a"),
+         r"\[1\].*same model and decoding settings as annotators\[0\]"),
         (lambda e: e.replace("name: b", "name: a"), r"\[1\]: field 'name': duplicate name 'a'"),
     ],
 )
