@@ -27,7 +27,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 # A fault is one of these strings (or None for a normal answer).
-FAULTS = ("429", "500", "503", "timeout", "malformed_body", "disconnect")
+# "bad_content" is a well-formed API response whose message content is not the
+# JSON answer asked for (a model's malformed answer, as opposed to a broken body).
+FAULTS = ("429", "500", "503", "timeout", "malformed_body", "disconnect", "bad_content")
+BAD_CONTENT = "Sure! The relevant evidence is in the first lines."
 
 Responder = Callable[[dict], str]
 FaultPlan = Callable[[dict, int], "str | None"]
@@ -74,6 +77,19 @@ def overlap_annotator(body: dict) -> str:
     return json.dumps({"evidence": overlap_ids(body)})
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog of 5 drops SYNs when a client opens
+    # dozens of connections at once; the retransmit (1 s) then looks like a timeout.
+    request_queue_size = 512
+
+    def handle_error(self, request, client_address):
+        # A client that gave up (timeout fault) closes its socket: not a server error.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 @dataclass
 class RequestLog:
     model: str
@@ -106,6 +122,10 @@ class LocalOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle on, the body waits
+            # for the client's delayed ACK (~40 ms per request). Real servers set
+            # TCP_NODELAY too.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):  # keep test output clean
                 pass
@@ -119,7 +139,7 @@ class LocalOpenAIServer:
                 else:
                     server._send_json(self, 404, {"error": {"message": "not found"}})
 
-        self._httpd = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._httpd = _Server((self.host, self.port), Handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -200,12 +220,17 @@ class LocalOpenAIServer:
         elif fault == "disconnect":
             handler.close_connection = True
             handler.connection.close()
+        elif fault == "bad_content":
+            self._answer(handler, body, content=BAD_CONTENT)
         else:
             self._answer(handler, body)
 
-    def _answer(self, handler, body: dict) -> None:
+    def _answer(self, handler, body: dict, content: str | None = None) -> None:
         n = int(body.get("n") or 1)
-        contents = [self.responder(dict(body, _choice_index=i)) for i in range(n)]
+        if content is not None:
+            contents = [content] * n
+        else:
+            contents = [self.responder(dict(body, _choice_index=i)) for i in range(n)]
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
         completion_tokens = sum(len(c.split()) for c in contents)
         resp = {

@@ -1,0 +1,169 @@
+"""Async requests to one annotator: bounded concurrency, retries with backoff + jitter.
+
+One ``openai.AsyncOpenAI`` client per annotator with the library's own
+retries switched off (``max_retries=0``), so every HTTP request is counted
+here and the retry policy is explicit:
+
+- transport faults (429, 408, 409, 5xx, timeouts, connection errors, a
+  truncated response body) are retried up to ``max_retries`` times after
+  ``U(0, min(backoff_max, backoff_base * 2**k))`` seconds (full jitter), or
+  the server's ``Retry-After`` when it sends one; then the claim *fails*
+  (not cached, retried by the next run);
+- a malformed answer is re-asked up to ``malformed_retries`` times, then
+  the annotator *abstains* for that claim (cached);
+- 401/403/404 stop the annotator: every later claim fails without a request.
+
+Error texts are scrubbed of the key before they are stored or printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass, field
+
+import openai
+
+from .cache import ABSTAIN, OK, CachedAnswer
+from .config import AnnotatorConfig
+from .prompt import parse_annotation
+
+_RETRY_STATUS = {408, 409, 429}
+_FATAL_STATUS = {401, 403, 404}
+
+
+class TransportFailure(Exception):
+    """All retries spent (or a non-retryable HTTP error): the claim has no answer from this annotator."""
+
+
+@dataclass
+class AnnotatorStats:
+    """Counters for the summary; mutated only from the event loop thread."""
+
+    requests: int = 0  # HTTP requests sent (every attempt)
+    from_cache: int = 0
+    answered: int = 0  # claims with a parseable answer obtained this run
+    abstained: int = 0  # claims recorded as abstention this run
+    failed: int = 0  # claims without an answer (transport), not cached
+    transport_retries: int = 0
+    malformed_answers: int = 0
+    invented_ids: int = 0  # ids outside the pool, dropped (counted over all claims incl. cached)
+    tokens_in: int = 0  # API usage of requests sent this run
+    tokens_out: int = 0
+    tokens_in_all: int = 0  # ... plus the usage stored with cached answers
+    tokens_out_all: int = 0
+    errors: dict = field(default_factory=dict)  # error kind -> count
+
+    def note_error(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+
+def _retry_after(exc: Exception) -> float | None:
+    resp = getattr(exc, "response", None)
+    value = resp.headers.get("retry-after") if resp is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class AnnotatorClient:
+    def __init__(
+        self,
+        cfg: AnnotatorConfig,
+        api_key: str,
+        *,
+        global_limit: asyncio.Semaphore | None = None,
+        rng: random.Random | None = None,
+    ):
+        self.cfg = cfg
+        self.stats = AnnotatorStats()
+        self._key = api_key
+        self._client = openai.AsyncOpenAI(
+            base_url=cfg.base_url, api_key=api_key, timeout=cfg.timeout, max_retries=0
+        )
+        self._limit = asyncio.Semaphore(cfg.max_concurrency)
+        self._global = global_limit
+        self._rng = rng or random.Random()
+        self.dead: str | None = None  # set on 401/403/404: reason every later claim fails with
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self._key, "***") if self._key else text
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    def _backoff(self, retry: int, exc: Exception) -> float:
+        hinted = _retry_after(exc)
+        if hinted is not None:
+            return min(self.cfg.backoff_max, max(0.0, hinted))
+        cap = min(self.cfg.backoff_max, self.cfg.backoff_base * 2 ** (retry - 1))
+        return self._rng.uniform(0, cap)
+
+    async def _send(self, messages: list[dict[str, str]]) -> tuple[str | None, int, int]:
+        async with self._limit:
+            if self._global is not None:
+                async with self._global:
+                    return await self._send_now(messages)
+            return await self._send_now(messages)
+
+    async def _send_now(self, messages):
+        if self.dead:  # stopped while this request waited for a slot
+            raise TransportFailure(self.dead)
+        self.stats.requests += 1
+        resp = await self._client.chat.completions.create(
+            model=self.cfg.model, messages=messages, **self.cfg.decoding()
+        )
+        content = resp.choices[0].message.content if resp.choices else None
+        usage = resp.usage
+        pt = int(usage.prompt_tokens or 0) if usage else 0
+        ct = int(usage.completion_tokens or 0) if usage else 0
+        self.stats.tokens_in += pt
+        self.stats.tokens_out += ct
+        return content, pt, ct
+
+    async def annotate(self, messages: list[dict[str, str]], pool_ids: list[int]) -> CachedAnswer:
+        """An ``ok`` answer or an ``abstain`` after malformed re-asks; raises TransportFailure."""
+        retries = malformed = 0
+        pt_sum = ct_sum = 0
+        while True:
+            if self.dead:
+                raise TransportFailure(self.dead)
+            try:
+                content, pt, ct = await self._send(messages)
+            except openai.APIStatusError as exc:
+                code = exc.status_code
+                self.stats.note_error(f"http_{code}")
+                if code in _FATAL_STATUS:
+                    self.dead = self.scrub(
+                        f"HTTP {code} from {self.cfg.base_url} for model {self.cfg.model!r}: "
+                        f"{exc.message} (check {self.cfg.api_key_env}, base_url and model)"
+                    )
+                    raise TransportFailure(self.dead) from None
+                if code not in _RETRY_STATUS and code < 500:
+                    raise TransportFailure(self.scrub(f"HTTP {code}: {exc.message}")) from None
+                err = exc
+            except (openai.APITimeoutError, openai.APIConnectionError, json.JSONDecodeError,
+                    openai.APIResponseValidationError) as exc:
+                kind = "timeout" if isinstance(exc, openai.APITimeoutError) else (
+                    "connection" if isinstance(exc, openai.APIConnectionError) else "bad_response")
+                self.stats.note_error(kind)
+                err = exc
+            else:
+                pt_sum += pt
+                ct_sum += ct
+                parsed = parse_annotation(content, pool_ids)
+                if parsed.valid:
+                    return CachedAnswer(OK, content, pt_sum, ct_sum)
+                self.stats.malformed_answers += 1
+                malformed += 1
+                if malformed > self.cfg.malformed_retries:
+                    return CachedAnswer(ABSTAIN, content, pt_sum, ct_sum, error=parsed.error)
+                continue
+            retries += 1
+            if retries > self.cfg.max_retries:
+                raise TransportFailure(self.scrub(
+                    f"gave up after {retries} attempts: {type(err).__name__}: {err}"))
+            self.stats.transport_retries += 1
+            await asyncio.sleep(self._backoff(retries, err))

@@ -1,0 +1,81 @@
+"""The annotator prompt and a strict parser for its ``{"evidence": [ids]}`` answer.
+
+The pool is shown in the verifier's own ``lineN:`` layout (via
+:func:`data_prep.prompts.format_pool`), so annotators and verifiers see the
+same sentence ids and a picked id means the same line everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from data_prep.prompts import _coerce_id, _json_objects, _one_line, format_pool
+from data_prep.records import ClaimRecord
+
+ANNOTATOR_SYSTEM_PROMPT = (
+    "You are annotating evidence for fact-checking. You are given a claim and a document "
+    "whose lines are numbered (lineN). Find EVERY line that, on its own or together with "
+    "other lines, supports or refutes the claim; include all of them, not just one "
+    "sufficient set, and leave out lines that are merely on the same topic. "
+    "Answer with one JSON object and nothing else: "
+    '{"evidence": [IDS]}, where IDS are the numbers N of those lines (lineN), '
+    "or an empty list if no line supports or refutes the claim."
+)
+
+
+def render_annotator_prompt(record: ClaimRecord) -> list[dict[str, str]]:
+    """Chat messages asking an annotator for the evidence ids of ``record``."""
+    user = f"Claim: {_one_line(record.claim)}\nDocument:\n{format_pool(record)}"
+    return [
+        {"role": "system", "content": ANNOTATOR_SYSTEM_PROMPT},
+        {"role": "user", "content": user.rstrip("\n")},
+    ]
+
+
+@dataclass
+class Annotation:
+    """An annotator's answer judged against the pool: ``ids`` exist, ``invented`` do not."""
+
+    valid: bool
+    ids: list[int] = field(default_factory=list)
+    invented: list[int] = field(default_factory=list)
+    error: str | None = None
+
+
+def parse_annotation(text: str | None, pool_ids: Iterable[int]) -> Annotation:
+    """Parse ``{"evidence": [ids]}``; anything else is invalid (never guessed).
+
+    A JSON object inside extra text (code fences) is accepted; ids may be
+    ints, digit strings or ``"lineN"``. Two different objects, a missing or
+    non-list ``evidence`` or a non-id item make the answer invalid.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return Annotation(False, error="empty output")
+    candidates = [o for o in _json_objects(text) if isinstance(o, dict) and "evidence" in o]
+    if not candidates:
+        return Annotation(False, error="no JSON object with an 'evidence' key")
+    if len({json.dumps(o, sort_keys=True) for o in candidates}) > 1:
+        return Annotation(False, error="several different answers in one output")
+    raw = candidates[0]["evidence"]
+    if not isinstance(raw, list):
+        return Annotation(False, error=f"evidence is not a list: {raw!r}"[:200])
+    ids: list[int] = []
+    for x in raw:
+        i = _coerce_id(x)
+        if i is None:
+            return Annotation(False, error=f"evidence item {x!r} is not a sentence id"[:200])
+        if i not in ids:
+            ids.append(i)
+    pool = set(pool_ids)
+    return Annotation(
+        True,
+        ids=sorted(i for i in ids if i in pool),
+        invented=sorted(i for i in ids if i not in pool),
+    )
+
+
+def estimate_tokens(messages: list[dict[str, str]]) -> int:
+    """Rough input-token count (~4 characters per token + per-message overhead) for --dry-run."""
+    return sum(len(m["content"]) // 4 + 4 for m in messages) + 3

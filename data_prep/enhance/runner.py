@@ -1,0 +1,448 @@
+"""Orchestration of an enhancement run: cache look-ups, async requests, votes, outputs.
+
+Files next to ``--output OUT``:
+
+- ``OUT.partial``: one line per claim as soon as all its annotators answered
+  (completion order); rewritten in input order if the run ends with failures;
+  removed after a complete run.
+- ``OUT``: every input record in input order, written atomically only when
+  no request failed.
+- ``OUT.summary.json``: request, token, agreement and vote statistics.
+- ``OUT.cache.sqlite`` (default ``--cache``): the answers; what makes a
+  re-run or a resumed run send no request twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from data_prep._dispatch import UserError
+from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord, RecordError, _iter_with_lines, load_records, save_records
+
+from .cache import ABSTAIN, OK, AnswerCache, CachedAnswer, request_key
+from .client import AnnotatorClient, AnnotatorStats, TransportFailure
+from .config import AnnotatorConfig, ConfigError, load_annotators
+from .prompt import estimate_tokens, parse_annotation, render_annotator_prompt
+from .vote import enhanced_evidence, vote_summary, votes_needed
+
+
+def summary_path(output: Path) -> Path:
+    return output.with_name(output.name + ".summary.json")
+
+
+def partial_path(output: Path) -> Path:
+    return output.with_name(output.name + ".partial")
+
+
+def default_cache_path(output: Path) -> Path:
+    return output.with_name(output.name + ".cache.sqlite")
+
+
+@dataclass
+class EnhanceJob:
+    records: Path
+    annotators: Path
+    output: Path
+    cache: Path | None = None
+    min_votes: int | None = None
+    include_nei: bool = False
+    retry_abstentions: bool = False
+    max_in_flight: int | None = None  # cap over all annotators together
+    progress: bool = True
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(self.cache) if self.cache else default_cache_path(Path(self.output))
+
+
+def build_output(rec: ClaimRecord, annotations: dict, min_votes: int | None) -> dict:
+    """The input record (all fields kept) + ``enhanced_evidence`` + ``annotations``."""
+    out = rec.to_dict()
+    out.pop("enhanced_evidence", None)  # re-added last: same key order on every (re)vote
+    out.pop("annotations", None)
+    out["enhanced_evidence"] = enhanced_evidence(rec.gold_ids, annotations, min_votes)
+    out["annotations"] = {k: (None if v is None else sorted(v)) for k, v in annotations.items()}
+    return out
+
+
+def _check_min_votes(min_votes: int | None, n: int) -> int:
+    need = votes_needed(n) if min_votes is None else min_votes
+    if not 1 <= need <= n:
+        raise UserError(f"--min-votes must be between 1 and the number of annotators ({n}), got {need}")
+    return need
+
+
+def _write_summary(summary: dict, output: Path) -> Path:
+    path = summary_path(output)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------
+# enhance
+# ---------------------------------------------------------------------------
+
+
+def _load_inputs(job: EnhanceJob) -> tuple[list[ClaimRecord], list[AnnotatorConfig]]:
+    try:
+        records = load_records(job.records)
+    except FileNotFoundError:
+        raise UserError(f"{job.records}: records file not found") from None
+    except RecordError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        annotators = load_annotators(job.annotators)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    return records, annotators
+
+
+def _plan(records, annotators, targets, cache_keys: set[str], job: EnhanceJob, cache: AnswerCache | None):
+    """Per annotator: requests still to send and their estimated input tokens."""
+    todo = {a.name: 0 for a in annotators}
+    tokens = {a.name: 0 for a in annotators}
+    seen: set[str] = set()  # identical prompts (duplicate claims) are asked once
+    for i in targets:
+        msgs = render_annotator_prompt(records[i])
+        est = None
+        for a in annotators:
+            key = request_key(a.model, msgs, a.decoding())
+            if key in seen:
+                continue
+            seen.add(key)
+            if key in cache_keys:
+                if not job.retry_abstentions or cache is None or cache.get(key).status != ABSTAIN:
+                    continue
+            todo[a.name] += 1
+            est = estimate_tokens(msgs) if est is None else est
+            tokens[a.name] += est
+    return todo, tokens
+
+
+def dry_run(job: EnhanceJob) -> int:
+    records, annotators = _load_inputs(job)
+    _check_min_votes(job.min_votes, len(annotators))
+    targets = [i for i, r in enumerate(records) if job.include_nei or r.label != NOT_ENOUGH_INFO]
+    cache = AnswerCache(job.cache_path) if job.cache_path.exists() else None
+    keys = cache.keys() if cache else set()
+    try:
+        todo, tokens = _plan(records, annotators, targets, keys, job, cache)
+    finally:
+        if cache:
+            cache.close()
+    total = len(targets) * len(annotators)
+    n_todo = sum(todo.values())
+    print(f"dry run: {len(targets)} claims x {len(annotators)} annotators = {total} requests "
+          f"({total - n_todo} served from cache, {n_todo} to send; retries not included); "
+          f"{len(records) - len(targets)} NOT_ENOUGH_INFO records passed through")
+    for a in annotators:
+        missing = "" if os.environ.get(a.api_key_env) else f"  [{a.api_key_env} is not set]"
+        print(f"  {a.name:<24} {a.model:<36} {todo[a.name]:>8} requests  ~{tokens[a.name]:,} input tokens  "
+              f"<= {todo[a.name] * a.max_tokens:,} output tokens{missing}")
+    print(f"  total ~{sum(tokens.values()):,} input tokens (estimate: ~4 characters per token)")
+    return 0
+
+
+def enhance(job: EnhanceJob) -> tuple[int, dict]:
+    """Run (or resume) the annotation; returns (exit code, summary)."""
+    t0 = time.monotonic()
+    records, annotators = _load_inputs(job)
+    need = _check_min_votes(job.min_votes, len(annotators))
+    output = Path(job.output)
+    targets = [i for i, r in enumerate(records) if job.include_nei or r.label != NOT_ENOUGH_INFO]
+    cache = AnswerCache(job.cache_path)
+    try:
+        todo, _ = _plan(records, annotators, targets, cache.keys(), job, cache)
+        # Keys are only needed by annotators that still have requests to send,
+        # and all are checked before the first request goes out.
+        try:
+            keys = {a.name: a.api_key() for a in annotators if todo[a.name]}
+        except ConfigError as exc:
+            raise UserError(str(exc)) from None
+        output.parent.mkdir(parents=True, exist_ok=True)
+        state = asyncio.run(_enhance_async(job, records, annotators, targets, need, cache, keys))
+    finally:
+        cache.close()
+    outputs, failures, stats = state["outputs"], state["failures"], state["stats"]
+
+    target_set = set(targets)
+    ordered: list[dict | None] = []
+    for i, rec in enumerate(records):
+        if i in outputs:
+            ordered.append(outputs[i])
+        else:  # passed through (NOT_ENOUGH_INFO), or None for a failed claim
+            ordered.append(None if i in target_set else rec.to_dict())
+    complete = not failures
+    part = partial_path(output)
+    if complete:
+        save_records(ordered, output)
+        if part.exists():
+            part.unlink()
+    else:
+        save_records([o for o in ordered if o is not None], part)
+
+    claims = [
+        (records[i].gold_ids, outputs[i]["enhanced_evidence"], outputs[i]["annotations"])
+        for i in targets if i in outputs
+    ]
+    votes = vote_summary(claims, [a.name for a in annotators])
+    per_ann = {}
+    for a in annotators:
+        st: AnnotatorStats = stats[a.name]
+        agreement = votes["annotators"][a.name]
+        per_ann[a.name] = {
+            "model": a.model,
+            "requests_made": st.requests,
+            "served_from_cache": st.from_cache,
+            "failed": st.failed,
+            "answered_this_run": st.answered,
+            "abstained_this_run": st.abstained,
+            "transport_retries": st.transport_retries,
+            "malformed_answers": st.malformed_answers,
+            "invented_ids_dropped": st.invented_ids,
+            "tokens_in": st.tokens_in,
+            "tokens_out": st.tokens_out,
+            "tokens_in_incl_cache": st.tokens_in_all,
+            "tokens_out_incl_cache": st.tokens_out_all,
+            "errors": dict(sorted(st.errors.items())),
+            **agreement,
+        }
+    summary = {
+        "complete": complete,
+        "records_file": str(job.records),
+        "annotators_file": str(job.annotators),
+        "output": str(output) if complete else None,
+        "partial_output": None if complete else str(part),
+        "cache": str(job.cache_path),
+        "records": len(records),
+        "claims_annotated": len(targets),
+        "claims_passed_through_nei": len(records) - len(targets),
+        "claims_failed": len(failures),
+        "failed_claim_ids": sorted(failures, key=str),
+        "failure_examples": {k: failures[k]["errors"] for k in sorted(failures, key=str)[:5]},
+        "n_annotators": len(annotators),
+        "votes_needed": need,
+        "requests": {
+            "made": sum(s.requests for s in stats.values()),
+            "served_from_cache": sum(s.from_cache for s in stats.values()),
+            "failed": sum(s.failed for s in stats.values()),
+        },
+        "annotators": per_ann,
+        "claims_enhanced_differs_from_gold": votes["claims_enhanced_differs_from_gold"],
+        "sentences_added": votes["sentences_added"],
+        "elapsed_s": round(time.monotonic() - t0, 3),
+    }
+    _write_summary(summary, output)
+    return (0 if complete else 1), summary
+
+
+async def _enhance_async(job, records, annotators, targets, need, cache, keys):
+    stats = {a.name: AnnotatorStats() for a in annotators}
+    global_limit = asyncio.Semaphore(job.max_in_flight) if job.max_in_flight else None
+    clients = {
+        a.name: AnnotatorClient(a, keys[a.name], global_limit=global_limit) for a in annotators if a.name in keys
+    }
+    for name, c in clients.items():
+        c.stats = stats[name]
+    outputs: dict[int, dict] = {}
+    failures: dict[str, dict] = {}
+    reported: set[str] = set()
+    part = partial_path(Path(job.output))
+    window_size = max(64, 4 * sum(a.max_concurrency for a in annotators))
+    window = asyncio.Semaphore(window_size)
+
+    inflight: dict[str, asyncio.Future] = {}  # key -> request under way (identical prompts share it)
+    fetched: set[str] = set()  # keys answered (or abstained) in this run
+
+    async def fetch(a: AnnotatorConfig, key: str, msgs, pool) -> CachedAnswer | str:
+        st = stats[a.name]
+        try:
+            ans = await clients[a.name].annotate(msgs, pool)
+        except TransportFailure as exc:
+            if a.name not in reported:  # first failure per annotator; the text is scrubbed of the key
+                reported.add(a.name)
+                tqdm.write(f"enhance: annotator {a.name!r} failed a request: {exc}", file=sys.stderr)
+            return f"{a.name}: {exc}"
+        cache.put(key, a.model, ans)
+        fetched.add(key)
+        if ans.status == OK:
+            st.answered += 1
+        else:
+            st.abstained += 1
+        return ans
+
+    async def one(a: AnnotatorConfig, msgs, pool) -> CachedAnswer | str:
+        st = stats[a.name]
+        key = request_key(a.model, msgs, a.decoding())
+        hit = cache.get(key)
+        if hit is not None and (hit.status == OK or not job.retry_abstentions or key in fetched):
+            st.from_cache += 1
+        elif key in inflight:  # the same prompt (a duplicate claim) is being asked right now
+            hit = await inflight[key]
+            if isinstance(hit, str):
+                st.failed += 1
+                return hit
+            st.from_cache += 1
+        else:
+            inflight[key] = asyncio.ensure_future(fetch(a, key, msgs, pool))
+            try:
+                hit = await inflight[key]
+            finally:
+                del inflight[key]
+            if isinstance(hit, str):
+                st.failed += 1
+                return hit
+        st.tokens_in_all += hit.prompt_tokens
+        st.tokens_out_all += hit.completion_tokens
+        return hit
+
+    with part.open("w", encoding="utf-8") as fh, tqdm(
+        total=len(targets), desc="enhance", unit="claim", disable=None if job.progress else True
+    ) as bar:
+
+        async def process(i: int) -> None:
+            rec = records[i]
+            msgs = render_annotator_prompt(rec)
+            pool = rec.pool_ids
+            answers = await asyncio.gather(*(one(a, msgs, pool) for a in annotators))
+            bad = [x for x in answers if isinstance(x, str)]
+            if bad:
+                failures[rec.id] = {"errors": bad}
+            else:
+                annotations = {}
+                for a, ans in zip(annotators, answers):
+                    if ans.status == OK:
+                        parsed = parse_annotation(ans.content, pool)
+                        stats[a.name].invented_ids += len(parsed.invented)
+                        annotations[a.name] = parsed.ids
+                    else:
+                        annotations[a.name] = None
+                out = build_output(rec, annotations, need)
+                outputs[i] = out
+                fh.write(json.dumps(out, ensure_ascii=False) + "\n")
+                fh.flush()
+            bar.update(1)
+
+        tasks = []
+        try:
+            for i in targets:
+                await window.acquire()
+                t = asyncio.create_task(process(i))
+                t.add_done_callback(lambda _t: window.release())
+                tasks.append(t)
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            for c in clients.values():
+                await c.close()
+    return {"outputs": outputs, "failures": failures, "stats": stats}
+
+
+# ---------------------------------------------------------------------------
+# revote
+# ---------------------------------------------------------------------------
+
+
+def _check_annotations(rec: ClaimRecord, path, line) -> dict | None:
+    ann = rec.extra.get("annotations")
+    if ann is None:
+        return None
+
+    def bad(reason):
+        raise UserError(str(RecordError(reason, field="annotations", path=path, line=line, record_id=rec.id)))
+
+    if not isinstance(ann, dict) or not ann:
+        bad("must be an object {annotator name: [ids] or null}")
+    pool = set(rec.pool_ids)
+    for name, ids in ann.items():
+        if ids is None:
+            continue
+        if not isinstance(ids, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+            bad(f"annotator {name!r}: must be a list of sentence ids or null")
+        unknown = sorted(set(ids) - pool)
+        if unknown:
+            bad(f"annotator {name!r}: ids {unknown} are not in the pool")
+    return ann
+
+
+def revote(records_path: Path, output: Path, min_votes: int | None) -> tuple[int, dict]:
+    """Recompute ``enhanced_evidence`` from stored ``annotations``: no request is sent."""
+    outs: list[dict] = []
+    claims = []
+    names: list[str] | None = None
+    need_seen: set[int] = set()
+    try:
+        rows = list(_iter_with_lines(records_path, None))
+    except FileNotFoundError:
+        raise UserError(f"{records_path}: records file not found") from None
+    except RecordError as exc:
+        raise UserError(str(exc)) from None
+    for line, rec in rows:
+        ann = _check_annotations(rec, records_path, line)
+        if ann is None:  # passed through by the enhancer (NOT_ENOUGH_INFO)
+            outs.append(rec.to_dict())
+            continue
+        if names is None:
+            names = list(ann)
+        elif set(ann) != set(names):
+            raise UserError(str(RecordError(
+                f"annotators {sorted(ann)} differ from {sorted(names)} on earlier records",
+                field="annotations", path=records_path, line=line, record_id=rec.id)))
+        need = _check_min_votes(min_votes, len(ann))
+        need_seen.add(need)
+        out = build_output(rec, ann, need)
+        outs.append(out)
+        claims.append((rec.gold_ids, out["enhanced_evidence"], ann))
+    if names is None:
+        raise UserError(f"{records_path}: no record has 'annotations'; run `real-data enhance` on it first")
+    save_records(outs, output)
+    votes = vote_summary(claims, names)
+    summary = {
+        "complete": True,
+        "revote_of": str(records_path),
+        "output": str(output),
+        "records": len(outs),
+        "claims_annotated": len(claims),
+        "n_annotators": len(names),
+        "votes_needed": sorted(need_seen)[0],
+        "requests": {"made": 0, "served_from_cache": 0, "failed": 0},
+        "annotators": votes["annotators"],
+        "claims_enhanced_differs_from_gold": votes["claims_enhanced_differs_from_gold"],
+        "sentences_added": votes["sentences_added"],
+    }
+    _write_summary(summary, output)
+    return 0, summary
+
+
+def format_summary(summary: dict) -> str:
+    """Human-readable summary lines (the JSON file has everything)."""
+    req = summary["requests"]
+    lines = [
+        f"claims: {summary['claims_annotated']} annotated, {summary.get('claims_failed', 0)} failed; "
+        f"votes needed: {summary['votes_needed']} of {summary['n_annotators']}",
+        f"requests: {req['made']} made, {req['served_from_cache']} served from cache, {req['failed']} failed",
+    ]
+    for name, a in summary["annotators"].items():
+        p = "n/a" if a["precision"] is None else f"{a['precision']:.3f}"
+        r = "n/a" if a["recall"] is None else f"{a['recall']:.3f}"
+        tok = f", tokens in/out {a['tokens_in']}/{a['tokens_out']}" if "tokens_in" in a else ""
+        reqs = f", requests {a['requests_made']} (+{a['served_from_cache']} cached, {a['failed']} failed)" \
+            if "requests_made" in a else ""
+        lines.append(f"  {name}: precision {p}, recall {r}, abstentions {a['abstentions']}{reqs}{tok}")
+    sa = summary["sentences_added"]
+    lines.append(
+        f"sentences added: {sa['total']} ({sa['mean_per_claim']:.2f} per claim); "
+        f"claims whose enhanced set differs from gold: {summary['claims_enhanced_differs_from_gold']}"
+    )
+    return "\n".join(lines)
