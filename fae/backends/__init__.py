@@ -1,0 +1,82 @@
+"""Verifier backends behind one small interface, found through a registry.
+
+A backend turns chat prompts into raw answer strings::
+
+    backend = get_backend("hf")(options)      # options: the merged `fae run` settings
+    texts = backend.generate(list_of_messages, callback=progress_update)
+
+``decoding_of(options)`` returns the decoding settings that identify the
+answers (for config.json and the resume check), ``stats`` counts backend events (retries, ...) for the run
+log, and ``close()`` frees resources. Built-ins are imported lazily on first
+use, so ``vllm`` is only imported when the ``vllm`` backend is asked for;
+third-party backends call :func:`register` (as a decorator) to plug in.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from data_prep._dispatch import UserError
+
+Message = dict[str, str]
+
+_BUILTIN = {
+    "hf": "fae.backends.hf",
+    "openai": "fae.backends.openai_backend",
+    "vllm": "fae.backends.vllm_backend",
+}
+_REGISTRY: dict[str, type] = {}
+
+
+class BackendError(RuntimeError):
+    """A backend could not produce an answer (after its retries)."""
+
+
+class Backend:
+    """Base class: subclasses implement ``generate``; the rest has defaults."""
+
+    name = "base"
+
+    def __init__(self, options: dict[str, Any]):
+        self.options = options
+        self.stats: dict[str, int] = {}
+
+    def generate(
+        self, prompts: list[list[Message]], callback: Callable[[int], None] | None = None
+    ) -> list[str]:
+        raise NotImplementedError
+
+    def __call__(self, prompts, callback=None):
+        return self.generate(prompts, callback=callback)
+
+    @classmethod
+    def decoding_of(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Settings that change the answers (a resume must match them); no model loaded."""
+        return {"greedy": True, "max_new_tokens": int(options.get("max_new_tokens") or 64)}
+
+    def close(self) -> None:
+        pass
+
+
+def register(name: str) -> Callable[[type], type]:
+    """Class decorator: make a backend available as ``--backend NAME``."""
+
+    def deco(cls: type) -> type:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def available() -> list[str]:
+    return sorted(set(_BUILTIN) | set(_REGISTRY))
+
+
+def get_backend(name: str) -> type:
+    if name not in _REGISTRY and name in _BUILTIN:
+        importlib.import_module(_BUILTIN[name])
+    if name not in _REGISTRY:
+        raise UserError(f"unknown backend {name!r} (available: {', '.join(available())})")
+    return _REGISTRY[name]

@@ -1,0 +1,150 @@
+"""transformers backend: batched greedy generation with left padding (+ PEFT adapter).
+
+Prompts are rendered with the model's own chat template
+(:func:`data_prep.prompts.encode_chat`, no doubled BOS), sorted by length so a
+batch pads little, left-padded, and decoded greedily until an end-of-turn id of
+the model's ``generation_config``. bf16 on CUDA (fp32 on CPU, where bf16 matmuls
+are ~100x slower). :func:`load_hf_model` is shared with the probes.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Callable
+
+from data_prep.prompts import encode_chat
+
+from . import Backend, register
+
+
+def resolve_device(device: str | None = "auto") -> str:
+    import torch
+
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: str | None, device: str):
+    """``auto``: bf16 on CUDA, fp32 elsewhere."""
+    import torch
+
+    if dtype in (None, "", "auto"):
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+             "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
+    if dtype not in table:
+        raise ValueError(f"unknown dtype {dtype!r} (expected auto, bf16, fp16 or fp32)")
+    return table[dtype]
+
+
+def load_hf_model(model: str, adapter: str | None = None, dtype: str | None = "auto",
+                  device: str | None = "auto", merge_adapter: bool = True):
+    """(model, tokenizer) ready for batched generation: eval mode, left padding, pad id set.
+
+    The tokenizer comes from the adapter directory when it ships one (trainers
+    save it there), else from the base model. A LoRA adapter is merged into the
+    weights for speed unless ``merge_adapter=False``.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)
+    tok_src = adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else model
+    tok = AutoTokenizer.from_pretrained(tok_src)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
+    if adapter:
+        from peft import PeftModel
+
+        lm = PeftModel.from_pretrained(lm, adapter)
+        if merge_adapter:
+            lm = lm.merge_and_unload()
+    lm.to(device)
+    lm.eval()
+    return lm, tok
+
+
+def greedy_config(lm, tok, max_new_tokens: int):
+    """The model's generation config made greedy (sampling knobs cleared, eos ids kept)."""
+    gc = copy.deepcopy(lm.generation_config)
+    gc.do_sample = False
+    gc.num_beams = 1
+    gc.temperature = None
+    gc.top_p = None
+    gc.top_k = None
+    gc.max_new_tokens = int(max_new_tokens)
+    gc.max_length = None
+    if gc.eos_token_id is None:
+        gc.eos_token_id = tok.eos_token_id
+    if gc.pad_token_id is None:
+        gc.pad_token_id = tok.pad_token_id
+    return gc
+
+
+def left_pad(batch: list[list[int]], pad_id: int):
+    """(input_ids, attention_mask) tensors, padded on the left."""
+    import torch
+
+    width = max(len(x) for x in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, x in enumerate(batch):
+        if x:
+            ids[i, width - len(x):] = torch.tensor(x, dtype=torch.long)
+            mask[i, width - len(x):] = 1
+    return ids, mask
+
+
+def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
+                     callback: Callable[[int], None] | None = None) -> list[str]:
+    """Greedy answers for pre-tokenised prompts, longest first, in input order."""
+    import torch
+
+    order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
+    out: list[str] = [""] * len(token_ids)
+    device = lm.device
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        ids, mask = left_pad([token_ids[i] for i in idx], gc.pad_token_id)
+        with torch.inference_mode():
+            gen = lm.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                              generation_config=gc)
+        texts = tok.batch_decode(gen[:, ids.shape[1]:], skip_special_tokens=True)
+        for i, t in zip(idx, texts):
+            out[i] = t
+        if callback:
+            callback(len(idx))
+    return out
+
+
+@register("hf")
+class HFBackend(Backend):
+    """``--backend hf``: local transformers model, optionally with a PEFT adapter."""
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        self.batch_size = int(options.get("batch_size") or 8)
+        self.max_new_tokens = int(options.get("max_new_tokens") or 64)
+        self.lm, self.tok = load_hf_model(
+            options["model"], options.get("adapter"), options.get("dtype") or "auto",
+            options.get("device") or "auto",
+        )
+        self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
+        self.stats = {"generate_calls": 0, "prompts": 0}
+
+    def generate(self, prompts, callback=None):
+        ids = [encode_chat(self.tok, m) for m in prompts]
+        self.stats["generate_calls"] += (len(ids) + self.batch_size - 1) // self.batch_size
+        self.stats["prompts"] += len(ids)
+        return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback)
+
+    @classmethod
+    def decoding_of(cls, options):
+        device = resolve_device(options.get("device") or "auto")
+        dtype = resolve_dtype(options.get("dtype") or "auto", device)
+        return {"greedy": True, "max_new_tokens": int(options.get("max_new_tokens") or 64),
+                "dtype": str(dtype).replace("torch.", "")}

@@ -1,0 +1,164 @@
+"""OpenAI-compatible chat backend: GPT-4o-mini, Gemini (OpenAI endpoint), a vLLM server.
+
+Requests run concurrently (``--concurrency``) through ``openai.AsyncOpenAI``
+with the client's own retries off (``max_retries=0``): this module retries 429,
+5xx, timeouts, connection errors and malformed bodies itself, with exponential
+backoff and jitter, and counts every retry in ``stats`` (written to
+``runs.jsonl``). Other HTTP errors (401, 400, 404) are not retried.
+
+A request that still fails after ``--max-retries`` retries stops the run with
+a :class:`BackendError`; no answer is invented. Claims of earlier chunks are
+already on disk, so rerunning the same command resumes.
+
+The API key is read from the environment variable named by ``--api-key-env``
+and is never stored: config.json records only the variable's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from typing import Any
+
+from data_prep._dispatch import UserError
+
+from . import Backend, BackendError, register
+
+
+class MalformedResponse(ValueError):
+    """A 200 response without a usable ``choices[0].message.content``."""
+
+
+def _classify(exc: BaseException) -> str | None:
+    """Retry kind for a transient failure, None for a permanent one."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    if isinstance(exc, openai.RateLimitError):
+        return "429"
+    if isinstance(exc, openai.APIStatusError):
+        return "5xx" if exc.status_code >= 500 else None
+    if isinstance(exc, (MalformedResponse, json.JSONDecodeError, openai.APIResponseValidationError)):
+        return "malformed"
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "timeout"
+    return None
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Exponential backoff with 'equal jitter': half fixed, half random."""
+    d = min(cap, base * (2 ** attempt))
+    return d / 2 + rng.uniform(0, d / 2)
+
+
+@register("openai")
+class OpenAIBackend(Backend):
+    """``--backend openai``: any endpoint speaking ``/v1/chat/completions``."""
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        try:
+            import openai  # noqa: F401
+        except ImportError:  # pragma: no cover - a core dependency
+            raise UserError("the openai backend needs the 'openai' package: pip install openai")
+        self.model = options["model"]
+        self.base_url = options.get("base_url")
+        env = options.get("api_key_env")
+        if env:
+            key = os.environ.get(env)
+            if not key:
+                raise UserError(f"environment variable {env} (named by --api-key-env) is not set")
+        else:
+            key = "EMPTY"  # local servers (vLLM) that do not check keys
+        self._api_key = key
+        self.concurrency = int(options.get("concurrency") or 8)
+        self.timeout = float(options.get("request_timeout") or 60.0)
+        self.max_retries = int(options["max_retries"] if options.get("max_retries") is not None else 6)
+        self.backoff_base = float(options.get("backoff_base") or 1.0)
+        self.backoff_max = float(options.get("backoff_max") or 60.0)
+        self.max_new_tokens = int(options.get("max_new_tokens") or 64)
+        self.seed = options.get("seed")
+        self._rng = random.Random(0)
+        self.stats = {"requests": 0, "retries": 0, "429": 0, "5xx": 0, "timeout": 0,
+                      "connection": 0, "malformed": 0}
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r})"
+
+    @classmethod
+    def decoding_of(cls, options):
+        out = {"greedy": True, "temperature": 0.0,
+               "max_new_tokens": int(options.get("max_new_tokens") or 64)}
+        if options.get("seed") is not None:
+            out["seed"] = int(options["seed"])
+        return out
+
+    def generate(self, prompts, callback=None):
+        return asyncio.run(self._generate_all(prompts, callback))
+
+    async def _generate_all(self, prompts, callback):
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key,
+                                    max_retries=0, timeout=self.timeout)
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(messages):
+            text = await self._request(client, sem, messages)
+            if callback:
+                callback(1)
+            return text
+
+        try:
+            tasks = [asyncio.ensure_future(one(m)) for m in prompts]
+            try:
+                return list(await asyncio.gather(*tasks))
+            except BaseException:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+        finally:
+            await client.close()
+
+    async def _request(self, client, sem, messages) -> str:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
+                                  "temperature": 0.0, "max_tokens": self.max_new_tokens}
+        if self.seed is not None:
+            kwargs["seed"] = int(self.seed)
+        last: BaseException | None = None
+        for attempt in range(self.max_retries + 1):
+            try:
+                async with sem:
+                    self.stats["requests"] += 1
+                    resp = await client.chat.completions.create(**kwargs)
+                choices = getattr(resp, "choices", None)
+                if not choices or choices[0].message is None or not isinstance(choices[0].message.content, str):
+                    raise MalformedResponse("response has no choices[0].message.content")
+                return choices[0].message.content
+            except Exception as exc:  # noqa: BLE001 - classified below
+                kind = _classify(exc)
+                if kind is None:
+                    raise BackendError(f"{self.base_url or 'OpenAI API'}: request for model "
+                                       f"{self.model!r} failed: {_describe(exc)}") from None
+                last = exc
+                self.stats[kind] += 1
+                if attempt == self.max_retries:
+                    break
+                self.stats["retries"] += 1
+                await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max, self._rng))
+        raise BackendError(f"{self.base_url or 'OpenAI API'}: request for model {self.model!r} "
+                           f"still failing after {self.max_retries} retries: {_describe(last)}")
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    status = getattr(exc, "status_code", None)
+    msg = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    return f"HTTP {status}: {msg}" if status else f"{type(exc).__name__}: {msg}"

@@ -1,0 +1,103 @@
+"""Offline vLLM backend (``vllm.LLM``) with an optional LoRA adapter.
+
+vLLM is imported only when this backend is used (``pip install real-fae[vllm]``
+on a CUDA machine). Prompts are tokenised with the same chat template code as
+the ``hf`` backend and passed as token ids, so both backends see identical
+inputs. A LoRA adapter is served unmerged through ``enable_lora`` with
+``max_lora_rank`` read from its ``adapter_config.json``; models larger than
+one GPU use ``--tensor-parallel-size``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from data_prep._dispatch import UserError
+from data_prep.prompts import encode_chat
+
+from . import Backend, register
+
+# vLLM accepts these ranks for LoRA; round an adapter's rank up to one of them.
+_VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def adapter_rank(adapter: str) -> int:
+    """``max_lora_rank`` for vLLM: the adapter's ``r`` rounded up to a supported rank."""
+    path = Path(adapter) / "adapter_config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: not found; --adapter must be a PEFT adapter directory") from None
+    r = int(cfg.get("r") or 8)
+    for cap in _VLLM_LORA_RANKS:
+        if r <= cap:
+            return cap
+    return r
+
+
+def _import_vllm():
+    try:
+        import vllm
+        from vllm.lora.request import LoRARequest
+    except ImportError as exc:
+        raise UserError(
+            f"the vllm backend needs vLLM on a CUDA machine (pip install 'real-fae[vllm]'): {exc}"
+        ) from None
+    return vllm, LoRARequest
+
+
+@register("vllm")
+class VLLMBackend(Backend):
+    """``--backend vllm``: offline batched generation with ``vllm.LLM``."""
+
+    def __init__(self, options: dict[str, Any]):
+        super().__init__(options)
+        vllm, LoRARequest = _import_vllm()
+        self.max_new_tokens = int(options.get("max_new_tokens") or 64)
+        adapter = options.get("adapter")
+        kwargs: dict[str, Any] = {
+            "model": options["model"],
+            "tensor_parallel_size": int(options.get("tensor_parallel_size") or 1),
+            "dtype": "bfloat16" if (options.get("dtype") or "auto") == "auto" else options["dtype"],
+            "seed": 0,
+        }
+        if options.get("gpu_memory_utilization"):
+            kwargs["gpu_memory_utilization"] = float(options["gpu_memory_utilization"])
+        if options.get("max_model_len"):
+            kwargs["max_model_len"] = int(options["max_model_len"])
+        if adapter:
+            kwargs.update(enable_lora=True, max_lora_rank=adapter_rank(adapter))
+        self.llm = vllm.LLM(**kwargs)
+        self.tok = self.llm.get_tokenizer()
+        self.lora = LoRARequest("adapter", 1, str(adapter)) if adapter else None
+        stop_ids = _eos_ids(options["model"], self.tok)
+        self.params = vllm.SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens,
+                                          stop_token_ids=stop_ids or None)
+        self.stats = {"prompts": 0}
+
+    @classmethod
+    def decoding_of(cls, options):
+        return {"greedy": True, "max_new_tokens": int(options.get("max_new_tokens") or 64),
+                "dtype": "bfloat16" if (options.get("dtype") or "auto") == "auto" else options["dtype"]}
+
+    def generate(self, prompts, callback=None):
+        inputs = [{"prompt_token_ids": encode_chat(self.tok, m)} for m in prompts]
+        outs = self.llm.generate(inputs, self.params, lora_request=self.lora, use_tqdm=False)
+        self.stats["prompts"] += len(inputs)
+        if callback:
+            callback(len(inputs))
+        return [o.outputs[0].text for o in outs]
+
+
+def _eos_ids(model: str, tok) -> list[int]:
+    """End-of-turn ids from the model's generation_config.json (as the hf backend uses)."""
+    ids: list[int] = []
+    path = Path(model) / "generation_config.json"
+    if path.is_file():
+        eos = json.loads(path.read_text()).get("eos_token_id")
+        ids = list(eos) if isinstance(eos, list) else ([eos] if eos is not None else [])
+    if tok.eos_token_id is not None and tok.eos_token_id not in ids:
+        ids.append(tok.eos_token_id)
+    return ids

@@ -1,0 +1,174 @@
+"""`fae report`: the paper's Table 1 and Figure 5 for one or more FAE runs.
+
+``report.md`` has one row per run with Prec, Rec, F1 (round-0 evidence,
+micro), Acc, Strict, IS, ER, IO (×100, two decimals), then flip, invalid and
+reuse figures, and a warning for any run whose round-0 accuracy is below 0.5:
+a verifier that always answers NOT_ENOUGH_INFO scores IO ≈ 100, so IS/ER/IO
+only mean something for a verifier that reads the evidence.
+``trajectory.png`` plots a_r against r for every run with the ideal
+trajectory (a_0 = 1, then 0) dashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from data_prep._dispatch import UserError
+
+LOW_ACCURACY = 0.5
+TABLE_COLUMNS = (
+    ("Prec", "evidence_precision"),
+    ("Rec", "evidence_recall"),
+    ("F1", "evidence_f1"),
+    ("Acc", "label_accuracy"),
+    ("Strict", "strict_accuracy"),
+    ("IS", "IS"),
+    ("ER", "ER"),
+    ("IO", "IO"),
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="fae run output directories")
+    p.add_argument("--output", required=True, metavar="DIR", help="where report.md and trajectory.png go")
+    p.add_argument("--names", nargs="+", help="row names (default: the run directory names)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.names and len(args.names) != len(args.runs):
+        raise UserError(f"--names has {len(args.names)} names for {len(args.runs)} runs")
+    md, png = write_report(args.runs, args.output, names=args.names)
+    print(f"fae report: wrote {md} and {png}")
+    return 0
+
+
+def load_run(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
+    """Name, metrics (metrics.json, or recomputed from claims.jsonl) and config of a run."""
+    from .metrics import compute_metrics
+    from .runio import CLAIMS, CONFIG, METRICS, read_claims
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} not found")
+    mpath = run_dir / METRICS
+    if mpath.is_file():
+        metrics = json.loads(mpath.read_text(encoding="utf-8"))
+    elif (run_dir / CLAIMS).is_file():
+        metrics = compute_metrics(read_claims(run_dir / CLAIMS))
+    else:
+        raise UserError(f"{run_dir}: neither {METRICS} nor {CLAIMS} found; is it a `fae run` directory?")
+    cpath = run_dir / CONFIG
+    config = json.loads(cpath.read_text(encoding="utf-8")) if cpath.is_file() else {}
+    return {"name": name or run_dir.resolve().name, "dir": str(run_dir), "metrics": metrics, "config": config}
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}"
+
+
+def _a0(m: dict) -> float | None:
+    acc = m.get("round_accuracy") or [None]
+    return acc[0]
+
+
+def warnings_for(run: dict) -> list[str]:
+    m = run["metrics"]
+    out = []
+    a0 = _a0(m)
+    if a0 is None or a0 < LOW_ACCURACY:
+        shown = "undefined" if a0 is None else f"{a0:.2f}"
+        out.append(
+            f"**Warning — {run['name']}: round-0 accuracy {shown} is below {LOW_ACCURACY}.** "
+            "IS/ER/IO only mean something for a verifier that reads the evidence: one that always "
+            "answers NOT_ENOUGH_INFO scores IO ≈ 100."
+        )
+    if m.get("IS") is None and m.get("rounds"):
+        out.append(f"{run['name']}: a_0 = 0, so retention g_r and IS/ER are undefined (n/a).")
+    return out
+
+
+def render_markdown(runs: Sequence[dict]) -> str:
+    lines = ["# FAE report", ""]
+    for run in runs:
+        lines += [f"> {w}" for w in warnings_for(run)]
+    if any(warnings_for(r) for r in runs):
+        lines.append("")
+    lines += [
+        "Evidence selection and veracity at round 0, FAE metrics over the ablation rounds (×100).",
+        "",
+        "| Model | Prec | Rec | F1 | Acc | Strict | IS | ER | IO |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        m = run["metrics"]
+        lines.append("| " + " | ".join([run["name"]] + [pct(m.get(k)) for _, k in TABLE_COLUMNS]) + " |")
+    lines += [
+        "",
+        "## Trajectory, flips, invalid answers",
+        "",
+        "| Model | claims | R | a_r (×100) | FEVER | flip | any flip | invalid r0 | invalid max | "
+        "halluc. ids r0 | model calls | reused |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        m = run["metrics"]
+        inv = [x for x in (m.get("invalid_rate") or []) if x is not None]
+        hal = m.get("hallucinated_id_rate") or [None]
+        traj = " / ".join(pct(a) for a in m.get("round_accuracy") or [])
+        lines.append(
+            f"| {run['name']} | {m.get('n_claims')} | {m.get('rounds')} | {traj} | {pct(m.get('fever_score'))} "
+            f"| {pct(m.get('flip_rate'))} | {pct(m.get('any_flip_rate'))} | {pct(inv[0] if inv else None)} "
+            f"| {pct(max(inv) if inv else None)} | {pct(hal[0])} | {m.get('model_calls')} | {m.get('reused_calls')} |"
+        )
+    lines += ["", "## Runs", ""]
+    for run in runs:
+        c = run["config"]
+        lines.append(
+            f"- **{run['name']}** (`{run['dir']}`): backend {c.get('backend', '?')}, model `{c.get('model', '?')}`"
+            + (f", adapter `{c['adapter']}`" if c.get("adapter") else "")
+            + (f", records `{c.get('records')}`" if c.get("records") else "")
+        )
+    lines += ["", "![a_r against r](trajectory.png)", ""]
+    return "\n".join(lines)
+
+
+def plot_trajectories(runs: Sequence[dict], path: str | Path) -> Path:
+    """a_r against r for every run, ideal (1 then 0) dashed — the paper's Figure 5."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
+    R = max((len(r["metrics"].get("round_accuracy") or []) for r in runs), default=1) - 1
+    R = max(R, 1)
+    ax.plot(range(R + 1), [1.0] + [0.0] * R, "k--", lw=1.2, label="ideal")
+    for run in runs:
+        acc = run["metrics"].get("round_accuracy") or []
+        xs = [r for r, a in enumerate(acc) if a is not None]
+        ax.plot(xs, [acc[r] for r in xs], marker="o", lw=1.6, label=run["name"])
+    ax.set_xlabel("ablation round r")
+    ax.set_ylabel("accuracy $a_r$")
+    ax.set_xticks(range(R + 1))
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_report(run_dirs: Sequence[str | Path], output: str | Path,
+                 names: Sequence[str] | None = None) -> tuple[Path, Path]:
+    runs = [load_run(d, names[i] if names else None) for i, d in enumerate(run_dirs)]
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / "report.md"
+    md.write_text(render_markdown(runs), encoding="utf-8")
+    png = plot_trajectories(runs, out / "trajectory.png")
+    return md, png

@@ -1,0 +1,308 @@
+"""`fae run`: multi-round evidence ablation of a verifier (SPEC §6).
+
+Every option may also come from a YAML file (``--config recipes/eval/x.yaml``,
+keys spelled like the flags, ``-`` or ``_``); flags given on the command line
+win. The run directory gets ``claims.jsonl`` (appended chunk by chunk;
+rerunning the same command resumes), ``config.json``, ``metrics.json``,
+``report.md`` and ``trajectory.png``.
+
+Under ``accelerate launch`` (or torchrun) the ``hf`` backend splits the claims
+across processes: each appends ``claims.rank{k}.jsonl``; the main process
+merges them into ``claims.jsonl`` in record order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from data_prep._dispatch import UserError
+
+# name -> (default, help). Defaults live here, not in argparse, so that a
+# value is "given on the command line" exactly when argparse saw it.
+DEFAULTS: dict[str, Any] = {
+    "config": None,
+    "records": None,
+    "output": None,
+    "backend": "hf",
+    "model": None,
+    "adapter": None,
+    "rounds": 4,
+    "max_new_tokens": 64,
+    "limit": None,
+    "chunk_size": 256,
+    "progress": True,
+    # hf
+    "batch_size": 8,
+    "device": "auto",
+    "dtype": "auto",
+    # openai
+    "base_url": None,
+    "api_key_env": None,
+    "concurrency": 8,
+    "request_timeout": 60.0,
+    "max_retries": 6,
+    "backoff_base": 1.0,
+    "seed": None,
+    # vllm
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": None,
+    "max_model_len": None,
+}
+_REQUIRED = ("records", "output", "model")
+
+
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    S = argparse.SUPPRESS  # absent flags stay absent, so YAML values can fill them
+    p.add_argument("--config", default=S, metavar="YAML", help="options from a YAML file (flags win)")
+    p.add_argument("--records", default=S, help="claim records (.jsonl, SPEC §2)")
+    p.add_argument("--output", default=S, metavar="RUN_DIR", help="run directory (created; resumed if present)")
+    p.add_argument("--backend", default=S, help="hf (default), openai or vllm")
+    p.add_argument("--model", default=S, help="model path / name (hf, vllm) or served model name (openai)")
+    p.add_argument("--adapter", default=S, help="PEFT LoRA adapter directory (hf, vllm)")
+    p.add_argument("--rounds", type=_nonneg_int, default=S, help="ablation rounds R after round 0 (default 4)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=S, help="answer length cap (default 64)")
+    p.add_argument("--limit", type=_positive_int, default=S, help="only the first N records")
+    p.add_argument("--chunk-size", type=_positive_int, default=S,
+                   help="claims per write to claims.jsonl (default 256; smaller = finer resume)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bars")
+    g = p.add_argument_group("hf backend")
+    g.add_argument("--batch-size", type=_positive_int, default=S, help="prompts per generate call (default 8)")
+    g.add_argument("--device", default=S, help="auto (default), cpu, cuda, cuda:1 ...")
+    g.add_argument("--dtype", default=S, help="auto (bf16 on CUDA, fp32 on CPU), bf16, fp16, fp32")
+    g = p.add_argument_group("openai backend")
+    g.add_argument("--base-url", default=S, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    g.add_argument("--api-key-env", default=S, metavar="VAR",
+                   help="environment variable holding the API key (the key itself is never stored)")
+    g.add_argument("--concurrency", type=_positive_int, default=S, help="requests in flight (default 8)")
+    g.add_argument("--request-timeout", type=float, default=S, help="seconds per request (default 60)")
+    g.add_argument("--max-retries", type=_nonneg_int, default=S,
+                   help="retries on 429/5xx/timeouts/bad bodies (default 6)")
+    g.add_argument("--backoff-base", type=float, default=S, help="first backoff in seconds (default 1, doubles)")
+    g.add_argument("--seed", type=int, default=S, help="sampling seed sent to the endpoint")
+    g = p.add_argument_group("vllm backend")
+    g.add_argument("--tensor-parallel-size", type=_positive_int, default=S, help="GPUs per model (default 1)")
+    g.add_argument("--gpu-memory-utilization", type=float, default=S)
+    g.add_argument("--max-model-len", type=_positive_int, default=S)
+    p.set_defaults(_run_parser=p)
+
+
+# ---------------------------------------------------------------------------
+# option merging
+# ---------------------------------------------------------------------------
+
+
+def load_yaml_options(path: str, parser: argparse.ArgumentParser | None) -> dict[str, Any]:
+    """YAML options, keys normalised to ``snake_case`` and type-checked like the flags."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"config file {path} not found") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: invalid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of option: value")
+    actions = {}
+    if parser is not None:
+        for a in parser._actions:
+            if a.dest and a.dest != "help":
+                actions[a.dest] = a
+    out = {}
+    for raw_key, value in data.items():
+        key = str(raw_key).replace("-", "_")
+        if key not in DEFAULTS or key == "config":
+            raise UserError(
+                f"{path}: unknown key {raw_key!r} (known: {', '.join(k for k in DEFAULTS if k != 'config')})"
+            )
+        a = actions.get(key)
+        if value is not None and a is not None and a.type is not None:
+            try:
+                value = a.type(str(value))
+            except (ValueError, argparse.ArgumentTypeError) as exc:
+                raise UserError(f"{path}: key {raw_key!r}: {exc}") from None
+        if key == "progress" and not isinstance(value, bool):
+            raise UserError(f"{path}: key {raw_key!r}: must be true or false")
+        out[key] = value
+    return out
+
+
+def given_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Options that were on the command line (absent flags are suppressed)."""
+    return {k: v for k, v in vars(args).items() if k in DEFAULTS}
+
+
+def merge_options(args: argparse.Namespace) -> dict[str, Any]:
+    """DEFAULTS < YAML file < command line."""
+    given = given_options(args)
+    opts = dict(DEFAULTS)
+    if given.get("config"):
+        opts.update(load_yaml_options(given["config"], getattr(args, "_run_parser", None)))
+    opts.update(given)
+    missing = [k for k in _REQUIRED if not opts.get(k)]
+    if missing:
+        raise UserError("missing " + ", ".join(f"--{k.replace('_', '-')}" for k in missing)
+                        + " (on the command line or in --config)")
+    return opts
+
+
+# ---------------------------------------------------------------------------
+# distributed helpers
+# ---------------------------------------------------------------------------
+
+
+def _dist_state():
+    """(rank, world, barrier, device) — a PartialState only when launched with WORLD_SIZE > 1."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, (lambda: None), None
+    import torch
+    from accelerate import PartialState
+
+    # A bare PartialState() under torchrun on CPU reports one process (STACK.md).
+    state = PartialState(cpu=not torch.cuda.is_available())
+    return state.process_index, state.num_processes, state.wait_for_everyone, str(state.device)
+
+
+# ---------------------------------------------------------------------------
+# the command
+# ---------------------------------------------------------------------------
+
+
+def command_line(given: dict[str, Any]) -> str:
+    """The `fae run` command as given (flags only; the API key is never a flag)."""
+    words = ["fae", "run"]
+    for key, value in given.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "progress":
+            words += [] if value else ["--no-progress"]
+        elif value is not None:
+            words += [flag, str(value)]
+    return shlex.join(words)
+
+
+def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[str, Any]) -> dict[str, Any]:
+    from .runio import file_sha256, package_versions
+
+    records = Path(opts["records"])
+    settings = {k: v for k, v in opts.items() if k not in ("config", "progress")}
+    return {
+        "command": command_line(given),
+        "config_file": opts.get("config"),
+        "records": str(records),
+        "records_sha256": file_sha256(records),
+        "backend": backend_cls.name,
+        "model": opts["model"],
+        "adapter": opts.get("adapter"),
+        "rounds": int(opts["rounds"]),
+        "decoding": decoding,
+        "limit": opts.get("limit"),
+        "settings": settings,  # every merged option (never the API key, only its variable's name)
+        "versions": package_versions(),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from data_prep.records import RecordError, load_records
+
+    from . import runio
+    from .backends import BackendError, get_backend
+    from .engine import run_ablation
+
+    opts = merge_options(args)
+    backend_cls = get_backend(opts["backend"])
+    rank, world, barrier, dist_device = _dist_state()
+    if world > 1:
+        if backend_cls.name != "hf":
+            raise UserError(f"multi-process runs split claims for the hf backend only, not {backend_cls.name!r}"
+                            " (vllm: --tensor-parallel-size; openai: --concurrency)")
+        opts["device"] = dist_device
+    if not Path(opts["records"]).is_file():
+        raise UserError(f"records file {opts['records']} not found")
+    try:
+        records = load_records(opts["records"])
+    except RecordError as exc:
+        raise UserError(str(exc)) from None
+    if opts.get("limit"):
+        records = records[: int(opts["limit"])]
+    if not records:
+        raise UserError(f"{opts['records']}: no records")
+
+    run_dir = Path(opts["output"])
+    decoding = backend_cls.decoding_of(opts)
+    config = build_config(opts, backend_cls, decoding, given_options(args))
+    if rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    barrier()
+    old = runio.check_resume(run_dir, config)
+    if rank == 0 and old is None:
+        runio.write_json_atomic(run_dir / runio.CONFIG, config)
+    barrier()
+
+    done = runio.finished_ids(run_dir)
+    mine = [r for r in records[rank::world] if r.id not in done]
+    out_path = run_dir / runio.CLAIMS if world == 1 else runio.shard_path(run_dir, rank)
+    started = time.time()
+    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0}
+    backend = None
+    error = None
+    if mine:
+        tag = f"[rank {rank}/{world}] " if world > 1 else ""
+        print(f"fae run: {tag}{len(mine)} claims to do ({len(done)} already in {run_dir})", file=sys.stderr)
+        backend = backend_cls(opts)
+        try:
+            with runio.ClaimWriter(out_path) as writer:
+                stats = run_ablation(mine, backend, int(opts["rounds"]), writer,
+                                     chunk_size=int(opts["chunk_size"]),
+                                     progress=bool(opts["progress"]) and rank == 0, desc=tag)
+        except BackendError as exc:
+            error = exc
+        finally:
+            backend.close()
+        runio.append_run_log(run_dir, {
+            "rank": rank, "world": world, "started": started, "seconds": round(time.time() - started, 3),
+            **{k: v for k, v in stats.items()}, "backend_stats": dict(backend.stats),
+            "error": str(error) if error else None,
+        })
+    if error is not None:
+        raise UserError(f"{error}. Finished claims are saved in {out_path}; rerun the same command to resume")
+    barrier()
+    if rank != 0:
+        return 0
+
+    claims = runio.merge_claims(run_dir, [r.id for r in records])
+    if len(claims) != len(records):
+        raise UserError(f"{run_dir}: {len(records) - len(claims)} claims missing after the run; rerun to resume")
+    from .metrics import compute_metrics
+    from .report import write_report
+
+    metrics = compute_metrics(claims)
+    runio.write_json_atomic(run_dir / runio.METRICS, metrics)
+    write_report([run_dir], run_dir)
+    print(json.dumps({k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
+                                               "IS", "ER", "IO", "model_calls", "reused_calls")}))
+    print(f"fae run: wrote {run_dir}/claims.jsonl, metrics.json, report.md, trajectory.png", file=sys.stderr)
+    return 0
