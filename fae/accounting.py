@@ -375,89 +375,114 @@ def paired_bootstrap(
 # ---------------------------------------------------------------------------
 # Run-level FAE metrics from per-claim contributions (SPEC §6), for paired comparison
 # ---------------------------------------------------------------------------
+#
+# Same definitions and populations as ``fae.metrics`` (which computes
+# metrics.json), but split into per-claim columns whose sums determine each
+# metric, so a bootstrap draw can recompute every metric — including ratios
+# of means such as IS = 1 - a_1/a_0 — from the drawn claims.
 
 
-@dataclass(frozen=True)
-class ClaimRounds:
-    """One claim's FAE trajectory as the metrics need it."""
+def _is_nei(label) -> bool:
+    return label is not None and str(label).upper() in ("NOT_ENOUGH_INFO", "NOT ENOUGH INFO", "NEI")
 
-    gold_label: str
-    gold_groups: list[list[int]]
-    labels: list[str | None]  # per round, None = invalid
-    cited0: list[int]  # round-0 cited ids (in citation order)
-    valid: list[bool]
-    hallucinated: list[int]  # per round: number of hallucinated ids
+
+def named_ids(rnd: Mapping) -> list:
+    """Every id an answer named in citation order (``evidence``; else cited + hallucinated)."""
+    if rnd.get("evidence") is not None:
+        return list(rnd["evidence"])
+    return list(rnd.get("cited") or []) + list(rnd.get("hallucinated") or [])
+
+
+def round_label(rnd: Mapping) -> str | None:
+    """The round's label, None when the answer was invalid."""
+    return rnd.get("label") if rnd.get("valid", rnd.get("label") is not None) else None
 
 
 def run_metric_names(n_rounds: int) -> list[str]:
-    """Metrics computed by ``run_metric_columns`` for runs with R = n_rounds rounds after round 0."""
+    """Metrics computed by ``run_metrics_from_sums`` for runs with R = n_rounds rounds after round 0."""
     names = ["label_accuracy", "strict_accuracy", "fever_score",
              "evidence_precision", "evidence_recall", "evidence_f1"]
     if n_rounds >= 1:
         names += ["IS", "ER", "IO", "flip_rate", "any_flip_rate"]
-    names += ["invalid_rate", "hallucinated_id_rate"]
     names += [f"round_accuracy_{r}" for r in range(n_rounds + 1)]
+    names += [f"invalid_rate_{r}" for r in range(n_rounds + 1)]
+    names += [f"hallucinated_id_rate_{r}" for r in range(n_rounds + 1)]
     return names
 
 
-def run_metric_columns(claims: Sequence[ClaimRounds], n_rounds: int) -> np.ndarray:
-    """Per-claim columns whose sums give every run metric (see ``run_metrics_from_sums``).
+def run_metric_columns(claims: Sequence[Mapping], n_rounds: int) -> np.ndarray:
+    """Per-claim columns (n_claims, 11 + 4(R+1)) whose sums give every run metric.
 
-    Columns: 1, a_0..a_R, strict_0, fever_0, |cited ∩ E*|, |cited|, |E*|,
-    direct SUPPORT<->REFUTE flips, transitions, any flip, invalid answers,
-    answers with hallucinated ids, answers.
+    ``claims`` are claims.jsonl entries (``gold_label``, ``gold_groups``,
+    ``rounds``). Columns: 1, evidence-claim flag e, e·a_0..e·a_R, correct_0,
+    strict_0, fever_0, e·|named ∩ E*|, e·|named|, e·|E*|, e·flips,
+    e·transitions, e·any flip, invalid_r (R+1), hallucinated ids_r (R+1),
+    named ids_r (R+1).
     """
     rows = []
     for c in claims:
-        if len(c.labels) != n_rounds + 1:
-            raise ValueError(f"claim has {len(c.labels)} rounds, expected {n_rounds + 1}")
-        acc = [float(label_correct(l, c.gold_label)) for l in c.labels]
-        gold = {i for g in c.gold_groups for i in g}
-        tp = len(gold & set(c.cited0))
-        flips = sum(
-            1 for prev, cur in zip(c.labels[:-1], c.labels[1:])
-            if {prev, cur} == {SUPPORT, REFUTE}
-        )
+        rounds = c["rounds"]
+        if len(rounds) < n_rounds + 1:
+            raise ValueError(f"claim {c.get('id')!r} has {len(rounds)} rounds, expected {n_rounds + 1}")
+        rounds = rounds[: n_rounds + 1]
+        gold_label, groups = c["gold_label"], c["gold_groups"]
+        e = 0.0 if _is_nei(gold_label) else 1.0
+        labels = [round_label(r) for r in rounds]
+        acc = [float(label_correct(l, gold_label)) for l in labels]
+        r0 = rounds[0]
+        named0 = named_ids(r0) if labels[0] is not None else []
+        gold = {i for g in groups for i in g}
+        flips = sum(1 for prev, cur in zip(labels[:-1], labels[1:]) if {prev, cur} == {SUPPORT, REFUTE})
         rows.append(
-            [1.0, *acc,
-             float(claim_score(c.labels[0], c.cited0, c.gold_label, c.gold_groups, "strict")),
-             float(claim_score(c.labels[0], c.cited0, c.gold_label, c.gold_groups, "fever_score")),
-             float(tp), float(len(c.cited0)), float(len(gold)),
-             float(flips), float(n_rounds), float(flips > 0),
-             float(sum(1 for v in c.valid if not v)),
-             float(sum(1 for h in c.hallucinated if h > 0)),
-             float(n_rounds + 1)]
+            [1.0, e, *(e * a for a in acc), acc[0],
+             float(claim_score(labels[0], r0.get("cited") or [], gold_label, groups, "strict")),
+             float(claim_score(labels[0], named0, gold_label, groups, "fever_score")),
+             e * len(set(named0) & gold), e * len(set(named0)), e * len(gold),
+             e * flips, e * n_rounds, e * float(flips > 0),
+             *(float(not r.get("valid", r.get("label") is not None)) for r in rounds),
+             *(float(len(r.get("hallucinated") or [])) for r in rounds),
+             *(float(len(r.get("cited") or []) + len(r.get("hallucinated") or [])) for r in rounds)]
         )
-    width = 1 + (n_rounds + 1) + 2 + 3 + 3 + 3
+    width = 11 + 4 * (n_rounds + 1)
     return np.array(rows, float).reshape(-1, width)
+
+
+def _ratio(num, den, empty=np.nan):
+    """num/den elementwise, ``empty`` where den == 0."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), empty)
 
 
 def run_metrics_from_sums(sums: np.ndarray, n_rounds: int) -> np.ndarray:
     """Run metrics (``run_metric_names`` order, x100) from summed columns; vectorised over leading axes.
 
-    IS = 1 - a_1/a_0, ER = 1 - a_R/a_0, IO = 1 - mean_{r>=1} a_r; ratios of
-    means are recomputed from sums, so bootstrap draws recompute them too.
-    Precision/recall are micro (pooled (claim, sentence) pairs) at round 0.
+    Populations as in ``fae.metrics``: label/strict/FEVER accuracy and the
+    invalid rates over all claims; the trajectory (a_r, IS, ER, IO, flips) and
+    evidence P/R/F1 over SUPPORT/REFUTE-gold claims. IS = 1 - a_1/a_0,
+    ER = 1 - a_R/a_0 (undefined when a_0 = 0), IO = 1 - mean_{r>=1} a_r.
+    Precision/recall are micro over named ids (0 when nothing was named);
+    hallucinated-id rate = hallucinated ids / named ids per round.
     """
     s = np.asarray(sums, float)
     R = n_rounds
-    n = s[..., 0]
-    acc = [s[..., 1 + r] / n for r in range(R + 1)]
-    k = 2 + R
-    strict, fever = s[..., k] / n, s[..., k + 1] / n
-    tp, cited, gold = s[..., k + 2], s[..., k + 3], s[..., k + 4]
-    flips, transitions, anyflip = s[..., k + 5], s[..., k + 6], s[..., k + 7]
-    invalid, halluc, answers = s[..., k + 8], s[..., k + 9], s[..., k + 10]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        prec = tp / cited
-        rec = tp / gold
-        f1 = 2 * prec * rec / (prec + rec)
-        out = [acc[0], strict, fever, prec, rec, f1]
-        if R >= 1:
-            out += [1 - acc[1] / acc[0], 1 - acc[R] / acc[0], 1 - sum(acc[1:]) / R,
-                    flips / transitions, anyflip / n]
-        out += [invalid / answers, halluc / answers]
-        out += acc
+    n, ev = s[..., 0], s[..., 1]
+    acc = [_ratio(s[..., 2 + r], ev) for r in range(R + 1)]
+    k = 3 + R
+    label_acc, strict, fever = s[..., k] / n, s[..., k + 1] / n, s[..., k + 2] / n
+    tp, named, gold = s[..., k + 3], s[..., k + 4], s[..., k + 5]
+    flips, transitions, anyflip = s[..., k + 6], s[..., k + 7], s[..., k + 8]
+    base = k + 9
+    invalid = [s[..., base + r] / n for r in range(R + 1)]
+    halluc = [_ratio(s[..., base + (R + 1) + r], s[..., base + 2 * (R + 1) + r], 0.0) for r in range(R + 1)]
+    prec = _ratio(tp, named, 0.0)
+    rec = _ratio(tp, gold, 0.0)
+    f1 = _ratio(2 * prec * rec, prec + rec, 0.0)
+    out = [label_acc, strict, fever, prec, rec, f1]
+    if R >= 1:
+        out += [1 - _ratio(acc[1], acc[0]), 1 - _ratio(acc[R], acc[0]), 1 - sum(acc[1:]) / R,
+                _ratio(flips, transitions), _ratio(anyflip, ev)]
+    out += acc + invalid + halluc
     return 100.0 * np.stack(out, axis=-1)
 
 

@@ -80,9 +80,10 @@ def _check_claim(path: Path, line: int, obj) -> dict:
             _fail(path, line, cid, f"rounds[{k}].round", f"expected {k}, got {r.get('round')!r}")
         if r.get("label") is not None and not isinstance(r.get("label"), str):
             _fail(path, line, cid, f"rounds[{k}].label", "must be a label string or null")
-        cited = r.get("cited", [])
-        if not isinstance(cited, list) or not all(isinstance(i, int) for i in cited):
-            _fail(path, line, cid, f"rounds[{k}].cited", "must be a list of sentence ids")
+        for key in ("cited", "hallucinated", "evidence"):
+            ids = r.get(key) or []
+            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                _fail(path, line, cid, f"rounds[{k}].{key}", "must be a list of sentence ids")
     return obj
 
 
@@ -179,22 +180,15 @@ def check_same_claims(a: Run, b: Run) -> list[str]:
     return list(a.order)
 
 
-def _claim_rounds(entry: dict, n_rounds: int) -> acc.ClaimRounds:
-    rounds = entry["rounds"][: n_rounds + 1]
-    return acc.ClaimRounds(
-        gold_label=entry["gold_label"],
-        gold_groups=entry["gold_groups"],
-        labels=[r.get("label") if r.get("valid", r.get("label") is not None) else None for r in rounds],
-        cited0=list(rounds[0].get("cited", [])),
-        valid=[bool(r.get("valid", r.get("label") is not None)) for r in rounds],
-        hallucinated=[len(r.get("hallucinated", []) or []) for r in rounds],
-    )
-
-
 def _round0(entry: dict) -> tuple[str | None, list[int]]:
+    """Round-0 label (None if invalid) and every id it named, in citation order.
+
+    Named ids include hallucinated ones: they never match gold at round 0, but
+    they take up slots of the FEVER scorer's first five, as in ``fae.metrics``.
+    """
     r0 = entry["rounds"][0]
-    valid = r0.get("valid", r0.get("label") is not None)
-    return (r0.get("label") if valid else None), list(r0.get("cited", []))
+    label = acc.round_label(r0)
+    return label, (acc.named_ids(r0) if label is not None else [])
 
 
 def _n_rounds(run: Run, order: list[str]) -> tuple[int, str | None]:
@@ -233,8 +227,8 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
     ra, note_a = _n_rounds(a, order)
     rb, note_b = _n_rounds(b, order)
     notes += [n for n in (note_a, note_b) if n]
-    cols_a = acc.run_metric_columns([_claim_rounds(a.claims[c], ra) for c in order], ra)
-    cols_b = acc.run_metric_columns([_claim_rounds(b.claims[c], rb) for c in order], rb)
+    cols_a = acc.run_metric_columns([a.claims[c] for c in order], ra)
+    cols_b = acc.run_metric_columns([b.claims[c] for c in order], rb)
     names_a, names_b = acc.run_metric_names(ra), acc.run_metric_names(rb)
     common = [n for n in names_a if n in names_b]
     ia = [names_a.index(n) for n in common]

@@ -205,14 +205,18 @@ def test_family_bootstrap_covers_where_claim_bootstrap_does_not():
 # -- run metrics from per-claim contributions ----------------------------------
 
 
+def _claim(gold, groups, labels, cited0=(), hallucinated=None, cid="c"):
+    hallucinated = hallucinated or [[] for _ in labels]
+    return {"id": cid, "gold_label": gold, "gold_groups": groups, "rounds": [
+        {"round": r, "label": lab, "valid": lab is not None, "cited": list(cited0) if r == 0 else [],
+         "hallucinated": hallucinated[r]} for r, lab in enumerate(labels)]}
+
+
 def test_run_metrics_hand_checked():
     claims = [
-        acc.ClaimRounds("SUPPORT", [[0], [3]], ["SUPPORT", "REFUTE", "SUPPORT"], [0, 1],
-                        [True, True, True], [0, 1, 0]),
-        acc.ClaimRounds("REFUTE", [[2]], ["REFUTE", "NOT_ENOUGH_INFO", None], [5],
-                        [True, True, False], [0, 0, 0]),
-        acc.ClaimRounds("SUPPORT", [[4]], [None, "SUPPORT", "NOT_ENOUGH_INFO"], [],
-                        [False, True, True], [0, 0, 0]),
+        _claim("SUPPORT", [[0], [3]], ["SUPPORT", "REFUTE", "SUPPORT"], [0, 1], [[], [7], []]),
+        _claim("REFUTE", [[2]], ["REFUTE", "NOT_ENOUGH_INFO", None], [5]),
+        _claim("SUPPORT", [[4]], [None, "SUPPORT", "NOT_ENOUGH_INFO"], []),
     ]
     cols = acc.run_metric_columns(claims, 2)
     m = dict(zip(acc.run_metric_names(2), acc.run_metrics_from_sums(cols.sum(0), 2)))
@@ -223,27 +227,67 @@ def test_run_metrics_hand_checked():
     assert m["IO"] == pytest.approx(100 * (1 - 1 / 3))
     # strict: claim 1 (cites 0); claim 2 cites 5, not gold 2 -> 1/3
     assert m["strict_accuracy"] == pytest.approx(100 / 3) and m["fever_score"] == pytest.approx(100 / 3)
-    # micro evidence: tp=1, cited=3, gold=2+1+1=4
+    # micro evidence: tp=1, named=3, gold=2+1+1=4
     assert m["evidence_precision"] == pytest.approx(100 / 3)
     assert m["evidence_recall"] == pytest.approx(25.0)
     assert m["evidence_f1"] == pytest.approx(100 * 2 * (1 / 3) * 0.25 / (1 / 3 + 0.25))
     # flips: claim 1 S->R and R->S = 2 of 6 transitions; one claim of three with any flip
     assert m["flip_rate"] == pytest.approx(100 / 3) and m["any_flip_rate"] == pytest.approx(100 / 3)
-    assert m["invalid_rate"] == pytest.approx(200 / 9) and m["hallucinated_id_rate"] == pytest.approx(100 / 9)
+    assert [m[f"invalid_rate_{r}"] for r in range(3)] == pytest.approx([100 / 3, 0, 100 / 3])
+    assert m["hallucinated_id_rate_1"] == pytest.approx(100.0) and m["hallucinated_id_rate_0"] == 0
     with pytest.raises(ValueError, match="rounds"):
         acc.run_metric_columns(claims, 3)
+
+
+def _random_claims(rng, n, R):
+    labels = ["SUPPORT", "REFUTE", "NOT_ENOUGH_INFO", None]
+    out = []
+    for i in range(n):
+        gold = str(rng.choice(["SUPPORT", "REFUTE", "SUPPORT", "REFUTE", "NOT_ENOUGH_INFO"]))
+        groups = [] if gold == "NOT_ENOUGH_INFO" else [sorted(rng.choice(8, int(rng.integers(1, 3)), replace=False).tolist())]
+        labs = [labels[int(rng.integers(0, 4))] for _ in range(R + 1)]
+        cited = rng.choice(8, int(rng.integers(0, 7)), replace=False).tolist()
+        halluc = [[int(x) for x in rng.choice([20, 21], int(rng.integers(0, 2)), replace=False)] for _ in range(R + 1)]
+        c = _claim(gold, groups, labs, cited, halluc, cid=f"c{i}")
+        for rd in c["rounds"]:
+            if rd["label"] is None:
+                rd["cited"], rd["hallucinated"] = [], []
+            rd["evidence"] = rd["cited"] + rd["hallucinated"]
+        out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_run_metrics_agree_with_fae_metrics(seed):
+    """Per-claim columns reproduce metrics.json's definitions (fae.metrics) exactly."""
+    from fae.metrics import compute_metrics
+
+    rng = np.random.default_rng(seed)
+    R = int(rng.integers(1, 4))
+    claims = _random_claims(rng, 60, R)
+    ref = compute_metrics(claims)
+    m = dict(zip(acc.run_metric_names(R),
+                 acc.run_metrics_from_sums(acc.run_metric_columns(claims, R).sum(0), R)))
+    for key in ("label_accuracy", "strict_accuracy", "fever_score", "evidence_precision", "evidence_recall",
+                "evidence_f1", "IS", "ER", "IO", "flip_rate", "any_flip_rate"):
+        if ref[key] is None:
+            assert not np.isfinite(m[key]), key
+        else:
+            assert m[key] == pytest.approx(100 * ref[key], abs=1e-9), key
+    for r in range(R + 1):
+        assert m[f"round_accuracy_{r}"] == pytest.approx(100 * ref["round_accuracy"][r], abs=1e-9)
+        assert m[f"invalid_rate_{r}"] == pytest.approx(100 * ref["invalid_rate"][r], abs=1e-9)
+        assert m[f"hallucinated_id_rate_{r}"] == pytest.approx(100 * ref["hallucinated_id_rate"][r], abs=1e-9)
 
 
 def test_ratio_metric_is_recomputed_per_draw():
     """IS = 1 - a1/a0 is a ratio of means; its bootstrap must recompute the ratio, not average per-claim ratios."""
     rng = np.random.default_rng(5)
-    claims = [acc.ClaimRounds("SUPPORT", [[0]], [rng.choice(["SUPPORT", "REFUTE"]),
-                                                 rng.choice(["SUPPORT", "NOT_ENOUGH_INFO"])], [0],
-                              [True, True], [0, 0]) for _ in range(200)]
+    claims = [_claim("SUPPORT", [[0]], [str(rng.choice(["SUPPORT", "REFUTE"])),
+                                         str(rng.choice(["SUPPORT", "NOT_ENOUGH_INFO"]))], [0]) for _ in range(200)]
     cols = acc.run_metric_columns(claims, 1)
-    names = acc.run_metric_names(1)
-    i = names.index("IS")
+    i = acc.run_metric_names(1).index("IS")
     r = acc.paired_bootstrap(cols, lambda s: acc.run_metrics_from_sums(s, 1), n_resamples=400, seed=0)
-    a = cols[:, 1:3].mean(0)
+    a = cols[:, 2:4].mean(0)
     assert r.estimate[i] == pytest.approx(100 * (1 - a[1] / a[0]))
     assert r.ci_low[i] < r.estimate[i] < r.ci_high[i]

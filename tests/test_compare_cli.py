@@ -80,6 +80,8 @@ def test_compare_writes_both_files_with_hand_checked_values(runs, tmp_path, caps
     assert m["IO"]["difference"]["estimate"] == pytest.approx(87.5 - 25)
     assert m["flip_rate"]["A"]["estimate"] == pytest.approx(25)  # c2 R->S, c4 S->R of 8 transitions
     assert m["flip_rate"]["B"]["estimate"] == pytest.approx(0)  # S->NEI is not a direct flip
+    assert m["invalid_rate_0"]["A"]["estimate"] == pytest.approx(25)
+    assert m["invalid_rate_0"]["difference"]["estimate"] == pytest.approx(-25)
     md = (out / "compare.md").read_text()
     assert "| Quantity | Change | Estimate | 95% interval |" in md
     assert "| $G$ | Total source gain | 25.00 |" in md
