@@ -109,6 +109,9 @@ class LocalOpenAIServer:
     host: str = "127.0.0.1"
     port: int = 0
     log: list[RequestLog] = field(default_factory=list)
+    # Optional: (body with _choice_index, content) -> a choice's "logprobs" object,
+    # returned when the request asks for logprobs (used by the PAVE tests).
+    logprobs_fn: Callable[[dict, str], "dict | None"] | None = None
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -243,7 +246,8 @@ class LocalOpenAIServer:
                     "index": i,
                     "message": {"role": "assistant", "content": c},
                     "finish_reason": "stop",
-                    "logprobs": None,
+                    "logprobs": (self.logprobs_fn(dict(body, _choice_index=i), c)
+                                 if body.get("logprobs") and self.logprobs_fn else None),
                 }
                 for i, c in enumerate(contents)
             ],

@@ -1,0 +1,506 @@
+"""Answer/evidence score accounting between two verifiers (SPEC §8).
+
+Paper: "What Changes When Fact-Verification Scores Improve?". For two systems
+0 and 1 with saved answers (labels) and submitted evidence (cited ids) on the
+same claims, ``S_ab`` is the corpus score (0-100) of system a's answers scored
+with system b's evidence. Because answer correctness and evidence eligibility
+factorise per claim (``score_i = a_i * d_i``), every cell is a mean of
+products of four per-claim indicators ``a0, a1, d0, d1``:
+
+    S_ab = 100 * mean(a_a * d_b)
+    G  = S11 - S00 = E0 + A1 = A0 + E1
+    E0 = S01 - S00,  A1 = S11 - S01,  A0 = S10 - S00,  E1 = S11 - S10,
+    I  = E1 - E0
+    E0 = 100 * [mean(a0) * mean(d1 - d0) + Cov_n(a0, d1 - d0)]   (same for E1 with a1)
+
+Uncertainty: a paired bootstrap over claims (or over whole claim families):
+one set of resampled units per draw, shared by every quantity, percentile
+intervals via ``scipy.stats.bootstrap``. All statistics here are functions of
+per-unit *sums* of per-claim columns, so resampling families (units of
+unequal size) is exact: a drawn family contributes its claims' sums and its
+claim count, and each statistic is recomputed as a ratio of resampled sums.
+
+Everything in this module is pure (no files, no printing) and tested in
+``tests/test_accounting.py``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+SUPPORT = "SUPPORT"
+REFUTE = "REFUTE"
+NEI = "NOT_ENOUGH_INFO"
+METRICS = ("strict", "fever_score", "label_accuracy")
+FEVER_MAX_EVIDENCE = 5
+
+CELLS = ("S00", "S01", "S10", "S11")
+COMPONENTS = ("G", "E0", "A1", "A0", "E1", "I")
+QUANTITIES = CELLS + COMPONENTS
+
+# What each quantity means, in the paper's Table 3 wording.
+DESCRIPTIONS = {
+    "S00": "answers 0, evidence 0 (original endpoint)",
+    "S01": "answers 0, evidence 1 (evidence replaced)",
+    "S10": "answers 1, evidence 0 (answers replaced)",
+    "S11": "answers 1, evidence 1 (new endpoint)",
+    "G": "Total source gain",
+    "E0": "Evidence replaced first",
+    "A1": "Answers replaced second",
+    "A0": "Answers replaced first",
+    "E1": "Evidence replaced second",
+    "I": "Difference between orders",
+}
+
+
+# ---------------------------------------------------------------------------
+# Per-claim indicators
+# ---------------------------------------------------------------------------
+
+
+def label_correct(label: str | None, gold_label: str) -> bool:
+    """An answer is correct when its label equals gold; invalid answers (None) are wrong."""
+    return label is not None and label == gold_label
+
+
+def evidence_eligible(
+    cited: Sequence[int],
+    gold_groups: Sequence[Sequence[int]],
+    gold_label: str,
+    metric: str,
+) -> bool:
+    """Does the submitted evidence satisfy ``metric``'s evidence requirement for the gold answer?
+
+    - ``strict``: at least one gold sentence (any group) among the cited ids (SPEC §6).
+    - ``fever_score``: one complete gold group within the first 5 cited ids
+      (the official FEVER scorer's ``max_evidence=5``).
+    - ``label_accuracy``: no evidence requirement (always eligible).
+
+    NOT_ENOUGH_INFO-gold claims have nothing to cite: as in the FEVER scorer, a
+    correct label suffices, so they are always eligible (for both metrics).
+    """
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    if metric == "label_accuracy" or gold_label == NEI:
+        return True
+    if metric == "strict":
+        gold = {i for group in gold_groups for i in group}
+        return any(i in gold for i in cited)
+    first = set(list(cited)[:FEVER_MAX_EVIDENCE])
+    return any(len(group) > 0 and set(group) <= first for group in gold_groups)
+
+
+def claim_score(label, cited, gold_label, gold_groups, metric) -> bool:
+    """The per-claim score of one (answer, evidence) pair: correct AND eligible."""
+    return label_correct(label, gold_label) and evidence_eligible(cited, gold_groups, gold_label, metric)
+
+
+@dataclass(frozen=True)
+class Indicators:
+    """Per-claim 0/1 arrays: answer correctness ``a0, a1`` and evidence eligibility ``d0, d1``."""
+
+    a0: np.ndarray
+    a1: np.ndarray
+    d0: np.ndarray
+    d1: np.ndarray
+
+    def __post_init__(self):
+        n = len(self.a0)
+        for name in ("a1", "d0", "d1"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"indicator {name} has length {len(getattr(self, name))}, expected {n}")
+
+    def __len__(self) -> int:
+        return len(self.a0)
+
+
+def indicators_from_answers(
+    gold_labels: Sequence[str],
+    gold_groups: Sequence[Sequence[Sequence[int]]],
+    labels0: Sequence[str | None],
+    cited0: Sequence[Sequence[int]],
+    labels1: Sequence[str | None],
+    cited1: Sequence[Sequence[int]],
+    metric: str,
+) -> Indicators:
+    """Build ``a0, a1, d0, d1`` from two systems' saved answers on the same claims (same order)."""
+    n = len(gold_labels)
+    for name, seq in (("gold_groups", gold_groups), ("labels0", labels0), ("cited0", cited0),
+                      ("labels1", labels1), ("cited1", cited1)):
+        if len(seq) != n:
+            raise ValueError(f"{name} has {len(seq)} entries, expected {n}")
+    f = np.array
+    return Indicators(
+        a0=f([label_correct(l, g) for l, g in zip(labels0, gold_labels)], dtype=float),
+        a1=f([label_correct(l, g) for l, g in zip(labels1, gold_labels)], dtype=float),
+        d0=f([evidence_eligible(c, gg, g, metric) for c, gg, g in zip(cited0, gold_groups, gold_labels)],
+             dtype=float),
+        d1=f([evidence_eligible(c, gg, g, metric) for c, gg, g in zip(cited1, gold_groups, gold_labels)],
+             dtype=float),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Point estimates
+# ---------------------------------------------------------------------------
+
+
+def score_cells(ind: Indicators) -> dict[str, float]:
+    """The 2x2 table ``S_ab = 100 * mean(a_a * d_b)``."""
+    a = {"0": ind.a0, "1": ind.a1}
+    d = {"0": ind.d0, "1": ind.d1}
+    return {f"S{x}{y}": 100.0 * float(np.mean(a[x] * d[y])) for x in "01" for y in "01"}
+
+
+def decompose(cells: Mapping[str, float]) -> dict[str, float]:
+    """G, E0, A1, A0, E1, I from the four cells (works on arrays too, elementwise)."""
+    s00, s01, s10, s11 = (cells[k] for k in CELLS)
+    e0, a1 = s01 - s00, s11 - s01
+    a0, e1 = s10 - s00, s11 - s10
+    return {"G": s11 - s00, "E0": e0, "A1": a1, "A0": a0, "E1": e1, "I": e1 - e0}
+
+
+def product_covariance(a: np.ndarray, d0: np.ndarray, d1: np.ndarray) -> dict[str, float]:
+    """Split the fixed-answer evidence gain ``100*mean(a*(d1-d0))`` into product and covariance.
+
+    ``100*mean(a*Δd) = 100*mean(a)*mean(Δd) + 100*Cov_n(a, Δd)`` with the
+    population (ddof=0) covariance, so the two terms add up exactly. The
+    product is what marginal accuracy and eligibility rates predict; the
+    covariance is what they miss (which claims combine a correct answer with an
+    evidence change).
+    """
+    a, delta = np.asarray(a, float), np.asarray(d1, float) - np.asarray(d0, float)
+    product = 100.0 * float(a.mean() * delta.mean())
+    cov = 100.0 * float(np.mean((a - a.mean()) * (delta - delta.mean())))
+    return {
+        "answer_accuracy": 100.0 * float(a.mean()),
+        "eligibility_change": 100.0 * float(delta.mean()),
+        "product": product,
+        "covariance": cov,
+        "total": 100.0 * float(np.mean(a * delta)),
+    }
+
+
+def per_label_contributions(ind: Indicators, gold_labels: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Each gold label's share of every cell and of G, on the full-population denominator.
+
+    Columns sum over labels to the overall scores (paper Table 14).
+    """
+    gold = np.asarray(gold_labels)
+    n = len(gold)
+    cells_full = {f"S{x}{y}": getattr(ind, f"a{x}") * getattr(ind, f"d{y}") for x in "01" for y in "01"}
+    out: dict[str, dict[str, float]] = {}
+    for label in [lab for lab in (SUPPORT, REFUTE, NEI) if lab in set(gold)] + sorted(
+        set(gold) - {SUPPORT, REFUTE, NEI}
+    ):
+        mask = gold == label
+        row = {k: 100.0 * float(v[mask].sum()) / n for k, v in cells_full.items()}
+        row.update(decompose(row))
+        out[label] = {"n_claims": int(mask.sum()), **row}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Sufficient sums: every statistic is a function of per-unit column sums
+# ---------------------------------------------------------------------------
+
+ACCOUNTING_COLUMNS = ("n", "a0", "a1", "d0", "d1", "a0d0", "a0d1", "a1d0", "a1d1")
+
+
+def accounting_columns(ind: Indicators) -> np.ndarray:
+    """Per-claim columns (n_claims, 9) whose sums determine every accounting quantity."""
+    one = np.ones(len(ind))
+    return np.column_stack([
+        one, ind.a0, ind.a1, ind.d0, ind.d1,
+        ind.a0 * ind.d0, ind.a0 * ind.d1, ind.a1 * ind.d0, ind.a1 * ind.d1,
+    ])
+
+
+ACCOUNTING_OUTPUTS = QUANTITIES + (
+    "E0_product", "E0_covariance", "E1_product", "E1_covariance",
+    "accuracy0", "accuracy1", "eligibility0", "eligibility1", "E_shapley", "A_shapley",
+)
+
+
+def accounting_from_sums(sums: np.ndarray) -> np.ndarray:
+    """All accounting outputs (``ACCOUNTING_OUTPUTS`` order, last axis) from column sums (last axis).
+
+    Vectorised over leading axes so it serves both the point estimate and every
+    bootstrap draw at once.
+    """
+    s = np.asarray(sums, float)
+    n = s[..., 0]
+    m = {name: s[..., i] / n for i, name in enumerate(ACCOUNTING_COLUMNS) if name != "n"}
+    cells = {"S00": m["a0d0"], "S01": m["a0d1"], "S10": m["a1d0"], "S11": m["a1d1"]}
+    cells = {k: 100.0 * v for k, v in cells.items()}
+    comp = decompose(cells)
+    dd = m["d1"] - m["d0"]
+    e0_prod = 100.0 * m["a0"] * dd
+    e1_prod = 100.0 * m["a1"] * dd
+    out = [cells[k] for k in CELLS] + [comp[k] for k in COMPONENTS] + [
+        e0_prod, comp["E0"] - e0_prod, e1_prod, comp["E1"] - e1_prod,
+        100.0 * m["a0"], 100.0 * m["a1"], 100.0 * m["d0"], 100.0 * m["d1"],
+        (comp["E0"] + comp["E1"]) / 2.0, (comp["A0"] + comp["A1"]) / 2.0,
+    ]
+    return np.stack(out, axis=-1)
+
+
+# ---------------------------------------------------------------------------
+# Units (claims or families) and the paired bootstrap
+# ---------------------------------------------------------------------------
+
+
+def unit_index(claim_ids: Sequence[str], families: Mapping[str, str] | None) -> np.ndarray:
+    """Map each claim to a resampling unit: itself, or its family (whole families resample together).
+
+    Raises ``KeyError`` listing (a few of) the claim ids the family map lacks.
+    """
+    if families is None:
+        return np.arange(len(claim_ids))
+    missing = [cid for cid in claim_ids if cid not in families]
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5])
+        raise KeyError(f"{len(missing)} claim id(s) have no family: {shown}" + (" ..." if len(missing) > 5 else ""))
+    codes: dict[str, int] = {}
+    return np.array([codes.setdefault(str(families[cid]), len(codes)) for cid in claim_ids])
+
+
+def unit_sums(columns: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Sum per-claim columns (n_claims, k) within units -> (n_units, k)."""
+    columns = np.asarray(columns, float)
+    n_units = int(units.max()) + 1 if len(units) else 0
+    out = np.zeros((n_units, columns.shape[1]))
+    np.add.at(out, units, columns)
+    return out
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    estimate: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    standard_error: np.ndarray
+    n_units: int
+    n_resamples: int
+    confidence: float
+    undefined_draws: np.ndarray  # per output: draws where it was undefined (e.g. a ratio over 0)
+
+
+def _resample_counts(idx: np.ndarray, n_units: int) -> np.ndarray:
+    """How often each unit appears in each resample: (..., n_units) from indices (..., n_units)."""
+    flat = idx.reshape(-1, idx.shape[-1]).astype(np.int64)
+    rows = flat.shape[0]
+    offsets = (np.arange(rows, dtype=np.int64) * n_units)[:, None]
+    counts = np.bincount((flat + offsets).ravel(), minlength=rows * n_units)
+    return counts.reshape(idx.shape[:-1] + (n_units,))
+
+
+def paired_bootstrap(
+    sums: np.ndarray,
+    statistic: Callable[[np.ndarray], np.ndarray],
+    *,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    max_batch_elements: int = 4_000_000,
+) -> BootstrapResult:
+    """Percentile bootstrap over units, every output computed on the same draws.
+
+    ``sums`` holds per-unit column sums (n_units, k); ``statistic`` maps column
+    sums (..., k) to outputs (..., q). Each draw picks n_units units with
+    replacement (``scipy.stats.bootstrap`` resamples the unit indices, one
+    sample, so pairing across systems and quantities is by construction);
+    the statistic is recomputed from the drawn units' summed columns, which
+    handles ratios of means (IS, micro precision) and families of unequal size.
+    Seeded with ``numpy.random.default_rng(seed)`` (PCG64).
+    """
+    sums = np.asarray(sums, float)
+    n_units = sums.shape[0]
+    if n_units < 2:
+        raise ValueError(f"need at least 2 resampling units, got {n_units}")
+    estimate = np.asarray(statistic(sums.sum(axis=0)), float)
+
+    def boot_stat(idx, axis=-1):
+        idx = np.moveaxis(np.asarray(idx), axis, -1)
+        counts = _resample_counts(idx, n_units)
+        return np.moveaxis(np.asarray(statistic(counts @ sums), float), -1, 0)
+
+    batch = max(1, int(max_batch_elements // max(n_units, 1)))
+    # Degenerate quantities are expected (E0 = 0 under label_accuracy, a
+    # metric that never varies on a tiny run): their interval is a point.
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap(
+            (np.arange(n_units),),
+            boot_stat,
+            vectorized=True,
+            n_resamples=n_resamples,
+            batch=batch,
+            confidence_level=confidence,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        )
+    low = np.array(res.confidence_interval.low, float, ndmin=1)
+    high = np.array(res.confidence_interval.high, float, ndmin=1)
+    se = np.array(res.standard_error, float, ndmin=1)
+    # A ratio (IS = 1 - a1/a0) is undefined on a draw where its denominator is
+    # 0. Such draws are counted and left out of that quantity's interval
+    # instead of turning the whole interval into NaN.
+    dist = np.array(res.bootstrap_distribution, float, ndmin=2)
+    finite = np.isfinite(dist)
+    undefined = (~finite).sum(axis=-1)
+    for i in np.flatnonzero(undefined):
+        ok = dist[i][finite[i]]
+        if ok.size:
+            alpha = (1 - confidence) / 2
+            low[i], high[i] = np.percentile(ok, [100 * alpha, 100 * (1 - alpha)])
+            se[i] = ok.std(ddof=1) if ok.size > 1 else np.nan
+    return BootstrapResult(
+        estimate=estimate,
+        ci_low=low,
+        ci_high=high,
+        standard_error=se,
+        n_units=n_units,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        undefined_draws=undefined,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Run-level FAE metrics from per-claim contributions (SPEC §6), for paired comparison
+# ---------------------------------------------------------------------------
+#
+# Same definitions and populations as ``fae.metrics`` (which computes
+# metrics.json), but split into per-claim columns whose sums determine each
+# metric, so a bootstrap draw can recompute every metric — including ratios
+# of means such as IS = 1 - a_1/a_0 — from the drawn claims.
+
+
+def _is_nei(label) -> bool:
+    return label is not None and str(label).upper() in ("NOT_ENOUGH_INFO", "NOT ENOUGH INFO", "NEI")
+
+
+def named_ids(rnd: Mapping) -> list:
+    """Every id an answer named in citation order (``evidence``; else cited + hallucinated)."""
+    if rnd.get("evidence") is not None:
+        return list(rnd["evidence"])
+    return list(rnd.get("cited") or []) + list(rnd.get("hallucinated") or [])
+
+
+def round_label(rnd: Mapping) -> str | None:
+    """The round's label, None when the answer was invalid."""
+    return rnd.get("label") if rnd.get("valid", rnd.get("label") is not None) else None
+
+
+def run_metric_names(n_rounds: int) -> list[str]:
+    """Metrics computed by ``run_metrics_from_sums`` for runs with R = n_rounds rounds after round 0."""
+    names = ["label_accuracy", "strict_accuracy", "fever_score",
+             "evidence_precision", "evidence_recall", "evidence_f1"]
+    if n_rounds >= 1:
+        names += ["IS", "ER", "IO", "flip_rate", "any_flip_rate"]
+    names += [f"round_accuracy_{r}" for r in range(n_rounds + 1)]
+    names += [f"invalid_rate_{r}" for r in range(n_rounds + 1)]
+    names += [f"hallucinated_id_rate_{r}" for r in range(n_rounds + 1)]
+    return names
+
+
+def run_metric_columns(claims: Sequence[Mapping], n_rounds: int) -> np.ndarray:
+    """Per-claim columns (n_claims, 11 + 4(R+1)) whose sums give every run metric.
+
+    ``claims`` are claims.jsonl entries (``gold_label``, ``gold_groups``,
+    ``rounds``). Columns: 1, evidence-claim flag e, e·a_0..e·a_R, correct_0,
+    strict_0, fever_0, e·|named ∩ E*|, e·|named|, e·|E*|, e·flips,
+    e·transitions, e·any flip, invalid_r (R+1), hallucinated ids_r (R+1),
+    named ids_r (R+1).
+    """
+    rows = []
+    for c in claims:
+        rounds = c["rounds"]
+        if len(rounds) < n_rounds + 1:
+            raise ValueError(f"claim {c.get('id')!r} has {len(rounds)} rounds, expected {n_rounds + 1}")
+        rounds = rounds[: n_rounds + 1]
+        gold_label, groups = c["gold_label"], c["gold_groups"]
+        e = 0.0 if _is_nei(gold_label) else 1.0
+        labels = [round_label(r) for r in rounds]
+        acc = [float(label_correct(l, gold_label)) for l in labels]
+        r0 = rounds[0]
+        named0 = named_ids(r0) if labels[0] is not None else []
+        gold = {i for g in groups for i in g}
+        flips = sum(1 for prev, cur in zip(labels[:-1], labels[1:]) if {prev, cur} == {SUPPORT, REFUTE})
+        rows.append(
+            [1.0, e, *(e * a for a in acc), acc[0],
+             float(claim_score(labels[0], r0.get("cited") or [], gold_label, groups, "strict")),
+             float(claim_score(labels[0], named0, gold_label, groups, "fever_score")),
+             e * len(set(named0) & gold), e * len(set(named0)), e * len(gold),
+             e * flips, e * n_rounds, e * float(flips > 0),
+             *(float(not r.get("valid", r.get("label") is not None)) for r in rounds),
+             *(float(len(r.get("hallucinated") or [])) for r in rounds),
+             *(float(len(r.get("cited") or []) + len(r.get("hallucinated") or [])) for r in rounds)]
+        )
+    width = 11 + 4 * (n_rounds + 1)
+    return np.array(rows, float).reshape(-1, width)
+
+
+def _ratio(num, den, empty=np.nan):
+    """num/den elementwise, ``empty`` where den == 0."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), empty)
+
+
+def run_metrics_from_sums(sums: np.ndarray, n_rounds: int) -> np.ndarray:
+    """Run metrics (``run_metric_names`` order, x100) from summed columns; vectorised over leading axes.
+
+    Populations as in ``fae.metrics``: label/strict/FEVER accuracy and the
+    invalid rates over all claims; the trajectory (a_r, IS, ER, IO, flips) and
+    evidence P/R/F1 over SUPPORT/REFUTE-gold claims. IS = 1 - a_1/a_0,
+    ER = 1 - a_R/a_0 (undefined when a_0 = 0), IO = 1 - mean_{r>=1} a_r.
+    Precision/recall are micro over named ids (0 when nothing was named);
+    hallucinated-id rate = hallucinated ids / named ids per round.
+    """
+    s = np.asarray(sums, float)
+    R = n_rounds
+    n, ev = s[..., 0], s[..., 1]
+    acc = [_ratio(s[..., 2 + r], ev) for r in range(R + 1)]
+    k = 3 + R
+    label_acc, strict, fever = s[..., k] / n, s[..., k + 1] / n, s[..., k + 2] / n
+    tp, named, gold = s[..., k + 3], s[..., k + 4], s[..., k + 5]
+    flips, transitions, anyflip = s[..., k + 6], s[..., k + 7], s[..., k + 8]
+    base = k + 9
+    invalid = [s[..., base + r] / n for r in range(R + 1)]
+    halluc = [_ratio(s[..., base + (R + 1) + r], s[..., base + 2 * (R + 1) + r], 0.0) for r in range(R + 1)]
+    prec = _ratio(tp, named, 0.0)
+    rec = _ratio(tp, gold, 0.0)
+    f1 = _ratio(2 * prec * rec, prec + rec, 0.0)
+    out = [label_acc, strict, fever, prec, rec, f1]
+    if R >= 1:
+        out += [1 - _ratio(acc[1], acc[0]), 1 - _ratio(acc[R], acc[0]), 1 - sum(acc[1:]) / R,
+                _ratio(flips, transitions), _ratio(anyflip, ev)]
+    out += acc + invalid + halluc
+    return 100.0 * np.stack(out, axis=-1)
+
+
+def as_interval_dict(estimate: float, low: float, high: float) -> dict[str, float | None]:
+    """JSON-safe ``{"estimate", "ci_low", "ci_high"}`` (NaN -> None)."""
+
+    def clean(x):
+        x = float(x)
+        return None if not np.isfinite(x) else x
+
+    return {"estimate": clean(estimate), "ci_low": clean(low), "ci_high": clean(high)}
+
+
+def check_identities(values: Mapping[str, float], tol: float = 1e-9) -> None:
+    """Assert G = E0 + A1 = A0 + E1 and I = E1 - E0 (a guard on every computed table)."""
+    g = values["G"]
+    for lhs, rhs in ((g, values["E0"] + values["A1"]), (g, values["A0"] + values["E1"]),
+                     (values["I"], values["E1"] - values["E0"])):
+        if abs(lhs - rhs) > tol:
+            raise AssertionError(f"decomposition identity violated: {lhs} != {rhs}")
+

@@ -1,0 +1,434 @@
+"""`fae compare RUN_A RUN_B`: answer/evidence score accounting between two FAE runs (SPEC §8).
+
+RUN_A is system 0, RUN_B system 1. From the round-0 answers saved in each
+run's ``claims.jsonl`` it builds the 2x2 table S00/S01/S10/S11 (answers from
+one run, evidence from the other), the decomposition G = E0 + A1 = A0 + E1
+and I = E1 - E0, the product/covariance split of E0 and E1, per-gold-label
+contributions, and paired differences of the run metrics (IS, ER, IO, ...)
+recomputed per claim; every interval comes from one paired bootstrap over
+claims (or whole families with ``--families``). Writes ``compare.json`` and
+``compare.md`` (the paper's Table 3 layout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from data_prep._dispatch import UserError
+from fae import accounting as acc
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_a", metavar="RUN_A", help="FAE run directory of system 0 (e.g. the SFT verifier)")
+    p.add_argument("run_b", metavar="RUN_B", help="FAE run directory of system 1 (e.g. the REAL verifier)")
+    p.add_argument("--output", "-o", required=True, help="directory for compare.json and compare.md")
+    p.add_argument("--metric", choices=acc.METRICS, default="strict",
+                   help="joint score: strict (label correct AND >=1 gold sentence cited), fever_score "
+                        "(label correct AND a complete gold group in the first 5 cited ids) or "
+                        "label_accuracy (no evidence requirement; E0 = E1 = 0). Default: strict")
+    p.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap draws (default 10000)")
+    p.add_argument("--seed", type=int, default=20261099, help="bootstrap RNG seed (numpy PCG64)")
+    p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--families", metavar="FILE",
+                   help="claim families resampled as whole units: a JSON object {record_id: family_id} "
+                        "or JSONL lines {\"id\": ..., \"family\": ...}")
+
+
+# ---------------------------------------------------------------------------
+# Reading runs
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict
+    metrics: dict
+    claims: dict[str, dict]  # id -> claims.jsonl entry
+    order: list[str]
+
+
+def _fail(path, line, cid, field, reason):
+    where = f"{path}:{line}" + (f": claim {cid!r}" if cid is not None else "") + (f": field {field!r}" if field else "")
+    raise UserError(f"{where}: {reason}")
+
+
+def _check_claim(path: Path, line: int, obj) -> dict:
+    if not isinstance(obj, dict):
+        _fail(path, line, None, None, "not a JSON object")
+    cid = obj.get("id")
+    if not isinstance(cid, str) or not cid:
+        _fail(path, line, None, "id", "missing or not a non-empty string")
+    if not isinstance(obj.get("gold_label"), str):
+        _fail(path, line, cid, "gold_label", "missing or not a string")
+    groups = obj.get("gold_groups")
+    if not isinstance(groups, list) or not all(isinstance(g, list) and all(isinstance(i, int) for i in g)
+                                               for g in groups):
+        _fail(path, line, cid, "gold_groups", "must be a list of lists of sentence ids")
+    rounds = obj.get("rounds")
+    if not isinstance(rounds, list) or not rounds:
+        _fail(path, line, cid, "rounds", "missing or empty")
+    for k, r in enumerate(rounds):
+        if not isinstance(r, dict):
+            _fail(path, line, cid, f"rounds[{k}]", "not an object")
+        if r.get("round", k) != k:
+            _fail(path, line, cid, f"rounds[{k}].round", f"expected {k}, got {r.get('round')!r}")
+        if r.get("label") is not None and not isinstance(r.get("label"), str):
+            _fail(path, line, cid, f"rounds[{k}].label", "must be a label string or null")
+        for key in ("cited", "hallucinated", "evidence"):
+            ids = r.get(key) or []
+            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                _fail(path, line, cid, f"rounds[{k}].{key}", "must be a list of sentence ids")
+    return obj
+
+
+def load_run(path: str | Path) -> Run:
+    """Read an FAE run directory (claims.jsonl, config.json, metrics.json if present)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path}: not a directory (expected an FAE run directory)")
+    claims_path, config_path = path / "claims.jsonl", path / "config.json"
+    for f in (claims_path, config_path):
+        if not f.is_file():
+            raise UserError(f"{f}: missing; is {path} an FAE run directory (`fae run --output`)?")
+    try:
+        config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{config_path}: invalid JSON ({exc})") from None
+    metrics = {}
+    if (path / "metrics.json").is_file():
+        try:
+            metrics = json.loads((path / "metrics.json").read_text())
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path / 'metrics.json'}: invalid JSON ({exc})") from None
+    claims: dict[str, dict] = {}
+    order: list[str] = []
+    with claims_path.open() as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                _fail(claims_path, line_no, None, None, f"invalid JSON ({exc.msg})")
+            obj = _check_claim(claims_path, line_no, obj)
+            if obj["id"] in claims:
+                _fail(claims_path, line_no, obj["id"], "id", "duplicate claim id")
+            claims[obj["id"]] = obj
+            order.append(obj["id"])
+    if not claims:
+        raise UserError(f"{claims_path}: no claims")
+    return Run(path=path, config=config, metrics=metrics, claims=claims, order=order)
+
+
+def load_families(path: str | Path) -> dict[str, str]:
+    """Family map from a JSON object ``{id: family}`` or JSONL ``{"id": ..., "family": ...}`` lines."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: families file not found")
+    text = path.read_text()
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, dict):
+        return {str(k): str(v) for k, v in whole.items()}
+    fams: dict[str, str] = {}
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{line_no}: invalid JSON ({exc.msg}); expected a JSON object "
+                            "{id: family} or JSONL lines {\"id\": ..., \"family\": ...}") from None
+        if not isinstance(obj, dict) or "id" not in obj or "family" not in obj:
+            raise UserError(f"{path}:{line_no}: expected an object with 'id' and 'family' fields")
+        fams[str(obj["id"])] = str(obj["family"])
+    return fams
+
+
+def check_same_claims(a: Run, b: Run) -> list[str]:
+    """Fail clearly unless both runs cover the same claims of the same record file; return the claim order."""
+    sha_a, sha_b = a.config.get("records_sha256"), b.config.get("records_sha256")
+    if sha_a and sha_b and sha_a != sha_b:
+        raise UserError(
+            f"the runs were made on different record files: {a.path} used {a.config.get('records')} "
+            f"(sha256 {sha_a[:12]}...), {b.path} used {b.config.get('records')} (sha256 {sha_b[:12]}...)"
+        )
+    ids_a, ids_b = set(a.claims), set(b.claims)
+    if ids_a != ids_b:
+        only_a, only_b = sorted(ids_a - ids_b), sorted(ids_b - ids_a)
+        parts = []
+        if only_a:
+            parts.append(f"{len(only_a)} only in {a.path} (e.g. {', '.join(map(repr, only_a[:3]))})")
+        if only_b:
+            parts.append(f"{len(only_b)} only in {b.path} (e.g. {', '.join(map(repr, only_b[:3]))})")
+        raise UserError("the runs cover different claims: " + "; ".join(parts))
+    for cid in a.order:
+        ca, cb = a.claims[cid], b.claims[cid]
+        if ca["gold_label"] != cb["gold_label"]:
+            raise UserError(f"claim {cid!r} has gold label {ca['gold_label']} in {a.path} "
+                            f"but {cb['gold_label']} in {b.path}")
+        if sorted(map(sorted, ca["gold_groups"])) != sorted(map(sorted, cb["gold_groups"])):
+            raise UserError(f"claim {cid!r} has different gold evidence groups in {a.path} and {b.path}")
+    return list(a.order)
+
+
+def _round0(entry: dict) -> tuple[str | None, list[int]]:
+    """Round-0 label (None if invalid) and every id it named, in citation order.
+
+    Named ids include hallucinated ones: they never match gold at round 0, but
+    they take up slots of the FEVER scorer's first five, as in ``fae.metrics``.
+    """
+    r0 = entry["rounds"][0]
+    label = acc.round_label(r0)
+    return label, (acc.named_ids(r0) if label is not None else [])
+
+
+def _n_rounds(run: Run, order: list[str]) -> tuple[int, str | None]:
+    counts = {len(run.claims[c]["rounds"]) for c in order}
+    if len(counts) == 1:
+        return counts.pop() - 1, None
+    return min(counts) - 1, (f"{run.path}: claims have between {min(counts)} and {max(counts)} rounds; "
+                             f"round metrics use the first {min(counts)}")
+
+
+# ---------------------------------------------------------------------------
+# The comparison
+# ---------------------------------------------------------------------------
+
+
+def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, confidence: float = 0.95,
+                 families: dict[str, str] | None = None) -> dict:
+    """Everything ``compare.json`` holds, computed from two loaded runs."""
+    order = check_same_claims(a, b)
+    gold_labels = [a.claims[c]["gold_label"] for c in order]
+    gold_groups = [a.claims[c]["gold_groups"] for c in order]
+    ans_a = [_round0(a.claims[c]) for c in order]
+    ans_b = [_round0(b.claims[c]) for c in order]
+    ind = acc.indicators_from_answers(
+        gold_labels, gold_groups,
+        [x[0] for x in ans_a], [x[1] for x in ans_a],
+        [x[0] for x in ans_b], [x[1] for x in ans_b],
+        metric,
+    )
+    try:
+        units = acc.unit_index(order, families)
+    except KeyError as exc:
+        raise UserError(f"--families: {exc.args[0]}") from None
+
+    notes = []
+    ra, note_a = _n_rounds(a, order)
+    rb, note_b = _n_rounds(b, order)
+    notes += [n for n in (note_a, note_b) if n]
+    cols_a = acc.run_metric_columns([a.claims[c] for c in order], ra)
+    cols_b = acc.run_metric_columns([b.claims[c] for c in order], rb)
+    names_a, names_b = acc.run_metric_names(ra), acc.run_metric_names(rb)
+    common = [n for n in names_a if n in names_b]
+    ia = [names_a.index(n) for n in common]
+    ib = [names_b.index(n) for n in common]
+
+    acc_cols = acc.accounting_columns(ind)
+    k0, ka = acc_cols.shape[1], cols_a.shape[1]
+    columns = np.hstack([acc_cols, cols_a, cols_b])
+
+    def statistic(sums):
+        out_acc = acc.accounting_from_sums(sums[..., :k0])
+        ma = acc.run_metrics_from_sums(sums[..., k0:k0 + ka], ra)[..., ia]
+        mb = acc.run_metrics_from_sums(sums[..., k0 + ka:], rb)[..., ib]
+        return np.concatenate([out_acc, ma, mb, mb - ma], axis=-1)
+
+    res = acc.paired_bootstrap(acc.unit_sums(columns, units), statistic, n_resamples=n_resamples,
+                               seed=seed, confidence=confidence)
+
+    def interval(i):
+        d = acc.as_interval_dict(res.estimate[i], res.ci_low[i], res.ci_high[i])
+        if res.undefined_draws[i]:
+            d["undefined_draws"] = int(res.undefined_draws[i])
+        return d
+
+    names = list(acc.ACCOUNTING_OUTPUTS)
+    pos = {n: i for i, n in enumerate(names)}
+    out: dict = {q: interval(pos[q]) for q in acc.QUANTITIES}
+    acc.check_identities({q: res.estimate[pos[q]] for q in acc.QUANTITIES}, tol=1e-6)
+    out.update(
+        n_claims=len(order),
+        n_units=res.n_units,
+        resampling_unit="family" if families is not None else "claim",
+        metric=metric,
+        bootstrap=n_resamples,
+        seed=seed,
+        confidence=confidence,
+        scale="points (0-100)",
+        runs={
+            "A": _run_info(a, "system 0"),
+            "B": _run_info(b, "system 1"),
+        },
+        answer_accuracy={"A": interval(pos["accuracy0"]), "B": interval(pos["accuracy1"])},
+        evidence_eligibility={"A": interval(pos["eligibility0"]), "B": interval(pos["eligibility1"])},
+        product_covariance={
+            "E0": {"answers_fixed": "A",
+                   "answer_accuracy": float(res.estimate[pos["accuracy0"]]),
+                   "eligibility_change": float(res.estimate[pos["eligibility1"]] - res.estimate[pos["eligibility0"]]),
+                   "product": interval(pos["E0_product"]), "covariance": interval(pos["E0_covariance"])},
+            "E1": {"answers_fixed": "B",
+                   "answer_accuracy": float(res.estimate[pos["accuracy1"]]),
+                   "eligibility_change": float(res.estimate[pos["eligibility1"]] - res.estimate[pos["eligibility0"]]),
+                   "product": interval(pos["E1_product"]), "covariance": interval(pos["E1_covariance"])},
+        },
+        shapley={"E": interval(pos["E_shapley"]), "A": interval(pos["A_shapley"])},
+        by_gold_label=acc.per_label_contributions(ind, gold_labels),
+    )
+    base = len(names)
+    m = len(common)
+    out["metrics"] = {
+        name: {"A": interval(base + j), "B": interval(base + m + j), "difference": interval(base + 2 * m + j)}
+        for j, name in enumerate(common)
+    }
+    if metric == "label_accuracy":
+        notes.append("metric label_accuracy has no evidence requirement, so swapping evidence changes "
+                     "nothing: E0 = E1 = I = 0 and G = A0 = A1 by construction")
+    if families is not None:
+        notes.append(f"{len(order)} claims in {res.n_units} families; whole families are resampled together")
+    out["notes"] = notes
+    return out
+
+
+def _run_info(run: Run, role: str) -> dict:
+    cfg = run.config
+    return {"path": str(run.path), "role": role, "model": cfg.get("model"), "adapter": cfg.get("adapter"),
+            "records": cfg.get("records"), "records_sha256": cfg.get("records_sha256")}
+
+
+# ---------------------------------------------------------------------------
+# Markdown
+# ---------------------------------------------------------------------------
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _ci(d: dict) -> str:
+    return f"[{_fmt(d['ci_low'])}, {_fmt(d['ci_high'])}]"
+
+
+_MD_NAMES = {"G": "$G$", "E0": "$E_{0}$", "A1": "$A_{1}$", "A0": "$A_{0}$", "E1": "$E_{1}$",
+             "I": "$I=E_{1}-E_{0}$"}
+
+
+def render_markdown(res: dict) -> str:
+    a, b = res["runs"]["A"], res["runs"]["B"]
+    pct = int(round(100 * res["confidence"]))
+    unit = "claim" if res["resampling_unit"] == "claim" else "claim-family"
+    lines = [
+        f"# Score accounting ({res['metric']})",
+        "",
+        f"- System 0 (A): `{a['path']}` — model `{a['model']}`" + (f", adapter `{a['adapter']}`" if a["adapter"] else ""),
+        f"- System 1 (B): `{b['path']}` — model `{b['model']}`" + (f", adapter `{b['adapter']}`" if b["adapter"] else ""),
+        f"- {res['n_claims']} claims, {res['n_units']} resampling units; {res['bootstrap']} paired {unit} "
+        f"bootstrap draws (seed {res['seed']}), pointwise {pct}% percentile intervals. Points on a 0-100 scale.",
+        "",
+        "## Score table",
+        "",
+        "Each row holds answers fixed; each column holds submitted evidence fixed.",
+        "",
+        "| Saved answers | System 0 scoring evidence | System 1 scoring evidence |",
+        "| --- | --- | --- |",
+        f"| Generated by system 0 (A) | $S_{{00}}$ = {_fmt(res['S00']['estimate'])} {_ci(res['S00'])} "
+        f"| $S_{{01}}$ = {_fmt(res['S01']['estimate'])} {_ci(res['S01'])} |",
+        f"| Generated by system 1 (B) | $S_{{10}}$ = {_fmt(res['S10']['estimate'])} {_ci(res['S10'])} "
+        f"| $S_{{11}}$ = {_fmt(res['S11']['estimate'])} {_ci(res['S11'])} |",
+        "",
+        "## Score decomposition",
+        "",
+        f"| Quantity | Change | Estimate | {pct}% interval |",
+        "| --- | --- | --- | --- |",
+    ]
+    for q in acc.COMPONENTS:
+        lines.append(f"| {_MD_NAMES[q]} | {acc.DESCRIPTIONS[q]} | {_fmt(res[q]['estimate'])} | {_ci(res[q])} |")
+    pc = res["product_covariance"]
+    lines += [
+        "",
+        "## Marginal rates: product and covariance",
+        "",
+        "$E = 100\\,[\\overline{a}\\,\\overline{\\Delta d} + \\mathrm{Cov}_n(a, \\Delta d)]$: the product is what "
+        "answer accuracy times the eligibility-rate change predicts; the covariance is what it misses.",
+        "",
+        f"| Evidence gain | Answers fixed | Answer accuracy | Eligibility change | Product [{pct}%] "
+        f"| Covariance [{pct}%] | Total |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for q, who in (("E0", "system 0 (A)"), ("E1", "system 1 (B)")):
+        p = pc[q]
+        lines.append(
+            f"| {_MD_NAMES[q]} | {who} | {_fmt(p['answer_accuracy'])} | {_fmt(p['eligibility_change'])} | "
+            f"{_fmt(p['product']['estimate'])} {_ci(p['product'])} | "
+            f"{_fmt(p['covariance']['estimate'])} {_ci(p['covariance'])} | {_fmt(res[q]['estimate'])} |"
+        )
+    lines += [
+        "",
+        f"Averaging both orders (Shapley): evidence {_fmt(res['shapley']['E']['estimate'])} "
+        f"{_ci(res['shapley']['E'])}, answers {_fmt(res['shapley']['A']['estimate'])} {_ci(res['shapley']['A'])}. "
+        f"Answer accuracy A {_fmt(res['answer_accuracy']['A']['estimate'])}, "
+        f"B {_fmt(res['answer_accuracy']['B']['estimate'])}; evidence eligibility A "
+        f"{_fmt(res['evidence_eligibility']['A']['estimate'])}, B {_fmt(res['evidence_eligibility']['B']['estimate'])}.",
+        "",
+        "## Contributions by gold label",
+        "",
+        f"Each contribution uses all {res['n_claims']} claims as denominator; columns sum to the overall scores.",
+        "",
+        "| Gold label | Claims | $S_{00}$ | $S_{01}$ | $S_{10}$ | $S_{11}$ | Gain $G$ |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, row in res["by_gold_label"].items():
+        lines.append(f"| {label} | {row['n_claims']} | " + " | ".join(_fmt(row[k]) for k in acc.CELLS)
+                     + f" | {_fmt(row['G'])} |")
+    if res["metrics"]:
+        lines += [
+            "",
+            "## Run metrics (paired)",
+            "",
+            "Recomputed per claim from each run's claims.jsonl (x100); ratios such as IS = 1 - a_1/a_0 are "
+            "recomputed on every bootstrap draw.",
+            "",
+            f"| Metric | A | B | B - A | {pct}% interval |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for name, m in res["metrics"].items():
+            undefined = m["difference"].get("undefined_draws")
+            lines.append(f"| {name} | {_fmt(m['A']['estimate'])} | {_fmt(m['B']['estimate'])} | "
+                         f"{_fmt(m['difference']['estimate'])} | {_ci(m['difference'])}"
+                         + (f" ({undefined} draws undefined)" if undefined else "") + " |")
+    if res["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def run(args) -> int:
+    if args.bootstrap < 1:
+        raise UserError("--bootstrap must be at least 1")
+    if not 0 < args.confidence < 1:
+        raise UserError("--confidence must be between 0 and 1")
+    a, b = load_run(args.run_a), load_run(args.run_b)
+    families = load_families(args.families) if args.families else None
+    try:
+        res = compare_runs(a, b, metric=args.metric, n_resamples=args.bootstrap, seed=args.seed,
+                           confidence=args.confidence, families=families)
+    except ValueError as exc:  # e.g. fewer than 2 resampling units
+        raise UserError(str(exc)) from None
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(res, indent=2) + "\n")
+    (out / "compare.md").write_text(render_markdown(res))
+    g = res["G"]
+    print(f"G = {_fmt(g['estimate'])} {_ci(g)}  E0 = {_fmt(res['E0']['estimate'])}  "
+          f"E1 = {_fmt(res['E1']['estimate'])}  ({res['metric']}, {res['n_claims']} claims)")
+    print(f"wrote {out / 'compare.json'} and {out / 'compare.md'}")
+    return 0

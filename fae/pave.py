@@ -1,0 +1,377 @@
+"""`fae pave`: PAVE prior-state diagnostics and JSD arbitration for a verifier (SPEC §9).
+
+Per SUPPORT/REFUTE claim: N sampled claim-only answers (knowledge prompt) ->
+knowledge-boundary state (KK/KU/UK/UU); N sampled answers with the gold
+evidence sentences -> correction rate CR on prior-wrong claims; where the
+record carries ``counterfactual_sentences`` (misleading evidence, same shape
+as ``sentences``), N sampled answers with them -> persistence rate PR on
+prior-right claims; Margin and odds of influence per state. Then the JSD
+arbitration rule with τ tuned on a held-out split of the claims, reporting
+CE, IE and OA on the rest.
+
+Answers are written to ``OUTPUT/samples.jsonl`` chunk by chunk; rerunning
+the same command resumes. ``pave.json`` and ``pave.md`` hold the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from data_prep._dispatch import UserError
+from data_prep.prompts import parse_answer, render_evidence_prompt, render_knowledge_prompt
+from data_prep.records import ClaimRecord, RecordError, Sentence, load_records
+from fae import pave_metrics as pm
+
+CONDITIONS = ("claim_only", "gold_evidence", "counterfactual")
+SAMPLES = "samples.jsonl"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--records", required=True, help="claim records (.jsonl); optional field "
+                   "counterfactual_sentences: [{\"id\", \"text\"}, ...] = misleading evidence")
+    p.add_argument("--output", required=True, help="output directory (resumed if present)")
+    p.add_argument("--backend", default="hf", choices=["hf", "openai"], help="hf (default) or openai")
+    p.add_argument("--model", required=True, help="model path (hf) or served model name (openai)")
+    p.add_argument("--adapter", help="PEFT LoRA adapter directory (hf)")
+    p.add_argument("--samples", type=int, default=10, help="sampled answers per prompt, N = K (default 10)")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, > 0 (default 0.7)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--stability", choices=["auto", "jsd", "vote"], default="auto",
+                   help="JSD over per-run label probabilities, or the vote-entropy variant; auto = JSD "
+                        "when every run has probabilities, else vote")
+    p.add_argument("--tune-split", type=float, default=0.3, metavar="FRACTION",
+                   help="share of claims held out to tune τ (hash of id and --seed); the rest is the "
+                        "test split for CE/IE/OA (default 0.3)")
+    p.add_argument("--definite-prior-only", action="store_true",
+                   help="drop claims whose claim-only majority is NEI or invalid (the paper's refusal filter)")
+    p.add_argument("--seed", type=int, default=0, help="sampling and split seed")
+    p.add_argument("--limit", type=int, help="only the first N SUPPORT/REFUTE records")
+    p.add_argument("--chunk-size", type=int, default=32, help="claims per write to samples.jsonl")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    g = p.add_argument_group("hf backend")
+    g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument("--device", default="auto")
+    g.add_argument("--dtype", default="auto")
+    g = p.add_argument_group("openai backend")
+    g.add_argument("--base-url")
+    g.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    g.add_argument("--concurrency", type=int, default=8)
+    g.add_argument("--request-timeout", type=float, default=60.0)
+    g.add_argument("--max-retries", type=int, default=6)
+
+
+# ---------------------------------------------------------------------------
+# Prompts
+# ---------------------------------------------------------------------------
+
+
+def counterfactual_record(rec: ClaimRecord) -> ClaimRecord | None:
+    """The record with its pool replaced by ``counterfactual_sentences`` (None when absent)."""
+    raw = rec.extra.get("counterfactual_sentences")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw:
+        raise RecordError("must be a non-empty list of sentences", field="counterfactual_sentences",
+                          record_id=rec.id)
+    sents = []
+    for k, s in enumerate(raw):
+        if not isinstance(s, dict) or not isinstance(s.get("text"), str):
+            raise RecordError(f"item {k} needs a 'text' string", field="counterfactual_sentences",
+                              record_id=rec.id)
+        sid = s.get("id", k)
+        if not isinstance(sid, int) or isinstance(sid, bool):
+            raise RecordError(f"item {k} id must be an integer", field="counterfactual_sentences",
+                              record_id=rec.id)
+        sents.append(Sentence(id=sid, text=s["text"], doc=s.get("doc")))
+    if len({s.id for s in sents}) != len(sents):
+        raise RecordError("duplicate sentence ids", field="counterfactual_sentences", record_id=rec.id)
+    return ClaimRecord(id=rec.id, claim=rec.claim, label=rec.label, sentences=sents, evidence=[])
+
+
+def prompts_for(rec: ClaimRecord) -> dict[str, tuple[list, list[int]]]:
+    """Condition -> (chat messages, pool ids shown). Gold evidence = the union of the gold groups."""
+    out = {
+        "claim_only": (render_knowledge_prompt(rec), []),
+        "gold_evidence": (render_evidence_prompt(rec, rec.gold_ids), rec.gold_ids),
+    }
+    cf = counterfactual_record(rec)
+    if cf is not None:
+        out["counterfactual"] = (render_evidence_prompt(cf), cf.pool_ids)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Sampling (resumable)
+# ---------------------------------------------------------------------------
+
+
+def _read_done(path: Path) -> dict[str, dict]:
+    done = {}
+    if path.is_file():
+        data = path.read_text()
+        end = data.rfind("\n") + 1  # a line cut by a kill has no newline: drop it
+        for line_no, line in enumerate(data[:end].splitlines(), 1):
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UserError(f"{path}:{line_no}: not a JSON line ({exc.msg})") from None
+                done[obj["id"]] = obj
+        if end < len(data):
+            with path.open("r+") as fh:
+                fh.truncate(end)
+    return done
+
+
+def collect(records: list[ClaimRecord], sampler, args, out_dir: Path) -> list[dict]:
+    """Sample every condition of every claim, appending finished claims to samples.jsonl."""
+    from tqdm.auto import tqdm
+
+    path = out_dir / SAMPLES
+    done = _read_done(path)
+    todo = [r for r in records if r.id not in done]
+    bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="pave", unit="claim",
+               disable=not args.progress)
+    with path.open("a") as fh:
+        for start in range(0, len(todo), args.chunk_size):
+            chunk = todo[start:start + args.chunk_size]
+            jobs = [(rec, cond, msgs, pool) for rec in chunk for cond, (msgs, pool) in prompts_for(rec).items()]
+            results = sampler.sample([j[2] for j in jobs], args.samples)
+            lines: dict[str, dict] = {}
+            for (rec, cond, _msgs, pool), samples in zip(jobs, results):
+                line = lines.setdefault(rec.id, {"id": rec.id, "gold_label": rec.label, "conditions": {}})
+                parsed = [parse_answer(text, pool) for text, _ in samples]
+                line["conditions"][cond] = {
+                    "answers": [p.label if p.valid else None for p in parsed],
+                    "probs": [probs for _, probs in samples],
+                    "raw": [text for text, _ in samples],
+                }
+            for rec in chunk:
+                fh.write(json.dumps(lines[rec.id]) + "\n")
+                done[rec.id] = lines[rec.id]
+            fh.flush()
+            bar.update(len(chunk))
+    bar.close()
+    return [done[r.id] for r in records]
+
+
+# ---------------------------------------------------------------------------
+# Analysis (pure given the sampled lines)
+# ---------------------------------------------------------------------------
+
+
+def stability(cond: dict, mode: str) -> tuple[float, str]:
+    """JSD of the runs' label distributions, or vote entropy; returns (value, variant used)."""
+    probs = cond.get("probs") or []
+    have = bool(probs) and all(p is not None for p in probs)
+    if mode == "jsd" and not have:
+        raise UserError("--stability jsd needs label probabilities for every run; this backend/endpoint "
+                        "returned none (use --stability vote or auto)")
+    if mode != "vote" and have:
+        return pm.jsd(np.array(probs, float)), "jsd"
+    return pm.vote_entropy(cond["answers"]), "vote"
+
+
+def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, definite_only: bool) -> dict:
+    notes = []
+    if definite_only:
+        kept = [ln for ln in lines if pm.prior_is_definite(ln["conditions"]["claim_only"]["answers"])]
+        notes.append(f"--definite-prior-only dropped {len(lines) - len(kept)} claims whose claim-only majority "
+                     "was NOT_ENOUGH_INFO or invalid")
+        lines = kept
+    if not lines:
+        raise UserError("no claims left to analyse")
+    gold = [ln["gold_label"] for ln in lines]
+    co = [ln["conditions"]["claim_only"] for ln in lines]
+    ge = [ln["conditions"]["gold_evidence"] for ln in lines]
+    cf = [ln["conditions"].get("counterfactual") for ln in lines]
+    has_cf = [c is not None for c in cf]
+    states = [pm.knowledge_state(c["answers"], g) for c, g in zip(co, gold)]
+    profile = pm.arbitration_profile(
+        states,
+        [pm.correctness_rate(c["answers"], g) for c, g in zip(ge, gold)],
+        [pm.correctness_rate(c["answers"], g) if c is not None else None for c, g in zip(cf, gold)],
+    )
+    profile["n_with_counterfactual"] = int(sum(has_cf))
+
+    # JSD arbitration: claims with counterfactual evidence get CE and IE; others CE only.
+    variants = set()
+
+    def stab(c):
+        v, kind = stability(c, mode)
+        variants.add(kind)
+        return v
+
+    s_co = np.array([stab(c) for c in co])
+    d_ce = s_co - np.array([stab(c) for c in ge])
+    d_ie = np.array([s - stab(c) if c is not None else np.nan for s, c in zip(s_co, cf)])
+    maj = lambda c: pm.majority_label(c["answers"])  # noqa: E731
+    a_co = [maj(c) for c in co]
+    a_ce = [maj(c) for c in ge]
+    a_ie = [maj(c) if c is not None else None for c in cf]
+    tune = pm.split_tune([ln["id"] for ln in lines], tune_fraction, seed)
+    test = ~tune
+    if tune.sum() == 0 or test.sum() == 0:
+        notes.append("the tuning or the test split is empty (too few claims for --tune-split); "
+                     "τ is tuned and evaluated on all claims")
+        tune = test = np.ones(len(lines), bool)
+
+    def part(mask, with_ie):
+        idx = np.flatnonzero(mask & (np.array(has_cf) if with_ie else True))
+        g = [gold[i] for i in idx]
+        args = (g, [a_co[i] for i in idx], d_ce[idx], [a_ce[i] for i in idx])
+        if with_ie:
+            args += (d_ie[idx], [a_ie[i] for i in idx])
+        return idx, args
+
+    use_ie = bool(np.any(np.array(has_cf) & tune)) and bool(np.any(np.array(has_cf) & test))
+    _, tune_args = part(tune, use_ie)
+    tau, objective = pm.tune_tau(*tune_args)
+    test_idx, test_args = part(test, use_ie)
+    result = pm.ce_ie_oa(tau, *test_args)
+    baselines = {
+        "claim_only": pm.ce_ie_oa(math.inf, *test_args),  # τ = +inf: never take the evidence answer
+        "evidence_only": pm.ce_ie_oa(-math.inf, *test_args),  # τ = -inf: always take it
+    }
+    if not use_ie:
+        notes.append("no counterfactual_sentences on both splits: τ maximises CE only; IE and OA are undefined")
+    all_d = np.concatenate([d_ce, d_ie[~np.isnan(d_ie)]])
+    if "jsd" in variants and np.allclose(s_co, 0) and np.allclose(all_d, 0):
+        notes.append("every run of a prompt had the same label distribution (JSD = 0 everywhere): with a "
+                     "label-first answer format per-run probabilities do not vary; use --stability vote")
+    return pm.json_safe({
+        "n_claims": len(lines),
+        "profile": profile,
+        "arbitration": {
+            "stability": sorted(variants),
+            "tau": tau,
+            "tune_objective": objective,
+            "n_tune": int(tune.sum()),
+            "n_test": int(len(test_idx)),
+            "rule": "answer with the evidence-run majority when JSD(claim only) - JSD(with evidence) > tau",
+            **result,
+            "baselines": baselines,
+        },
+        "notes": notes,
+    })
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+
+def _p(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}%"
+
+
+def _f(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def render_markdown(res: dict, cfg: dict) -> str:
+    pr, arb = res["profile"], res["arbitration"]
+    st = pr["states"]
+    lines = [
+        "# PAVE diagnostics",
+        "",
+        f"- model `{cfg['model']}`" + (f", adapter `{cfg['adapter']}`" if cfg.get("adapter") else "")
+        + f" ({cfg['backend']}); {cfg['samples']} samples per prompt at temperature {cfg['temperature']}",
+        f"- {res['n_claims']} claims, {pr['n_with_counterfactual']} with counterfactual evidence",
+        "",
+        "## Arbitration profile",
+        "",
+        "| State | Ratio | Rate | OI | Δ |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for s in pm.STATES:
+        r = st[s]
+        if s[1] == "K":
+            lines.append(f"| {r['name']} (persistence) | {_p(r['ratio'])} | PR {_p(r['PR'])} | {_f(r['OI'])} "
+                         f"| correct drop {_p(r['correct_drop'])} |")
+        else:
+            lines.append(f"| {r['name']} (correction) | {_p(r['ratio'])} | CR {_p(r['CR'])} | {_f(r['OI'])} "
+                         f"| wrong reduction {_p(r['wrong_reduction'])} |")
+    lines += [
+        "",
+        f"CR {_p(pr['CR'])}, PR {_p(pr['PR'])}, **Margin {_f(pr['Margin'])}** "
+        f"(Known {_f(pr['margin_known'])}, Unknown {_f(pr['margin_unknown'])}, sum {_f(pr['margin_sum'])}). "
+        f"Correct rate {_p(pr['correct_rate_prior'])} → {_p(pr['correct_rate_after'])} under counterfactual "
+        f"evidence; wrong rate {_p(pr['wrong_rate_prior'])} → {_p(pr['wrong_rate_after'])} with gold evidence.",
+        "",
+        "## JSD arbitration",
+        "",
+        f"Stability: {', '.join(arb['stability'])}; τ = {_f(arb['tau'])} tuned on {arb['n_tune']} claims, "
+        f"evaluated on {arb['n_test']}.",
+        "",
+        "| Method | IE | CE | OA |",
+        "| --- | --- | --- | --- |",
+        f"| JSD arbitration | {_p(arb['IE'])} | {_p(arb['CE'])} | {_p(arb['OA'])} |",
+        f"| claim only | {_p(arb['baselines']['claim_only']['IE'])} | {_p(arb['baselines']['claim_only']['CE'])} "
+        f"| {_p(arb['baselines']['claim_only']['OA'])} |",
+        f"| evidence only | {_p(arb['baselines']['evidence_only']['IE'])} "
+        f"| {_p(arb['baselines']['evidence_only']['CE'])} | {_p(arb['baselines']['evidence_only']['OA'])} |",
+    ]
+    if res["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+
+
+def run(args) -> int:
+    from fae.pave_sampling import make_sampler
+
+    if args.temperature <= 0:
+        raise UserError("--temperature must be > 0: PAVE needs sampled answers")
+    if args.samples < 2:
+        raise UserError("--samples must be at least 2")
+    if not 0 < args.tune_split < 1:
+        raise UserError("--tune-split must be a fraction in (0, 1)")
+    try:
+        records = load_records(args.records)
+        records = [r for r in records if r.label in ("SUPPORT", "REFUTE")]
+        if args.limit:
+            records = records[: args.limit]
+        for r in records:
+            counterfactual_record(r)
+    except RecordError as exc:
+        raise UserError(str(exc.located(args.records, None) if exc.path is None else exc)) from None
+    if not records:
+        raise UserError(f"{args.records}: no SUPPORT/REFUTE records")
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = {"records": str(args.records), "backend": args.backend, "model": args.model, "adapter": args.adapter,
+           "samples": args.samples, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+           "seed": args.seed, "base_url": args.base_url}
+    cfg_path = out / "config.json"
+    if cfg_path.is_file() and (out / SAMPLES).is_file():
+        old = json.loads(cfg_path.read_text())
+        diff = [k for k in ("records", "backend", "model", "adapter", "samples", "temperature") if old.get(k) != cfg[k]]
+        if diff:
+            raise UserError(f"{out} holds samples made with different settings ({', '.join(diff)}); "
+                            "use another --output")
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    options = dict(vars(args))
+    options.pop("_run_parser", None)
+    sampler = make_sampler(args.backend, options)
+    try:
+        lines = collect(records, sampler, args, out)
+    finally:
+        sampler.close()
+    res = analyse(lines, tune_fraction=args.tune_split, seed=args.seed, mode=args.stability,
+                  definite_only=args.definite_prior_only)
+    res["config"] = cfg
+    (out / "pave.json").write_text(json.dumps(res, indent=2) + "\n")
+    (out / "pave.md").write_text(render_markdown(res, cfg))
+    pr, arb = res["profile"], res["arbitration"]
+    print(f"Margin {_f(pr['Margin'])}  CR {_p(pr['CR'])}  PR {_p(pr['PR'])}  |  "
+          f"JSD rule τ={_f(arb['tau'])}: CE {_p(arb['CE'])} IE {_p(arb['IE'])} OA {_p(arb['OA'])}")
+    print(f"wrote {out / 'pave.json'} and {out / 'pave.md'}")
+    return 0

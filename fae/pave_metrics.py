@@ -1,0 +1,264 @@
+"""PAVE prior-state diagnostics and JSD arbitration (SPEC §9), as pure functions.
+
+Paper: "Diagnosing LLM Arbitration Behavior over Pre-evidence Epistemic States
+in RAG-based Fact-Checking". From N sampled claim-only answers a claim's
+*knowledge-boundary state* is
+
+- Known   = all N answers identical, Unknown otherwise;
+- Knows   = the majority answer equals gold, Unknows otherwise;
+
+giving KK (Known-Knows), KU (Known-Unknows), UK (Unknown-Knows), UU
+(Unknown-Unknows). Arbitration under prior-context discrepancy:
+
+- CR (correction rate): on prior-wrong claims (KU, UU), the share of
+  with-gold-evidence answers that are correct;
+- PR (persistence rate): on prior-right claims (KK, UK), the share of
+  with-counterfactual-evidence answers that stay correct;
+- Margin = CR + PR - 1; odds of influence OI = CR/(1-CR) on wrong priors and
+  (1-PR)/PR on right priors;
+- the paper's Table-1 bookkeeping: state ratio, Δ correct drop = ratio·(1-PR),
+  Δ wrong reduction = ratio·CR, correct/wrong rates before and after.
+
+JSD arbitration: for K sampled runs with per-run label distributions p_k,
+``JSD = H(mean_k p_k) - mean_k H(p_k)`` (bits). With Δ = JSD(claim only) -
+JSD(with evidence), answer with the evidence-run majority when Δ > τ, else
+with the claim-only majority; τ is tuned on held-out claims. CE / IE =
+accuracy with correct / incorrect (counterfactual) evidence, OA = (CE+IE)/2.
+The vote variant uses one-hot p_k, so JSD becomes the entropy of the votes.
+
+Rates here are fractions in [0, 1] (the paper's convention); an undefined
+rate (empty state) is NaN, an odds with a zero denominator is inf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from typing import Mapping, Sequence
+
+import numpy as np
+from scipy.stats import entropy
+
+LABELS = ("SUPPORT", "REFUTE", "NOT_ENOUGH_INFO")
+STATES = ("KK", "KU", "UK", "UU")
+STATE_NAMES = {"KK": "Known-Knows", "KU": "Known-Unknows", "UK": "Unknown-Knows", "UU": "Unknown-Unknows"}
+
+
+# ---------------------------------------------------------------------------
+# Knowledge-boundary states
+# ---------------------------------------------------------------------------
+
+
+def majority_label(samples: Sequence[str | None]) -> str | None:
+    """The most frequent answer; ties go to the answer sampled first (deterministic).
+
+    Invalid answers (None) count as an answer of their own, so a majority of
+    invalid outputs yields None (a wrong prior).
+    """
+    if not samples:
+        raise ValueError("no samples")
+    counts = Counter(samples)
+    best = max(counts.values())
+    return next(s for s in samples if counts[s] == best)
+
+
+def knowledge_state(samples: Sequence[str | None], gold: str) -> str:
+    """KK/KU/UK/UU from N claim-only answers: Known = all identical, Knows = majority is gold."""
+    known = len(set(samples)) == 1
+    knows = majority_label(samples) == gold
+    return ("K" if known else "U") + ("K" if knows else "U")
+
+
+def prior_is_definite(samples: Sequence[str | None]) -> bool:
+    """Whether the claim-only majority is a verdict (not NEI, not invalid): the paper's refusal filter."""
+    return majority_label(samples) in ("SUPPORT", "REFUTE")
+
+
+def correctness_rate(samples: Sequence[str | None], gold: str) -> float:
+    """Share of sampled answers equal to gold (the per-claim rate averaged over runs)."""
+    if not samples:
+        raise ValueError("no samples")
+    return sum(1 for s in samples if s == gold) / len(samples)
+
+
+# ---------------------------------------------------------------------------
+# CR, PR, Margin, odds of influence
+# ---------------------------------------------------------------------------
+
+
+def _mean(x: np.ndarray) -> float:
+    return float(np.mean(x)) if len(x) else math.nan
+
+
+def odds(p: float) -> float:
+    """p / (1 - p); inf at p = 1, NaN when p is undefined."""
+    if math.isnan(p):
+        return math.nan
+    return math.inf if p >= 1 else p / (1 - p)
+
+
+def arbitration_profile(
+    states: Sequence[str],
+    gold_evidence_correct: Sequence[float],
+    counterfactual_correct: Sequence[float | None] | None = None,
+) -> dict:
+    """PAVE's arbitration profile from per-claim states and per-claim correctness rates.
+
+    ``gold_evidence_correct[i]``: share (or 0/1) of claim i's with-gold-evidence
+    answers that are correct; used for CR on prior-wrong claims.
+    ``counterfactual_correct[i]``: the same with counterfactual evidence (None
+    where a claim has none); used for PR on prior-right claims. Without any
+    counterfactual evidence PR, Margin and the persistence odds are NaN.
+    """
+    states = np.asarray(states)
+    n = len(states)
+    if n == 0:
+        raise ValueError("no claims")
+    ge = np.asarray(gold_evidence_correct, float)
+    cf = (np.full(n, np.nan) if counterfactual_correct is None
+          else np.array([np.nan if v is None else v for v in counterfactual_correct], float))
+    if len(ge) != n or len(cf) != n:
+        raise ValueError("states and correctness arrays differ in length")
+    out: dict = {"n_claims": n, "states": {}}
+    for s in STATES:
+        mask = states == s
+        row: dict = {"name": STATE_NAMES[s], "n": int(mask.sum()), "ratio": float(mask.mean())}
+        if s[1] == "U":  # prior wrong: correction with gold evidence
+            cr = _mean(ge[mask])
+            row.update(CR=cr, OI=odds(cr), wrong_reduction=row["ratio"] * cr if row["n"] else 0.0)
+        else:  # prior right: persistence under counterfactual evidence
+            m = mask & ~np.isnan(cf)
+            pr = _mean(cf[m])
+            row.update(PR=pr, OI=odds(1 - pr) if not math.isnan(pr) else math.nan, n_counterfactual=int(m.sum()),
+                       correct_drop=(row["ratio"] * (1 - pr)) if row["n"] else 0.0)
+        out["states"][s] = row
+    wrong = np.isin(states, ["KU", "UU"])
+    right = ~wrong & ~np.isnan(cf)
+    cr_all, pr_all = _mean(ge[wrong]), _mean(cf[right])
+    st = out["states"]
+    margin_known = st["KU"]["CR"] + st["KK"]["PR"] - 1
+    margin_unknown = st["UU"]["CR"] + st["UK"]["PR"] - 1
+    correct_prior = st["KK"]["ratio"] + st["UK"]["ratio"]
+    wrong_prior = st["KU"]["ratio"] + st["UU"]["ratio"]
+    out.update(
+        CR=cr_all,
+        PR=pr_all,
+        Margin=cr_all + pr_all - 1,
+        margin_known=margin_known,
+        margin_unknown=margin_unknown,
+        margin_sum=margin_known + margin_unknown,
+        OI_correction=odds(cr_all),
+        OI_persistence=odds(1 - pr_all) if not math.isnan(pr_all) else math.nan,
+        correct_rate_prior=correct_prior,
+        correct_rate_after=correct_prior - st["KK"]["correct_drop"] - st["UK"]["correct_drop"],
+        wrong_rate_prior=wrong_prior,
+        wrong_rate_after=wrong_prior - st["KU"]["wrong_reduction"] - st["UU"]["wrong_reduction"],
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# JSD stability and arbitration
+# ---------------------------------------------------------------------------
+
+
+def jsd(probs) -> float:
+    """Generalised Jensen-Shannon divergence of K runs' label distributions, in bits.
+
+    ``probs`` is (K, L) (rows are distributions; a length-K vector is read as
+    binary p(label 1)). ``H(mean p) - mean H(p)``: 0 when all runs agree on the
+    same distribution, larger when runs disagree.
+    """
+    p = np.asarray(probs, float)
+    if p.ndim == 1:
+        p = np.stack([p, 1 - p], axis=-1)
+    if p.ndim != 2 or p.shape[0] == 0:
+        raise ValueError("probs must be (K, L) with K >= 1")
+    p = p / p.sum(axis=-1, keepdims=True)
+    value = float(entropy(p.mean(axis=0), base=2) - np.mean(entropy(p, base=2, axis=-1)))
+    return max(value, 0.0)  # guard -1e-17 rounding
+
+
+def one_hot(samples: Sequence[str | None], labels: Sequence[str] = LABELS) -> np.ndarray:
+    """(K, L+1) one-hot rows; the extra column is 'invalid' (None)."""
+    cols = list(labels) + [None]
+    out = np.zeros((len(samples), len(cols)))
+    for k, s in enumerate(samples):
+        out[k, cols.index(s if s in labels else None)] = 1.0
+    return out
+
+
+def vote_entropy(samples: Sequence[str | None]) -> float:
+    """Entropy (bits) of the sampled answers' frequencies = JSD of one-hot runs (paper App. C.2)."""
+    return jsd(one_hot(samples))
+
+
+def arbitrate(delta: float, tau: float, claim_answer: str | None, evidence_answer: str | None) -> str | None:
+    """Evidence-run majority when Δ = JSD(claim only) - JSD(evidence) > τ, else the claim-only majority."""
+    return evidence_answer if delta > tau else claim_answer
+
+
+def arbitration_accuracy(deltas, tau: float, claim_answers, evidence_answers, gold) -> float:
+    """Accuracy of the arbitrated answers over claims."""
+    d = np.asarray(deltas, float)
+    chosen = np.where(d > tau, np.asarray(evidence_answers, object), np.asarray(claim_answers, object))
+    return float(np.mean(chosen == np.asarray(gold, object))) if len(d) else math.nan
+
+
+def ce_ie_oa(tau: float, gold, claim_answers, ce_deltas, ce_answers, ie_deltas=None, ie_answers=None) -> dict:
+    """CE (correct evidence), IE (incorrect evidence) and OA = (CE + IE)/2 of the rule at τ."""
+    ce = arbitration_accuracy(ce_deltas, tau, claim_answers, ce_answers, gold)
+    ie = math.nan if ie_deltas is None else arbitration_accuracy(ie_deltas, tau, claim_answers, ie_answers, gold)
+    return {"CE": ce, "IE": ie, "OA": (ce + ie) / 2 if not math.isnan(ie) else math.nan}
+
+
+def candidate_taus(*delta_arrays) -> np.ndarray:
+    """Thresholds that realise every distinct decision pattern: midpoints of sorted Δs plus both ends."""
+    vals = np.unique(np.concatenate([np.asarray(d, float).ravel() for d in delta_arrays if d is not None]))
+    if len(vals) == 0:
+        return np.array([0.0])
+    mids = (vals[:-1] + vals[1:]) / 2
+    return np.concatenate([[vals[0] - 1.0], mids, [vals[-1] + 1.0]])
+
+
+def tune_tau(gold, claim_answers, ce_deltas, ce_answers, ie_deltas=None, ie_answers=None) -> tuple[float, float]:
+    """τ maximising OA on tuning claims (CE alone when there is no counterfactual evidence).
+
+    Among equally good thresholds the one closest to 0 wins (no preference
+    for either source beyond what the data show). Returns (τ, objective).
+    """
+    best_tau, best = 0.0, -math.inf
+    for tau in sorted(candidate_taus(ce_deltas, ie_deltas), key=abs):
+        r = ce_ie_oa(tau, gold, claim_answers, ce_deltas, ce_answers, ie_deltas, ie_answers)
+        score = r["CE"] if ie_deltas is None else r["OA"]
+        if score > best + 1e-12:
+            best_tau, best = float(tau), score
+    return best_tau, best
+
+
+def split_tune(ids: Sequence[str], fraction: float, seed: int = 0) -> np.ndarray:
+    """Deterministic held-out split: True for tuning claims (hash of seed and id below ``fraction``)."""
+    if not 0 < fraction < 1:
+        raise ValueError("tune fraction must be in (0, 1)")
+
+    def u(cid: str) -> float:
+        h = hashlib.sha256(f"{seed}:{cid}".encode()).digest()
+        return int.from_bytes(h[:8], "big") / 2**64
+
+    return np.array([u(c) < fraction for c in ids], bool)
+
+
+def json_safe(obj):
+    """Replace NaN/inf floats by None (JSON has neither) recursively."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, (np.floating,)):
+        return json_safe(float(obj))
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, Mapping):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

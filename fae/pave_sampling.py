@@ -1,0 +1,225 @@
+"""Sampled answers with per-run label distributions, on top of the FAE backends (for `fae pave`).
+
+The FAE backends decode greedily; PAVE needs N *sampled* answers per prompt
+and, for the JSD rule, each run's probability distribution over the labels.
+
+- ``hf``: ``HFSampler`` reuses ``fae.backends.hf.load_hf_model`` and samples
+  with ``do_sample=True, temperature=T, num_return_sequences=N``. A run's
+  label distribution is the softmax over the three full label continuations
+  ``<prefix>SUPPORT"``, ``<prefix>REFUTE"``, ``<prefix>NOT_ENOUGH_INFO"``
+  scored by the model after the prompt, where ``<prefix>`` is the run's own
+  text up to the label value (``{"label": "`` when the output has none).
+  Scoring whole continuations avoids guessing how a tokenizer splits the
+  labels. Note: when every run starts its answer with the same prefix (the
+  FAE answer format puts the label first), all runs share one distribution
+  and their JSD is 0; the vote variant (``--stability vote``) then carries
+  the stability signal.
+- ``openai``: ``OpenAISampler`` extends ``fae.backends.openai_backend.OpenAIBackend``
+  (same client, key handling, retries and backoff) with ``n``, ``temperature``
+  and, when asked, ``logprobs``/``top_logprobs``. A run's distribution comes from
+  the top log-probabilities at the token where the label value starts (tokens
+  that begin exactly one label, renormalised); without logprobs it is None and
+  the vote variant is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from typing import Any, Callable
+
+from data_prep.prompts import encode_chat
+
+LABELS = ("SUPPORT", "REFUTE", "NOT_ENOUGH_INFO")
+_LABEL_PREFIX = re.compile(r'"label"\s*:\s*"')
+DEFAULT_PREFIX = '{"label": "'
+
+Sample = tuple[str, "list[float] | None"]  # (raw text, label distribution or None)
+
+
+def label_prefix(text: str) -> str:
+    """The run's text up to where the label value starts (default when absent)."""
+    m = _LABEL_PREFIX.search(text or "")
+    return text[: m.end()] if m else DEFAULT_PREFIX
+
+
+def softmax(logps: list[float]) -> list[float]:
+    top = max(logps)
+    e = [math.exp(x - top) for x in logps]
+    z = sum(e)
+    return [x / z for x in e]
+
+
+def distribution_from_top_logprobs(top: list[tuple[str, float]], labels=LABELS) -> list[float] | None:
+    """Label distribution from one position's top tokens: a token counts for the one label it begins."""
+    mass = [0.0] * len(labels)
+    for token, logp in top:
+        t = token.strip().strip('"').upper()
+        if not t:
+            continue
+        hits = [i for i, lab in enumerate(labels) if lab.startswith(t) or t.startswith(lab)]
+        if len(hits) == 1:
+            mass[hits[0]] += math.exp(logp)
+    z = sum(mass)
+    return [m / z for m in mass] if z > 0 else None
+
+
+class HFSampler:
+    """N sampled answers per prompt and each run's label distribution, with a local transformers model."""
+
+    def __init__(self, options: dict[str, Any]):
+        import torch
+
+        from fae.backends.hf import load_hf_model
+
+        self.lm, self.tok = load_hf_model(options["model"], options.get("adapter"),
+                                          options.get("dtype") or "auto", options.get("device") or "auto")
+        self.temperature = float(options["temperature"])
+        self.max_new_tokens = int(options.get("max_new_tokens") or 64)
+        self.batch_size = int(options.get("batch_size") or 8)
+        self.with_probs = options.get("stability", "auto") != "vote"
+        torch.manual_seed(int(options.get("seed") or 0))
+        gc = self.lm.generation_config
+        self.eos = gc.eos_token_id if gc.eos_token_id is not None else self.tok.eos_token_id
+
+    def sample(self, prompts: list, n: int, callback: Callable[[int], None] | None = None) -> list[list[Sample]]:
+        import torch
+
+        from fae.backends.hf import left_pad
+
+        out: list[list[Sample]] = []
+        for start in range(0, len(prompts), self.batch_size):
+            batch = prompts[start:start + self.batch_size]
+            ids = [encode_chat(self.tok, m) for m in batch]
+            x, mask = left_pad(ids, self.tok.pad_token_id)
+            with torch.inference_mode():
+                gen = self.lm.generate(
+                    input_ids=x.to(self.lm.device), attention_mask=mask.to(self.lm.device),
+                    do_sample=True, temperature=self.temperature, top_p=1.0, top_k=0,
+                    num_return_sequences=n, max_new_tokens=self.max_new_tokens,
+                    eos_token_id=self.eos, pad_token_id=self.tok.pad_token_id,
+                )
+            texts = self.tok.batch_decode(gen[:, x.shape[1]:], skip_special_tokens=True)
+            for j, prompt_ids in enumerate(ids):
+                runs = texts[j * n:(j + 1) * n]
+                cache: dict[str, list[float]] = {}
+                samples = []
+                for t in runs:
+                    probs = None
+                    if self.with_probs:
+                        pre = label_prefix(t)
+                        if pre not in cache:
+                            cache[pre] = self.label_distribution(prompt_ids, pre)
+                        probs = cache[pre]
+                    samples.append((t, probs))
+                out.append(samples)
+            if callback:
+                callback(len(batch))
+        return out
+
+    def label_distribution(self, prompt_ids: list[int], prefix: str) -> list[float]:
+        """Softmax over log P(prefix + label + '"' | prompt) for the three labels."""
+        import torch
+
+        conts = [self.tok.encode(prefix + lab + '"', add_special_tokens=False) for lab in LABELS]
+        seqs = [prompt_ids + c for c in conts]
+        width = max(map(len, seqs))
+        pad = self.tok.pad_token_id
+        x = torch.full((len(seqs), width), pad, dtype=torch.long)
+        att = torch.zeros_like(x)
+        for i, s in enumerate(seqs):  # right padding: positions stay aligned with the prompt
+            x[i, :len(s)] = torch.tensor(s)
+            att[i, :len(s)] = 1
+        with torch.inference_mode():
+            logits = self.lm(input_ids=x.to(self.lm.device), attention_mask=att.to(self.lm.device)).logits
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        scores = []
+        for i, c in enumerate(conts):
+            p0 = len(prompt_ids)
+            tgt = torch.tensor(c, device=logp.device)
+            scores.append(float(logp[i, p0 - 1:p0 - 1 + len(c)].gather(1, tgt[:, None]).sum()))
+        return softmax(scores)
+
+    def close(self):
+        self.lm = None
+
+
+def _openai_sampler_class():
+    from fae.backends import BackendError
+    from fae.backends.openai_backend import MalformedResponse, OpenAIBackend, _classify, _describe, backoff_delay
+
+    class OpenAISampler(OpenAIBackend):
+        """``n`` sampled choices per request (+ logprobs), with the FAE openai backend's retries."""
+
+        def __init__(self, options):
+            super().__init__(options)
+            self.temperature = float(options["temperature"])
+            self.want_logprobs = options.get("stability", "auto") != "vote"
+            self.n = 1
+
+        def sample(self, prompts, n, callback=None):
+            self.n = n
+            return asyncio.run(self._generate_all(prompts, callback))
+
+        async def _request(self, client, sem, messages):
+            kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "n": self.n,
+                                      "temperature": self.temperature, "max_tokens": self.max_new_tokens}
+            if self.want_logprobs:
+                kwargs.update(logprobs=True, top_logprobs=5)
+            if self.seed is not None:
+                kwargs["seed"] = int(self.seed)
+            last = None
+            for attempt in range(self.max_retries + 1):
+                try:
+                    async with sem:
+                        self.stats["requests"] += 1
+                        resp = await client.chat.completions.create(**kwargs)
+                    choices = getattr(resp, "choices", None)
+                    if not choices or any(c.message is None or not isinstance(c.message.content, str)
+                                          for c in choices):
+                        raise MalformedResponse("response has no choices[*].message.content")
+                    return [(c.message.content, self._distribution(c)) for c in choices]
+                except Exception as exc:  # noqa: BLE001 - classified below
+                    kind = _classify(exc)
+                    if kind is None:
+                        raise BackendError(f"{self.base_url or 'OpenAI API'}: request for model "
+                                           f"{self.model!r} failed: {_describe(exc)}") from None
+                    last = exc
+                    self.stats[kind] += 1
+                    if attempt == self.max_retries:
+                        break
+                    self.stats["retries"] += 1
+                    await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max, self._rng))
+            raise BackendError(f"{self.base_url or 'OpenAI API'}: request for model {self.model!r} "
+                               f"still failing after {self.max_retries} retries: {_describe(last)}")
+
+        @staticmethod
+        def _distribution(choice) -> list[float] | None:
+            lp = getattr(choice, "logprobs", None)
+            content = getattr(lp, "content", None) if lp is not None else None
+            if not content:
+                return None
+            text = "".join(t.token for t in content)
+            m = _LABEL_PREFIX.search(text)
+            if not m:
+                return None
+            pos = 0
+            for t in content:  # the token covering the first character of the label value
+                if pos + len(t.token) > m.end():
+                    top = [(x.token, x.logprob) for x in (t.top_logprobs or [])] or [(t.token, t.logprob)]
+                    return distribution_from_top_logprobs(top)
+                pos += len(t.token)
+            return None
+
+    return OpenAISampler
+
+
+def make_sampler(backend: str, options: dict[str, Any]):
+    if backend == "hf":
+        return HFSampler(options)
+    if backend == "openai":
+        return _openai_sampler_class()(options)
+    from data_prep._dispatch import UserError
+
+    raise UserError(f"fae pave supports --backend hf or openai, not {backend!r}")

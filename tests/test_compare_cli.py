@@ -1,0 +1,160 @@
+"""`fae compare` on hand-built FAE run directories (the claims.jsonl / config.json / metrics.json contract)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fae.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+# id, gold, groups, (label, cited) per round for system A, then for system B
+CLAIMS = [
+    ("c1", "SUPPORT", [[0]], [("SUPPORT", [0]), ("SUPPORT", [1]), ("NOT_ENOUGH_INFO", [])],
+     [("SUPPORT", [0]), ("NOT_ENOUGH_INFO", []), ("NOT_ENOUGH_INFO", [])]),
+    ("c2", "REFUTE", [[2, 3]], [("REFUTE", [5]), ("REFUTE", []), ("SUPPORT", [])],
+     [("SUPPORT", [2]), ("NOT_ENOUGH_INFO", []), ("NOT_ENOUGH_INFO", [])]),
+    ("c3", "SUPPORT", [[1]], [(None, []), ("SUPPORT", [1]), ("SUPPORT", [4])],
+     [("SUPPORT", [1]), ("NOT_ENOUGH_INFO", []), ("NOT_ENOUGH_INFO", [])]),
+    ("c4", "REFUTE", [[0]], [("SUPPORT", [0]), ("REFUTE", []), ("REFUTE", [])],
+     [("REFUTE", [3]), ("REFUTE", [0]), ("NOT_ENOUGH_INFO", [])]),
+]
+
+
+def write_run(path: Path, which: int, claims=CLAIMS, sha="abc123" * 10, rounds=2) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    with (path / "claims.jsonl").open("w") as fh:
+        for cid, gold, groups, ra, rb in claims:
+            answers = ra if which == 0 else rb
+            rec = {"id": cid, "gold_label": gold, "gold_groups": groups, "rounds": [
+                {"round": r, "pool_ids": [0, 1, 2, 3, 4, 5], "raw_output": "...", "label": lab, "cited": cited,
+                 "hallucinated": [], "valid": lab is not None, "reused": False}
+                for r, (lab, cited) in enumerate(answers[: rounds + 1])
+            ]}
+            fh.write(json.dumps(rec) + "\n")
+    (path / "config.json").write_text(json.dumps({
+        "records": "eval.jsonl", "records_sha256": sha, "model": f"tiny-{'sft' if which == 0 else 'real'}",
+        "adapter": None, "rounds": rounds}))
+    (path / "metrics.json").write_text(json.dumps({"n_claims": len(claims), "rounds": rounds}))
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return write_run(tmp_path / "sft", 0), write_run(tmp_path / "real", 1)
+
+
+def test_compare_writes_both_files_with_hand_checked_values(runs, tmp_path, capsys):
+    a, b = runs
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "--output", str(out), "--bootstrap", "400", "--seed", "3"]) == 0
+    res = json.loads((out / "compare.json").read_text())
+    for key in ("S00", "S01", "S10", "S11", "G", "E0", "A1", "A0", "E1", "I"):
+        assert set(res[key]) == {"estimate", "ci_low", "ci_high"}
+        assert res[key]["ci_low"] <= res[key]["estimate"] + 1e-9 <= res[key]["ci_high"] + 2e-9
+    assert (res["n_claims"], res["metric"], res["bootstrap"], res["seed"]) == (4, "strict", 400, 3)
+    # round 0: a0 = [1,1,0,0] (c3 invalid, c4 wrong); a1 = [1,0,1,1] (c2 wrong)
+    # strict eligibility: d0 = [1,0,0,1] (c2 cites 5, c3 nothing), d1 = [1,1,1,0] (c4 cites 3)
+    est = {k: res[k]["estimate"] for k in ("S00", "S01", "S10", "S11", "G", "E0", "A1", "A0", "E1", "I")}
+    assert est == pytest.approx({"S00": 25, "S01": 50, "S10": 50, "S11": 50,
+                                 "G": 25, "E0": 25, "A1": 0, "A0": 25, "E1": 0, "I": -25})
+    pc = res["product_covariance"]
+    # Δd = [0,1,1,-1], mean .25: E0 = 50*.25 + 12.5, E1 = 75*.25 - 18.75
+    assert pc["E0"]["product"]["estimate"] == pytest.approx(12.5)
+    assert pc["E0"]["covariance"]["estimate"] == pytest.approx(12.5)
+    assert pc["E1"]["product"]["estimate"] == pytest.approx(18.75)
+    assert pc["E1"]["covariance"]["estimate"] == pytest.approx(-18.75)
+    by = res["by_gold_label"]
+    assert by["SUPPORT"]["n_claims"] == 2 and by["SUPPORT"]["S00"] == pytest.approx(25)
+    assert by["REFUTE"]["S00"] == pytest.approx(0) and by["REFUTE"]["S10"] == pytest.approx(25)
+    # run metrics recomputed per claim: A a_r = [2/4, 4/4, 2/4]; B a_r = [3/4, 1/4, 0]
+    m = res["metrics"]
+    assert m["label_accuracy"]["A"]["estimate"] == pytest.approx(50)
+    assert m["IS"]["A"]["estimate"] == pytest.approx(-100)
+    assert m["IS"]["B"]["estimate"] == pytest.approx(100 * (1 - 1 / 3))
+    assert m["IO"]["difference"]["estimate"] == pytest.approx(87.5 - 25)
+    assert m["flip_rate"]["A"]["estimate"] == pytest.approx(25)  # c2 R->S, c4 S->R of 8 transitions
+    assert m["flip_rate"]["B"]["estimate"] == pytest.approx(0)  # S->NEI is not a direct flip
+    assert m["invalid_rate_0"]["A"]["estimate"] == pytest.approx(25)
+    assert m["invalid_rate_0"]["difference"]["estimate"] == pytest.approx(-25)
+    md = (out / "compare.md").read_text()
+    assert "| Quantity | Change | Estimate | 95% interval |" in md
+    assert "| $G$ | Total source gain | 25.00 |" in md
+    assert "| $I=E_{1}-E_{0}$ | Difference between orders | -25.00 |" in md
+    assert "| SUPPORT | 2 |" in md and "| IS |" in md
+    assert "G = 25.00" in capsys.readouterr().out
+
+
+def test_label_accuracy_metric_says_evidence_swaps_change_nothing(runs, tmp_path):
+    out = tmp_path / "cmp"
+    assert main(["compare", *map(str, runs), "-o", str(out), "--metric", "label_accuracy", "--bootstrap", "200"]) == 0
+    res = json.loads((out / "compare.json").read_text())
+    assert res["E0"] == {"estimate": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+    assert res["E1"]["estimate"] == 0.0 and res["G"]["estimate"] == pytest.approx(25)
+    assert any("E0 = E1" in n for n in res["notes"])
+    assert "E0 = E1" in (out / "compare.md").read_text()
+
+
+def test_fever_score_metric(runs, tmp_path):
+    out = tmp_path / "cmp"
+    assert main(["compare", *map(str, runs), "-o", str(out), "--metric", "fever_score", "--bootstrap", "200"]) == 0
+    res = json.loads((out / "compare.json").read_text())
+    # fever: c2 group [2,3] needs both -> B's [2] is not eligible; d0 = [1,0,0,1], d1 = [1,0,1,0]
+    assert res["S11"]["estimate"] == pytest.approx(50) and res["S01"]["estimate"] == pytest.approx(25)
+    assert res["S10"]["estimate"] == pytest.approx(50) and res["E1"]["estimate"] == pytest.approx(0)
+
+
+def test_families_resample_whole_units(runs, tmp_path):
+    fam = tmp_path / "fam.jsonl"
+    fam.write_text("\n".join(json.dumps({"id": c, "family": f}) for c, f in
+                             [("c1", "x"), ("c2", "x"), ("c3", "y"), ("c4", "z")]) + "\n")
+    out = tmp_path / "cmp"
+    assert main(["compare", *map(str, runs), "-o", str(out), "--families", str(fam), "--bootstrap", "200"]) == 0
+    res = json.loads((out / "compare.json").read_text())
+    assert res["n_units"] == 3 and res["resampling_unit"] == "family"
+    assert res["G"]["estimate"] == pytest.approx(25)  # point estimates do not depend on units
+    fam_json = tmp_path / "fam.json"
+    fam_json.write_text(json.dumps({"c1": "x", "c2": "x", "c3": "y"}))
+    assert main(["compare", *map(str, runs), "-o", str(out), "--families", str(fam_json)]) == 1
+
+
+def test_errors_are_clear(runs, tmp_path, capsys):
+    a, b = runs
+    # different claims
+    other = write_run(tmp_path / "other", 1, claims=CLAIMS[:3])
+    assert main(["compare", str(a), str(other), "-o", str(tmp_path / "o")]) == 1
+    assert "cover different claims: 1 only in" in capsys.readouterr().err
+    # different record files
+    diff = write_run(tmp_path / "diff", 1, sha="f" * 64)
+    assert main(["compare", str(a), str(diff), "-o", str(tmp_path / "o")]) == 1
+    assert "different record files" in capsys.readouterr().err
+    # missing families
+    fam = tmp_path / "fam.json"
+    fam.write_text(json.dumps({"c1": "x"}))
+    assert main(["compare", str(a), str(b), "-o", str(tmp_path / "o"), "--families", str(fam)]) == 1
+    assert "3 claim id(s) have no family: 'c2'" in capsys.readouterr().err
+    # broken claims.jsonl line
+    bad = write_run(tmp_path / "bad", 1)
+    lines = (bad / "claims.jsonl").read_text().splitlines()
+    lines[2] = lines[2].replace('"cited": [1]', '"cited": "x"', 1)
+    (bad / "claims.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["compare", str(a), str(bad), "-o", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert "claims.jsonl:3: claim 'c3': field 'rounds[0].cited'" in err
+    # not a run directory
+    assert main(["compare", str(a), str(tmp_path / "nope"), "-o", str(tmp_path / "o")]) == 1
+    assert "not a directory" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_console_entry_point(runs, tmp_path):
+    out = tmp_path / "cmp"
+    proc = subprocess.run([sys.executable, "-m", "fae.cli", "compare", *map(str, runs), "--output", str(out),
+                           "--bootstrap", "100"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "compare.json").is_file() and (out / "compare.md").is_file()

@@ -1,0 +1,136 @@
+"""PAVE formulas (fae/pave_metrics.py): states, CR/PR/Margin/odds, JSD, τ tuning, CE/IE/OA."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fae import pave_metrics as pm
+
+S, R, N = "SUPPORT", "REFUTE", "NOT_ENOUGH_INFO"
+
+
+def test_majority_and_states():
+    assert pm.majority_label([S, R, R]) == R
+    assert pm.majority_label([R, S, S, R]) == R  # tie -> first sampled
+    assert pm.majority_label([None, None, S]) is None
+    assert pm.knowledge_state([S, S, S], S) == "KK"
+    assert pm.knowledge_state([R, R, R], S) == "KU"
+    assert pm.knowledge_state([S, R, S], S) == "UK"
+    assert pm.knowledge_state([S, R, R], S) == "UU"
+    assert pm.knowledge_state([None, None], S) == "KU"  # consistently invalid = confidently wrong
+    assert pm.prior_is_definite([S, N, S]) and not pm.prior_is_definite([N, N, S])
+    assert pm.correctness_rate([S, R, S, None], S) == 0.5
+
+
+def test_arbitration_profile_hand_checked():
+    states = ["KK"] * 4 + ["KU"] * 2 + ["UK"] * 2 + ["UU"] * 2
+    gold_ev = [1, 1, 1, 1, 1, 0, 1, 1, 1, 1]  # only KU/UU entries matter for CR
+    cf = [1, 1, 0, 1, None, None, 0, 0.5, None, None]
+    p = pm.arbitration_profile(states, gold_ev, cf)
+    st = p["states"]
+    assert st["KU"]["CR"] == 0.5 and st["KU"]["OI"] == pytest.approx(1.0)
+    assert st["UU"]["CR"] == 1.0 and st["UU"]["OI"] == math.inf
+    assert st["KK"]["PR"] == 0.75 and st["KK"]["OI"] == pytest.approx(1 / 3)
+    assert st["UK"]["PR"] == 0.25 and st["UK"]["OI"] == pytest.approx(3.0)
+    assert [st[s]["ratio"] for s in pm.STATES] == [0.4, 0.2, 0.2, 0.2]
+    assert p["CR"] == 0.75 and p["PR"] == pytest.approx(3.5 / 6)
+    assert p["Margin"] == pytest.approx(0.75 + 3.5 / 6 - 1)
+    assert p["margin_known"] == pytest.approx(0.25) and p["margin_unknown"] == pytest.approx(0.25)
+    assert p["margin_sum"] == pytest.approx(0.5)
+    assert st["KK"]["correct_drop"] == pytest.approx(0.1) and st["UK"]["correct_drop"] == pytest.approx(0.15)
+    assert p["correct_rate_prior"] == pytest.approx(0.6) and p["correct_rate_after"] == pytest.approx(0.35)
+    assert p["wrong_rate_prior"] == pytest.approx(0.4) and p["wrong_rate_after"] == pytest.approx(0.1)
+
+
+def test_profile_without_counterfactuals_leaves_persistence_undefined():
+    p = pm.arbitration_profile(["KK", "KU", "UU"], [1, 1, 0], None)
+    assert p["CR"] == 0.5 and math.isnan(p["PR"]) and math.isnan(p["Margin"])
+    assert math.isnan(p["states"]["KK"]["PR"]) and p["states"]["UK"]["n"] == 0
+    safe = pm.json_safe(p)
+    assert safe["PR"] is None and safe["states"]["KU"]["OI"] is None  # CR = 1 -> odds inf -> null
+
+
+def test_odds_and_table_bookkeeping_match_the_paper():
+    # PAVE Table 1, Deepseek-v3 column: PR/CR -> OI and the Δ rows
+    assert pm.odds(1 - 0.7170) == pytest.approx(0.395, abs=1e-3)  # KK
+    assert pm.odds(1 - 0.4405) == pytest.approx(1.270, abs=2e-3)  # UK
+    assert pm.odds(0.4075) == pytest.approx(0.687, abs=2e-3)  # KU
+    assert pm.odds(0.6699) == pytest.approx(2.030, abs=2e-3)  # UU
+    n = 10_000
+    counts = {"KK": 6075, "UK": 342, "KU": 3215, "UU": 368}
+    states = sum(([s] * c for s, c in counts.items()), [])
+    rates = {"KK": 0.7170, "UK": 0.4405, "KU": 0.4075, "UU": 0.6699}
+    ge = [rates[s] for s in states]
+    p = pm.arbitration_profile(states, ge, ge)
+    assert len(states) == n
+    assert p["states"]["KK"]["correct_drop"] == pytest.approx(0.1719, abs=1e-4)
+    assert p["states"]["KU"]["wrong_reduction"] == pytest.approx(0.1310, abs=1e-4)
+    assert p["correct_rate_after"] == pytest.approx(0.4506, abs=2e-4)
+    assert p["wrong_rate_after"] == pytest.approx(0.2026, abs=2e-4)
+
+
+def _oriented(answers, probs):
+    """P(SUPPORT) per run from the probability of each sampled answer (binary task)."""
+    return [p if a == "S" else 1 - p for a, p in zip(answers, probs)]
+
+
+def test_jsd_reproduces_the_paper_case_study():
+    # PAVE Table 9: JSD values of the three case studies
+    c1 = [0.9965, 0.9950, 0.9971, 0.9858, 0.9950, 0.9965, 0.9965, 0.9965, 0.9971, 0.9958]
+    e1 = [0.9399, 0.9241, 0.4115, 0.4620, 0.9399, 0.9399, 0.8808, 0.4620, 0.9399, 0.4046]
+    assert pm.jsd(c1) == pytest.approx(0.0011, abs=1e-4)  # the paper truncates to 4 decimals
+    assert pm.jsd(e1) == pytest.approx(0.2239, abs=1e-4)  # the paper truncates to 4 decimals
+    c2 = _oriented("RRRRSRSSRS", [.9193, .6770, .6183, .6171, .3707, .6770, .8121, .3707, .6199, .8121])
+    e2 = _oriented("SRSSSSSSSS", [.8175, .1480, .8519, .9526, .8175, .9526, .8519, .9046, .8519, .9046])
+    assert pm.jsd(c2) == pytest.approx(0.1438, abs=1e-4)  # the paper truncates to 4 decimals
+    assert pm.jsd(e2) == pytest.approx(0.0165, abs=2e-4)
+    c3 = _oriented("RSRSRSRSRS", [.3760, .8485, .3760, .6764, .3760, .6183, .3760, .8485, .4360, .7230])
+    assert pm.jsd(c3) == pytest.approx(0.0316, abs=1e-4)  # the paper truncates to 4 decimals
+    # the rule with the paper's τ ≈ -0.07: case 1 keeps the claim-only answer, cases 2-3 take the evidence
+    tau = -0.07
+    assert pm.arbitrate(pm.jsd(c1) - pm.jsd(e1), tau, "prior", "evid") == "prior"
+    assert pm.arbitrate(pm.jsd(c2) - pm.jsd(e2), tau, "prior", "evid") == "evid"
+    # (K, L) rows and the binary vector agree
+    assert pm.jsd(np.stack([c2, 1 - np.array(c2)], 1)) == pytest.approx(pm.jsd(c2))
+
+
+def test_jsd_and_vote_entropy_basics():
+    assert pm.jsd([[0.2, 0.3, 0.5]] * 4) == pytest.approx(0.0, abs=1e-12)  # identical runs
+    assert pm.jsd([[1, 0, 0], [0, 1, 0]]) == pytest.approx(1.0)
+    assert pm.vote_entropy([S, S, R, R]) == pytest.approx(1.0)
+    assert pm.vote_entropy([S, S, S]) == 0.0
+    assert pm.vote_entropy([S, R, N, None]) == pytest.approx(2.0)  # invalid is its own outcome
+    assert pm.vote_entropy([S, S, S, R]) == pytest.approx(-(0.75 * math.log2(0.75) + 0.25 * math.log2(0.25)))
+
+
+def test_tau_tuning_and_ce_ie_oa():
+    gold = [S, S, R, R]
+    prior = [S, R, R, S]  # claims 0, 2 right a priori
+    ce_ans = [S, S, R, R]  # gold evidence: always right
+    ie_ans = [R, R, S, S]  # counterfactual: always wrong
+    # stable evidence runs (high Δ) on gold evidence for claims 1, 3, unstable on counterfactual ones
+    ce_d = [-0.3, 0.4, -0.3, 0.5]
+    ie_d = [-0.5, -0.4, -0.5, -0.2]
+    r = pm.ce_ie_oa(0.0, gold, prior, ce_d, ce_ans, ie_d, ie_ans)
+    # τ = 0: CE picks prior for 0, 2 (right) and evidence for 1, 3 (right) -> 1.0; IE keeps priors -> 0.5
+    assert r == {"CE": 1.0, "IE": 0.5, "OA": 0.75}
+    tau, best = pm.tune_tau(gold, prior, ce_d, ce_ans, ie_d, ie_ans)
+    assert best == pytest.approx(0.75) and -0.2 < tau < 0.4
+    # always trusting evidence (τ below every Δ) gives CE 1, IE 0
+    low = pm.ce_ie_oa(-10, gold, prior, ce_d, ce_ans, ie_d, ie_ans)
+    assert (low["CE"], low["IE"]) == (1.0, 0.0)
+    # CE-only tuning without counterfactuals
+    tau_ce, best_ce = pm.tune_tau(gold, prior, ce_d, ce_ans)
+    assert best_ce == 1.0 and math.isnan(pm.ce_ie_oa(tau_ce, gold, prior, ce_d, ce_ans)["IE"])
+
+
+def test_split_tune_is_deterministic():
+    ids = [f"c{i}" for i in range(2000)]
+    a, b = pm.split_tune(ids, 0.3, seed=1), pm.split_tune(ids, 0.3, seed=1)
+    assert (a == b).all() and 0.26 < a.mean() < 0.34
+    assert not (pm.split_tune(ids, 0.3, seed=2) == a).all()
+    with pytest.raises(ValueError):
+        pm.split_tune(ids, 1.5)
