@@ -57,3 +57,12 @@ def make_record_dict(**overrides) -> dict:
     }
     rec.update(overrides)
     return rec
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1, so parallel `accelerate launch` runs never collide on 29500."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

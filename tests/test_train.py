@@ -15,13 +15,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, make_record_dict
+from conftest import REPO, free_port, make_record_dict
 from data_prep.cli import main as real_data
 from data_prep.prompts import render_chat
 from real import train as rt
 
 os.environ["HF_HUB_OFFLINE"] = "1"
-RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
+# Training recipes: every YAML under recipes/ except the non-training ones
+# (annotator lists for `real-data enhance`, eval configs for `fae run`).
+NON_TRAINING = {"annotators", "eval"}
+RECIPES = sorted(p for p in (REPO / "recipes").rglob("*.yaml")
+                 if p.relative_to(REPO / "recipes").parts[0] not in NON_TRAINING)
 GPU_RECIPES = [p for p in RECIPES if p.parent.name != "tiny"]
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 REAL_TRAIN = str(Path(sys.executable).with_name("real-train"))
@@ -267,7 +271,8 @@ def test_accelerate_cpu_trains_saves_and_reloads(work, tiny_llama, tmp_path):
 @pytest.mark.slow
 def test_cpu_2proc_really_runs_two_processes(work, tiny_llama, tmp_path):
     out = tmp_path / "ddp"
-    p = _run([ACCELERATE, "launch", "--config_file", "accelerate_configs/cpu_2proc.yaml", "-m", "real.train",
+    p = _run([ACCELERATE, "launch", "--config_file", "accelerate_configs/cpu_2proc.yaml",
+              "--main_process_port", str(free_port()), "-m", "real.train",
               *_args("llama-real.yaml", tiny_llama, work / "pairs-real", out, "--max_steps", "2",
                      "--per_device_train_batch_size", "1", "--global_batch_size", "4", "--save_strategy", "no")])
     assert "world size 2" in p.stdout
