@@ -1,0 +1,254 @@
+"""Build the demo's tiny base model: a Llama that read the world's encyclopedia.
+
+``real-demo build-base --output DIR`` trains it from scratch on CPU, seeded,
+logging the exact-answer curve to ``DIR/build_log.jsonl``. Its data mixes
+
+- the encyclopedia (every fact sentence; language-model loss): the model
+  *knows* the world, as an LLM knows Wikipedia;
+- claim-only questions answered from that knowledge (knowledge prompt);
+- evidence prompts with full pools, answered with the label and the id of the
+  matching line: the model can *read*;
+- evidence prompts whose matching line is missing, answered from knowledge —
+  the habit of instruction-tuned LLMs that FAE exposes and REAL removes.
+
+The verifier prompts are the framework's own (SPEC §3), rendered with a
+Llama-3 chat template, so the demo fine-tunes and evaluates this base through
+exactly the code paths used for Llama-3.1-8B-Instruct.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_prep.prompts import (
+    EVIDENCE_SYSTEM_PROMPT,
+    KNOWLEDGE_SYSTEM_PROMPT,
+    format_answer,
+    parse_answer,
+    render_chat,
+    render_evidence_prompt,
+    render_knowledge_prompt,
+)
+from data_prep.records import LABELS, REFUTE, SUPPORT, ClaimRecord
+
+from .world import ATTRIBUTES, World, build_world, make_record
+
+SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+            "<|eot_id|>", "<|finetune_right_pad_id|>", "[UNK]"]
+MAX_LINE_ID = 32
+
+
+def llama3_chat_template() -> str:
+    from importlib import resources
+
+    return resources.files("trl").joinpath("chat_templates", "llama3.jinja").read_text()
+
+
+def build_word_tokenizer(world: World):
+    """Word-level tokenizer: every entity, value, prompt word and answer piece is one token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words: list[str] = list(SPECIALS)
+    pieces = set(world.words())
+    pieces |= set(EVIDENCE_SYSTEM_PROMPT.split()) | set(KNOWLEDGE_SYSTEM_PROMPT.split())
+    pieces |= {"Claim:", "Document:", "system", "user", "assistant"}
+    pieces |= {f"line{i}:" for i in range(MAX_LINE_ID)}
+    for label in LABELS:
+        pieces |= set(format_answer(label, []).split())
+    for i in range(MAX_LINE_ID):
+        pieces |= set(format_answer(SUPPORT, [i]).split()) | {f"[{i},", f"{i},", f"{i}]}}"}
+    words += sorted(pieces - set(words))
+    vocab = {w: i for i, w in enumerate(words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|eot_id|>",
+        pad_token="<|finetune_right_pad_id|>",
+        unk_token="[UNK]",
+    )
+    hf.chat_template = llama3_chat_template()
+    return hf
+
+
+@dataclass
+class Example:
+    ids: list[int]
+    loss_from: int  # positions >= loss_from carry loss (0 = whole sequence)
+
+
+class ExampleFactory:
+    """Draws training examples of the four kinds, tokenized."""
+
+    def __init__(self, world: World, tokenizer, rng: random.Random):
+        self.world, self.tok, self.rng = world, tokenizer, rng
+        self.facts = list(world.facts.values())
+        self.eot = tokenizer.convert_tokens_to_ids("<|eot_id|>")
+
+    def _chat(self, messages, answer: str) -> Example:
+        prompt = self.tok(render_chat(self.tok, messages), add_special_tokens=False)["input_ids"]
+        target = self.tok(answer, add_special_tokens=False)["input_ids"] + [self.eot]
+        return Example(prompt + target, len(prompt))
+
+    def encyclopedia(self) -> Example:
+        fact = self.rng.choice(self.facts)
+        return Example(self.tok(fact.sentence(), add_special_tokens=False)["input_ids"] + [self.eot], 0)
+
+    def record(self) -> ClaimRecord:
+        fact = self.rng.choice(self.facts)
+        label = SUPPORT if self.rng.random() < 0.5 else REFUTE
+        return make_record(self.world, fact, label, self.rng, self.rng.randint(2, 6), "x")
+
+    def knowledge(self) -> Example:
+        rec = self.record()
+        return self._chat(render_knowledge_prompt(rec), format_answer(rec.label, []))
+
+    def full_pool(self) -> Example:
+        rec = self.record()
+        return self._chat(render_evidence_prompt(rec), format_answer(rec.label, rec.gold_ids))
+
+    def missing_gold(self) -> Example:
+        rec = self.record()
+        pool = [i for i in rec.pool_ids if i not in rec.gold_ids]
+        return self._chat(render_evidence_prompt(rec, pool), format_answer(rec.label, []))
+
+    def draw(self) -> Example:
+        r = self.rng.random()
+        if r < 0.30:
+            return self.encyclopedia()
+        if r < 0.40:
+            return self.knowledge()
+        if r < 0.85:
+            return self.full_pool()
+        return self.missing_gold()
+
+
+def collate(batch: list[Example], pad_id: int):
+    import torch
+
+    n = max(len(e.ids) for e in batch)
+    ids = torch.full((len(batch), n), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), n), -100, dtype=torch.long)
+    attn = torch.zeros((len(batch), n), dtype=torch.long)
+    for i, e in enumerate(batch):
+        ids[i, : len(e.ids)] = torch.tensor(e.ids)
+        attn[i, : len(e.ids)] = 1
+        labels[i, e.loss_from : len(e.ids)] = torch.tensor(e.ids[e.loss_from :])
+    return ids, attn, labels
+
+
+def exact_answer_rate(model, tokenizer, records: list[ClaimRecord], pools=None, batch_size: int = 64) -> float:
+    """Share of records answered exactly (label and cited ids) by greedy decoding."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    hits = 0
+    for start in range(0, len(records), batch_size):
+        chunk = records[start : start + batch_size]
+        texts = [render_chat(tokenizer, render_evidence_prompt(r, None if pools is None else pools[start + k]))
+                 for k, r in enumerate(chunk)]
+        enc = tokenizer(texts, add_special_tokens=False, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=8, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+        for k, r in enumerate(chunk):
+            text = tokenizer.decode(out[k, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            pool = r.pool_ids if pools is None else pools[start + k]
+            p = parse_answer(text, pool)
+            want_ids = [i for i in r.gold_ids if i in pool]
+            want_label = r.label
+            hits += int(p.valid and p.label == want_label and sorted(p.cited) == want_ids and not p.hallucinated)
+    return hits / max(1, len(records))
+
+
+def build_base(
+    output_dir: str | Path,
+    *,
+    steps: int = 20000,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    seed: int = 0,
+    eval_every: int = 500,
+    target: float = 0.97,
+    log=print,
+) -> dict:
+    """Train the base from scratch; stops early once full-pool exact answers reach ``target``."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig
+
+    t0 = time.time()
+    torch.manual_seed(seed)
+    world = build_world(seed=seed)
+    tok = build_word_tokenizer(world)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=4 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=4,
+        max_position_embeddings=512, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, tie_word_embeddings=True,
+    )
+    model = AutoModelForCausalLM.from_config(config)
+    factory = ExampleFactory(world, tok, random.Random(seed + 1))
+    eval_rng = random.Random(seed + 2)
+    eval_full = [make_record(world, f, SUPPORT if eval_rng.random() < 0.5 else REFUTE, eval_rng,
+                             eval_rng.randint(3, 6), f"e{i}")
+                 for i, f in enumerate(eval_rng.sample(list(world.facts.values()), 256))]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = min(500, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    )
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    log_path = output_dir / "build_log.jsonl"
+    log_fh = log_path.open("w")
+    best = -1.0
+    step = 0
+    running = 0.0
+    for step in range(1, steps + 1):
+        model.train()
+        ids, attn, labels = collate([factory.draw() for _ in range(batch_size)], tok.pad_token_id)
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        running = 0.98 * running + 0.02 * loss.item() if step > 1 else loss.item()
+        if step % eval_every == 0 or step == steps:
+            model.eval()
+            exact = exact_answer_rate(model, tok, eval_full)
+            entry = {"step": step, "loss": round(running, 4), "exact_full_pool": exact,
+                     "seconds": round(time.time() - t0, 1)}
+            log_fh.write(json.dumps(entry) + "\n")
+            log_fh.flush()
+            log(json.dumps(entry))
+            if exact >= best:
+                best = exact
+                _save(model, tok, output_dir)
+            if exact >= target:
+                break
+    log_fh.close()
+    info = {"seed": seed, "steps": step, "batch_size": batch_size, "lr": lr, "hidden_size": hidden_size,
+            "num_layers": num_layers, "best_exact_full_pool": best, "wall_seconds": round(time.time() - t0, 1),
+            "parameters": sum(p.numel() for p in model.parameters())}
+    (output_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def _save(model, tok, output_dir: Path) -> None:
+    from transformers import GenerationConfig
+
+    model.generation_config = GenerationConfig(
+        eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id, do_sample=False
+    )
+    model.save_pretrained(output_dir)
+    tok.save_pretrained(output_dir)

@@ -1,0 +1,123 @@
+"""The demo's synthetic world: fictional entities, their facts, and claims about them.
+
+Seeded and generated in code, so the demo needs nothing from outside. Every
+fact is rendered as one short sentence ("The capital of Zorvia is Quellin .");
+a claim restates a fact (SUPPORT) or alters its value (REFUTE). Pools hold
+the gold line plus distractors: other facts about the same entity and the
+same attribute of other entities, so the verifier must really read the
+lines. The encyclopedia (every fact) is what the demo base model was
+pretrained on: it "knows" the world, as an LLM knows Wikipedia.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from data_prep.records import REFUTE, SUPPORT, ClaimRecord, Sentence
+
+ATTRIBUTES = ("capital", "river", "founder", "mascot", "export", "festival")
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "tr", "zh")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "eo", "ia")
+_CODAS = ("", "n", "r", "s", "l", "th", "x", "m")
+
+
+@dataclass(frozen=True)
+class Fact:
+    entity: str
+    attribute: str
+    value: str
+
+    def sentence(self, value: str | None = None) -> str:
+        return f"The {self.attribute} of {self.entity} is {value or self.value} ."
+
+
+@dataclass
+class World:
+    entities: list[str]
+    values: dict[str, list[str]]  # attribute -> its value vocabulary
+    facts: dict[tuple[str, str], Fact]  # (entity, attribute) -> fact
+
+    def encyclopedia(self) -> list[str]:
+        return [f.sentence() for f in self.facts.values()]
+
+    def words(self) -> set[str]:
+        out = {"The", "of", "is", "."} | set(ATTRIBUTES) | set(self.entities)
+        for vals in self.values.values():
+            out |= set(vals)
+        return out
+
+
+def _names(rng: random.Random, n: int, taken: set[str], capitalize: bool = True) -> list[str]:
+    out = []
+    while len(out) < n:
+        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.choice((2, 3))))
+        word += rng.choice(_CODAS)
+        word = word.capitalize() if capitalize else word
+        if word not in taken:
+            taken.add(word)
+            out.append(word)
+    return out
+
+
+def build_world(n_entities: int = 300, n_values: int = 16, seed: int = 0) -> World:
+    rng = random.Random(seed)
+    taken: set[str] = set()
+    entities = _names(rng, n_entities, taken)
+    values = {a: _names(rng, n_values, taken) for a in ATTRIBUTES}
+    facts = {(e, a): Fact(e, a, rng.choice(values[a])) for e in entities for a in ATTRIBUTES}
+    return World(entities, values, facts)
+
+
+def make_record(world: World, fact: Fact, label: str, rng: random.Random, pool_size: int, rid: str) -> ClaimRecord:
+    """A claim about ``fact`` with a pool of ``pool_size`` lines (gold + distractors)."""
+    if label == SUPPORT:
+        claimed = fact.value
+    else:
+        claimed = rng.choice([v for v in world.values[fact.attribute] if v != fact.value])
+    distractors: list[Fact] = []
+    same_entity = [world.facts[(fact.entity, a)] for a in ATTRIBUTES if a != fact.attribute]
+    others = [e for e in world.entities if e != fact.entity]
+    n_same = min(len(same_entity), rng.randint(1, max(1, pool_size - 2)))
+    distractors += rng.sample(same_entity, n_same)
+    while len(distractors) < pool_size - 1:
+        other = rng.choice(others)
+        attr = fact.attribute if rng.random() < 0.5 else rng.choice(ATTRIBUTES)
+        cand = world.facts[(other, attr)]
+        if cand not in distractors:
+            distractors.append(cand)
+    lines = [fact] + distractors
+    rng.shuffle(lines)
+    sentences = [Sentence(id=i, text=f.sentence(), doc=f.entity) for i, f in enumerate(lines)]
+    gold = lines.index(fact)
+    return ClaimRecord(
+        id=rid,
+        dataset="demo-world",
+        claim=fact.sentence(claimed),
+        label=label,
+        sentences=sentences,
+        evidence=[[gold]],
+        enhanced_evidence=[gold],
+        extra={"entity": fact.entity, "attribute": fact.attribute},
+    )
+
+
+def make_split(
+    world: World, facts: list[Fact], seed: int, prefix: str, min_pool: int = 3, max_pool: int = 6
+) -> list[ClaimRecord]:
+    """One claim per fact, labels alternating by a seeded coin."""
+    rng = random.Random(seed)
+    out = []
+    for i, fact in enumerate(facts):
+        label = SUPPORT if rng.random() < 0.5 else REFUTE
+        out.append(make_record(world, fact, label, rng, rng.randint(min_pool, max_pool), f"{prefix}-{i}"))
+    return out
+
+
+def train_test_facts(world: World, n_train: int, n_test: int, seed: int) -> tuple[list[Fact], list[Fact]]:
+    """Disjoint fact sets: test claims are about facts the verifier was never fine-tuned on
+    (but that the base model read in its encyclopedia)."""
+    facts = sorted(world.facts.values(), key=lambda f: (f.entity, f.attribute))
+    rng = random.Random(seed)
+    rng.shuffle(facts)
+    return facts[:n_train], facts[n_train : n_train + n_test]
