@@ -156,3 +156,27 @@ def test_accelerate_two_cpu_processes_split_and_merge(reference_run, cc_records,
     assert read_claims(out / "claims.jsonl") == read_claims(reference_run / "claims.jsonl")
     log = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
     assert sorted((e["rank"], e["world"], e["claims"]) for e in log) == [(0, 2, 10), (1, 2, 10)]
+
+
+def test_peft_adapter_changes_answers_and_is_recorded(noisy_llama, cc_records, tmp_path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from fae.backends.hf import load_hf_model
+
+    torch.manual_seed(0)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(noisy_llama),
+                                LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                           init_lora_weights=False))
+    adapter = tmp_path / "adapter"
+    peft_model.save_pretrained(adapter)
+    lm, tok = load_hf_model(str(noisy_llama), str(adapter), device="cpu")
+    assert tok.padding_side == "left" and tok.pad_token_id is not None
+    assert not any("lora" in n for n, _ in lm.named_parameters())  # merged for inference
+    base, lora = tmp_path / "base", tmp_path / "lora"
+    assert main(run_args(cc_records, base, noisy_llama, "--limit", "4")) == 0
+    assert main(run_args(cc_records, lora, noisy_llama, "--limit", "4", "--adapter", str(adapter))) == 0
+    raw = lambda d: [c["rounds"][0]["raw_output"] for c in read_claims(d / "claims.jsonl")]
+    assert raw(base) != raw(lora)
+    assert json.loads((lora / "config.json").read_text())["adapter"] == str(adapter)
