@@ -105,6 +105,26 @@ def test_wrong_key_fails_fast_without_retries_and_missing_env_is_clear(records_f
         assert fae_run(records_file, tmp_path / "a", srv.base_url) == 1
         assert srv.log and all(r.attempt == 0 for r in srv.log)  # a 401 is never retried
     assert "HTTP 401" in capfd.readouterr().err
+    assert not (tmp_path / "a" / "claims.jsonl").read_text()
+    # nothing finished yet, so the directory may be reused with other settings
+    monkeypatch.setenv(ENV, KEY)
+    with LocalOpenAIServer(api_key=KEY) as srv:
+        assert fae_run(records_file, tmp_path / "a", srv.base_url, "--rounds", "1", "--limit", "3") == 0
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["rounds"] == 1
     monkeypatch.delenv(ENV)
     assert fae_run(records_file, tmp_path / "b", "http://127.0.0.1:9/v1") == 1
     assert f"environment variable {ENV}" in capfd.readouterr().err
+
+
+def test_limit_grows_and_shrinks_over_one_run_directory(records_file, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv(ENV, KEY)
+    out = tmp_path / "run"
+    with LocalOpenAIServer(api_key=KEY) as srv:
+        assert fae_run(records_file, out, srv.base_url, "--limit", "3") == 0
+        assert fae_run(records_file, out, srv.base_url) == 0
+        assert "9 claims to do (3 already in" in capfd.readouterr().err
+        calls = len(srv.log)
+        assert fae_run(records_file, out, srv.base_url, "--limit", "5") == 0
+        assert len(srv.log) == calls  # nothing left to ask
+    assert len(read_claims(out / "claims.jsonl")) == 12
+    assert json.loads((out / "metrics.json").read_text())["n_claims"] == 5
