@@ -180,3 +180,13 @@ def test_peft_adapter_changes_answers_and_is_recorded(noisy_llama, cc_records, t
     raw = lambda d: [c["rounds"][0]["raw_output"] for c in read_claims(d / "claims.jsonl")]
     assert raw(base) != raw(lora)
     assert json.loads((lora / "config.json").read_text())["adapter"] == str(adapter)
+
+
+def test_left_padded_batches_answer_like_batch_size_one(reference_run, cc_records, noisy_llama, tmp_path):
+    """Left padding with its mask keeps answers; an all-ones mask over the pads changed 3 of these 20."""
+    out = tmp_path / "bs8"
+    assert main(run_args(cc_records, out, noisy_llama, "--batch-size", "8")) == 0
+    ref = read_claims(reference_run / "claims.jsonl")
+    got = read_claims(out / "claims.jsonl")
+    differ = sum(a["rounds"][0]["raw_output"] != b["rounds"][0]["raw_output"] for a, b in zip(ref, got))
+    assert differ <= 1, f"{differ} of {len(ref)} round-0 answers changed with batching"
