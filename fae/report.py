@@ -85,7 +85,7 @@ def warnings_for(run: dict) -> list[str]:
             "IS/ER/IO only mean something for a verifier that reads the evidence: one that always "
             "answers NOT_ENOUGH_INFO scores IO ≈ 100."
         )
-    if m.get("IS") is None and m.get("rounds"):
+    if a0 == 0 and m.get("rounds"):
         out.append(f"{run['name']}: a_0 = 0, so retention g_r and IS/ER are undefined (n/a).")
     return out
 
@@ -145,7 +145,7 @@ def plot_trajectories(runs: Sequence[dict], path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
     R = max((len(r["metrics"].get("round_accuracy") or []) for r in runs), default=1) - 1
     R = max(R, 1)
-    ax.plot(range(R + 1), [1.0] + [0.0] * R, "k--", lw=1.2, label="ideal")
+    ax.plot(range(R + 1), [1.0] + [0.0] * R, "--", color="0.35", lw=1.4, label="ideal", zorder=5)
     for run in runs:
         acc = run["metrics"].get("round_accuracy") or []
         xs = [r for r, a in enumerate(acc) if a is not None]

@@ -246,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
         records = load_records(opts["records"])
     except RecordError as exc:
         raise UserError(str(exc)) from None
+    all_ids = [r.id for r in records]
     if opts.get("limit"):
         records = records[: int(opts["limit"])]
     if not records:
@@ -257,12 +258,14 @@ def run(args: argparse.Namespace) -> int:
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
     barrier()
-    old = runio.check_resume(run_dir, config)
+    done = runio.finished_ids(run_dir)
+    # Only finished claims make a run directory worth protecting: a run that
+    # failed before its first claim (a typo in --model) may be restarted freely.
+    old = runio.check_resume(run_dir, config) if done else None
     if rank == 0 and old is None:
         runio.write_json_atomic(run_dir / runio.CONFIG, config)
     barrier()
 
-    done = runio.finished_ids(run_dir)
     mine = [r for r in records[rank::world] if r.id not in done]
     out_path = run_dir / runio.CLAIMS if world == 1 else runio.shard_path(run_dir, rank)
     started = time.time()
@@ -293,7 +296,8 @@ def run(args: argparse.Namespace) -> int:
     if rank != 0:
         return 0
 
-    claims = runio.merge_claims(run_dir, [r.id for r in records])
+    wanted = {r.id for r in records}
+    claims = [c for c in runio.merge_claims(run_dir, all_ids) if str(c["id"]) in wanted]
     if len(claims) != len(records):
         raise UserError(f"{run_dir}: {len(records) - len(claims)} claims missing after the run; rerun to resume")
     from .metrics import compute_metrics

@@ -13,6 +13,7 @@ import copy
 from pathlib import Path
 from typing import Any, Callable
 
+from data_prep._dispatch import UserError
 from data_prep.prompts import encode_chat
 
 from . import Backend, register
@@ -129,10 +130,15 @@ class HFBackend(Backend):
         super().__init__(options)
         self.batch_size = int(options.get("batch_size") or 8)
         self.max_new_tokens = int(options.get("max_new_tokens") or 64)
-        self.lm, self.tok = load_hf_model(
-            options["model"], options.get("adapter"), options.get("dtype") or "auto",
-            options.get("device") or "auto",
-        )
+        try:
+            self.lm, self.tok = load_hf_model(
+                options["model"], options.get("adapter"), options.get("dtype") or "auto",
+                options.get("device") or "auto",
+            )
+        except OSError as exc:  # missing path / not a model directory
+            raise UserError(f"cannot load model {options['model']!r}"
+                            + (f" with adapter {options['adapter']!r}" if options.get("adapter") else "")
+                            + f": {str(exc).splitlines()[0]}") from None
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
         self.stats = {"generate_calls": 0, "prompts": 0}
 
@@ -145,6 +151,9 @@ class HFBackend(Backend):
     @classmethod
     def decoding_of(cls, options):
         device = resolve_device(options.get("device") or "auto")
-        dtype = resolve_dtype(options.get("dtype") or "auto", device)
+        try:
+            dtype = resolve_dtype(options.get("dtype") or "auto", device)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
         return {"greedy": True, "max_new_tokens": int(options.get("max_new_tokens") or 64),
                 "dtype": str(dtype).replace("torch.", "")}

@@ -1,0 +1,192 @@
+"""End to end: `fae run` with a tiny model on real Check-COVID records, kill/resume, 2 processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from data_prep.records import load_records
+from fae.cli import main
+from fae.engine import pool_after
+from fae.metrics import compute_metrics
+from fae.runio import read_claims
+from fae_helpers import write_checkcovid
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def noisy_llama(tiny_llama, tmp_path_factory):
+    """The tiny random Llama with weights x5: greedy answers then depend on the prompt
+    (the unscaled one answers blank lines to everything), so comparing runs means something."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("noisy-llama")
+    lm = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.mul_(5.0)
+    lm.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cc_records(shared_data, tmp_path_factory):
+    return write_checkcovid(shared_data, tmp_path_factory.mktemp("cc") / "checkcovid.jsonl", n=20)
+
+
+def run_args(records, out, model, *extra):
+    return ["run", "--records", str(records), "--output", str(out), "--model", str(model),
+            "--rounds", "4", "--batch-size", "1", "--max-new-tokens", "24", "--no-progress", *extra]
+
+
+@pytest.fixture(scope="module")
+def reference_run(cc_records, noisy_llama, tmp_path_factory):
+    """One uninterrupted in-process run at --batch-size 1."""
+    out = tmp_path_factory.mktemp("ref") / "run"
+    assert main(run_args(cc_records, out, noisy_llama)) == 0
+    return out
+
+
+def test_run_writes_consistent_claims_metrics_report(reference_run, cc_records):
+    out = reference_run
+    records = load_records(cc_records)
+    claims = read_claims(out / "claims.jsonl")
+    assert [c["id"] for c in claims] == [r.id for r in records]
+    for rec, c in zip(records, claims):
+        assert c["gold_label"] == rec.label and c["gold_groups"] == rec.evidence
+        rounds = c["rounds"]
+        assert [r["round"] for r in rounds] == [0, 1, 2, 3, 4]
+        assert rounds[0]["pool_ids"] == rec.pool_ids and not rounds[0]["reused"]
+        for prev, cur in zip(rounds, rounds[1:]):
+            assert cur["pool_ids"] == pool_after(prev)  # S^{r+1} = S^r minus valid cited ids
+            assert cur["reused"] == (cur["pool_ids"] == prev["pool_ids"])
+            if cur["reused"]:
+                assert cur["raw_output"] == prev["raw_output"]
+        for r in rounds:
+            assert set(r) >= {"round", "pool_ids", "raw_output", "label", "cited", "hallucinated", "valid", "reused"}
+            assert r["valid"] == (r["label"] is not None)
+            assert set(r["cited"]) <= set(r["pool_ids"]) and not set(r["hallucinated"]) & set(r["pool_ids"])
+    assert len({c["rounds"][0]["raw_output"] for c in claims}) > 1  # answers depend on the prompt
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics == json.loads(json.dumps(compute_metrics(claims)))
+    assert metrics["n_claims"] == 20 and metrics["rounds"] == 4
+    assert metrics["model_calls"] + metrics["reused_calls"] == 20 * 5
+    assert metrics["invalid_rate"][0] == sum(not c["rounds"][0]["valid"] for c in claims) / 20
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["backend"] == "hf" and cfg["rounds"] == 4 and cfg["adapter"] is None
+    assert cfg["decoding"] == {"greedy": True, "max_new_tokens": 24, "dtype": "float32"}
+    assert cfg["records_sha256"] and cfg["versions"]["torch"] and cfg["command"].startswith("fae run --records")
+    report = (out / "report.md").read_text()
+    assert "| Model | Prec | Rec | F1 | Acc | Strict | IS | ER | IO |" in report
+    assert (out / "trajectory.png").read_bytes()[:4] == b"\x89PNG"
+    # rerunning the finished command changes nothing and calls no model
+    before = (out / "claims.jsonl").read_bytes()
+    assert main(run_args(cc_records, out, reference_run_model(out))) == 0
+    assert (out / "claims.jsonl").read_bytes() == before
+    # a different setting is refused
+    assert main(run_args(cc_records, out, reference_run_model(out))[:-1] + ["--rounds", "2", "--no-progress"]) == 1
+
+
+def reference_run_model(out):
+    return json.loads((out / "config.json").read_text())["model"]
+
+
+def test_report_over_two_runs(reference_run, tmp_path):
+    assert main(["report", str(reference_run), str(reference_run), "--output", str(tmp_path),
+                 "--names", "tiny-a", "tiny-b"]) == 0
+    md = (tmp_path / "report.md").read_text()
+    m = json.loads((reference_run / "metrics.json").read_text())
+    row = f"| tiny-a | {100 * m['evidence_precision']:.2f} | {100 * m['evidence_recall']:.2f} |"
+    assert row in md and "| tiny-b |" in md
+    if m["round_accuracy"][0] < 0.5:
+        assert "Warning — tiny-a" in md
+    assert (tmp_path / "trajectory.png").stat().st_size > 1000
+
+
+def _env():
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def test_sigkill_mid_run_then_resume_matches_uninterrupted(reference_run, cc_records, noisy_llama, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "fae.cli"] + run_args(cc_records, out, noisy_llama, "--chunk-size", "1")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    claims_file = out / "claims.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if claims_file.exists() and claims_file.read_bytes().count(b"\n") >= 3:
+            break
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stderr.close()
+    n_killed = len(read_claims(claims_file))
+    assert 3 <= n_killed < 20
+    assert not (out / "metrics.json").exists()
+    res = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"({n_killed} already in" in res.stderr
+    resumed = read_claims(claims_file)
+    ids = [c["id"] for c in resumed]
+    assert len(ids) == len(set(ids)) == 20  # every claim exactly once
+    assert resumed == read_claims(reference_run / "claims.jsonl")  # same answers as uninterrupted
+
+
+def test_accelerate_two_cpu_processes_split_and_merge(reference_run, cc_records, noisy_llama, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(REPO / "tests" / "accelerate_cpu_2proc.yaml"), "--main_process_port", "0",
+           "-m", "fae.cli"] + run_args(cc_records, out, noisy_llama)
+    res = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "[rank 0/2] 10 claims to do" in res.stderr and "[rank 1/2] 10 claims to do" in res.stderr
+    assert not list(out.glob("claims.rank*"))
+    assert read_claims(out / "claims.jsonl") == read_claims(reference_run / "claims.jsonl")
+    log = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    assert sorted((e["rank"], e["world"], e["claims"]) for e in log) == [(0, 2, 10), (1, 2, 10)]
+
+
+def test_peft_adapter_changes_answers_and_is_recorded(noisy_llama, cc_records, tmp_path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from fae.backends.hf import load_hf_model
+
+    torch.manual_seed(0)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(noisy_llama),
+                                LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                           init_lora_weights=False))
+    adapter = tmp_path / "adapter"
+    peft_model.save_pretrained(adapter)
+    lm, tok = load_hf_model(str(noisy_llama), str(adapter), device="cpu")
+    assert tok.padding_side == "left" and tok.pad_token_id is not None
+    assert not any("lora" in n for n, _ in lm.named_parameters())  # merged for inference
+    base, lora = tmp_path / "base", tmp_path / "lora"
+    assert main(run_args(cc_records, base, noisy_llama, "--limit", "4")) == 0
+    assert main(run_args(cc_records, lora, noisy_llama, "--limit", "4", "--adapter", str(adapter))) == 0
+    raw = lambda d: [c["rounds"][0]["raw_output"] for c in read_claims(d / "claims.jsonl")]
+    assert raw(base) != raw(lora)
+    assert json.loads((lora / "config.json").read_text())["adapter"] == str(adapter)
+
+
+def test_left_padded_batches_answer_like_batch_size_one(reference_run, cc_records, noisy_llama, tmp_path):
+    """Left padding with its mask keeps answers; an all-ones mask over the pads changed 3 of these 20."""
+    out = tmp_path / "bs8"
+    assert main(run_args(cc_records, out, noisy_llama, "--batch-size", "8")) == 0
+    ref = read_claims(reference_run / "claims.jsonl")
+    got = read_claims(out / "claims.jsonl")
+    differ = sum(a["rounds"][0]["raw_output"] != b["rounds"][0]["raw_output"] for a, b in zip(ref, got))
+    assert differ <= 1, f"{differ} of {len(ref)} round-0 answers changed with batching"

@@ -1,0 +1,213 @@
+"""FAE metrics on hand-computed cases (every number below is worked out by hand)."""
+
+import json
+import math
+
+import pytest
+
+from fae import metrics as M
+
+NEI = "NOT_ENOUGH_INFO"
+
+
+def rnd(r, pool, label, cited=(), halluc=(), reused=False, evidence=None):
+    valid = label is not None
+    return {"round": r, "pool_ids": list(pool), "raw_output": "", "label": label,
+            "cited": list(cited) if valid else [], "hallucinated": list(halluc) if valid else [],
+            "valid": valid, "reused": reused,
+            **({"evidence": evidence} if evidence is not None else {})}
+
+
+def claim(cid, gold, groups, rounds):
+    return {"id": cid, "gold_label": gold, "gold_groups": groups, "rounds": rounds}
+
+
+# ---------------------------------------------------------------------------
+# the official FEVER scorer, five claims (reference: fever-scorer 2.0.39)
+# ---------------------------------------------------------------------------
+A0, B1, B2, C3, D4, X9 = 0, 1, 2, 3, 4, 9
+FEVER_RECORDS = [
+    {"id": "c1", "label": "SUPPORT", "evidence": [[A0], [B1, B2]]},
+    {"id": "c2", "label": "REFUTE", "evidence": [[B1, B2]]},
+    {"id": "c3", "label": NEI, "evidence": []},
+    {"id": "c4", "label": "SUPPORT", "evidence": [[C3]]},
+    {"id": "c5", "label": "SUPPORT", "evidence": [[D4]]},
+]
+FEVER_PREDS = [
+    {"id": "c1", "label": "SUPPORT", "evidence": [A0, X9]},
+    {"id": "c2", "label": "REFUTE", "evidence": [B1]},
+    {"id": "c3", "label": NEI, "evidence": []},
+    {"id": "c4", "label": "REFUTE", "evidence": [C3]},
+    {"id": "c5", "label": "SUPPORT", "evidence": []},
+]
+
+
+def test_fever_score_matches_official_scorer_on_five_claims():
+    s = M.fever_score(FEVER_PREDS, FEVER_RECORDS)
+    assert s["strict"] == pytest.approx(0.4)
+    assert s["accuracy"] == pytest.approx(0.8)
+    assert s["precision"] == pytest.approx(0.875)
+    assert s["recall"] == pytest.approx(0.5)
+    assert s["f1"] == pytest.approx(0.6363636, abs=1e-6)
+
+
+def test_fever_score_accepts_record_objects_claim_lines_and_any_order():
+    from data_prep.records import ClaimRecord
+
+    recs = [ClaimRecord.from_dict({**r, "claim": "x", "sentences": [{"id": i, "text": "s"} for i in range(10)]})
+            for r in FEVER_RECORDS]
+    lines = [{"id": r["id"], "gold_label": r["label"], "gold_groups": r["evidence"]} for r in FEVER_RECORDS]
+    ref = M.fever_score(FEVER_PREDS, FEVER_RECORDS)
+    assert M.fever_score(list(reversed(FEVER_PREDS)), recs) == ref
+    assert M.fever_score(FEVER_PREDS, lines) == ref
+    # the scorer's own NEI spelling is the same label
+    alt = [dict(p, label="NOT ENOUGH INFO") if p["label"] == NEI else p for p in FEVER_PREDS]
+    assert M.fever_score(alt, FEVER_RECORDS) == ref
+
+
+def test_fever_score_only_first_five_ids_count():
+    recs = [{"id": "a", "label": "SUPPORT", "evidence": [[6, 7]]}]
+    preds = [{"id": "a", "label": "SUPPORT", "evidence": [0, 1, 2, 3, 6, 7]}]
+    assert M.fever_score(preds, recs)["strict"] == 0.0  # 7 is the 6th id
+    assert M.fever_score(preds, recs)["precision"] == pytest.approx(1 / 5)
+    assert M.fever_score(preds, recs, max_evidence=None)["strict"] == 1.0
+
+
+def test_fever_score_rejects_missing_and_unknown_predictions():
+    with pytest.raises(ValueError, match="no prediction"):
+        M.fever_score(FEVER_PREDS[:4], FEVER_RECORDS)
+    with pytest.raises(ValueError, match="unknown record"):
+        M.fever_score(FEVER_PREDS + [{"id": "zz", "label": NEI, "evidence": []}], FEVER_RECORDS)
+
+
+# ---------------------------------------------------------------------------
+# an ideal verifier: right at round 0, NEI once its evidence is gone
+# ---------------------------------------------------------------------------
+
+
+def ideal_claims(R=4):
+    out = []
+    for k, (gold, groups, pool) in enumerate([("SUPPORT", [[1]], [0, 1, 2]), ("REFUTE", [[0, 2]], [0, 1, 2, 3]),
+                                               ("SUPPORT", [[4], [5]], [3, 4, 5])]):
+        cited = sorted({i for g in groups for i in g})
+        rest = [i for i in pool if i not in cited]
+        rounds = [rnd(0, pool, gold, cited)] + [rnd(r, rest, NEI, reused=r > 1) for r in range(1, R + 1)]
+        out.append(claim(f"i{k}", gold, groups, rounds))
+    return out
+
+
+def test_ideal_verifier_scores_one_everywhere():
+    m = M.compute_metrics(ideal_claims())
+    assert m["IS"] == 1.0 and m["ER"] == 1.0 and m["IO"] == 1.0
+    assert m["round_accuracy"] == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert m["retention"] == [1.0, 0.0, 0.0, 0.0, 0.0]
+    for k in ("label_accuracy", "strict_accuracy", "fever_score", "evidence_precision", "evidence_recall",
+              "evidence_f1", "evidence_f1_macro"):
+        assert m[k] == 1.0, k
+    assert m["flip_rate"] == 0.0 and m["invalid_rate"] == [0.0] * 5
+    assert m["model_calls"] == 3 * 2 and m["reused_calls"] == 3 * 3
+
+
+# ---------------------------------------------------------------------------
+# a mixed case, R = 2
+# ---------------------------------------------------------------------------
+
+
+def mixed_claims():
+    return [
+        # E* = {0, 3}; cites 0 (gold) and 1; then 3; then abstains
+        claim("A", "SUPPORT", [[0], [3]], [
+            rnd(0, [0, 1, 2, 3], "SUPPORT", [0, 1]),
+            rnd(1, [2, 3], "SUPPORT", [3]),
+            rnd(2, [2], NEI)]),
+        # invents id 7; flips REFUTE -> SUPPORT -> REFUTE; cites an ablated id at r2
+        claim("B", "REFUTE", [[1, 2]], [
+            rnd(0, [0, 1, 2], "REFUTE", [1], [7], evidence=[7, 1]),
+            rnd(1, [0, 2], "SUPPORT", [2]),
+            rnd(2, [0], "REFUTE", [], [2])]),
+        # invalid throughout (reused)
+        claim("C", "SUPPORT", [[0]], [
+            rnd(0, [0, 1], None), rnd(1, [0, 1], None, reused=True), rnd(2, [0, 1], None, reused=True)]),
+        # right label, wrong evidence
+        claim("D", "REFUTE", [[1]], [
+            rnd(0, [0, 1], "REFUTE", [0]), rnd(1, [1], "REFUTE", [1]), rnd(2, [], NEI)]),
+    ]
+
+
+def test_mixed_case_hand_computed():
+    m = M.compute_metrics(mixed_claims())
+    assert m["n_claims"] == 4 and m["rounds"] == 2
+    assert m["label_accuracy"] == 0.75  # A, B, D
+    assert m["strict_accuracy"] == 0.5  # A, B (D cites a non-gold sentence)
+    assert m["fever_score"] == 0.25  # only A has a complete group
+    # micro: predicted {0,1} {7,1} {} {0} vs gold {0,3} {1,2} {0} {1}: TP 2, 5 predicted, 6 gold
+    assert m["evidence_precision"] == pytest.approx(2 / 5)
+    assert m["evidence_recall"] == pytest.approx(2 / 6)
+    assert m["evidence_f1"] == pytest.approx(2 * 0.4 * (1 / 3) / (0.4 + 1 / 3))
+    # macro: A .5/.5/.5, B .5/.5/.5, C 0, D 0
+    assert m["evidence_precision_macro"] == pytest.approx(0.25)
+    assert m["evidence_recall_macro"] == pytest.approx(0.25)
+    assert m["evidence_f1_macro"] == pytest.approx(0.25)
+    assert m["round_accuracy"] == [0.75, 0.5, 0.25]
+    assert m["retention"] == pytest.approx([1.0, 2 / 3, 1 / 3])
+    assert m["IS"] == pytest.approx(1 / 3)
+    assert m["ER"] == pytest.approx(2 / 3)
+    assert m["IO"] == pytest.approx(1 - (0.5 + 0.25) / 2)
+    assert m["flip_rate"] == pytest.approx(2 / 8) and m["any_flip_rate"] == 0.25
+    assert m["invalid_rate"] == [0.25, 0.25, 0.25]
+    assert m["hallucinated_id_rate"] == pytest.approx([1 / 5, 0.0, 1.0])
+    assert m["reused_calls"] == 2 and m["model_calls"] == 10
+
+
+def test_metrics_json_has_exactly_the_contract_keys_and_serialises():
+    m = M.compute_metrics(mixed_claims())
+    assert list(m) == list(M.METRIC_KEYS)
+    assert json.loads(json.dumps(m)) == m
+    assert len(m["round_accuracy"]) == len(m["retention"]) == len(m["invalid_rate"]) == m["rounds"] + 1
+
+
+def test_fever_uses_citation_order_first_five():
+    # 5 invented ids first: the gold id in 6th place does not count for FEVER, but counts for Strict
+    c = claim("E", "SUPPORT", [[2]], [rnd(0, [0, 1, 2], "SUPPORT", [2], [10, 11, 12, 13, 14],
+                                         evidence=[10, 11, 12, 13, 14, 2])])
+    m = M.compute_metrics([c])
+    assert m["strict_accuracy"] == 1.0 and m["fever_score"] == 0.0
+
+
+# ---------------------------------------------------------------------------
+# edge cases: no NaN, undefined is None
+# ---------------------------------------------------------------------------
+
+
+def test_always_nei_verifier_has_undefined_retention_not_nan():
+    cl = [claim(f"n{k}", "SUPPORT", [[0]], [rnd(r, [0, 1], NEI, reused=r > 0) for r in range(5)]) for k in range(3)]
+    m = M.compute_metrics(cl)
+    assert m["round_accuracy"] == [0.0] * 5
+    assert m["retention"] == [None] * 5 and m["IS"] is None and m["ER"] is None
+    assert m["IO"] == 1.0  # why the report warns about low round-0 accuracy
+    assert m["evidence_precision"] == 0.0 and m["evidence_f1"] == 0.0
+    assert not any(isinstance(v, float) and math.isnan(v) for v in m.values())
+
+
+def test_zero_rounds_and_empty_input():
+    m = M.compute_metrics([claim("z", "REFUTE", [[0]], [rnd(0, [0], "REFUTE", [0])])])
+    assert m["rounds"] == 0 and m["IS"] is None and m["IO"] is None and m["flip_rate"] is None
+    assert m["label_accuracy"] == 1.0
+    e = M.compute_metrics([])
+    assert e["n_claims"] == 0 and e["label_accuracy"] is None and e["fever_score"] is None
+
+
+def test_nei_gold_claims_count_at_round_zero_only():
+    cl = mixed_claims() + [claim("N", NEI, [], [rnd(r, [0, 1], NEI, reused=r > 0) for r in range(3)])]
+    m = M.compute_metrics(cl)
+    assert m["label_accuracy"] == 4 / 5  # NEI claim correct
+    assert m["strict_accuracy"] == 3 / 5  # NEI-gold: label is enough (FEVER)
+    assert m["round_accuracy"] == [0.75, 0.5, 0.25]  # trajectory over SUPPORT/REFUTE claims only
+    assert m["evidence_precision"] == pytest.approx(2 / 5)
+
+
+def test_mismatched_round_counts_are_an_error():
+    cl = mixed_claims()
+    cl[0]["rounds"] = cl[0]["rounds"][:2]
+    with pytest.raises(ValueError, match="different numbers of rounds"):
+        M.compute_metrics(cl)

@@ -1,0 +1,130 @@
+"""The openai backend against a real HTTP server on 127.0.0.1 that injects faults."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data_prep.records import load_records
+from fae.cli import main
+from fae.engine import ablate_chunk
+from fae.metrics import compute_metrics
+from fae.runio import read_claims
+from fae_helpers import write_checkcovid
+from openai_server import LocalOpenAIServer, body_key, claim_of, overlap_verifier
+
+KEY = "sk-fae-TEST-4f1c9e-do-not-leak"
+ENV = "FAE_TEST_OPENAI_KEY"
+
+
+@pytest.fixture(scope="module")
+def records_file(shared_data, tmp_path_factory):
+    return write_checkcovid(shared_data, tmp_path_factory.mktemp("cc") / "cc.jsonl", n=12)
+
+
+def expected_claims(path, rounds):
+    """What a perfect transport yields: the same verifier, called in-process."""
+    def generate(prompts, callback=None):
+        return [overlap_verifier({"messages": m}) for m in prompts]
+    return ablate_chunk(load_records(path), generate, rounds)
+
+
+def fae_run(records, out, base_url, *extra):
+    return main(["run", "--backend", "openai", "--model", "verifier", "--base-url", base_url,
+                 "--api-key-env", ENV, "--records", str(records), "--output", str(out), "--rounds", "4",
+                 "--concurrency", "4", "--request-timeout", "0.4", "--backoff-base", "0.01",
+                 "--no-progress", *extra])
+
+
+def every_fault(body, attempt):
+    """Deterministic by prompt: 429, 500 then 503, timeout, malformed body, dropped connection."""
+    kind = int(body_key(body), 16) % 6
+    plan = {0: ["429"], 1: ["500", "503"], 2: ["timeout"], 3: ["malformed_body"], 4: ["disconnect"], 5: []}[kind]
+    return plan[attempt] if attempt < len(plan) else None
+
+
+def assert_key_never_written(run_dir: Path, *texts):
+    for f in run_dir.rglob("*"):
+        if f.is_file():
+            assert KEY.encode() not in f.read_bytes(), f
+    for t in texts:
+        assert KEY not in t
+
+
+def test_faults_are_retried_nothing_lost_key_never_stored(records_file, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv(ENV, KEY)
+    out = tmp_path / "run"
+    with LocalOpenAIServer(faults=every_fault, api_key=KEY, slow_seconds=1.0) as srv:
+        assert fae_run(records_file, out, srv.base_url) == 0
+        outcomes = [r.outcome for r in srv.log]
+    for fault in ("429", "500", "503", "timeout", "malformed_body", "disconnect", "ok"):
+        assert fault in outcomes, fault
+    claims = read_claims(out / "claims.jsonl")
+    assert claims == expected_claims(records_file, 4)  # every claim once, in order, same answers
+    assert any(len(set(r["pool_ids"])) < len(set(c["rounds"][0]["pool_ids"]))
+               for c in claims for r in c["rounds"])  # evidence really got ablated
+    log = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    stats = log[-1]["backend_stats"]
+    n_faults = sum(o != "ok" for o in outcomes)
+    assert stats["retries"] == n_faults and stats["requests"] == len(outcomes)
+    assert stats["malformed"] >= 1 and stats["timeout"] >= 1 and stats["429"] >= 1 and stats["5xx"] >= 2
+    assert srv.count(outcome="ok") == compute_metrics(claims)["model_calls"]
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["settings"]["api_key_env"] == ENV and cfg["backend"] == "openai"
+    captured = capfd.readouterr()
+    assert_key_never_written(out, captured.out, captured.err)
+
+
+def test_a_request_failing_for_good_stops_cleanly_and_the_rerun_resumes(records_file, tmp_path, monkeypatch,
+                                                                       capfd):
+    monkeypatch.setenv(ENV, KEY)
+    records = load_records(records_file)
+    doomed = records[5].claim
+    out = tmp_path / "run"
+    with LocalOpenAIServer(faults=lambda b, a: "500" if claim_of(b) == " ".join(doomed.split()) else None,
+                           api_key=KEY) as srv:
+        rc = fae_run(records_file, out, srv.base_url, "--chunk-size", "2", "--max-retries", "2")
+    err = capfd.readouterr().err
+    assert rc == 1
+    assert "still failing after 2 retries" in err and "rerun the same command to resume" in err
+    partial = read_claims(out / "claims.jsonl")
+    assert [c["id"] for c in partial] == [r.id for r in records[:4]]  # chunks before the failure, no fake answer
+    assert not (out / "metrics.json").exists()
+    with LocalOpenAIServer(api_key=KEY) as srv:
+        assert fae_run(records_file, out, srv.base_url, "--chunk-size", "2", "--max-retries", "2") == 0
+    claims = read_claims(out / "claims.jsonl")
+    assert claims == expected_claims(records_file, 4)
+    assert json.loads((out / "metrics.json").read_text())["n_claims"] == len(records)
+    captured = capfd.readouterr()
+    assert_key_never_written(out, err, captured.out, captured.err)
+
+
+def test_wrong_key_fails_fast_without_retries_and_missing_env_is_clear(records_file, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv(ENV, "sk-wrong")
+    with LocalOpenAIServer(api_key=KEY) as srv:
+        assert fae_run(records_file, tmp_path / "a", srv.base_url) == 1
+        assert srv.log and all(r.attempt == 0 for r in srv.log)  # a 401 is never retried
+    assert "HTTP 401" in capfd.readouterr().err
+    assert not (tmp_path / "a" / "claims.jsonl").read_text()
+    # nothing finished yet, so the directory may be reused with other settings
+    monkeypatch.setenv(ENV, KEY)
+    with LocalOpenAIServer(api_key=KEY) as srv:
+        assert fae_run(records_file, tmp_path / "a", srv.base_url, "--rounds", "1", "--limit", "3") == 0
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["rounds"] == 1
+    monkeypatch.delenv(ENV)
+    assert fae_run(records_file, tmp_path / "b", "http://127.0.0.1:9/v1") == 1
+    assert f"environment variable {ENV}" in capfd.readouterr().err
+
+
+def test_limit_grows_and_shrinks_over_one_run_directory(records_file, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv(ENV, KEY)
+    out = tmp_path / "run"
+    with LocalOpenAIServer(api_key=KEY) as srv:
+        assert fae_run(records_file, out, srv.base_url, "--limit", "3") == 0
+        assert fae_run(records_file, out, srv.base_url) == 0
+        assert "9 claims to do (3 already in" in capfd.readouterr().err
+        calls = len(srv.log)
+        assert fae_run(records_file, out, srv.base_url, "--limit", "5") == 0
+        assert len(srv.log) == calls  # nothing left to ask
+    assert len(read_claims(out / "claims.jsonl")) == 12
+    assert json.loads((out / "metrics.json").read_text())["n_claims"] == 5

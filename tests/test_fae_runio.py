@@ -1,0 +1,109 @@
+"""claims.jsonl append/resume/merge, config.json resume checks, option merging, recipes."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from data_prep._dispatch import UserError
+from fae import run_cli, runio
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def line(cid):
+    return {"id": cid, "gold_label": "SUPPORT", "gold_groups": [[0]], "rounds": [{"round": 0}]}
+
+
+def test_truncated_last_line_is_ignored_then_cut_by_the_writer(tmp_path):
+    path = tmp_path / "claims.jsonl"
+    path.write_text(json.dumps(line("a")) + "\n" + json.dumps(line("b"))[:17])  # killed mid-write
+    assert [c["id"] for c in runio.read_claims(path)] == ["a"]
+    assert path.read_text().endswith('"gold')  # reading alone does not touch the file
+    with runio.ClaimWriter(path) as w:
+        w([line("b"), line("c")])
+    assert [c["id"] for c in runio.read_claims(path)] == ["a", "b", "c"]
+    assert path.read_text().count("\n") == 3
+
+
+def test_a_corrupt_complete_line_is_an_error_with_file_and_line(tmp_path):
+    path = tmp_path / "claims.jsonl"
+    path.write_text(json.dumps(line("a")) + "\n{oops\n")
+    with pytest.raises(UserError, match=r"claims.jsonl:2"):
+        runio.read_claims(path)
+
+
+def test_merge_orders_by_record_dedups_and_removes_shards(tmp_path):
+    (tmp_path / "claims.jsonl").write_text(json.dumps(line("c")) + "\n")
+    runio.shard_path(tmp_path, 0).write_text(json.dumps(line("a")) + "\n" + json.dumps(line("c")) + "\n")
+    runio.shard_path(tmp_path, 1).write_text(json.dumps(line("b")) + "\n" + json.dumps(line("d"))[:5])
+    assert runio.finished_ids(tmp_path) == {"a", "b", "c"}
+    merged = runio.merge_claims(tmp_path, ["a", "b", "c", "d"])
+    assert [c["id"] for c in merged] == ["a", "b", "c"]
+    assert [c["id"] for c in runio.read_claims(tmp_path / "claims.jsonl")] == ["a", "b", "c"]
+    assert not list(tmp_path.glob("claims.rank*"))
+    with pytest.raises(UserError, match="not in the records file"):
+        runio.merge_claims(tmp_path, ["a", "b"])
+
+
+def test_resume_refuses_a_run_with_other_settings(tmp_path):
+    cfg = {"records_sha256": "x", "backend": "hf", "model": "m", "adapter": None, "rounds": 4,
+           "decoding": {"greedy": True, "max_new_tokens": 64}, "command": "fae run a"}
+    assert runio.check_resume(tmp_path, cfg) is None
+    runio.write_json_atomic(tmp_path / "config.json", cfg)
+    assert runio.check_resume(tmp_path, dict(cfg, command="fae run b"))["command"] == "fae run a"
+    with pytest.raises(UserError, match=r"rounds: 4 -> 2; decoding: "):
+        runio.check_resume(tmp_path, dict(cfg, rounds=2, decoding={"greedy": True, "max_new_tokens": 8}))
+    with pytest.raises(UserError, match="records_sha256"):
+        runio.check_resume(tmp_path, dict(cfg, records_sha256="y"))
+
+
+# ---------------------------------------------------------------------------
+# options: YAML < command line
+# ---------------------------------------------------------------------------
+
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    run_cli.add_arguments(p)
+    return p.parse_args(argv)
+
+
+def test_cli_flags_override_yaml_and_yaml_overrides_defaults(tmp_path):
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text("backend: openai\nmodel: from-yaml\nbatch-size: 3\nrounds: 2\nrequest_timeout: 5\n"
+                   "progress: false\n")
+    opts = run_cli.merge_options(parse(["--config", str(cfg), "--records", "r.jsonl", "--output", "o",
+                                        "--model", "from-cli", "--rounds", "4"]))
+    assert opts["model"] == "from-cli" and opts["rounds"] == 4  # CLI wins
+    assert opts["backend"] == "openai" and opts["batch_size"] == 3 and opts["request_timeout"] == 5.0
+    assert opts["progress"] is False
+    assert opts["max_new_tokens"] == run_cli.DEFAULTS["max_new_tokens"]  # default kept
+
+
+def test_unknown_or_bad_yaml_keys_name_file_and_key(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("model: m\nbatchsize: 4\n")
+    with pytest.raises(UserError, match=r"bad\.yaml: unknown key 'batchsize'"):
+        run_cli.merge_options(parse(["--config", str(cfg)]))
+    cfg.write_text("model: m\nrounds: many\n")
+    with pytest.raises(UserError, match=r"bad\.yaml: key 'rounds'"):
+        run_cli.merge_options(parse(["--config", str(cfg)]))
+    with pytest.raises(UserError, match="missing --records, --output"):
+        run_cli.merge_options(parse(["--model", "m"]))
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "recipes" / "eval").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_eval_recipes_are_valid(recipe):
+    p = argparse.ArgumentParser()
+    run_cli.add_arguments(p)
+    opts = run_cli.load_yaml_options(str(recipe), p)
+    assert opts["backend"] in ("hf", "openai", "vllm") and opts["model"]
+    assert "api_key" not in opts  # keys come from the environment only
+
+
+def test_command_line_is_recorded_from_the_given_flags():
+    args = parse(["--records", "r.jsonl", "--output", "o d", "--model", "m", "--no-progress"])
+    assert run_cli.command_line(run_cli.given_options(args)) == \
+        "fae run --records r.jsonl --output 'o d' --model m --no-progress"
