@@ -56,7 +56,6 @@ def build_word_tokenizer(world: World):
 
     words: list[str] = list(SPECIALS)
     pieces = set(world.words())
-    pieces |= set(EVIDENCE_SYSTEM_PROMPT.split()) | set(KNOWLEDGE_SYSTEM_PROMPT.split())
     pieces |= {"Claim:", "Document:", "system", "user", "assistant"}
     pieces |= {f"line{i}:" for i in range(MAX_LINE_ID)}
     for label in LABELS:
@@ -74,6 +73,11 @@ def build_word_tokenizer(world: World):
         pad_token="<|finetune_right_pad_id|>",
         unk_token="[UNK]",
     )
+    # Each of the framework's two fixed system prompts is one token for this toy
+    # word-level model: the rendered text is unchanged, sequences are half as long
+    # (and CPU training twice as fast).
+    hf.add_special_tokens({"additional_special_tokens": [t for t in SPECIALS if t not in hf.all_special_tokens]})
+    hf.add_tokens([EVIDENCE_SYSTEM_PROMPT, KNOWLEDGE_SYSTEM_PROMPT])
     hf.chat_template = llama3_chat_template()
     return hf
 
@@ -97,9 +101,10 @@ class ExampleFactory:
         target = self.tok(answer, add_special_tokens=False)["input_ids"] + [self.eot]
         return Example(prompt + target, len(prompt))
 
-    def encyclopedia(self) -> Example:
-        fact = self.rng.choice(self.facts)
-        return Example(self.tok(fact.sentence(), add_special_tokens=False)["input_ids"] + [self.eot], 0)
+    def encyclopedia(self, n_facts: int = 8) -> Example:
+        """Several facts packed into one sequence (no padding waste)."""
+        text = " ".join(f.sentence() for f in self.rng.sample(self.facts, n_facts))
+        return Example(self.tok(text, add_special_tokens=False)["input_ids"] + [self.eot], 0)
 
     def record(self) -> ClaimRecord:
         fact = self.rng.choice(self.facts)

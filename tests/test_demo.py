@@ -1,0 +1,87 @@
+"""The built-in demo: synthetic world, base-model builder, and a reduced end-to-end run."""
+
+import json
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from data_prep.prompts import format_answer, parse_answer, render_chat, render_evidence_prompt
+from data_prep.records import ClaimRecord, load_records
+from real.demo.base_model import build_base, build_word_tokenizer
+from real.demo.pipeline import BASE_DIR, DemoSize, run_demo, write_world_records
+from real.demo.world import ATTRIBUTES, build_world, make_split, train_test_facts
+
+
+def test_world_is_seeded_and_records_are_valid(tmp_path):
+    w1, w2 = build_world(seed=3), build_world(seed=3)
+    assert w1.facts == w2.facts and build_world(seed=4).facts != w1.facts
+    train_facts, test_facts = train_test_facts(w1, 100, 50, seed=1)
+    assert not set(train_facts) & set(test_facts)  # test claims are about unseen facts
+    recs = make_split(w1, test_facts, seed=2, prefix="t")
+    labels = {r.label for r in recs}
+    assert labels == {"SUPPORT", "REFUTE"}
+    for r in recs:
+        r.validate()
+        gold = r.sentence_map()[r.gold_ids[0]]
+        fact = w1.facts[(r.extra["entity"], r.extra["attribute"])]
+        assert gold.text == fact.sentence()  # the gold line states the true fact
+        assert (r.claim == fact.sentence()) == (r.label == "SUPPORT")
+        # distractors include other facts about the same entity
+        assert sum(s.doc == fact.entity for s in r.sentences) >= 2
+    train_path, test_path = write_world_records(tmp_path, DemoSize(n_train=30, n_test=10), seed=0)
+    assert len(load_records(train_path)) == 30 and len(load_records(test_path)) == 10
+
+
+def test_word_tokenizer_round_trips_answers_and_prompts():
+    w = build_world()
+    tok = build_word_tokenizer(w)
+    for ans in (format_answer("SUPPORT", [3]), format_answer("REFUTE", [0, 12]), format_answer("NOT_ENOUGH_INFO")):
+        ids = tok(ans, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids
+        assert tok.decode(ids) == ans
+    rec = make_split(w, list(w.facts.values())[:1], seed=0, prefix="x")[0]
+    ids = tok(render_chat(tok, render_evidence_prompt(rec)), add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids
+    assert len(ids) < 80  # word-level: the whole prompt stays short on CPU
+
+
+@pytest.mark.slow
+def test_build_base_writes_a_loadable_model_and_curve(tmp_path):
+    info = build_base(tmp_path / "base", steps=20, batch_size=8, eval_every=10, log=lambda *_: None)
+    log = [json.loads(line) for line in (tmp_path / "base" / "build_log.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in log] == [10, 20]
+    assert all(0.0 <= e["exact_full_pool"] <= 1.0 for e in log)
+    assert info["steps"] == 20 and info["parameters"] > 0
+    tok = AutoTokenizer.from_pretrained(tmp_path / "base")
+    assert tok.chat_template and (tmp_path / "base" / "model.safetensors").exists()
+
+
+def test_shipped_base_model_is_small_and_documented():
+    files = {p.name for p in BASE_DIR.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "build_info.json", "build_log.jsonl"} <= files
+    size = sum(p.stat().st_size for p in BASE_DIR.iterdir())
+    assert size < 20 * 2**20
+    info = json.loads((BASE_DIR / "build_info.json").read_text())
+    assert info["best_exact_full_pool"] >= 0.9  # never ship a base that cannot read the pool
+    assert {"seed", "wall_seconds", "steps"} <= set(info)
+
+
+@pytest.mark.slow
+def test_reduced_demo_end_to_end(tmp_path):
+    out = tmp_path / "demo"
+    summary = run_demo(out, DemoSize(n_train=40, n_test=16, max_steps=6, bootstrap=100), seed=0)
+    for rel in ("runs/sft/claims.jsonl", "runs/real/metrics.json", "probes/sft/dirk.json", "probes/real/dirk.json",
+                "report.md", "trajectory.png", "dirk.png", "compare/compare.json", "summary.json"):
+        assert (out / rel).exists(), rel
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    for v in ("sft", "real"):
+        metrics = json.loads((out / "runs" / v / "metrics.json").read_text())
+        assert on_disk["variants"][v] == metrics and metrics["n_claims"] == 16 and metrics["rounds"] == 4
+        state = json.loads((out / "models" / v / "trainer_state.json").read_text())
+        assert state["global_step"] == 6  # the reduced size really reached the trainer
+        assert (out / "models" / v / "adapter_model.safetensors").exists()
+    assert (out / "dirk.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (out / "report.md").read_text()
+    assert "| sft |" in report and "| real |" in report
