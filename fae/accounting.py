@@ -33,6 +33,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from .metrics import gold_union, is_flip, is_nei, named_ids
+
 SUPPORT = "SUPPORT"
 REFUTE = "REFUTE"
 NEI = "NOT_ENOUGH_INFO"
@@ -382,17 +384,6 @@ def paired_bootstrap(
 # of means such as IS = 1 - a_1/a_0 — from the drawn claims.
 
 
-def _is_nei(label) -> bool:
-    return label is not None and str(label).upper() in ("NOT_ENOUGH_INFO", "NOT ENOUGH INFO", "NEI")
-
-
-def named_ids(rnd: Mapping) -> list:
-    """Every id an answer named in citation order (``evidence``; else cited + hallucinated)."""
-    if rnd.get("evidence") is not None:
-        return list(rnd["evidence"])
-    return list(rnd.get("cited") or []) + list(rnd.get("hallucinated") or [])
-
-
 def round_label(rnd: Mapping) -> str | None:
     """The round's label, None when the answer was invalid."""
     return rnd.get("label") if rnd.get("valid", rnd.get("label") is not None) else None
@@ -426,13 +417,13 @@ def run_metric_columns(claims: Sequence[Mapping], n_rounds: int) -> np.ndarray:
             raise ValueError(f"claim {c.get('id')!r} has {len(rounds)} rounds, expected {n_rounds + 1}")
         rounds = rounds[: n_rounds + 1]
         gold_label, groups = c["gold_label"], c["gold_groups"]
-        e = 0.0 if _is_nei(gold_label) else 1.0
+        e = 0.0 if is_nei(gold_label) else 1.0
         labels = [round_label(r) for r in rounds]
         acc = [float(label_correct(l, gold_label)) for l in labels]
         r0 = rounds[0]
         named0 = named_ids(r0) if labels[0] is not None else []
-        gold = {i for g in groups for i in g}
-        flips = sum(1 for prev, cur in zip(labels[:-1], labels[1:]) if {prev, cur} == {SUPPORT, REFUTE})
+        gold = gold_union(c)
+        flips = sum(is_flip(prev, cur) for prev, cur in zip(labels[:-1], labels[1:]))
         rows.append(
             [1.0, e, *(e * a for a in acc), acc[0],
              float(claim_score(labels[0], r0.get("cited") or [], gold_label, groups, "strict")),

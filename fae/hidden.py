@@ -1,4 +1,6 @@
-"""Model loading and last-prompt-token hidden-state capture for the probes.
+"""Last-prompt-token hidden-state capture for the probes.
+
+Models load with :func:`fae.backends.hf.load_hf_model`, as in `fae run`.
 
 The probes read the verifier's state at the position right before the first
 generated token: the last token of the chat-templated prompt with the
@@ -10,75 +12,12 @@ would see alone.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
 
 from data_prep._dispatch import UserError
 from data_prep.prompts import encode_chat
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def pick_device(device: str | None = None) -> torch.device:
-    if device and device != "auto":
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def load_model(
-    model_path: str | Path,
-    adapter: str | Path | None = None,
-    *,
-    device: str | None = None,
-    dtype: str | None = None,
-    trust_remote_code: bool = False,
-):
-    """Load ``(model, tokenizer)`` for probing: eval mode, left padding.
-
-    fp32 on CPU and bf16 on CUDA unless ``dtype`` says otherwise; a LoRA
-    ``adapter`` is applied with ``PeftModel.from_pretrained`` and stays active
-    (not merged, so the state is the adapter's). The tokenizer gets a pad
-    token (eos) if it has none. The tokenizer is read from the adapter
-    directory when it ships one, else from the base model.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model_path = Path(model_path)
-    if not model_path.exists():
-        raise UserError(f"model path {str(model_path)!r} does not exist")
-    if adapter is not None and not Path(adapter).exists():
-        raise UserError(f"adapter path {str(adapter)!r} does not exist")
-    dev = pick_device(device)
-    if dtype in (None, "auto"):
-        torch_dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    else:
-        if dtype not in DTYPES:
-            raise UserError(f"unknown dtype {dtype!r}; expected auto or one of {', '.join(DTYPES)}")
-        torch_dtype = DTYPES[dtype]
-
-    # Trainers save the tokenizer (and its chat template) next to the adapter:
-    # prefer that one, as `fae run` does.
-    tok_src = adapter if adapter is not None and (Path(adapter) / "tokenizer_config.json").is_file() \
-        else model_path
-    tokenizer = AutoTokenizer.from_pretrained(tok_src, trust_remote_code=trust_remote_code)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise UserError(f"the tokenizer at {str(model_path)!r} has no chat template")
-
-    model = AutoModelForCausalLM.from_pretrained(
-        model_path, dtype=torch_dtype, trust_remote_code=trust_remote_code
-    )
-    if adapter is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter))
-    model.to(dev)
-    model.eval()
-    return model, tokenizer
 
 
 def model_device(model) -> torch.device:

@@ -61,14 +61,14 @@ METRIC_KEYS = (
 # ---------------------------------------------------------------------------
 
 
-def _is_nei(label: str | None) -> bool:
-    return label is not None and label.upper() in _NEI_ALIASES
+def is_nei(label: str | None) -> bool:
+    return label is not None and str(label).upper() in _NEI_ALIASES
 
 
 def _same_label(pred: str | None, gold: str) -> bool:
     if pred is None:
         return False
-    if _is_nei(pred) and _is_nei(gold):
+    if is_nei(pred) and is_nei(gold):
         return True
     return pred.upper() == gold.upper()
 
@@ -90,7 +90,7 @@ def gold_union(claim: Mapping) -> set:
 
 def evidence_claims(claims: Iterable[Mapping]) -> list[Mapping]:
     """Claims whose gold label is SUPPORT/REFUTE (the ablation population)."""
-    return [c for c in claims if not _is_nei(c["gold_label"])]
+    return [c for c in claims if not is_nei(c["gold_label"])]
 
 
 def named_ids(rnd: Mapping) -> list:
@@ -136,7 +136,7 @@ def strict_accuracy(claims: Sequence[Mapping]) -> float | None:
         r0 = c["rounds"][0]
         if not _same_label(r0["label"], c["gold_label"]):
             continue
-        if _is_nei(c["gold_label"]) or set(r0.get("cited") or []) & gold_union(c):
+        if is_nei(c["gold_label"]) or set(r0.get("cited") or []) & gold_union(c):
             ok += 1
     return ok / len(claims)
 
@@ -222,9 +222,9 @@ def fever_score(
         label_ok = _same_label(pred.get("label"), label)
         if label_ok:
             correct += 1
-            if _is_nei(label) or any(all(i in top for i in g) for g in groups):
+            if is_nei(label) or any(all(i in top for i in g) for g in groups):
                 strict += 1
-        if not _is_nei(label):
+        if not is_nei(label):
             all_gold = {i for g in groups for i in g}
             prec_sum += (sum(1 for i in top if i in all_gold) / len(top)) if top else 1.0
             prec_n += 1
@@ -309,7 +309,8 @@ def fae_scores(acc: Sequence[float | None]) -> dict[str, float | None]:
     }
 
 
-def _is_flip(a: str | None, b: str | None) -> bool:
+def is_flip(a: str | None, b: str | None) -> bool:
+    """A direct SUPPORT <-> REFUTE switch (not through NEI or an invalid answer)."""
     return {a, b} == {"SUPPORT", "REFUTE"}
 
 
@@ -327,7 +328,7 @@ def flip_rates(claims: Sequence[Mapping]) -> dict[str, float | None]:
     flips = anyf = 0
     for c in pop:
         labels = [rd["label"] for rd in c["rounds"]]
-        n = sum(_is_flip(labels[r - 1], labels[r]) for r in range(1, R + 1))
+        n = sum(is_flip(labels[r - 1], labels[r]) for r in range(1, R + 1))
         flips += n
         anyf += n > 0
     return {"flip_rate": flips / (len(pop) * R), "any_flip_rate": anyf / len(pop)}

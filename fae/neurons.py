@@ -364,10 +364,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--batch-size must be >= 1")
     if not Path(args.records).is_file():
         raise UserError(f"--records {args.records!r}: file not found")
-    from .hidden import load_model
+    from .backends.hf import load_hf_model
 
-    model, tok = load_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
-                            trust_remote_code=args.trust_remote_code)
+    model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
+                               trust_remote_code=args.trust_remote_code)
     counter = {"n": 0}
 
     def counted():

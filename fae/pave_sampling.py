@@ -146,8 +146,7 @@ class HFSampler:
 
 
 def _openai_sampler_class():
-    from fae.backends import BackendError
-    from fae.backends.openai_backend import MalformedResponse, OpenAIBackend, _classify, _describe, backoff_delay
+    from fae.backends.openai_backend import MalformedResponse, OpenAIBackend
 
     class OpenAISampler(OpenAIBackend):
         """``n`` sampled choices per request (+ logprobs), with the FAE openai backend's retries."""
@@ -162,37 +161,19 @@ def _openai_sampler_class():
             self.n = n
             return asyncio.run(self._generate_all(prompts, callback))
 
-        async def _request(self, client, sem, messages):
-            kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "n": self.n,
-                                      "temperature": self.temperature, "max_tokens": self.max_new_tokens}
+        def request_kwargs(self, messages):
+            kwargs = super().request_kwargs(messages)
+            kwargs.update(n=self.n, temperature=self.temperature)
             if self.want_logprobs:
                 kwargs.update(logprobs=True, top_logprobs=5)
-            if self.seed is not None:
-                kwargs["seed"] = int(self.seed)
-            last = None
-            for attempt in range(self.max_retries + 1):
-                try:
-                    async with sem:
-                        self.stats["requests"] += 1
-                        resp = await client.chat.completions.create(**kwargs)
-                    choices = getattr(resp, "choices", None)
-                    if not choices or any(c.message is None or not isinstance(c.message.content, str)
-                                          for c in choices):
-                        raise MalformedResponse("response has no choices[*].message.content")
-                    return [(c.message.content, self._distribution(c)) for c in choices]
-                except Exception as exc:  # noqa: BLE001 - classified below
-                    kind = _classify(exc)
-                    if kind is None:
-                        raise BackendError(f"{self.base_url or 'OpenAI API'}: request for model "
-                                           f"{self.model!r} failed: {_describe(exc)}") from None
-                    last = exc
-                    self.stats[kind] += 1
-                    if attempt == self.max_retries:
-                        break
-                    self.stats["retries"] += 1
-                    await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max, self._rng))
-            raise BackendError(f"{self.base_url or 'OpenAI API'}: request for model {self.model!r} "
-                               f"still failing after {self.max_retries} retries: {_describe(last)}")
+            return kwargs
+
+        def parse_response(self, resp):
+            choices = getattr(resp, "choices", None)
+            if not choices or any(c.message is None or not isinstance(c.message.content, str)
+                                  for c in choices):
+                raise MalformedResponse("response has no choices[*].message.content")
+            return [(c.message.content, self._distribution(c)) for c in choices]
 
         @staticmethod
         def _distribution(choice) -> list[float] | None:

@@ -283,10 +283,11 @@ def run(args: argparse.Namespace) -> int:
     claims = read_claims(run_dir, args.limit)
     prompts = build_prompts(claims, records, run_dir / "claims.jsonl")
 
-    from .hidden import capture_last_token_states, check_layer, encode_prompts, load_model
+    from .backends.hf import load_hf_model
+    from .hidden import capture_last_token_states, check_layer, encode_prompts
 
-    model, tok = load_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
-                            trust_remote_code=args.trust_remote_code)
+    model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
+                               trust_remote_code=args.trust_remote_code)
     check_layer(model, args.layer)
     flat = [m for msgs in prompts for m in msgs]
     seqs = encode_prompts(tok, flat)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
 from data_prep.records import load_records
 from fae.cli import main
 from fae.engine import pool_after
@@ -147,7 +148,7 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(reference_run, cc_rec
 def test_accelerate_two_cpu_processes_split_and_merge(reference_run, cc_records, noisy_llama, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(REPO / "tests" / "accelerate_cpu_2proc.yaml"), "--main_process_port", "0",
+           str(REPO / "accelerate_configs" / "cpu_2proc.yaml"), "--main_process_port", str(free_port()),
            "-m", "fae.cli"] + run_args(cc_records, out, noisy_llama)
     res = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from data_prep.prompts import encode_chat, render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord
 from fae.cli import main
-from fae.hidden import load_model
+from fae.backends.hf import load_hf_model as load_model
 from fae.neurons import _lens_area, coverage_set, find_down_projs, overlap_stats, venn_distance
 from probe_data import (  # noqa: F401  (tiny_gemma3 is a fixture)
     make_lora_adapter, make_records, tiny_gemma3, with_nonzero_pad, write_jsonl)

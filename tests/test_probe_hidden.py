@@ -6,7 +6,8 @@ import torch
 from data_prep._dispatch import UserError
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord
-from fae.hidden import capture_last_token_states, encode_prompts, left_pad_batch, load_model
+from fae.backends.hf import load_hf_model as load_model
+from fae.hidden import capture_last_token_states, encode_prompts, left_pad_batch
 from probe_data import make_lora_adapter, make_records, tiny_gemma3, with_nonzero_pad  # noqa: F401
 
 
@@ -97,12 +98,12 @@ def test_layer_selection(tiny_llama):
 def test_lora_adapter_is_active(tiny_qwen, tmp_path):
     adapter = make_lora_adapter(tiny_qwen, tmp_path / "lora")
     base, tok = load_model(tiny_qwen)
-    peft_model, _ = load_model(tiny_qwen, adapter)
+    peft_model, _ = load_model(tiny_qwen, adapter, merge_adapter=False)
     seqs = encode_prompts(tok, _prompts(2))
     hb = capture_last_token_states(base, seqs, pad_id=tok.pad_token_id)
     ha = capture_last_token_states(peft_model, seqs, pad_id=tok.pad_token_id, batch_size=4)
     assert (ha - hb).abs().max() > 1e-3
-    merged = peft_model.merge_and_unload()
+    merged, _ = load_model(tiny_qwen, adapter)  # what the probes use: merged, same states
     hm = capture_last_token_states(merged, seqs, pad_id=tok.pad_token_id)
     torch.testing.assert_close(ha, hm, rtol=1e-4, atol=1e-4)
 

@@ -354,6 +354,7 @@ def _gpu_reason() -> str | None:
 def test_gpu_bf16_lora_deepspeed_zero2(work, tiny_llama, tmp_path):
     out = tmp_path / "zero2"
     _run([ACCELERATE, "launch", "--config_file", "accelerate_configs/deepspeed_zero2.yaml", "--num_processes", "1",
+          "--main_process_port", str(free_port()),
           "-m", "real.train", *_args("llama-real.yaml", tiny_llama, work / "pairs-real", out,
                                       "--bf16", "true", "--use_cpu", "false", "--dtype", "bfloat16",
                                       "--save_strategy", "no")], timeout=600)

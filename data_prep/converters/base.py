@@ -87,6 +87,34 @@ def get_field(obj: dict, name: str, kind: type | tuple[type, ...], path, line: i
     return value
 
 
+def get_label(obj: dict, name: str, table: dict[str, Any], path, line: int) -> Any:
+    """``table[obj[name]]``: the dataset's label mapped to ours, else an InputError listing the choices."""
+    raw = get_field(obj, name, str, path, line)
+    if raw not in table:
+        raise InputError(path, line, name,
+                         f"unknown label {raw!r} (expected one of {', '.join(table)})")
+    return table[raw]
+
+
+def load_abstract_corpus(path, id_field: str, id_kind: type | tuple[type, ...],
+                         *, nonempty: bool = False) -> dict[str, list[str]]:
+    """``{doc id: abstract sentences}`` from a JSONL corpus (Check-COVID, SciFact); duplicate ids are fatal."""
+    corpus: dict[str, list[str]] = {}
+    first_line: dict[str, int] = {}
+    for lineno, obj in read_jsonl(path):
+        doc_id = str(get_field(obj, id_field, id_kind, path, lineno, nonempty=nonempty))
+        abstract = get_field(obj, "abstract", list, path, lineno)
+        for k, s in enumerate(abstract):
+            if not isinstance(s, str):
+                raise InputError(path, lineno, f"abstract[{k}]", f"must be a string, got {type(s).__name__}")
+        if doc_id in corpus:
+            raise InputError(path, lineno, id_field,
+                             f"duplicate {id_field} {doc_id!r} (first on line {first_line[doc_id]})")
+        corpus[doc_id] = abstract
+        first_line[doc_id] = lineno
+    return corpus
+
+
 @dataclass
 class ConvertStats:
     """Counts the converters report; the CLI turns them into the summary."""

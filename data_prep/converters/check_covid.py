@@ -16,7 +16,7 @@ from typing import Iterator
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
 from .base import (NEI_REASON, ConvertInputs, ConvertStats, Converter, Emitted, InputError,
-                   get_field, read_jsonl)
+                   get_field, get_label, load_abstract_corpus, read_jsonl)
 
 NAME = "check-covid"
 LABELS = {"SUPPORT": SUPPORT, "REFUTE": REFUTE, "NOTENOUGHINFO": NOT_ENOUGH_INFO,
@@ -24,20 +24,7 @@ LABELS = {"SUPPORT": SUPPORT, "REFUTE": REFUTE, "NOTENOUGHINFO": NOT_ENOUGH_INFO
 
 
 def load_corpus(path) -> dict[str, list[str]]:
-    corpus: dict[str, list[str]] = {}
-    first_line: dict[str, int] = {}
-    for lineno, obj in read_jsonl(path):
-        cord_id = get_field(obj, "cord_id", str, path, lineno, nonempty=True)
-        abstract = get_field(obj, "abstract", list, path, lineno)
-        for k, s in enumerate(abstract):
-            if not isinstance(s, str):
-                raise InputError(path, lineno, f"abstract[{k}]", f"must be a string, got {type(s).__name__}")
-        if cord_id in corpus:
-            raise InputError(path, lineno, "cord_id",
-                             f"duplicate cord_id {cord_id!r} (first on line {first_line[cord_id]})")
-        corpus[cord_id] = abstract
-        first_line[cord_id] = lineno
-    return corpus
+    return load_abstract_corpus(path, "cord_id", str, nonempty=True)
 
 
 def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
@@ -47,11 +34,7 @@ def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
             stats.claims_read += 1
             cid = get_field(obj, "id", (str, int), path, lineno)
             claim = get_field(obj, "claim", str, path, lineno, nonempty=True)
-            raw_label = get_field(obj, "label", str, path, lineno)
-            if raw_label not in LABELS:
-                raise InputError(path, lineno, "label",
-                                 f"unknown label {raw_label!r} (expected one of {', '.join(LABELS)})")
-            label = LABELS[raw_label]
+            label = get_label(obj, "label", LABELS, path, lineno)
             cord_id = get_field(obj, "cord_id", str, path, lineno)
             evidence_set = get_field(obj, "evidence_set", list, path, lineno)
             indices: list[int] = []

@@ -14,7 +14,7 @@ from typing import Iterator
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
 from .base import (NEI_REASON, ConvertInputs, ConvertStats, Converter, Emitted, InputError,
-                   get_field, read_jsonl)
+                   get_field, get_label, read_jsonl)
 
 NAME = "climate-fever"
 CLAIM_LABELS = {"SUPPORTS": SUPPORT, "REFUTES": REFUTE, "NOT_ENOUGH_INFO": NOT_ENOUGH_INFO,
@@ -28,10 +28,7 @@ def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
             stats.claims_read += 1
             cid = get_field(obj, "claim_id", (str, int), path, lineno)
             claim = get_field(obj, "claim", str, path, lineno, nonempty=True)
-            raw_label = get_field(obj, "claim_label", str, path, lineno)
-            if raw_label not in CLAIM_LABELS:
-                raise InputError(path, lineno, "claim_label",
-                                 f"unknown label {raw_label!r} (expected one of {', '.join(CLAIM_LABELS)})")
+            label = get_label(obj, "claim_label", CLAIM_LABELS, path, lineno)
             evidences = get_field(obj, "evidences", list, path, lineno)
             sentences: list[Sentence] = []
             ev_labels: list[str] = []
@@ -56,7 +53,6 @@ def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
                 else:
                     empty.add(k)
 
-            label = CLAIM_LABELS[raw_label]
             if label is None:
                 stats.drop("DISPUTED claim", path, lineno, "claim_label")
                 continue

@@ -25,7 +25,7 @@ from data_prep._dispatch import UserError
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
 from .base import (NEI_REASON, ConvertInputs, ConvertStats, Converter, Emitted, InputError,
-                   get_field, read_jsonl)
+                   get_field, get_label, read_jsonl)
 
 NAME = "fever"
 LABELS = {"SUPPORTS": SUPPORT, "REFUTES": REFUTE, "NOT ENOUGH INFO": NOT_ENOUGH_INFO}
@@ -51,11 +51,7 @@ def parse_claim(obj: dict, path, lineno: int):
     """Return (id, claim, label, groups) with groups as lists of (page, line)."""
     cid = get_field(obj, "id", (int, str), path, lineno)
     claim = get_field(obj, "claim", str, path, lineno, nonempty=True)
-    raw_label = get_field(obj, "label", str, path, lineno)
-    if raw_label not in LABELS:
-        raise InputError(path, lineno, "label",
-                         f"unknown label {raw_label!r} (expected one of {', '.join(LABELS)})")
-    label = LABELS[raw_label]
+    label = get_label(obj, "label", LABELS, path, lineno)
     raw_ev = get_field(obj, "evidence", list, path, lineno)
     groups: list[list[tuple[str, int]]] = []
     if label == NOT_ENOUGH_INFO:
@@ -76,7 +72,7 @@ def parse_claim(obj: dict, path, lineno: int):
             items.append((page, line))
         groups.append(items)
     if not groups:
-        raise InputError(path, lineno, "evidence", f"a {raw_label} claim needs at least one evidence group")
+        raise InputError(path, lineno, "evidence", f"a {obj['label']} claim needs at least one evidence group")
     return cid, claim, label, groups
 
 

@@ -15,27 +15,14 @@ from typing import Iterator
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
 from .base import (NEI_REASON, ConvertInputs, ConvertStats, Converter, Emitted, InputError,
-                   get_field, read_jsonl)
+                   get_field, load_abstract_corpus, read_jsonl)
 
 NAME = "scifact"
 RATIONALE_LABELS = {"SUPPORT": SUPPORT, "CONTRADICT": REFUTE}
 
 
 def load_corpus(path) -> dict[str, list[str]]:
-    corpus: dict[str, list[str]] = {}
-    first_line: dict[str, int] = {}
-    for lineno, obj in read_jsonl(path):
-        doc_id = str(get_field(obj, "doc_id", (int, str), path, lineno))
-        abstract = get_field(obj, "abstract", list, path, lineno)
-        for k, s in enumerate(abstract):
-            if not isinstance(s, str):
-                raise InputError(path, lineno, f"abstract[{k}]", f"must be a string, got {type(s).__name__}")
-        if doc_id in corpus:
-            raise InputError(path, lineno, "doc_id",
-                             f"duplicate doc_id {doc_id} (first on line {first_line[doc_id]})")
-        corpus[doc_id] = abstract
-        first_line[doc_id] = lineno
-    return corpus
+    return load_abstract_corpus(path, "doc_id", (int, str))
 
 
 def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:

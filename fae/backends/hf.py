@@ -10,6 +10,7 @@ are ~100x slower). :func:`load_hf_model` is shared with the probes.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,34 +37,61 @@ def resolve_dtype(dtype: str | None, device: str):
     table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
              "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
     if dtype not in table:
-        raise ValueError(f"unknown dtype {dtype!r} (expected auto, bf16, fp16 or fp32)")
+        raise UserError(f"unknown dtype {dtype!r} (expected auto, bf16, fp16 or fp32)")
     return table[dtype]
 
 
-def load_hf_model(model: str, adapter: str | None = None, dtype: str | None = "auto",
-                  device: str | None = "auto", merge_adapter: bool = True):
-    """(model, tokenizer) ready for batched generation: eval mode, left padding, pad id set.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
-    The tokenizer comes from the adapter directory when it ships one (trainers
-    save it there), else from the base model. A LoRA adapter is merged into the
-    weights for speed unless ``merge_adapter=False``.
+
+def _check_exists(kind: str, name: str) -> None:
+    """A missing local path is one clear error; a bare ``org/name`` is left to the hub cache."""
+    if Path(name).expanduser().exists():
+        return
+    if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
+        raise UserError(f"{kind} path {name!r} does not exist")
+
+
+def load_hf_model(model: str | Path, adapter: str | Path | None = None, dtype: str | None = "auto",
+                  device: str | None = "auto", merge_adapter: bool = True,
+                  trust_remote_code: bool = False):
+    """(model, tokenizer) for batched generation and the probes: eval mode, left padding, pad id set.
+
+    The one loader of ``fae run --backend hf``, ``fae pave`` and the probes, so
+    they all see the same weights. The tokenizer comes from the adapter
+    directory when it ships one (trainers save it there), else from the base
+    model, and must have a chat template. A LoRA adapter is merged into the
+    weights for speed (same states as the active adapter, up to rounding)
+    unless ``merge_adapter=False``. Bad paths/dtypes raise :class:`UserError`.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    model, adapter = str(model), (str(adapter) if adapter is not None else None)
+    _check_exists("model", model)
+    if adapter:
+        _check_exists("adapter", adapter)
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     tok_src = adapter if adapter and (Path(adapter) / "tokenizer_config.json").is_file() else model
-    tok = AutoTokenizer.from_pretrained(tok_src)
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
-    if adapter:
-        from peft import PeftModel
+    try:
+        tok = AutoTokenizer.from_pretrained(tok_src, trust_remote_code=trust_remote_code)
+        if getattr(tok, "chat_template", None) is None:
+            raise UserError(f"the tokenizer at {tok_src!r} has no chat template")
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype,
+                                                  trust_remote_code=trust_remote_code)
+        if adapter:
+            from peft import PeftModel
 
-        lm = PeftModel.from_pretrained(lm, adapter)
-        if merge_adapter:
-            lm = lm.merge_and_unload()
+            lm = PeftModel.from_pretrained(lm, adapter)
+            if merge_adapter:
+                lm = lm.merge_and_unload()
+    except OSError as exc:  # not a model directory / not in the hub cache
+        raise UserError(f"cannot load model {model!r}"
+                        + (f" with adapter {adapter!r}" if adapter else "")
+                        + f": {str(exc).splitlines()[0]}") from None
     lm.to(device)
     lm.eval()
     return lm, tok
@@ -130,15 +158,10 @@ class HFBackend(Backend):
         super().__init__(options)
         self.batch_size = int(options.get("batch_size") or 8)
         self.max_new_tokens = int(options.get("max_new_tokens") or 64)
-        try:
-            self.lm, self.tok = load_hf_model(
-                options["model"], options.get("adapter"), options.get("dtype") or "auto",
-                options.get("device") or "auto",
-            )
-        except OSError as exc:  # missing path / not a model directory
-            raise UserError(f"cannot load model {options['model']!r}"
-                            + (f" with adapter {options['adapter']!r}" if options.get("adapter") else "")
-                            + f": {str(exc).splitlines()[0]}") from None
+        self.lm, self.tok = load_hf_model(
+            options["model"], options.get("adapter"), options.get("dtype") or "auto",
+            options.get("device") or "auto",
+        )
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
         self.stats = {"generate_calls": 0, "prompts": 0}
 
@@ -151,9 +174,6 @@ class HFBackend(Backend):
     @classmethod
     def decoding_of(cls, options):
         device = resolve_device(options.get("device") or "auto")
-        try:
-            dtype = resolve_dtype(options.get("dtype") or "auto", device)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        dtype = resolve_dtype(options.get("dtype") or "auto", device)
         return {"greedy": True, "max_new_tokens": int(options.get("max_new_tokens") or 64),
                 "dtype": str(dtype).replace("torch.", "")}

@@ -126,21 +126,30 @@ class OpenAIBackend(Backend):
         finally:
             await client.close()
 
-    async def _request(self, client, sem, messages) -> str:
+    def request_kwargs(self, messages) -> dict[str, Any]:
+        """Arguments of one ``chat.completions.create`` call (a hook: ``fae pave`` adds ``n``, logprobs)."""
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
                                   "temperature": 0.0, "max_tokens": self.max_new_tokens}
         if self.seed is not None:
             kwargs["seed"] = int(self.seed)
+        return kwargs
+
+    def parse_response(self, resp) -> Any:
+        """The answer in a response; :class:`MalformedResponse` (retried) when it has none. A hook."""
+        choices = getattr(resp, "choices", None)
+        if not choices or choices[0].message is None or not isinstance(choices[0].message.content, str):
+            raise MalformedResponse("response has no choices[0].message.content")
+        return choices[0].message.content
+
+    async def _request(self, client, sem, messages) -> Any:
+        kwargs = self.request_kwargs(messages)
         last: BaseException | None = None
         for attempt in range(self.max_retries + 1):
             try:
                 async with sem:
                     self.stats["requests"] += 1
                     resp = await client.chat.completions.create(**kwargs)
-                choices = getattr(resp, "choices", None)
-                if not choices or choices[0].message is None or not isinstance(choices[0].message.content, str):
-                    raise MalformedResponse("response has no choices[0].message.content")
-                return choices[0].message.content
+                return self.parse_response(resp)
             except Exception as exc:  # noqa: BLE001 - classified below
                 kind = _classify(exc)
                 if kind is None:
