@@ -47,14 +47,14 @@ def test_word_tokenizer_round_trips_answers_and_prompts():
 
 
 @pytest.mark.slow
-def test_build_base_writes_a_loadable_model_and_curve(tmp_path):
-    info = build_base(tmp_path / "base", steps=20, batch_size=8, eval_every=10, log=lambda *_: None)
-    log = [json.loads(line) for line in (tmp_path / "base" / "build_log.jsonl").read_text().splitlines()]
+def test_build_base_writes_a_loadable_model_and_curve(quick_base):
+    log = [json.loads(line) for line in (quick_base / "build_log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in log] == [10, 20]
     assert all(0.0 <= e["exact_full_pool"] <= 1.0 for e in log)
+    info = json.loads((quick_base / "build_info.json").read_text())
     assert info["steps"] == 20 and info["parameters"] > 0
-    tok = AutoTokenizer.from_pretrained(tmp_path / "base")
-    assert tok.chat_template and (tmp_path / "base" / "model.safetensors").exists()
+    tok = AutoTokenizer.from_pretrained(quick_base)
+    assert tok.chat_template and (quick_base / "model.safetensors").exists()
 
 
 def test_shipped_base_model_is_small_and_documented():
@@ -67,10 +67,27 @@ def test_shipped_base_model_is_small_and_documented():
     assert {"seed", "wall_seconds", "steps"} <= set(info)
 
 
+@pytest.fixture(scope="module")
+def quick_base(tmp_path_factory):
+    """A base built by the real builder, briefly: the plumbing test needs no skill."""
+    out = tmp_path_factory.mktemp("demo-base")
+    build_base(out, steps=20, batch_size=8, eval_every=10, log=lambda *_: None)
+    return out
+
+
 @pytest.mark.slow
-def test_reduced_demo_end_to_end(tmp_path):
+def test_build_base_resumes(tmp_path):
+    out = tmp_path / "base"
+    build_base(out, steps=10, batch_size=8, eval_every=10, log=lambda *_: None)
+    info = build_base(out, steps=20, batch_size=8, eval_every=10, log=lambda *_: None)
+    steps = [json.loads(line)["step"] for line in (out / "build_log.jsonl").read_text().splitlines()]
+    assert steps == [10, 20] and info["steps"] == 20  # continued from step 10, not from scratch
+
+
+@pytest.mark.slow
+def test_reduced_demo_end_to_end(tmp_path, quick_base):
     out = tmp_path / "demo"
-    summary = run_demo(out, DemoSize(n_train=40, n_test=16, max_steps=6, bootstrap=100), seed=0)
+    summary = run_demo(out, DemoSize(n_train=40, n_test=16, max_steps=6, bootstrap=100), seed=0, base=quick_base)
     for rel in ("runs/sft/claims.jsonl", "runs/real/metrics.json", "probes/sft/dirk.json", "probes/real/dirk.json",
                 "report.md", "trajectory.png", "dirk.png", "compare/compare.json", "summary.json"):
         assert (out / rel).exists(), rel

@@ -51,7 +51,7 @@ def llama3_chat_template() -> str:
 
 def build_word_tokenizer(world: World):
     """Word-level tokenizer: every entity, value, prompt word and answer piece is one token."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     words: list[str] = list(SPECIALS)
@@ -77,7 +77,12 @@ def build_word_tokenizer(world: World):
     # word-level model: the rendered text is unchanged, sequences are half as long
     # (and CPU training twice as fast).
     hf.add_special_tokens({"additional_special_tokens": [t for t in SPECIALS if t not in hf.all_special_tokens]})
-    hf.add_tokens([EVIDENCE_SYSTEM_PROMPT, KNOWLEDGE_SYSTEM_PROMPT])
+    # Likewise "capital of Zorvia" (attribute + entity) is one phrase token: finding the
+    # line that speaks about the claim's subject becomes token identity, which a
+    # 4-layer model learns in minutes instead of hours.
+    phrases = [EVIDENCE_SYSTEM_PROMPT, KNOWLEDGE_SYSTEM_PROMPT]
+    phrases += [f"{fact.attribute} of {fact.entity}" for fact in world.facts.values()]
+    hf.add_tokens([AddedToken(p, single_word=True, normalized=False) for p in phrases])
     hf.chat_template = llama3_chat_template()
     return hf
 
@@ -186,7 +191,11 @@ def build_base(
     target: float = 0.97,
     log=print,
 ) -> dict:
-    """Train the base from scratch; stops early once full-pool exact answers reach ``target``."""
+    """Train the base from scratch; stops early once full-pool exact answers reach ``target``.
+
+    Resumable: rerunning with the same ``output_dir`` continues from the last
+    evaluation (``resume_state.pt``), so a long CPU build survives interruptions.
+    """
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig
 
@@ -214,11 +223,21 @@ def build_base(
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     log_path = output_dir / "build_log.jsonl"
-    log_fh = log_path.open("w")
-    best = -1.0
-    step = 0
-    running = 0.0
-    for step in range(1, steps + 1):
+    resume_path = output_dir / "resume_state.pt"  # optimizer + RNG; not part of the shipped model
+    best, start, elapsed0 = -1.0, 1, 0.0
+    if resume_path.exists():
+        state = torch.load(resume_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        factory.rng.setstate(state["data_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        best, start, elapsed0 = state["best"], state["step"] + 1, state["elapsed"]
+        log(f"resuming from step {state['step']} (best exact {best:.3f})")
+    log_fh = log_path.open("a")
+    step = start - 1
+    running = None
+    for step in range(start, steps + 1):
         model.train()
         ids, attn, labels = collate([factory.draw() for _ in range(batch_size)], tok.pad_token_id)
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
@@ -227,23 +246,27 @@ def build_base(
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        running = 0.98 * running + 0.02 * loss.item() if step > 1 else loss.item()
+        running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
         if step % eval_every == 0 or step == steps:
             model.eval()
             exact = exact_answer_rate(model, tok, eval_full)
-            entry = {"step": step, "loss": round(running, 4), "exact_full_pool": exact,
-                     "seconds": round(time.time() - t0, 1)}
+            elapsed = elapsed0 + time.time() - t0
+            entry = {"step": step, "loss": round(running, 4), "exact_full_pool": exact, "seconds": round(elapsed, 1)}
             log_fh.write(json.dumps(entry) + "\n")
             log_fh.flush()
             log(json.dumps(entry))
             if exact >= best:
                 best = exact
                 _save(model, tok, output_dir)
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                        "data_rng": factory.rng.getstate(), "torch_rng": torch.get_rng_state(), "best": best,
+                        "step": step, "elapsed": elapsed}, resume_path)
             if exact >= target:
                 break
     log_fh.close()
     info = {"seed": seed, "steps": step, "batch_size": batch_size, "lr": lr, "hidden_size": hidden_size,
-            "num_layers": num_layers, "best_exact_full_pool": best, "wall_seconds": round(time.time() - t0, 1),
+            "num_layers": num_layers, "best_exact_full_pool": best,
+            "wall_seconds": round(elapsed0 + time.time() - t0, 1),
             "parameters": sum(p.numel() for p in model.parameters())}
     (output_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
