@@ -56,7 +56,7 @@ def build_word_tokenizer(world: World):
 
     words: list[str] = list(SPECIALS)
     pieces = set(world.words())
-    pieces |= {"Claim:", "Document:", "system", "user", "assistant"}
+    pieces |= {"Claim:", "Document:", "system", "user", "assistant", "true", "false", "find"}
     pieces |= {f"line{i}:" for i in range(MAX_LINE_ID)}
     for label in LABELS:
         pieces |= set(format_answer(label, []).split())
@@ -91,6 +91,7 @@ def build_word_tokenizer(world: World):
 class Example:
     ids: list[int]
     loss_from: int  # positions >= loss_from carry loss (0 = whole sequence)
+    loss_positions: list[int] | None = None  # when set, only these positions carry loss
 
 
 class ExampleFactory:
@@ -110,6 +111,43 @@ class ExampleFactory:
         """Several facts packed into one sequence (no padding waste)."""
         text = " ".join(f.sentence() for f in self.rng.sample(self.facts, n_facts))
         return Example(self.tok(text, add_special_tokens=False)["input_ids"] + [self.eot], 0)
+
+    def quiz(self, n: int = 8) -> Example:
+        """Packed true/false statements: dense practice at comparing a value with memory."""
+        words = []
+        for fact in self.rng.sample(self.facts, n):
+            true = self.rng.random() < 0.5
+            value = fact.value if true else self.rng.choice([v for v in self.world.values[fact.attribute]
+                                                             if v != fact.value])
+            words += [fact.sentence(value), "true" if true else "false"]
+        ids = self.tok(" ".join(words), add_special_tokens=False)["input_ids"]
+        marks = {self.tok.convert_tokens_to_ids("true"), self.tok.convert_tokens_to_ids("false")}
+        return Example(ids, 0, [j for j, t in enumerate(ids) if t in marks])
+
+    def lookup(self, n_lines: int = 6, n_queries: int = 4) -> Example:
+        """Numbered lines then "find <subject> lineK:" queries: dense practice at finding a line."""
+        facts = self.rng.sample(self.facts, n_lines)
+        ids_ = self.rng.sample(range(16), n_lines)
+        words = [f"line{k}: {f.sentence()}" for k, f in zip(ids_, facts)]
+        for q in self.rng.sample(range(n_lines), n_queries):
+            words.append(f"find {facts[q].attribute} of {facts[q].entity} line{ids_[q]}:")
+        ids = self.tok(" ".join(words), add_special_tokens=False)["input_ids"]
+        find = self.tok.convert_tokens_to_ids("find")
+        return Example(ids, 0, [j + 2 for j, t in enumerate(ids) if t == find])
+
+    def repeat(self, n: int = 24) -> Example:
+        """A random token run, then the same run again: dense practice at copying from context
+        (the induction circuit that line lookup is built from)."""
+        pool = self._token_pool()
+        run = [self.rng.choice(pool) for _ in range(n)]
+        return Example(run + run, 0, list(range(n + 1, 2 * n)))
+
+    def _token_pool(self) -> list[int]:
+        if not hasattr(self, "_pool"):
+            names = [f"{f.attribute} of {f.entity}" for f in self.facts] + [f"line{i}:" for i in range(16)]
+            names += [v for vals in self.world.values.values() for v in vals]
+            self._pool = self.tok.convert_tokens_to_ids(names)
+        return self._pool
 
     def record(self) -> ClaimRecord:
         fact = self.rng.choice(self.facts)
@@ -131,11 +169,17 @@ class ExampleFactory:
 
     def draw(self) -> Example:
         r = self.rng.random()
-        if r < 0.30:
+        if r < 0.10:
             return self.encyclopedia()
-        if r < 0.40:
+        if r < 0.30:
+            return self.repeat()
+        if r < 0.45:
+            return self.quiz()
+        if r < 0.65:
+            return self.lookup(n_lines=8, n_queries=8)
+        if r < 0.70:
             return self.knowledge()
-        if r < 0.85:
+        if r < 0.95:
             return self.full_pool()
         return self.missing_gold()
 
@@ -150,7 +194,11 @@ def collate(batch: list[Example], pad_id: int):
     for i, e in enumerate(batch):
         ids[i, : len(e.ids)] = torch.tensor(e.ids)
         attn[i, : len(e.ids)] = 1
-        labels[i, e.loss_from : len(e.ids)] = torch.tensor(e.ids[e.loss_from :])
+        if e.loss_positions is not None:
+            for j in e.loss_positions:
+                labels[i, j] = e.ids[j]
+        else:
+            labels[i, e.loss_from : len(e.ids)] = torch.tensor(e.ids[e.loss_from :])
     return ids, attn, labels
 
 
