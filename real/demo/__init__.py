@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
         p = argparse.ArgumentParser(prog="real-demo build-base",
                                     description="rebuild the demo base model from scratch (seeded, CPU)")
         p.add_argument("--output", required=True, help="directory for the model, tokenizer and build_log.jsonl")
-        p.add_argument("--steps", type=int, default=16000, help="maximum training steps")
+        p.add_argument("--steps", type=int, default=40000, help="maximum training steps (cosine schedule length)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--target", type=float, default=0.97,
                        help="stop once this share of held-out full-pool answers is exact")
