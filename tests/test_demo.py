@@ -57,6 +57,16 @@ def test_build_base_writes_a_loadable_model_and_curve(quick_base):
     assert tok.chat_template and (quick_base / "model.safetensors").exists()
 
 
+def test_shipped_base_model_is_small_and_documented():
+    files = {p.name for p in BASE_DIR.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "build_info.json", "build_log.jsonl"} <= files
+    size = sum(p.stat().st_size for p in BASE_DIR.iterdir())
+    assert size < 20 * 2**20
+    info = json.loads((BASE_DIR / "build_info.json").read_text())
+    assert info["best_exact_full_pool"] >= 0.9  # never ship a base that cannot read the pool
+    assert {"seed", "wall_seconds", "steps"} <= set(info)
+
+
 @pytest.fixture(scope="module")
 def quick_base(tmp_path_factory):
     """A base built by the real builder, briefly: the plumbing test needs no skill."""

@@ -162,10 +162,13 @@ class ExampleFactory:
         rec = self.record()
         return self._chat(render_evidence_prompt(rec), format_answer(rec.label, rec.gold_ids))
 
+    abstain_share = 0.0  # share of missing-line prompts answered NOT_ENOUGH_INFO
+
     def missing_gold(self) -> Example:
         rec = self.record()
         pool = [i for i in rec.pool_ids if i not in rec.gold_ids]
-        return self._chat(render_evidence_prompt(rec, pool), format_answer(rec.label, []))
+        label = "NOT_ENOUGH_INFO" if self.rng.random() < self.abstain_share else rec.label
+        return self._chat(render_evidence_prompt(rec, pool), format_answer(label, []))
 
     def draw(self) -> Example:
         r = self.rng.random()
@@ -237,6 +240,8 @@ def build_base(
     seed: int = 0,
     eval_every: int = 1000,
     target: float = 0.97,
+    abstain_from_step: int = 17000,
+    abstain_share: float = 0.15,
     log=print,
 ) -> dict:
     """Train the base from scratch; stops early once full-pool exact answers reach ``target``.
@@ -272,7 +277,7 @@ def build_base(
     output_dir.mkdir(parents=True, exist_ok=True)
     log_path = output_dir / "build_log.jsonl"
     resume_path = output_dir / "resume_state.pt"  # optimizer + RNG; not part of the shipped model
-    best, start, elapsed0 = -1.0, 1, 0.0
+    best, start, elapsed0, final_saved = -1.0, 1, 0.0, False
     if resume_path.exists():
         state = torch.load(resume_path, weights_only=False)
         model.load_state_dict(state["model"])
@@ -281,11 +286,16 @@ def build_base(
         factory.rng.setstate(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
         best, start, elapsed0 = state["best"], state["step"] + 1, state["elapsed"]
+        final_saved = state.get("final_saved", False)
         log(f"resuming from step {state['step']} (best exact {best:.3f})")
     log_fh = log_path.open("a")
     step = start - 1
     running = None
     for step in range(start, steps + 1):
+        # Final phase: the base also learns the NOT_ENOUGH_INFO answer, used for a
+        # minority of missing-line prompts (greedy still answers from memory), as an
+        # instruction-tuned LLM sometimes abstains.
+        factory.abstain_share = abstain_share if step > abstain_from_step else 0.0
         model.train()
         ids, attn, labels = collate([factory.draw() for _ in range(batch_size)], tok.pad_token_id)
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
@@ -303,17 +313,20 @@ def build_base(
             log_fh.write(json.dumps(entry) + "\n")
             log_fh.flush()
             log(json.dumps(entry))
-            if exact >= best:
+            in_final = step > abstain_from_step
+            if exact >= best or (in_final and not final_saved):  # the shipped model has seen the final phase
                 best = exact
+                final_saved = final_saved or in_final
                 _save(model, tok, output_dir)
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                         "data_rng": factory.rng.getstate(), "torch_rng": torch.get_rng_state(), "best": best,
-                        "step": step, "elapsed": elapsed}, resume_path)
-            if exact >= target:
+                        "step": step, "elapsed": elapsed, "final_saved": final_saved}, resume_path)
+            if exact >= target and step > abstain_from_step:
                 break
     log_fh.close()
     info = {"seed": seed, "steps": step, "batch_size": batch_size, "lr": lr, "hidden_size": hidden_size,
-            "num_layers": num_layers, "best_exact_full_pool": best,
+            "num_layers": num_layers, "abstain_from_step": abstain_from_step, "abstain_share": abstain_share,
+            "best_exact_full_pool": best,
             "wall_seconds": round(elapsed0 + time.time() - t0, 1),
             "parameters": sum(p.numel() for p in model.parameters())}
     (output_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
