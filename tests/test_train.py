@@ -88,7 +88,7 @@ def test_every_recipe_parses_with_installed_trl(recipe):
     assert str(training.optim.value).startswith("adamw") and training.seed == raw["seed"]
     if recipe.parent.name == "demo":
         # the toy demo base has 512 positions and documents its learning rate (recipes/demo/README.md)
-        assert training.learning_rate == 1e-3 and training.max_length == 512
+        assert training.learning_rate == 3e-3 and training.max_length == 512
     else:
         assert training.learning_rate == 1e-4 and training.max_length == 4096
     if recipe in GPU_RECIPES:
