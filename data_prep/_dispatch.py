@@ -1,44 +1,172 @@
-"""Tiny subcommand dispatcher shared by the `real-data` and `fae` CLIs."""
+"""Subcommand dispatcher and the one top-level error handler of every entry point.
+
+Exit codes (docs/errors.md):
+
+====  ==========================================================================
+0     success
+1     runtime failure: a server, a disk, a model, or an internal error
+2     bad input or usage: a wrong flag or value, a bad file, a refused run
+130   interrupted (Ctrl-C); 143 terminated (SIGTERM). Finished work is kept.
+====  ==========================================================================
+
+Every failure prints one line ``PROG: error: ...`` with secrets scrubbed. Set
+``REAL_FAE_DEBUG=1`` (or pass ``--debug`` anywhere on the command line) to see
+the traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
+from typing import Callable
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+DEBUG_ENV = "REAL_FAE_DEBUG"
 
 
 class UserError(Exception):
-    """A mistake in the user's input: printed as one clear sentence, no traceback."""
+    """A mistake in the user's input or settings: one clear sentence, no traceback (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class RunFailure(UserError):
+    """The command could not finish for a reason outside the input (server, disk, model): exit 1."""
+
+    exit_code = EXIT_FAILURE
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that ``finally`` blocks flush finished work."""
+
+
+_interrupt_notes: list[str] = []
+
+
+def set_interrupt_note(text: str | None) -> None:
+    """What the running command has kept and how to resume, printed if it is interrupted."""
+    _interrupt_notes.clear()
+    if text:
+        _interrupt_notes.append(text)
+
+
+def _debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _describe_os_error(exc: OSError) -> str:
+    from data_prep.secrets import scrub
+
+    reason = exc.strerror or type(exc).__name__
+    names = [n for n in (exc.filename, getattr(exc, "filename2", None)) if n]
+    where = " -> ".join(str(n) for n in names)
+    return scrub(f"{where}: {reason}" if where else f"{reason}")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """Within the block, SIGTERM raises :class:`Terminated` (main thread only)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # pragma: no cover - exotic embedding
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
+    """Call ``fn(argv)`` and turn every way it can fail into one line and an exit code."""
+    from data_prep.secrets import scrub
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = _debug_enabled()
+    if "--debug" in argv:
+        argv = [a for a in argv if a != "--debug"]
+        debug = True
+    set_interrupt_note(None)
+    try:
+        with _sigterm_as_interrupt():
+            return int(fn(argv) or 0)
+    except SystemExit as exc:  # argparse usage errors and --help
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+    except BrokenPipeError:
+        # Our reader went away (`| head`): not an error of ours. Silence the
+        # interpreter's own flush of the dead stdout at exit.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt as exc:
+        if debug:
+            raise
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        note = f"; {_interrupt_notes[0]}" if _interrupt_notes else ""
+        print(f"{prog}: {what}{note}", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    except UserError as exc:
+        if debug:
+            raise
+        print(f"{prog}: error: {scrub(exc)}", file=sys.stderr)
+        return exc.exit_code
+    except OSError as exc:
+        if debug:
+            raise
+        print(f"{prog}: error: {_describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except MemoryError:
+        if debug:
+            raise
+        print(f"{prog}: error: out of memory", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as exc:  # a bug of ours: still one line, the traceback on request
+        if debug:
+            raise
+        print(f"{prog}: internal error: {type(exc).__name__}: {scrub(exc)} "
+              f"(rerun with --debug or {DEBUG_ENV}=1 for the traceback, and please report it)",
+              file=sys.stderr)
+        return EXIT_FAILURE
 
 
 def dispatch(prog: str, doc: str | None, subcommands: dict, argv: list[str] | None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = {}
-    for name, (module_name, help_text) in subcommands.items():
-        try:
+    def body(argv: list[str]) -> int:
+        parser = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
+        parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also {DEBUG_ENV}=1)")
+        sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+        modules = {}
+        for name, (module_name, help_text) in subcommands.items():
             module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                module = None  # not implemented yet
-            else:
-                raise
-        p = sub.add_parser(name, help=help_text + ("" if module else " (not implemented yet)"),
-                           description=help_text)
-        if module is not None:
+            p = sub.add_parser(name, help=help_text, description=help_text)
             module.add_arguments(p)
-        modules[name] = module
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    module = modules[args.command]
-    if module is None:
-        print(f"{prog} {args.command}: not implemented yet", file=sys.stderr)
-        return 2
-    try:
-        return int(module.run(args) or 0)
-    except UserError as exc:
-        print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+            modules[name] = module
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USAGE
+        return int(modules[args.command].run(args) or 0)
+
+    # The command's name in messages: "fae run", "real-data enhance".
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv_list if not a.startswith("-")), None)
+    name = f"{prog} {first}" if first in subcommands else prog
+    return run_guarded(name, body, argv_list)

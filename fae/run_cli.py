@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from data_prep._dispatch import UserError
+from data_prep._dispatch import RunFailure, UserError
 
 # name -> (default, help). Defaults live here, not in argparse, so that a
 # value is "given on the command line" exactly when argparse saw it.
@@ -291,7 +291,7 @@ def run(args: argparse.Namespace) -> int:
             "error": str(error) if error else None,
         })
     if error is not None:
-        raise UserError(f"{error}. Finished claims are saved in {out_path}; rerun the same command to resume")
+        raise RunFailure(f"{error}. Finished claims are saved in {out_path}; rerun the same command to resume")
     barrier()
     if rank != 0:
         return 0

@@ -12,7 +12,6 @@ import argparse
 import json
 import logging
 import shutil
-import sys
 from pathlib import Path
 
 from data_prep._dispatch import UserError
@@ -70,6 +69,12 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from data_prep._dispatch import run_guarded
+
+    return run_guarded("real-merge", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="real-merge", description=__doc__.splitlines()[0])
     p.add_argument("--adapter", required=True, help="LoRA adapter directory written by real-train")
     p.add_argument("--output", required=True, help="where to save the merged model")
@@ -79,12 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     args = p.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        out = merge_adapter(args.adapter, args.output, base=args.base, dtype=args.dtype,
-                            trust_remote_code=args.trust_remote_code, overwrite=args.overwrite)
-    except UserError as exc:
-        print(f"real-merge: error: {exc}", file=sys.stderr)
-        return 1
+    out = merge_adapter(args.adapter, args.output, base=args.base, dtype=args.dtype,
+                        trust_remote_code=args.trust_remote_code, overwrite=args.overwrite)
     print(f"real-merge: merged model saved to {out}")
     return 0
 

@@ -534,14 +534,15 @@ def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
+    from data_prep._dispatch import run_guarded
+
+    def body(argv: list[str]) -> int:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
         script_args, training_args, model_args = parse_args(argv)
         train(script_args, training_args, model_args)
-    except UserError as exc:
-        print(f"real-train: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return 0
+
+    return run_guarded("real-train", body, argv)
 
 
 if __name__ == "__main__":

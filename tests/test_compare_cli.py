@@ -120,34 +120,34 @@ def test_families_resample_whole_units(runs, tmp_path):
     assert res["G"]["estimate"] == pytest.approx(25)  # point estimates do not depend on units
     fam_json = tmp_path / "fam.json"
     fam_json.write_text(json.dumps({"c1": "x", "c2": "x", "c3": "y"}))
-    assert main(["compare", *map(str, runs), "-o", str(out), "--families", str(fam_json)]) == 1
+    assert main(["compare", *map(str, runs), "-o", str(out), "--families", str(fam_json)]) == 2
 
 
 def test_errors_are_clear(runs, tmp_path, capsys):
     a, b = runs
     # different claims
     other = write_run(tmp_path / "other", 1, claims=CLAIMS[:3])
-    assert main(["compare", str(a), str(other), "-o", str(tmp_path / "o")]) == 1
+    assert main(["compare", str(a), str(other), "-o", str(tmp_path / "o")]) == 2
     assert "cover different claims: 1 only in" in capsys.readouterr().err
     # different record files
     diff = write_run(tmp_path / "diff", 1, sha="f" * 64)
-    assert main(["compare", str(a), str(diff), "-o", str(tmp_path / "o")]) == 1
+    assert main(["compare", str(a), str(diff), "-o", str(tmp_path / "o")]) == 2
     assert "different record files" in capsys.readouterr().err
     # missing families
     fam = tmp_path / "fam.json"
     fam.write_text(json.dumps({"c1": "x"}))
-    assert main(["compare", str(a), str(b), "-o", str(tmp_path / "o"), "--families", str(fam)]) == 1
+    assert main(["compare", str(a), str(b), "-o", str(tmp_path / "o"), "--families", str(fam)]) == 2
     assert "3 claim id(s) have no family: 'c2'" in capsys.readouterr().err
     # broken claims.jsonl line
     bad = write_run(tmp_path / "bad", 1)
     lines = (bad / "claims.jsonl").read_text().splitlines()
     lines[2] = lines[2].replace('"cited": [1]', '"cited": "x"', 1)
     (bad / "claims.jsonl").write_text("\n".join(lines) + "\n")
-    assert main(["compare", str(a), str(bad), "-o", str(tmp_path / "o")]) == 1
+    assert main(["compare", str(a), str(bad), "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "claims.jsonl:3: claim 'c3': field 'rounds[0].cited'" in err
     # not a run directory
-    assert main(["compare", str(a), str(tmp_path / "nope"), "-o", str(tmp_path / "o")]) == 1
+    assert main(["compare", str(a), str(tmp_path / "nope"), "-o", str(tmp_path / "o")]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 

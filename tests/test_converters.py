@@ -265,7 +265,7 @@ def test_check_covid_input_errors_name_file_line_field(tmp_path, capsys, bad_lin
     claims = write_jsonl(tmp_path / "claims.json", [_cc_claim(1), bad_line, _cc_claim(3)])
     rc, _, err = convert(capsys, "--dataset", "check-covid", "--claims", claims,
                          "--corpus", _cc_corpus(tmp_path), "--output", tmp_path / "o.jsonl")
-    assert rc == 1
+    assert rc == 2
     where = f"{claims}:2" + (f": field {field!r}" if field else "")
     assert where in err and reason in err
     # neither the output nor its .tmp is left behind
@@ -292,7 +292,7 @@ def test_input_errors_other_datasets(tmp_path, capsys, dataset, make, field):
     if dataset == "fever":
         extra = ["--wiki-pages", write_jsonl(tmp_path / "wiki" / "wiki-001.jsonl", [_page("P", ["Text ."])]).parent]
     rc, _, err = convert(capsys, "--dataset", dataset, "--claims", claims, *extra, "--output", tmp_path / "o.jsonl")
-    assert rc == 1
+    assert rc == 2
     assert f"{claims}:2: field {field!r}" in err
 
 
@@ -301,13 +301,13 @@ def test_corpus_and_wiki_errors_name_their_file(tmp_path, capsys):
     claims = write_jsonl(tmp_path / "claims.json", [_cc_claim(1)])
     rc, _, err = convert(capsys, "--dataset", "check-covid", "--claims", claims, "--corpus", corpus,
                          "--output", tmp_path / "o.jsonl")
-    assert rc == 1 and f"{corpus}:2: field 'abstract': missing required field" in err
+    assert rc == 2 and f"{corpus}:2: field 'abstract': missing required field" in err
 
     shard = write_jsonl(tmp_path / "wiki" / "wiki-001.jsonl", [{"id": "P", "text": "t", "lines": "zero\tText ."}])
     claims = write_jsonl(tmp_path / "f.jsonl", [_fever_claim(0, "SUPPORTS", [[("P", 0)]])])
     rc, _, err = convert(capsys, "--dataset", "fever", "--claims", claims, "--wiki-pages", shard.parent,
                          "--output", tmp_path / "o.jsonl")
-    assert rc == 1 and f"{shard}:1: field 'lines'" in err
+    assert rc == 2 and f"{shard}:1: field 'lines'" in err
 
 
 def test_unresolvable_evidence_is_dropped_and_counted(tmp_path, capsys):
@@ -331,16 +331,16 @@ def test_unresolvable_evidence_is_dropped_and_counted(tmp_path, capsys):
 def test_cli_flag_errors(tmp_path, capsys):
     claims = write_jsonl(tmp_path / "claims.json", [_cc_claim(1)])
     rc, _, err = convert(capsys, "--dataset", "check-covid", "--claims", claims, "--output", tmp_path / "o")
-    assert rc == 1 and "needs --corpus" in err
+    assert rc == 2 and "needs --corpus" in err
     rc, _, err = convert(capsys, "--dataset", "climate-fever", "--claims", claims, "--corpus", claims,
                          "--output", tmp_path / "o")
-    assert rc == 1 and "does not use --corpus" in err
+    assert rc == 2 and "does not use --corpus" in err
     rc, _, err = convert(capsys, "--dataset", "check-covid", "--claims", claims, "--corpus", claims,
                          "--max-pool-tokens", "10", "--output", tmp_path / "o")
-    assert rc == 1 and "--tokenizer" in err
+    assert rc == 2 and "--tokenizer" in err
     rc, _, err = convert(capsys, "--dataset", "check-covid", "--claims", claims, "--corpus", claims,
                          "--max-pool-tokens", "10", "--tokenizer", tmp_path / "nope", "--output", tmp_path / "o")
-    assert rc == 1 and "not a tokenizer directory" in err
+    assert rc == 2 and "not a tokenizer directory" in err
     assert sorted(CONVERTERS) == ["check-covid", "climate-fever", "fever", "scifact"]
 
 

@@ -209,7 +209,7 @@ def test_missing_key_variable_is_one_clear_error(tmp_path, monkeypatch, capsys):
     inp = write_records(tmp_path / "in.jsonl", make_records(3))
     ann = annotators_yaml(tmp_path / "ann.yaml", "http://127.0.0.1:9/v1")
     out = tmp_path / "o.jsonl"
-    assert main(["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(out)]) == 1
+    assert main(["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(out)]) == 2
     err = capsys.readouterr().err
     assert "annotator 'alpha'" in err and "ENHANCE_TEST_KEY" in err and "not set" in err
     assert "Traceback" not in err

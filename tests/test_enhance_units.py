@@ -151,18 +151,18 @@ def test_revote_errors_name_file_line_and_field(tmp_path, capsys):
     bad = make_record_dict(id="r2", annotations={"a": [0, 9], "b": [], "c": []})
     src = _write(tmp_path / "enh.jsonl", [ok, bad])
     out = tmp_path / "out.jsonl"
-    assert main(["enhance", "--records", str(src), "--revote", "--output", str(out)]) == 1
+    assert main(["enhance", "--records", str(src), "--revote", "--output", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"{src}:2: record 'r2': field 'annotations': annotator 'a': ids [9] are not in the pool" in err
 
     _write(src, [make_record_dict()])
-    assert main(["enhance", "--records", str(src), "--revote", "--output", str(out)]) == 1
+    assert main(["enhance", "--records", str(src), "--revote", "--output", str(out)]) == 2
     assert "no record has 'annotations'" in capsys.readouterr().err
 
     _write(src, [ok])
-    assert main(["enhance", "--records", str(src), "--revote", "--min-votes", "4", "--output", str(out)]) == 1
+    assert main(["enhance", "--records", str(src), "--revote", "--min-votes", "4", "--output", str(out)]) == 2
     assert "--min-votes must be between 1 and the number of annotators (3)" in capsys.readouterr().err
     assert main(["enhance", "--records", str(src), "--revote", "--min-votes", "1", "--output", str(out)]) == 0
     assert ClaimRecord.from_dict(__import__("json").loads(out.read_text())).enhanced_evidence == [0, 1, 3]
-    assert main(["enhance", "--records", str(src), "--output", str(out)]) == 1
+    assert main(["enhance", "--records", str(src), "--output", str(out)]) == 2
     assert "--annotators is required" in capsys.readouterr().err

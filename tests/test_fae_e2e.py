@@ -94,7 +94,7 @@ def test_run_writes_consistent_claims_metrics_report(reference_run, cc_records):
     assert main(run_args(cc_records, out, reference_run_model(out))) == 0
     assert (out / "claims.jsonl").read_bytes() == before
     # a different setting is refused
-    assert main(run_args(cc_records, out, reference_run_model(out))[:-1] + ["--rounds", "2", "--no-progress"]) == 1
+    assert main(run_args(cc_records, out, reference_run_model(out))[:-1] + ["--rounds", "2", "--no-progress"]) == 2
 
 
 def reference_run_model(out):

@@ -112,7 +112,7 @@ def test_wrong_key_fails_fast_without_retries_and_missing_env_is_clear(records_f
         assert fae_run(records_file, tmp_path / "a", srv.base_url, "--rounds", "1", "--limit", "3") == 0
     assert json.loads((tmp_path / "a" / "config.json").read_text())["rounds"] == 1
     monkeypatch.delenv(ENV)
-    assert fae_run(records_file, tmp_path / "b", "http://127.0.0.1:9/v1") == 1
+    assert fae_run(records_file, tmp_path / "b", "http://127.0.0.1:9/v1") == 2
     assert f"environment variable {ENV}" in capfd.readouterr().err
 
 

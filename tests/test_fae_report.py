@@ -37,4 +37,4 @@ def test_report_recomputes_from_claims_when_metrics_are_missing(tmp_path):
     (d / "claims.jsonl").write_text("".join(json.dumps(c) + "\n" for c in mixed_claims()))
     assert main(["report", str(d), "--output", str(tmp_path / "r"), "--names", "M"]) == 0
     assert "| M | 40.00 |" in (tmp_path / "r" / "report.md").read_text()
-    assert main(["report", str(tmp_path / "missing"), "--output", str(tmp_path / "r")]) == 1
+    assert main(["report", str(tmp_path / "missing"), "--output", str(tmp_path / "r")]) == 2

@@ -186,7 +186,7 @@ def test_cli_writes_dataset_jsonl_and_stats(tmp_path, tiny_llama, capsys):
 
     # refuses to overwrite
     capsys.readouterr()
-    assert real_data(["pairs", "--records", str(recs), "--variant", "real", "--output", str(out)]) == 1
+    assert real_data(["pairs", "--records", str(recs), "--variant", "real", "--output", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err
 
 
@@ -194,7 +194,7 @@ def test_cli_missing_enhanced_evidence_is_one_clear_sentence(tmp_path, capsys):
     recs = _write(tmp_path / "gold-only.jsonl", [make_record_dict(id="x1"), make_record_dict(id="x2")])
     rc = real_data(["pairs", "--records", str(recs), "--variant", "real", "--output", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert rc == 1
+    assert rc == 2
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "gold-only.jsonl" in err and "enhanced_evidence" in err and "'x1'" in err
     assert not (tmp_path / "o").exists()
@@ -203,6 +203,6 @@ def test_cli_missing_enhanced_evidence_is_one_clear_sentence(tmp_path, capsys):
 def test_cli_bad_record_names_file_and_line(tmp_path, capsys):
     bad = make_record_dict(id="b2", label="MAYBE")
     recs = _write(tmp_path / "bad.jsonl", [make_record_dict(id="b1"), bad])
-    assert real_data(["pairs", "--records", str(recs), "--variant", "sft", "--output", str(tmp_path / "o")]) == 1
+    assert real_data(["pairs", "--records", str(recs), "--variant", "sft", "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl:2" in err and "label" in err

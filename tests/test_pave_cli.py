@@ -105,7 +105,7 @@ def test_pave_vote_variant_without_logprobs_and_without_counterfactuals(tmp_path
     with LocalOpenAIServer(responder=_verifier(golds, [])) as srv:
         out = tmp_path / "pave"
         assert _pave(records, out, srv.base_url) == 0
-        assert _pave(records, tmp_path / "p2", srv.base_url, "--stability", "jsd") == 1  # no probabilities
+        assert _pave(records, tmp_path / "p2", srv.base_url, "--stability", "jsd") == 2  # no probabilities
     res = json.loads((out / "pave.json").read_text())
     assert res["arbitration"]["stability"] == ["vote"]
     assert res["profile"]["PR"] is None and res["arbitration"]["IE"] is None
@@ -115,7 +115,7 @@ def test_pave_vote_variant_without_logprobs_and_without_counterfactuals(tmp_path
 def test_pave_rejects_greedy_decoding(tmp_path, capsys):
     records, _ = _records(tmp_path, n=2)
     assert main(["pave", "--records", str(records), "--model", "m", "--output", str(tmp_path / "o"),
-                 "--temperature", "0"]) == 1
+                 "--temperature", "0"]) == 2
     assert "temperature must be > 0" in capsys.readouterr().err
 
 

@@ -133,7 +133,7 @@ def test_probe_checks_records_and_pools(run_dir, tiny_qwen, tmp_path, capsys):
     # A different records file than the run read: sha256 mismatch, one clear line.
     other = write_jsonl(tmp_path / "other.jsonl", make_records(5))
     assert main(["probe", "--run", str(run_dir), "--model", str(tiny_qwen), "--records",
-                 str(other), "--output", str(tmp_path / "o")]) == 1
+                 str(other), "--output", str(tmp_path / "o")]) == 2
     assert "does not match records_sha256" in capsys.readouterr().err
 
     # A pool id the record does not have: error names claims.jsonl line and field.
@@ -143,7 +143,7 @@ def test_probe_checks_records_and_pools(run_dir, tiny_qwen, tmp_path, capsys):
     lines[1] = json.dumps(row)
     (run_dir / "claims.jsonl").write_text("\n".join(lines) + "\n")
     assert main(["probe", "--run", str(run_dir), "--model", str(tiny_qwen),
-                 "--output", str(tmp_path / "o")]) == 1
+                 "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "claims.jsonl:2" in err and "rounds[2].pool_ids" in err and "999" in err
 
@@ -153,10 +153,10 @@ def test_probe_checks_records_and_pools(run_dir, tiny_qwen, tmp_path, capsys):
     cfg.pop("records_sha256")
     (run_dir / "config.json").write_text(json.dumps(cfg))
     assert main(["probe", "--run", str(run_dir), "--model", str(tiny_qwen),
-                 "--output", str(tmp_path / "o")]) == 1
+                 "--output", str(tmp_path / "o")]) == 2
     assert "claim 'c0' is not in the records file" in capsys.readouterr().err
 
 
 def test_probe_report_rejects_bad_input(tmp_path, capsys):
-    assert main(["probe-report", str(tmp_path), "--output", str(tmp_path / "r")]) == 1
+    assert main(["probe-report", str(tmp_path), "--output", str(tmp_path / "r")]) == 2
     assert "dirk.json: not found" in capsys.readouterr().err

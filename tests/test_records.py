@@ -117,7 +117,7 @@ def test_validate_cli_keep_going_writes_report(tmp_path, capsys):
     assert real_data(["validate", str(p), "--keep-going", "--report", str(rep)]) == 1
     data = json.loads(rep.read_text())
     assert data["invalid"] == 1 and data["errors"][0]["line"] == 2 and data["errors"][0]["field"] == "label"
-    assert real_data(["validate", str(p)]) == 1
+    assert real_data(["validate", str(p)]) == 2
     err = capsys.readouterr().err
     assert "r.jsonl:2: record 'b': field 'label'" in err and "Traceback" not in err
 

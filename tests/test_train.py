@@ -126,7 +126,7 @@ def test_global_batch_size_derives_accumulation():
 
 
 def _main_err(argv, capsys) -> str:
-    assert rt.main(argv) == 1
+    assert rt.main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [ln for ln in err.strip().splitlines() if ln.startswith("real-train: error:")]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from data_prep._dispatch import UserError
+    from data_prep._dispatch import run_guarded
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_guarded("real-demo", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["build-base"]:
         p = argparse.ArgumentParser(prog="real-demo build-base",
                                     description="rebuild the demo base model from scratch (seeded, CPU)")
@@ -32,11 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from .pipeline import run_demo
 
-    try:
-        run_demo(args.output, seed=args.seed, base=args.base)
-    except UserError as exc:
-        print(f"real-demo: error: {exc}", file=sys.stderr)
-        return 1
+    run_demo(args.output, seed=args.seed, base=args.base)
     return 0
 
 

@@ -36,7 +36,7 @@ from data_prep.prompts import (
 )
 from data_prep.records import LABELS, REFUTE, SUPPORT, ClaimRecord
 
-from .world import ATTRIBUTES, World, build_world, make_record
+from .world import World, build_world, make_record
 
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
             "<|eot_id|>", "<|finetune_right_pad_id|>", "[UNK]"]
@@ -250,7 +250,7 @@ def build_base(
     evaluation (``resume_state.pt``), so a long CPU build survives interruptions.
     """
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
     t0 = time.time()
     torch.manual_seed(seed)
