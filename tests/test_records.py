@@ -114,7 +114,7 @@ def test_keep_going_collects_every_bad_line(tmp_path):
 def test_validate_cli_keep_going_writes_report(tmp_path, capsys):
     p = write_lines(tmp_path / "r.jsonl", [make_record_dict(id="a"), make_record_dict(id="b", label="X")])
     rep = tmp_path / "report.json"
-    assert real_data(["validate", str(p), "--keep-going", "--report", str(rep)]) == 1
+    assert real_data(["validate", str(p), "--keep-going", "--report", str(rep)]) == 2
     data = json.loads(rep.read_text())
     assert data["invalid"] == 1 and data["errors"][0]["line"] == 2 and data["errors"][0]["field"] == "label"
     assert real_data(["validate", str(p)]) == 2
