@@ -20,6 +20,17 @@ def _temp_name(path: Path) -> str:
     return f".{path.name}.{os.getpid()}."
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _default_mode(path: str | os.PathLike, is_dir: bool) -> None:
+    """Give a temporary the mode a plain ``open``/``mkdir`` would have (mkstemp uses 0600)."""
+    os.chmod(path, (0o777 if is_dir else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """``open(path, mode)`` that renames a temporary file into place on success."""
@@ -28,6 +39,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_name(path), suffix=".tmp")
     try:
+        _default_mode(tmp, is_dir=False)
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()
@@ -56,6 +68,7 @@ def atomic_dir(path: str | os.PathLike, *, replace: bool = False) -> Iterator[Pa
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=parent, prefix=_temp_name(path), suffix=".tmp"))
     try:
+        _default_mode(tmp, is_dir=True)
         yield tmp
         if path.is_dir() and any(path.iterdir()):
             if not replace:

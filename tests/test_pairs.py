@@ -104,7 +104,7 @@ def test_enhanced_and_gold_targets_differ(records):
 @pytest.mark.parametrize("variant", ["no_ablation", "real"])
 def test_enhanced_variants_need_enhanced_evidence(variant):
     recs = [ClaimRecord.from_dict(make_record_dict(id=f"r{i}")) for i in range(3)]
-    with pytest.raises(MissingEnhancedEvidence, match=r"3 of 3 records have no 'enhanced_evidence'"):
+    with pytest.raises(MissingEnhancedEvidence, match=r"record 'r0': field 'enhanced_evidence': missing.*3 of 3 SUPPORT/REFUTE records have no 'enhanced_evidence'"):
         build_pairs(recs, variant)
     for ok in ("sft", "no_enhancement"):
         assert build_pairs(recs, ok)[0]
