@@ -20,6 +20,14 @@ def _temp_name(path: Path) -> str:
     return f".{path.name}.{os.getpid()}."
 
 
+def _naming(exc: OSError, path: Path) -> OSError:
+    """The same OS error, naming the path the user asked for rather than our temporary."""
+    try:
+        return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
+    except TypeError:  # an OSError subclass with another signature
+        return exc
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
@@ -37,7 +45,10 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     if "w" not in mode:
         raise ValueError("atomic_open writes whole files: mode must contain 'w'")
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_name(path), suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_name(path), suffix=".tmp")
+    except OSError as exc:
+        raise _naming(exc, path) from None
     try:
         _default_mode(tmp, is_dir=False)
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
@@ -45,9 +56,11 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename in (None, tmp):
+            raise _naming(exc, path) from None
         raise
 
 
@@ -66,7 +79,10 @@ def atomic_dir(path: str | os.PathLike, *, replace: bool = False) -> Iterator[Pa
     path = Path(path)
     parent = path.parent
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=_temp_name(path), suffix=".tmp"))
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=_temp_name(path), suffix=".tmp"))
+    except OSError as exc:
+        raise _naming(exc, path) from None
     try:
         _default_mode(tmp, is_dir=True)
         yield tmp
@@ -81,6 +97,8 @@ def atomic_dir(path: str | os.PathLike, *, replace: bool = False) -> Iterator[Pa
             if path.is_dir():
                 path.rmdir()
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename).startswith(str(tmp))):
+            raise _naming(exc, path) from None
         raise

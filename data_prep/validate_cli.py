@@ -1,6 +1,7 @@
 """`real-data validate FILE [--keep-going] [--report PATH]`.
 
-Exit 0 when every record is valid, 2 when the file is not (in both modes).
+Exit 0 when every record is valid, 2 when the file is not (in both modes;
+``--keep-going`` prints every bad line to stdout, then one error line).
 The report is written before anything is printed, so `| head -1` closing
 stdout early can never cost it.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from data_prep._dispatch import EXIT_USAGE, UserError
+from data_prep._dispatch import UserError
 from data_prep.atomicio import atomic_write_text
 from data_prep.records import RecordError, RecordFileError, load_records, validate_file
 
@@ -40,4 +41,7 @@ def run(args) -> int:
     if args.report:
         atomic_write_text(args.report, json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     print(report.summary())
-    return 0 if report.ok else EXIT_USAGE
+    if not report.ok:
+        raise UserError(f"{args.records}: {len(report.errors)} invalid of {report.n_lines} records"
+                        + (f" (report: {args.report})" if args.report else ""))
+    return 0
