@@ -39,6 +39,7 @@ _KNOWN_FIELDS = (
 # downstream tool store them as int64.
 MAX_SENTENCE_ID = 2**63 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _short_repr = reprlib.Repr()
 _short_repr.maxstring = 60
 _short_repr.maxother = 60
@@ -161,8 +162,13 @@ class ClaimRecord:
         return out
 
     @classmethod
-    def from_dict(cls, obj: Any) -> "ClaimRecord":
-        """Build and validate; raises RecordError (without location)."""
+    def from_dict(cls, obj: Any, *, check_surrogates: bool = True) -> "ClaimRecord":
+        """Build and validate; raises RecordError (without location).
+
+        ``check_surrogates=False`` skips the scan for lone surrogates; the file
+        reader does so for lines without a ``\\udXXX`` escape, the only way
+        one can enter through strict UTF-8 JSON.
+        """
         if not isinstance(obj, dict):
             raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
         rid = obj.get("id")
@@ -173,7 +179,7 @@ class ClaimRecord:
         def fail(fld: str, reason: str):
             raise RecordError(reason, field=fld, record_id=record_id)
 
-        bad_text = _surrogate_field(obj)
+        bad_text = _surrogate_field(obj) if check_surrogates else None
         if bad_text is not None:
             fail(bad_text, "contains a lone UTF-16 surrogate (e.g. \"\\ud800\"), which no UTF-8 "
                            "file can hold; fix the escape in the source")
@@ -413,7 +419,13 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def iter_jsonl_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """``(line number, decoded JSON value or RecordError)`` for each non-blank line.
+    """``(line number, decoded JSON value or RecordError)`` for each non-blank line (see below)."""
+    for lineno, value, _ in _iter_decoded(path):
+        yield lineno, value
+
+
+def _iter_decoded(path: str | os.PathLike) -> Iterator[tuple[int, Any, bool]]:
+    """``(line number, JSON value or RecordError, whether the line escapes a surrogate)``.
 
     Reads bytes and decodes each line as strict UTF-8 (a UTF-8 byte-order mark
     is skipped), so an encoding problem names its line and byte offset instead
@@ -439,7 +451,7 @@ def iter_jsonl_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
                     start += len(_UTF8_BOM)
             if not raw.strip():
                 continue
-            yield lineno, _decode_line(raw, start)
+            yield lineno, _decode_line(raw, start), _SURROGATE_ESCAPE.search(raw) is not None
 
 
 def _decode_line(raw: bytes, start: int) -> Any:
@@ -466,11 +478,11 @@ def _decode_line(raw: bytes, start: int) -> Any:
 
 
 def _iter_with_lines(path, on_error) -> Iterator[tuple[int, ClaimRecord]]:
-    for lineno, obj in iter_jsonl_lines(path):
+    for lineno, obj, escaped_surrogate in _iter_decoded(path):
         try:
             if isinstance(obj, RecordError):
                 raise obj
-            rec = ClaimRecord.from_dict(obj)
+            rec = ClaimRecord.from_dict(obj, check_surrogates=escaped_surrogate)
         except RecordError as err:
             located = err.located(path, lineno)
             if on_error is None:
