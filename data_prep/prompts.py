@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -143,9 +144,9 @@ class _JSONObject(dict):
 
 def _object_pairs(pairs: list[tuple[str, Any]]) -> _JSONObject:
     obj = _JSONObject(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        obj.duplicate_keys = tuple(dict.fromkeys(k for k, _ in pairs if k in seen or seen.add(k)))
+    if len(obj) != len(pairs):  # json's default would silently keep the last value
+        counts = Counter(k for k, _ in pairs)
+        obj.duplicate_keys = tuple(k for k, n in counts.items() if n > 1)
     return obj
 
 
@@ -191,7 +192,7 @@ def _coerce_id(x: Any) -> int | None:
     return None
 
 
-def answer_objects(text: str, key: str) -> tuple[dict | None, str | None]:
+def single_answer_object(text: str, key: str) -> tuple[dict | None, str | None]:
     """The one JSON object with ``key`` in ``text``, or ``(None, reason)``.
 
     Shared by the verifier and annotator parsers: no object, two different
@@ -228,7 +229,7 @@ def parse_answer(text: str, pool_ids: Iterable[int]) -> ParsedAnswer:
     """
     if not isinstance(text, str) or not text.strip():
         return _invalid("empty output")
-    obj, reason = answer_objects(text, "label")
+    obj, reason = single_answer_object(text, "label")
     if obj is None:
         return _invalid(reason)
 

@@ -473,8 +473,8 @@ def _decode_line(raw: bytes, start: int) -> Any:
         return RecordError(f"invalid JSON ({exc.msg} at column {exc.colno})")
     except RecursionError:
         return RecordError("invalid JSON (nested too deeply)")
-    except ValueError as exc:  # Python's 4300-digit limit on integers
-        return RecordError(f"invalid JSON ({exc})")
+    except ValueError:  # Python's 4300-digit limit on integers
+        return RecordError("invalid JSON (a number has more than 4300 digits)")
 
 
 def _iter_with_lines(path, on_error) -> Iterator[tuple[int, ClaimRecord]]:

@@ -181,8 +181,8 @@ def _loads(line: str, path, lineno: int) -> dict:
         raise InputError(path, lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:
         raise InputError(path, lineno, None, "invalid JSON (nested too deeply)") from None
-    except ValueError as exc:  # Python's 4300-digit limit on integers
-        raise InputError(path, lineno, None, f"invalid JSON ({exc})") from None
+    except ValueError:  # Python's 4300-digit limit on integers
+        raise InputError(path, lineno, None, "invalid JSON (a number has more than 4300 digits)") from None
     if not isinstance(obj, dict):
         raise InputError(path, lineno, None, "expected a JSON object")
     return obj

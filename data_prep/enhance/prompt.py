@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from data_prep.prompts import _coerce_id, _one_line, answer_objects, format_pool
+from data_prep.prompts import _coerce_id, _one_line, single_answer_object, format_pool
 from data_prep.records import ClaimRecord, short_repr
 
 ANNOTATOR_SYSTEM_PROMPT = (
@@ -54,7 +54,7 @@ def parse_annotation(text: str | None, pool_ids: Iterable[int]) -> Annotation:
     """
     if not isinstance(text, str) or not text.strip():
         return Annotation(False, error="empty output")
-    obj, reason = answer_objects(text, "evidence")
+    obj, reason = single_answer_object(text, "evidence")
     if obj is None:
         return Annotation(False, error=reason)
     raw = obj["evidence"]
