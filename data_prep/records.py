@@ -170,7 +170,9 @@ class ClaimRecord:
         one can enter through strict UTF-8 JSON.
         """
         if not isinstance(obj, dict):
-            raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
+            hint = " (records files are JSON lines: one object per line, not one JSON array)" \
+                if isinstance(obj, list) else ""
+            raise RecordError(f"expected a JSON object, got {type(obj).__name__}{hint}")
         rid = obj.get("id")
         record_id = str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
         if record_id is not None and _SURROGATE.search(record_id):
@@ -470,7 +472,9 @@ def _decode_line(raw: bytes, start: int) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        return RecordError(f"invalid JSON ({exc.msg} at column {exc.colno})")
+        hint = (" (pretty-printed JSON? records files are JSON lines: one object per line)"
+                if text.strip() in ("{", "[") else "")
+        return RecordError(f"invalid JSON ({exc.msg} at column {exc.colno}){hint}")
     except RecursionError:
         return RecordError("invalid JSON (nested too deeply)")
     except ValueError:  # Python's 4300-digit limit on integers

@@ -241,3 +241,14 @@ def test_failed_save_leaves_no_temporary(tmp_path):
     with pytest.raises(RuntimeError):
         save_records(boom(), tmp_path / "out.jsonl")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_json_array_or_pretty_printed_files_get_a_hint(tmp_path):
+    arr = tmp_path / "array.json"
+    arr.write_text(json.dumps([make_record_dict()]), encoding="utf-8")
+    with pytest.raises(RecordError, match=r"array.json:1: expected a JSON object, got list \(records files are JSON lines"):
+        load_records(arr)
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(make_record_dict(), indent=2), encoding="utf-8")
+    with pytest.raises(RecordError, match=r"pretty.json:1: invalid JSON .*\(pretty-printed JSON\?"):
+        load_records(pretty)
