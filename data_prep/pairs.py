@@ -53,17 +53,28 @@ LENGTH_PERCENTILES = (50, 90, 95, 99, 100)
 
 
 class MissingEnhancedEvidence(ValueError):
-    """The variant needs ``enhanced_evidence`` and some records lack it."""
+    """The variant needs ``enhanced_evidence`` and some records lack it.
 
-    def __init__(self, variant: str, missing: Sequence[str], total: int):
+    ``missing`` keeps file order, so ``missing[0]`` is the first offending
+    record; :meth:`located` names its file and line.
+    """
+
+    def __init__(self, variant: str, missing: Sequence[str], total: int, where: str | None = None):
         self.variant = variant
         self.missing = list(missing)
         self.total = total
+        self.where = where
+        prefix = f"{where}: " if where else ""
         super().__init__(
-            f"{len(self.missing)} of {total} records have no 'enhanced_evidence' "
-            f"(first: record {self.missing[0]!r}), which variant {variant!r} needs; "
-            "run `real-data enhance` on them first or use a gold-evidence variant (sft, no_enhancement)"
+            f"{prefix}record {self.missing[0]!r}: field 'enhanced_evidence': missing, and variant "
+            f"{variant!r} needs it ({len(self.missing)} of {total} SUPPORT/REFUTE records have no "
+            "'enhanced_evidence'); run `real-data enhance` on them first or use a gold-evidence "
+            "variant (sft, no_enhancement)"
         )
+
+    def located(self, path, line: int | None) -> "MissingEnhancedEvidence":
+        where = f"{path}:{line}" if line is not None else str(path)
+        return MissingEnhancedEvidence(self.variant, self.missing, self.total, where)
 
 
 def get_variant(name: str) -> Variant:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 from data_prep._dispatch import UserError
@@ -21,7 +20,8 @@ from data_prep.pairs import (
     pair_stats,
     token_lengths,
 )
-from data_prep.records import RecordError, load_records
+from data_prep.atomicio import atomic_dir
+from data_prep.records import RecordError, iter_jsonl_lines, load_records
 
 
 def add_arguments(p):
@@ -51,8 +51,18 @@ def _load_tokenizer(path: str):
     return tok
 
 
+def _first_line_of(path, record_id: str) -> int | None:
+    """The line of ``record_id`` in an already validated records file."""
+    for lineno, obj in iter_jsonl_lines(path):
+        if isinstance(obj, dict) and str(obj.get("id")) == record_id:
+            return lineno
+    return None
+
+
 def run(args) -> int:
     out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {str(out)!r} is a file; give a directory for the dataset")
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         raise UserError(f"output directory {str(out)!r} is not empty (pass --overwrite to replace it)")
     if args.max_length is not None and args.max_length <= 0:
@@ -66,7 +76,7 @@ def run(args) -> int:
     try:
         rows, info = build_pairs(records, args.variant, seed=None if args.no_shuffle else args.seed)
     except MissingEnhancedEvidence as exc:
-        raise UserError(f"{args.records}: {exc}") from None
+        raise UserError(str(exc.located(args.records, _first_line_of(args.records, exc.missing[0])))) from None
     if not rows:
         raise UserError(f"{args.records}: no SUPPORT/REFUTE records, so there are no training pairs")
 
@@ -86,14 +96,16 @@ def run(args) -> int:
 
     from datasets import Dataset, DatasetDict
 
-    if out.exists() and args.overwrite:
-        shutil.rmtree(out)
-    DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(out))
-    with (out / "pairs.jsonl").open("w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    with (out / "stats.json").open("w", encoding="utf-8") as fh:
-        json.dump(stats, fh, indent=2)
+    # Everything goes into a temporary directory beside --output that is renamed
+    # into place only when complete: a full disk or Ctrl-C never leaves a
+    # dataset_dict.json beside a truncated .arrow file under the final name.
+    with atomic_dir(out, replace=args.overwrite) as tmp:
+        DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp))
+        with (tmp / "pairs.jsonl").open("w", encoding="utf-8") as fh:
+            for r in rows:
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+        with (tmp / "stats.json").open("w", encoding="utf-8") as fh:
+            json.dump(stats, fh, indent=2)
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats["by_kind"].items()))
     dropped = ", ".join(f"{k} {n}" for k, n in stats["dropped"].items())
     print(f"{out}: {len(rows)} pairs ({kinds}); dropped: {dropped}")

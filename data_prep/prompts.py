@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from .records import LABELS, NOT_ENOUGH_INFO, ClaimRecord
+from .records import LABELS, MAX_SENTENCE_ID, NOT_ENOUGH_INFO, ClaimRecord, short_repr
+
+# Version of the prompt layout and answer format, stored with every run so a
+# run made with another format is never resumed as if it were the same.
+PROMPT_FORMAT_VERSION = 1
 
 FORMAT_INSTRUCTIONS = (
     "Answer with one JSON object and nothing else: "
@@ -97,8 +102,15 @@ def encode_chat(tokenizer, messages: Sequence[Message]) -> list[int]:
 # Answer parsing
 # ---------------------------------------------------------------------------
 
-_LINE_ID = re.compile(r"^\s*(?:line\s*)?(\d+)\s*$", re.IGNORECASE)
+# ASCII only: "never guess" (SPEC §3) means no folding of look-alikes such as
+# Arabic-Indic or full-width digits into ids.
+_LINE_ID = re.compile(r"^[ \t]*(?:line[ \t]*)?([0-9]+)[ \t]*$", re.IGNORECASE | re.ASCII)
 _LABEL_ALIASES = {lab: lab for lab in LABELS}
+_MAX_ID_DIGITS = len(str(MAX_SENTENCE_ID))
+
+
+class AnswerFormatError(ValueError):
+    """An answer that cannot be read at all (too deeply nested, a number too long)."""
 
 
 @dataclass
@@ -124,9 +136,29 @@ def _invalid(reason: str) -> ParsedAnswer:
     return ParsedAnswer(valid=False, label=None, error=reason)
 
 
+class _JSONObject(dict):
+    """A decoded JSON object that remembers keys given more than once."""
+
+    duplicate_keys: tuple[str, ...] = ()
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> _JSONObject:
+    obj = _JSONObject(pairs)
+    if len(obj) != len(pairs):  # json's default would silently keep the last value
+        counts = Counter(k for k, _ in pairs)
+        obj.duplicate_keys = tuple(k for k, n in counts.items() if n > 1)
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object_pairs)
+
+
 def _json_objects(text: str) -> list[Any]:
-    """Every top-level JSON object embedded in ``text`` (in order)."""
-    decoder = json.JSONDecoder()
+    """Every top-level JSON object embedded in ``text`` (in order).
+
+    Raises AnswerFormatError for JSON that Python cannot hold (nested past
+    the recursion limit, an integer over 4300 digits) instead of crashing.
+    """
     found = []
     i = 0
     while True:
@@ -134,24 +166,55 @@ def _json_objects(text: str) -> list[Any]:
         if start < 0:
             return found
         try:
-            obj, end = decoder.raw_decode(text, start)
+            obj, end = _DECODER.raw_decode(text, start)
         except json.JSONDecodeError:
             i = start + 1
             continue
+        except RecursionError:
+            raise AnswerFormatError("JSON nested too deeply") from None
+        except ValueError:  # Python's 4300-digit limit on int()
+            raise AnswerFormatError("a JSON number is too long to read (over 4300 digits)") from None
         found.append(obj)
         i = end
 
 
 def _coerce_id(x: Any) -> int | None:
+    """A sentence id from an int, an ASCII digit string or ``"lineN"``; else None."""
     if isinstance(x, bool):
         return None
     if isinstance(x, int):
-        return x
+        return x if abs(x) <= MAX_SENTENCE_ID else None
     if isinstance(x, str):
         m = _LINE_ID.match(x)
-        if m:
-            return int(m.group(1))
+        if m and len(m.group(1).lstrip("0")) <= _MAX_ID_DIGITS:
+            i = int(m.group(1))
+            return i if i <= MAX_SENTENCE_ID else None
     return None
+
+
+def single_answer_object(text: str, key: str) -> tuple[dict | None, str | None]:
+    """The one JSON object with ``key`` in ``text``, or ``(None, reason)``.
+
+    Shared by the verifier and annotator parsers: no object, two different
+    objects, or an object giving a key twice is an error, never a guess.
+    """
+    try:
+        candidates = [o for o in _json_objects(text) if isinstance(o, dict) and key in o]
+    except AnswerFormatError as exc:
+        return None, str(exc)
+    if not candidates:
+        article = "an" if key[0] in "aeiou" else "a"
+        return None, f"no JSON object with {article} {key!r} key"
+    for obj in candidates:
+        if obj.duplicate_keys:
+            return None, f"key {short_repr(obj.duplicate_keys[0])} given twice in one answer"
+    try:
+        distinct = {json.dumps(o, sort_keys=True) for o in candidates}
+    except (RecursionError, ValueError):
+        return None, "JSON nested too deeply"
+    if len(distinct) > 1:
+        return None, "several different answers in one output"
+    return candidates[0], None
 
 
 def parse_answer(text: str, pool_ids: Iterable[int]) -> ParsedAnswer:
@@ -160,35 +223,34 @@ def parse_answer(text: str, pool_ids: Iterable[int]) -> ParsedAnswer:
     Lenient but honest: a JSON object inside extra text (code fences, a
     sentence before it) is accepted; two different answers, a label outside
     the label set, or evidence that is not a list of ids is invalid, never
-    guessed. Ids may be ints, digit strings or ``"lineN"``.
+    guessed. Ids may be ints, ASCII digit strings or ``"lineN"``; the label's
+    case is forgiven, but a key given twice or a Unicode look-alike
+    (``ſupport``, ``٣``) makes the answer invalid. Never raises.
     """
     if not isinstance(text, str) or not text.strip():
         return _invalid("empty output")
-    candidates = [o for o in _json_objects(text) if isinstance(o, dict) and "label" in o]
-    if not candidates:
-        return _invalid("no JSON object with a 'label' key")
-    distinct = {json.dumps(o, sort_keys=True) for o in candidates}
-    if len(distinct) > 1:
-        return _invalid("several different answers in one output")
-    obj = candidates[0]
+    obj, reason = single_answer_object(text, "label")
+    if obj is None:
+        return _invalid(reason)
 
     raw_label = obj.get("label")
     if not isinstance(raw_label, str):
-        return _invalid(f"label is not a string: {raw_label!r}")
-    label = _LABEL_ALIASES.get(raw_label.strip().upper())
+        return _invalid(f"label is not a string: {short_repr(raw_label)}")
+    # Case is forgiven, look-alikes are not: "ſupport".upper() == "SUPPORT".
+    label = _LABEL_ALIASES.get(raw_label.strip().upper()) if raw_label.isascii() else None
     if label is None:
-        return _invalid(f"label {raw_label!r} is not one of {', '.join(LABELS)}")
+        return _invalid(f"label {short_repr(raw_label)} is not one of {', '.join(LABELS)}")
 
     if "evidence" not in obj:
         return _invalid("missing 'evidence' list")
     raw_ev = obj["evidence"]
     if not isinstance(raw_ev, list):
-        return _invalid(f"evidence is not a list: {raw_ev!r}")
+        return _invalid(f"evidence is not a list: {short_repr(raw_ev)}")
     ids: list[int] = []
     for x in raw_ev:
         i = _coerce_id(x)
         if i is None:
-            return _invalid(f"evidence item {x!r} is not a sentence id")
+            return _invalid(f"evidence item {short_repr(x)} is not a sentence id")
         if i not in ids:
             ids.append(i)
 

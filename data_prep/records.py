@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
+
+from ._dispatch import UserError
 
 SUPPORT = "SUPPORT"
 REFUTE = "REFUTE"
@@ -31,8 +35,27 @@ _KNOWN_FIELDS = (
 )
 
 
-class RecordError(ValueError):
-    """One bad record: where it is and what is wrong with it."""
+# Sentence ids must fit a signed 64-bit integer: datasets (Arrow) and every
+# downstream tool store them as int64.
+MAX_SENTENCE_ID = 2**63 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_short_repr = reprlib.Repr()
+_short_repr.maxstring = 60
+_short_repr.maxother = 60
+_short_repr.maxlevel = 3
+
+
+def short_repr(value: Any) -> str:
+    """A bounded ``repr`` for error messages: never huge, never raises."""
+    try:
+        return _short_repr.repr(value)
+    except (ValueError, RecursionError):  # e.g. an int over Python's 4300-digit str limit
+        return f"<{type(value).__name__}>"
+
+
+class RecordError(ValueError, UserError):
+    """One bad record: where it is and what is wrong with it (bad input: exit 2)."""
 
     def __init__(
         self,
@@ -139,15 +162,29 @@ class ClaimRecord:
         return out
 
     @classmethod
-    def from_dict(cls, obj: Any) -> "ClaimRecord":
-        """Build and validate; raises RecordError (without location)."""
+    def from_dict(cls, obj: Any, *, check_surrogates: bool = True) -> "ClaimRecord":
+        """Build and validate; raises RecordError (without location).
+
+        ``check_surrogates=False`` skips the scan for lone surrogates; the file
+        reader does so for lines without a ``\\udXXX`` escape, the only way
+        one can enter through strict UTF-8 JSON.
+        """
         if not isinstance(obj, dict):
-            raise RecordError(f"expected a JSON object, got {type(obj).__name__}")
+            hint = " (records files are JSON lines: one object per line, not one JSON array)" \
+                if isinstance(obj, list) else ""
+            raise RecordError(f"expected a JSON object, got {type(obj).__name__}{hint}")
         rid = obj.get("id")
         record_id = str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+        if record_id is not None and _SURROGATE.search(record_id):
+            record_id = _escaped(record_id)  # so the error itself can be printed and saved
 
         def fail(fld: str, reason: str):
             raise RecordError(reason, field=fld, record_id=record_id)
+
+        bad_text = _surrogate_field(obj) if check_surrogates else None
+        if bad_text is not None:
+            fail(bad_text, "contains a lone UTF-16 surrogate (e.g. \"\\ud800\"), which no UTF-8 "
+                           "file can hold; fix the escape in the source")
 
         for name in ("id", "claim", "label", "sentences", "evidence"):
             if name not in obj:
@@ -159,7 +196,7 @@ class ClaimRecord:
             fail("claim", "must be a non-empty string")
         label = obj["label"]
         if label not in LABELS:
-            fail("label", f"unknown label {label!r} (expected one of {', '.join(LABELS)})")
+            fail("label", f"unknown label {short_repr(label)} (expected one of {', '.join(LABELS)})")
         dataset = obj.get("dataset", "")
         if not isinstance(dataset, str):
             fail("dataset", "must be a string")
@@ -177,9 +214,9 @@ class ClaimRecord:
                 fail(fld, "must be an object with 'id' and 'text'")
             sid = s.get("id")
             if not _is_int(sid):
-                fail(f"{fld}.id", f"must be an integer, got {sid!r}")
-            if sid < 0:
-                fail(f"{fld}.id", f"must be >= 0, got {sid}")
+                fail(f"{fld}.id", f"must be an integer, got {short_repr(sid)}")
+            if not 0 <= sid <= MAX_SENTENCE_ID:
+                fail(f"{fld}.id", f"must be between 0 and 2**63-1, got {short_repr(sid)}")
             if sid in seen:
                 fail(f"{fld}.id", f"duplicate sentence id {sid}")
             seen.add(sid)
@@ -201,9 +238,9 @@ class ClaimRecord:
             ids = []
             for i in group:
                 if not _is_int(i):
-                    fail(f"evidence[{g}]", f"evidence id {i!r} is not an integer")
+                    fail(f"evidence[{g}]", f"evidence id {short_repr(i)} is not an integer")
                 if i not in seen:
-                    fail(f"evidence[{g}]", f"evidence id {i} is not in the pool")
+                    fail(f"evidence[{g}]", f"evidence id {short_repr(i)} is not in the pool")
                 if i not in ids:
                     ids.append(i)
             evidence.append(ids)
@@ -216,9 +253,9 @@ class ClaimRecord:
                 fail("enhanced_evidence", "must be a list of sentence ids")
             for i in enhanced:
                 if not _is_int(i):
-                    fail("enhanced_evidence", f"id {i!r} is not an integer")
+                    fail("enhanced_evidence", f"id {short_repr(i)} is not an integer")
                 if i not in seen:
-                    fail("enhanced_evidence", f"id {i} is not in the pool")
+                    fail("enhanced_evidence", f"id {short_repr(i)} is not in the pool")
             missing = {i for grp in evidence for i in grp} - set(enhanced)
             if missing:
                 fail(
@@ -246,6 +283,37 @@ class ClaimRecord:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _escaped(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udXXX`` escapes (safe to print and save)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _surrogate_field(obj: Any) -> str | None:
+    """The path (``sentences[2].text``) of the first string holding a lone surrogate, if any.
+
+    ``json.loads`` accepts ``"\\ud800"`` but no UTF-8 writer can store it, so
+    such a record would crash every tool that saves it. Iterative, so deeply
+    nested extra fields cannot overflow the stack.
+    """
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return where or "<record>"
+        elif isinstance(value, dict):
+            items = []
+            for k, v in value.items():
+                sub = f"{where}.{k}" if where else str(k)
+                if isinstance(k, str) and _SURROGATE.search(k):
+                    return _escaped(sub)
+                items.append((sub, v))
+            stack.extend(reversed(items))
+        elif isinstance(value, list):
+            stack.extend(reversed([(f"{where}[{k}]", v) for k, v in enumerate(value)]))
+    return None
 
 
 @dataclass
@@ -331,25 +399,101 @@ def load_records(
     return records
 
 
-def _iter_with_lines(path, on_error) -> Iterator[tuple[int, ClaimRecord]]:
+class RecordFileError(RecordError):
+    """The whole file is unreadable as records (a directory, compressed, UTF-16): always fatal."""
+
+
+# Leading bytes of files that are not UTF-8 JSON lines, with what to do about them.
+_FILE_KINDS: tuple[tuple[bytes, str], ...] = (
+    (b"\x1f\x8b", "gzip-compressed: decompress it first (gunzip -k FILE)"),
+    (b"BZh", "bzip2-compressed: decompress it first (bunzip2 -k FILE)"),
+    (b"\xfd7zXZ\x00", "xz-compressed: decompress it first (unxz -k FILE)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it first (unzstd FILE)"),
+    (b"PK\x03\x04", "a zip archive: extract the JSONL file from it first"),
+    (b"\xff\xfe\x00\x00", "UTF-32 encoded: records files must be UTF-8 "
+                             "(convert with iconv -f UTF-32 -t UTF-8)"),
+    (b"\xff\xfe", "UTF-16 encoded (byte-order mark FF FE): records files must be UTF-8 "
+                  "(convert with iconv -f UTF-16 -t UTF-8)"),
+    (b"\xfe\xff", "UTF-16 encoded (byte-order mark FE FF): records files must be UTF-8 "
+                  "(convert with iconv -f UTF-16 -t UTF-8)"),
+)
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def iter_jsonl_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+    """``(line number, decoded JSON value or RecordError)`` for each non-blank line (see below)."""
+    for lineno, value, _ in _iter_decoded(path):
+        yield lineno, value
+
+
+def _iter_decoded(path: str | os.PathLike) -> Iterator[tuple[int, Any, bool]]:
+    """``(line number, JSON value or RecordError, whether the line escapes a surrogate)``.
+
+    Reads bytes and decodes each line as strict UTF-8 (a UTF-8 byte-order mark
+    is skipped), so an encoding problem names its line and byte offset instead
+    of surfacing as a bare UnicodeDecodeError. Whole-file problems (a directory,
+    a compressed or UTF-16 file) raise :class:`RecordFileError` at once.
+    A missing file raises FileNotFoundError as before.
+    """
     path = Path(path)
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
+    if path.is_dir():
+        raise RecordFileError("is a directory, not a records file (give the .jsonl file inside it)",
+                              path=path)
+    with path.open("rb") as fh:
+        offset = 0
+        for lineno, raw in enumerate(fh, start=1):
+            start = offset
+            offset += len(raw)
+            if lineno == 1:
+                for magic, what in _FILE_KINDS:
+                    if raw.startswith(magic):
+                        raise RecordFileError(f"the file is {what}", path=path, line=1)
+                if raw.startswith(_UTF8_BOM):
+                    raw = raw[len(_UTF8_BOM):]
+                    start += len(_UTF8_BOM)
+            if not raw.strip():
                 continue
-            try:
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise RecordError(f"invalid JSON ({exc.msg} at column {exc.colno})")
-                rec = ClaimRecord.from_dict(obj)
-            except RecordError as err:
-                located = err.located(path, lineno)
-                if on_error is None:
-                    raise located from None
-                on_error(located)
-                continue
-            yield lineno, rec
+            yield lineno, _decode_line(raw, start), _SURROGATE_ESCAPE.search(raw) is not None
+
+
+def _decode_line(raw: bytes, start: int) -> Any:
+    """One line's JSON value, or a RecordError (without location) saying what is wrong."""
+    if b"\x00" in raw:
+        col = raw.index(b"\x00") + 1
+        return RecordError(f"NUL byte at byte offset {start + col - 1} (column {col}): the file looks "
+                           "UTF-16 or binary; records files must be UTF-8 JSON lines")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return RecordError(
+            f"not valid UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {start + exc.start} "
+            f"(column {exc.start + 1}); records files must be UTF-8 "
+            "(re-encode it, e.g. iconv -f latin1 -t UTF-8)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = (" (pretty-printed JSON? records files are JSON lines: one object per line)"
+                if text.strip() in ("{", "[") else "")
+        return RecordError(f"invalid JSON ({exc.msg} at column {exc.colno}){hint}")
+    except RecursionError:
+        return RecordError("invalid JSON (nested too deeply)")
+    except ValueError:  # Python's 4300-digit limit on integers
+        return RecordError("invalid JSON (a number has more than 4300 digits)")
+
+
+def _iter_with_lines(path, on_error) -> Iterator[tuple[int, ClaimRecord]]:
+    for lineno, obj, escaped_surrogate in _iter_decoded(path):
+        try:
+            if isinstance(obj, RecordError):
+                raise obj
+            rec = ClaimRecord.from_dict(obj, check_surrogates=escaped_surrogate)
+        except RecordError as err:
+            located = err.located(path, lineno)
+            if on_error is None:
+                raise located from None
+            on_error(located)
+            continue
+        yield lineno, rec
 
 
 def validate_file(path: str | os.PathLike) -> ValidationReport:
@@ -362,20 +506,21 @@ def validate_file(path: str | os.PathLike) -> ValidationReport:
 def save_records(records: Iterable[ClaimRecord | dict], path: str | os.PathLike) -> int:
     """Write records as UTF-8 JSONL, streaming; returns the count written.
 
-    Writes to a temporary file and renames it, so a crash never leaves a
-    half-written records file behind under the final name.
+    Writes to a temporary file beside ``path`` and renames it, so a crash or a
+    full disk never leaves a half-written records file under the final name
+    (the temporary is removed).
     """
+    from .atomicio import atomic_open
+
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     n = 0
-    with tmp.open("w", encoding="utf-8") as fh:
+    with atomic_open(path, "w") as fh:
         for rec in records:
             obj = rec.to_dict() if isinstance(rec, ClaimRecord) else rec
             fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
             n += 1
-    os.replace(tmp, path)
     return n
 
 

@@ -426,3 +426,38 @@ def test_converters_are_usable_as_a_library(shared_data):
     inputs = ConvertInputs(claims=[shared_data / CC_DEV], corpus=shared_data / "check-covid/corpus.json")
     n = sum(1 for _ in CONVERTERS["check-covid"].convert(inputs, stats))
     assert n == 139 and stats.claims_read == 207
+
+
+# ---------------------------------------------------------------- hostile bytes (issue #12)
+
+def test_non_utf8_wiki_shard_names_line_and_offset(tmp_path, capsys):
+    shard = tmp_path / "wiki" / "wiki-001.jsonl"
+    shard.parent.mkdir()
+    good = (json.dumps(_page("Q", ["Other ."])) + "\n").encode()
+    bad = json.dumps(_page("P", ["Caf\u00e9 ."]), ensure_ascii=False).encode("latin-1") + b"\n"
+    shard.write_bytes(good + bad)
+    claims = write_jsonl(tmp_path / "f.jsonl", [_fever_claim(0, "SUPPORTS", [[("P", 0)]])])
+    rc, _, err = convert(capsys, "--dataset", "fever", "--claims", claims, "--wiki-pages", shard.parent,
+                         "--output", tmp_path / "o.jsonl")
+    assert rc == 2 and "Traceback" not in err
+    offset = len(good) + bad.index(b"\xe9")
+    assert f"{shard}:2: not valid UTF-8: byte 0xe9 at byte offset {offset}" in err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("index", ["\u00b2", "\u0663", "9" * 40])
+def test_wiki_line_numbers_must_be_plain_ascii(tmp_path, capsys, index):
+    shard = write_jsonl(tmp_path / "wiki" / "wiki-001.jsonl", [{"id": "P", "text": "t", "lines": f"{index}\tText ."}])
+    claims = write_jsonl(tmp_path / "f.jsonl", [_fever_claim(0, "SUPPORTS", [[("P", 0)]])])
+    rc, _, err = convert(capsys, "--dataset", "fever", "--claims", claims, "--wiki-pages", shard.parent,
+                         "--output", tmp_path / "o.jsonl")
+    assert rc == 2 and f"{shard}:1: field 'lines'" in err and "internal error" not in err
+
+
+def test_claims_with_a_utf8_bom_convert(tmp_path, capsys):
+    claims = tmp_path / "claims.json"
+    claims.write_bytes(b"\xef\xbb\xbf" + (json.dumps(_cc_claim(1)) + "\n").encode())
+    rc, _, err = convert(capsys, "--dataset", "check-covid", "--claims", claims,
+                         "--corpus", _cc_corpus(tmp_path), "--output", tmp_path / "o.jsonl")
+    assert rc == 0, err
+    assert [r.id for r in load_records(tmp_path / "o.jsonl")] == ["check-covid-c1"]

@@ -104,7 +104,7 @@ def test_enhanced_and_gold_targets_differ(records):
 @pytest.mark.parametrize("variant", ["no_ablation", "real"])
 def test_enhanced_variants_need_enhanced_evidence(variant):
     recs = [ClaimRecord.from_dict(make_record_dict(id=f"r{i}")) for i in range(3)]
-    with pytest.raises(MissingEnhancedEvidence, match=r"3 of 3 records have no 'enhanced_evidence'"):
+    with pytest.raises(MissingEnhancedEvidence, match=r"record 'r0': field 'enhanced_evidence': missing.*3 of 3 SUPPORT/REFUTE records have no 'enhanced_evidence'"):
         build_pairs(recs, variant)
     for ok in ("sft", "no_enhancement"):
         assert build_pairs(recs, ok)[0]
@@ -196,8 +196,22 @@ def test_cli_missing_enhanced_evidence_is_one_clear_sentence(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert "gold-only.jsonl" in err and "enhanced_evidence" in err and "'x1'" in err
+    assert f"{recs}:1: record 'x1': field 'enhanced_evidence': missing" in err and "2 of 2" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_names_the_first_record_lacking_enhanced_evidence(tmp_path, capsys):
+    """Not the file's first record: the first one without enhanced_evidence, with its line."""
+    recs = _write(tmp_path / "mixed.jsonl", [
+        make_record_dict(id="has", enhanced_evidence=[0, 3]),
+        make_record_dict(id="nei", label="NOT_ENOUGH_INFO", evidence=[]),  # needs none
+        make_record_dict(id="lacks-1"),
+        make_record_dict(id="lacks-2"),
+    ])
+    assert real_data(["pairs", "--records", str(recs), "--variant", "no_ablation",
+                      "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{recs}:3: record 'lacks-1': field 'enhanced_evidence'" in err and "2 of 3" in err
 
 
 def test_cli_bad_record_names_file_and_line(tmp_path, capsys):
@@ -206,3 +220,50 @@ def test_cli_bad_record_names_file_and_line(tmp_path, capsys):
     assert real_data(["pairs", "--records", str(recs), "--variant", "sft", "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl:2" in err and "label" in err
+
+
+@pytest.mark.slow
+def test_full_disk_keeps_the_previous_dataset_whole(tmp_path):
+    """--overwrite on a full disk: the old dataset stays, nothing partial appears beside it."""
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    from datasets import load_from_disk
+
+    from conftest import REPO
+
+    recs = _write(tmp_path / "train.jsonl", [make_record_dict(id=f"r{i}") for i in range(300)])
+    out = tmp_path / "pairs"
+    assert real_data(["pairs", "--records", str(recs), "--variant", "sft", "--output", str(out)]) == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def full_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 1024, 16 * 1024))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "data_prep.cli", "pairs", "--records", str(recs), "--variant", "no_enhancement",
+         "--output", str(out), "--overwrite"],
+        preexec_fn=full_disk, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"real-data pairs: error: {out}: File too large"
+    assert "Traceback" not in proc.stderr
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs", "train.jsonl"]  # no temp dirs
+    assert len(load_from_disk(str(out))["train"]) == 300
+
+
+def test_overwrite_replaces_only_when_complete(tmp_path):
+    from datasets import load_from_disk
+
+    recs = _write(tmp_path / "train.jsonl", _records())
+    out = tmp_path / "pairs"
+    out.mkdir()  # an empty directory is fine without --overwrite
+    assert real_data(["pairs", "--records", str(recs), "--variant", "sft", "--output", str(out)]) == 0
+    assert real_data(["pairs", "--records", str(recs), "--variant", "real", "--output", str(out),
+                      "--overwrite"]) == 0
+    assert set(load_from_disk(str(out))["train"]["variant"]) == {"real"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs", "train.jsonl"]

@@ -114,3 +114,48 @@ def test_parser_rejects_ambiguous_or_malformed_answers(text, why):
     p = parse_answer(text, [0, 1, 3])
     assert not p.valid and p.label is None
     assert why in p.error
+
+
+# -- never guess, never raise (issue #11 item 11, issue #12) -------------------------
+
+DEEP = '{"label": "SUPPORT", "evidence": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ('{"label": "REFUTE", "label": "SUPPORT", "evidence": [0]}', "key 'label' given twice"),
+        ('{"label": "SUPPORT", "evidence": [0], "evidence": [1]}', "key 'evidence' given twice"),
+        ('{"label": "\u017fupport", "evidence": [0]}', "not one of"),  # long s: "ſupport".upper() == "SUPPORT"
+        ('{"label": "SUPPORT\u200b", "evidence": [0]}', "not one of"),  # zero-width space
+        ('{"label": "SUPPORT", "evidence": ["\u0663"]}', "not a sentence id"),  # Arabic-Indic three
+        ('{"label": "SUPPORT", "evidence": ["line \uff13"]}', "not a sentence id"),  # full-width three
+        ('{"label": "SUPPORT", "evidence": ["line\u00a03"]}', "not a sentence id"),  # no-break space
+        (DEEP, "nested too deeply"),
+        ('{"label": "SUPPORT", "evidence": [' + "1" * 5000 + "]}", "too long"),
+        ('{"label": "SUPPORT", "evidence": ["line' + "1" * 5000 + '"]}', "not a sentence id"),
+        ('{"label": "SUPPORT", "evidence": [' + str(2**64) + "]}", "not a sentence id"),
+    ],
+)
+def test_parser_never_guesses_nor_raises(text, why):
+    from data_prep.enhance.prompt import parse_annotation
+
+    p = parse_answer(text, [0, 1, 3])
+    assert not p.valid and p.label is None
+    assert why in p.error and len(p.error) < 300
+    if "label" not in why and "not one of" not in why:  # the annotator parser shares the rules
+        a = parse_annotation(text.replace('"label": "SUPPORT", ', ""), [0, 1, 3])
+        assert not a.valid and why in a.error
+
+
+def test_annotator_parser_rejects_a_repeated_evidence_key():
+    from data_prep.enhance.prompt import parse_annotation
+
+    a = parse_annotation('{"evidence": [0], "evidence": [1]}', [0, 1])
+    assert not a.valid and "key 'evidence' given twice" in a.error
+
+
+def test_prompt_format_version_is_declared():
+    from data_prep import prompts
+
+    assert prompts.PROMPT_FORMAT_VERSION == 1

@@ -114,7 +114,7 @@ def test_keep_going_collects_every_bad_line(tmp_path):
 def test_validate_cli_keep_going_writes_report(tmp_path, capsys):
     p = write_lines(tmp_path / "r.jsonl", [make_record_dict(id="a"), make_record_dict(id="b", label="X")])
     rep = tmp_path / "report.json"
-    assert real_data(["validate", str(p), "--keep-going", "--report", str(rep)]) == 1
+    assert real_data(["validate", str(p), "--keep-going", "--report", str(rep)]) == 2
     data = json.loads(rep.read_text())
     assert data["invalid"] == 1 and data["errors"][0]["line"] == 2 and data["errors"][0]["field"] == "label"
     assert real_data(["validate", str(p)]) == 2
@@ -140,3 +140,115 @@ def test_save_is_atomic_on_failure(tmp_path):
     with pytest.raises(RuntimeError):
         save_records(boom(), out)
     assert [r.id for r in load_records(out)] == ["r1"]  # the old file is intact
+
+
+# -- encodings, file kinds, lone surrogates (issue #12) -------------------------------
+
+from data_prep.records import RecordFileError  # noqa: E402
+
+
+def test_non_utf8_line_names_line_and_byte_offset(tmp_path):
+    first = (json.dumps(make_record_dict(id="a")) + "\n").encode()
+    bad = json.dumps(make_record_dict(id="b", claim="Caf\u00e9"), ensure_ascii=False).encode("latin-1")
+    p = tmp_path / "latin.jsonl"
+    p.write_bytes(first + bad + b"\n")
+    col = bad.index(b"\xe9")
+    with pytest.raises(RecordError) as exc_info:
+        load_records(p)
+    assert str(exc_info.value).startswith(
+        f"{p}:2: not valid UTF-8: byte 0xe9 at byte offset {len(first) + col} (column {col + 1})")
+    # --keep-going reads on past it
+    report = ValidationReport(path=str(p))
+    assert [r.id for r in load_records(p, keep_going=True, report=report)] == ["a"]
+    assert [e.line for e in report.errors] == [2]
+
+
+def test_utf8_bom_is_read(tmp_path):
+    p = tmp_path / "bom.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + (json.dumps(make_record_dict()) + "\n").encode())
+    assert [r.id for r in load_records(p)] == ["r1"]
+
+
+@pytest.mark.parametrize("kind, data, fragment", [
+    ("gzip", lambda text: __import__("gzip").compress(text.encode()), "gzip-compressed: decompress it first"),
+    ("utf16", lambda text: text.encode("utf-16"), "UTF-16 encoded"),
+    ("utf16-no-bom", lambda text: text.encode("utf-16-le"), "NUL byte"),
+])
+def test_compressed_or_utf16_files_are_one_clear_error(tmp_path, kind, data, fragment):
+    p = tmp_path / f"{kind}.jsonl"
+    p.write_bytes(data(json.dumps(make_record_dict()) + "\n"))
+    with pytest.raises(RecordError, match=fragment) as exc_info:
+        load_records(p)
+    assert str(exc_info.value).startswith(f"{p}:1: ")
+    report = ValidationReport(path=str(p))
+    if isinstance(exc_info.value, RecordFileError):  # the whole file: fatal even with --keep-going
+        with pytest.raises(RecordFileError):
+            load_records(p, keep_going=True, report=report)
+    else:  # a bad line: --keep-going collects it
+        assert load_records(p, keep_going=True, report=report) == [] and report.errors[0].line == 1
+
+
+def test_a_directory_is_not_a_records_file(tmp_path):
+    with pytest.raises(RecordFileError, match="is a directory, not a records file"):
+        load_records(tmp_path)
+    with pytest.raises(RecordFileError):
+        validate_file(tmp_path)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"claim": "bad \ud800"}, "claim"),
+    ({"sentences": [{"id": 0, "text": "x \udfff"}], "evidence": [[0]]}, "sentences[0].text"),
+    ({"annotations": {"gpt": ["\ud83d"]}}, "annotations.gpt[0]"),
+    ({"id": "id-\ud800"}, "id"),
+])
+def test_lone_surrogates_are_rejected_at_load(tmp_path, overrides, field):
+    p = write_lines(tmp_path / "s.jsonl", [json.dumps(make_record_dict(**overrides))])  # "\udxxx" escapes
+    with pytest.raises(RecordError) as exc_info:
+        load_records(p)
+    err = exc_info.value
+    assert (err.line, err.field) == (1, field) and "lone UTF-16 surrogate" in err.reason
+    # the error itself can be printed and saved as UTF-8
+    json.dumps(err.to_dict(), ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize("line, reason", [
+    ('{"id": "x", "deep": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    ('{"id": ' + "9" * 5000 + "}", "invalid JSON"),
+    (json.dumps(make_record_dict(sentences=[{"id": 2**63, "text": "t"}], evidence=[[2**63]])), "2**63-1"),
+])
+def test_lines_python_cannot_hold_are_record_errors(tmp_path, line, reason):
+    p = write_lines(tmp_path / "r.jsonl", [line])
+    with pytest.raises(RecordError, match=r"r.jsonl:1: ") as exc_info:
+        load_records(p)
+    assert reason in str(exc_info.value)
+
+
+def test_validate_report_implies_keep_going_and_leaves_no_temp(tmp_path, capsys):
+    p = write_lines(tmp_path / "r.jsonl", [make_record_dict(id="a"), make_record_dict(id="b", label="X")])
+    rep = tmp_path / "report.json"
+    assert real_data(["validate", str(p), "--report", str(rep)]) == 2
+    assert json.loads(rep.read_text())["invalid"] == 1
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["r.jsonl", "report.json"]
+    err = capsys.readouterr().err
+    assert err.strip() == f"real-data validate: error: {p}: 1 invalid of 2 records (report: {rep})"
+
+
+def test_failed_save_leaves_no_temporary(tmp_path):
+    def boom():
+        yield ClaimRecord.from_dict(make_record_dict(id="new"))
+        raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError):
+        save_records(boom(), tmp_path / "out.jsonl")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_json_array_or_pretty_printed_files_get_a_hint(tmp_path):
+    arr = tmp_path / "array.json"
+    arr.write_text(json.dumps([make_record_dict()]), encoding="utf-8")
+    with pytest.raises(RecordError, match=r"array.json:1: expected a JSON object, got list \(records files are JSON lines"):
+        load_records(arr)
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(make_record_dict(), indent=2), encoding="utf-8")
+    with pytest.raises(RecordError, match=r"pretty.json:1: invalid JSON .*\(pretty-printed JSON\?"):
+        load_records(pretty)

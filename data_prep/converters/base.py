@@ -12,7 +12,6 @@ Two kinds of bad input, treated differently:
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from data_prep._dispatch import UserError
-from data_prep.records import ClaimRecord
+from data_prep.records import ClaimRecord, RecordError, RecordFileError, iter_jsonl_lines
 
 # How many locations per drop reason the summary keeps (the counts are exact).
 MAX_EXAMPLES = 5
@@ -47,24 +46,33 @@ def where(path, line: int | None = None, field: str | None = None) -> str:
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line number, object)``; blank lines are skipped, bad JSON is fatal."""
+    """Yield ``(line number, object)``; blank lines are skipped, bad JSON is fatal.
+
+    Bytes are decoded line by line as strict UTF-8 (a BOM is skipped), so a
+    Latin-1, UTF-16 or gzip file, or a directory, is one InputError naming
+    the file, line and byte offset instead of a UnicodeDecodeError traceback.
+    """
     path = Path(path)
     try:
-        fh = path.open("r", encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}") from None
-    with fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                hint = " (this file must be JSON lines: one object per line)" if lineno == 1 and line.lstrip().startswith("[") else ""
-                raise InputError(path, lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno}){hint}") from None
+        lines = iter_jsonl_lines(path)
+        for lineno, obj in lines:
+            if isinstance(obj, RecordError):
+                reason = obj.reason
+                if lineno == 1 and reason.startswith("invalid JSON") and _starts_with_bracket(path):
+                    reason += " (this file must be JSON lines: one object per line)"
+                raise InputError(path, lineno, None, reason)
             if not isinstance(obj, dict):
                 raise InputError(path, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
             yield lineno, obj
+    except RecordFileError as exc:
+        raise InputError(path, exc.line, None, exc.reason) from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _starts_with_bracket(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(64).lstrip().startswith(b"[")
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object"}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from data_prep._dispatch import UserError
+from data_prep.atomicio import atomic_write_text
 from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
 
 from . import CONVERTERS
@@ -53,6 +54,8 @@ def _inputs(args) -> ConvertInputs:
     for path in paths:
         if not path.exists():
             raise UserError(f"{path}: no such file or directory")
+    if args.output.is_dir():
+        raise UserError(f"--output {args.output}: is a directory; give the records file to write")
     if (args.max_pool_tokens is None) != (args.tokenizer is None):
         raise UserError("--max-pool-tokens and --tokenizer go together")
     if args.max_pool_tokens is not None and args.max_pool_tokens <= 0:
@@ -92,12 +95,9 @@ def convert_to_file(dataset: str, inputs: ConvertInputs, output: Path,
             pool_sizes.append(len(rec.sentences))
             yield rec
 
-    try:
-        written = save_records(records(), output)
-    except BaseException:
-        # save_records writes <output>.tmp and renames on success; don't leave it behind
-        output.with_name(output.name + ".tmp").unlink(missing_ok=True)
-        raise
+    # save_records writes a temporary file beside the output and renames it on
+    # success; on any failure (bad input, a full disk) the temporary is removed.
+    written = save_records(records(), output)
     summary = {
         "dataset": dataset,
         "inputs": {"claims": [str(p) for p in inputs.claims],
@@ -116,7 +116,7 @@ def convert_to_file(dataset: str, inputs: ConvertInputs, output: Path,
         "seconds": round(time.perf_counter() - t0, 3),
     }
     summary_path = output.with_name(output.name + ".summary.json")
-    summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(summary_path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
 
 

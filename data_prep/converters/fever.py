@@ -104,8 +104,10 @@ def parse_lines(text: str, path, lineno: int) -> list[str]:
         if not row:
             continue
         idx, _, rest = row.partition("\t")
-        if not idx.isdigit():
+        if not (idx.isascii() and idx.isdigit()):
             raise InputError(path, lineno, "lines", f"row {row[:40]!r} does not start with a line number")
+        if len(idx) > 6:
+            raise InputError(path, lineno, "lines", f"line number {idx[:40]} is out of range")
         n = int(idx)
         if n >= len(out):
             out.extend([""] * (n + 1 - len(out)))
@@ -121,8 +123,11 @@ def load_pages(wiki: Path, needed: set[str], stats: ConvertStats | None = None) 
     scanned = reported = 0
     with tqdm(desc="wiki-pages", unit=" pages", mininterval=2.0, disable=None) as bar:
         for shard in wiki_shards(wiki):
-            with shard.open("r", encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, start=1):
+            with shard.open("rb") as fh:
+                offset = 0
+                for lineno, raw in enumerate(fh, start=1):
+                    line = _decode(raw, shard, lineno, offset)
+                    offset += len(raw)
                     scanned += 1
                     if scanned - reported >= 20000:
                         bar.update(scanned - reported)
@@ -159,11 +164,25 @@ def load_pages(wiki: Path, needed: set[str], stats: ConvertStats | None = None) 
     return pages
 
 
+def _decode(raw: bytes, path, lineno: int, offset: int) -> str:
+    """One shard line as text; a non-UTF-8 byte is an InputError naming line and byte offset."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, lineno, None,
+                         f"not valid UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {offset + exc.start} "
+                         f"(column {exc.start + 1}); the wiki-pages shards must be UTF-8") from None
+
+
 def _loads(line: str, path, lineno: int) -> dict:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(path, lineno, None, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise InputError(path, lineno, None, "invalid JSON (nested too deeply)") from None
+    except ValueError:  # Python's 4300-digit limit on integers
+        raise InputError(path, lineno, None, "invalid JSON (a number has more than 4300 digits)") from None
     if not isinstance(obj, dict):
         raise InputError(path, lineno, None, "expected a JSON object")
     return obj

@@ -7,12 +7,11 @@ same sentence ids and a picked id means the same line everywhere.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from data_prep.prompts import _coerce_id, _json_objects, _one_line, format_pool
-from data_prep.records import ClaimRecord
+from data_prep.prompts import _coerce_id, _one_line, single_answer_object, format_pool
+from data_prep.records import ClaimRecord, short_repr
 
 ANNOTATOR_SYSTEM_PROMPT = (
     "You are annotating evidence for fact-checking. You are given a claim and a document "
@@ -48,24 +47,24 @@ def parse_annotation(text: str | None, pool_ids: Iterable[int]) -> Annotation:
     """Parse ``{"evidence": [ids]}``; anything else is invalid (never guessed).
 
     A JSON object inside extra text (code fences) is accepted; ids may be
-    ints, digit strings or ``"lineN"``. Two different objects, a missing or
-    non-list ``evidence`` or a non-id item make the answer invalid.
+    ints, ASCII digit strings or ``"lineN"``. Two different objects, a key
+    given twice, a missing or non-list ``evidence`` or a non-id item (a
+    Unicode look-alike digit included) make the answer invalid. Never raises:
+    JSON nested too deeply or a 5000-digit number is an invalid answer too.
     """
     if not isinstance(text, str) or not text.strip():
         return Annotation(False, error="empty output")
-    candidates = [o for o in _json_objects(text) if isinstance(o, dict) and "evidence" in o]
-    if not candidates:
-        return Annotation(False, error="no JSON object with an 'evidence' key")
-    if len({json.dumps(o, sort_keys=True) for o in candidates}) > 1:
-        return Annotation(False, error="several different answers in one output")
-    raw = candidates[0]["evidence"]
+    obj, reason = single_answer_object(text, "evidence")
+    if obj is None:
+        return Annotation(False, error=reason)
+    raw = obj["evidence"]
     if not isinstance(raw, list):
-        return Annotation(False, error=f"evidence is not a list: {raw!r}"[:200])
+        return Annotation(False, error=f"evidence is not a list: {short_repr(raw)}")
     ids: list[int] = []
     for x in raw:
         i = _coerce_id(x)
         if i is None:
-            return Annotation(False, error=f"evidence item {x!r} is not a sentence id"[:200])
+            return Annotation(False, error=f"evidence item {short_repr(x)} is not a sentence id")
         if i not in ids:
             ids.append(i)
     pool = set(pool_ids)

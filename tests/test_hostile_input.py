@@ -1,0 +1,319 @@
+"""Hostile input and failing disks through the real data commands (issue #12).
+
+Each row: a command (`real-data validate|convert|pairs`, `fae run`), an input
+built on disk, the expected exit code (2 bad input, 1 disk failure, 0 fine)
+and a fragment of the one-line message. Every command runs as a real
+subprocess; none may print a traceback, and a failed write leaves nothing
+under the output's name (no partial file, no ``*.tmp``).
+
+Failing disks are real: a full disk is ``RLIMIT_FSIZE`` with SIGXFSZ ignored
+(writes fail with EFBIG), a read-only one is a 0555 output directory with the
+command started without CAP_DAC_OVERRIDE (root ignores permission bits otherwise).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, make_record_dict
+
+pytestmark = pytest.mark.slow  # ~12 subprocesses
+
+FULL_DISK_BYTES = 16 * 1024
+PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2  # <linux/prctl.h>, <linux/capability.h>
+
+
+# ---------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------
+
+def _records_text(n: int = 3, **overrides) -> str:
+    return "".join(json.dumps(make_record_dict(id=f"r{i}", **overrides)) + "\n" for i in range(n))
+
+
+def _write(path: Path, data: str | bytes) -> Path:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    path.write_bytes(data)
+    return path
+
+
+def latin1(path: Path) -> Path:
+    good = _records_text(2)
+    bad = json.dumps(make_record_dict(id="r9", claim="Caf\u00e9 au lait."), ensure_ascii=False)
+    return _write(path, good.encode("utf-8") + bad.encode("latin-1") + b"\n")
+
+
+def utf16(path: Path) -> Path:
+    return _write(path, _records_text(2).encode("utf-16"))
+
+
+def gzipped(path: Path) -> Path:
+    return _write(path, gzip.compress(_records_text(2).encode("utf-8")))
+
+
+def directory(path: Path) -> Path:
+    path.mkdir()
+    (path / "records.jsonl").write_text(_records_text(1), encoding="utf-8")
+    return path
+
+
+def surrogate(path: Path) -> Path:
+    # json.dumps escapes the lone surrogate as "\ud800": valid JSON, unwritable as UTF-8.
+    line = json.dumps(make_record_dict(id="s1", sentences=[{"id": 0, "text": "bad \ud800 text"}], evidence=[[0]]))
+    return _write(path, _records_text(1) + line + "\n")
+
+
+def utf8_bom(path: Path) -> Path:
+    return _write(path, b"\xef\xbb\xbf" + _records_text(2).encode("utf-8"))
+
+
+def deep_json(path: Path) -> Path:
+    return _write(path, _records_text(1) + '{"id": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+
+
+def huge_number(path: Path) -> Path:
+    return _write(path, _records_text(1) + '{"id": ' + "7" * 5000 + "}\n")
+
+
+def many_bad(path: Path) -> Path:
+    return _write(path, _records_text(400, label="MAYBE"))
+
+
+def good(path: Path) -> Path:
+    return _write(path, _records_text(300))
+
+
+def gold_only_second(path: Path) -> Path:
+    """The first record has enhanced evidence, the second (line 2) is the first without it."""
+    rows = [make_record_dict(id="e0", enhanced_evidence=[0, 3])] + [make_record_dict(id=f"g{i}") for i in (1, 2)]
+    return _write(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def plain_file(path: Path) -> Path:
+    return _write(path, "not a directory\n")
+
+
+def _cc_claim(i: int, claim: str | None = None) -> dict:
+    return {"id": f"c{i}", "claim": claim or f"Claim number {i} about the abstract.", "cord_id": "abc",
+            "label": "SUPPORT", "evidence_set": [{"sent_index": 1, "type": "PRIMARY"}], "is_auth": False}
+
+
+def cc_claims(n: int = 300):
+    def make(path: Path) -> Path:
+        return _write(path, "".join(json.dumps(_cc_claim(i)) + "\n" for i in range(n)))
+    return make
+
+
+def cc_latin1(path: Path) -> Path:
+    bad = json.dumps(_cc_claim(2, "Caf\u00e9 claim."), ensure_ascii=False).encode("latin-1")
+    return _write(path, cc_claims(2)(path).read_bytes() + bad + b"\n")
+
+
+def cc_gzip(path: Path) -> Path:
+    return _write(path, gzip.compress(cc_claims(3)(path).read_bytes()))
+
+
+def cc_surrogate(path: Path) -> Path:
+    return _write(path, json.dumps(_cc_claim(1, "claim \ud800")) + "\n")
+
+
+def cc_dir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+# ---------------------------------------------------------------------------
+# the table
+# ---------------------------------------------------------------------------
+
+VALIDATE = ["real-data", "validate", "{input}"]
+CONVERT = ["real-data", "convert", "--dataset", "check-covid", "--claims", "{input}",
+           "--corpus", "{world}/corpus.json", "--output", "{out}/records.jsonl"]
+PAIRS = ["real-data", "pairs", "--records", "{input}", "--variant", "sft", "--output", "{out}/pairs"]
+FAE_RUN = ["fae", "run", "--records", "{input}", "--model", "{world}/no-model", "--output", "{out}/run"]
+
+# (id, command, input builder, extra args, disk, exit code, message fragments, names allowed under out/)
+# Rows with a disk condition, and those named in SUBPROCESS, run as real processes;
+# the rest call the same entry point in-process (run_guarded is the whole top level).
+SUBPROCESS = {"validate-gzip", "convert-latin1", "pairs-surrogate", "fae-run-utf16", "validate-keep-going-invalid"}
+ROWS = [
+    ("validate-latin1", VALIDATE, latin1, [], None, 2, ["in.jsonl:3:", "not valid UTF-8: byte 0xe9 at byte offset"], []),
+    ("validate-utf16", VALIDATE, utf16, [], None, 2, ["in.jsonl:1:", "UTF-16", "iconv"], []),
+    ("validate-gzip", VALIDATE, gzipped, [], None, 2, ["in.jsonl:1:", "gzip-compressed: decompress it first"], []),
+    ("validate-dir", VALIDATE, directory, [], None, 2, ["is a directory, not a records file"], []),
+    ("validate-surrogate", VALIDATE, surrogate, [], None, 2,
+     ["in.jsonl:2: record 's1': field 'sentences[0].text'", "lone UTF-16 surrogate"], []),
+    ("validate-bom", VALIDATE, utf8_bom, [], None, 0, ["2 valid records"], []),
+    ("validate-deep", VALIDATE, deep_json, [], None, 2, ["in.jsonl:2:", "nested too deeply"], []),
+    ("validate-huge-number", VALIDATE, huge_number, [], None, 2, ["in.jsonl:2:", "invalid JSON"], []),
+    ("validate-keep-going-invalid", VALIDATE, many_bad, ["--keep-going"], None, 2, [], []),
+    ("validate-keep-going-latin1", VALIDATE, latin1, ["--keep-going", "--report", "{out}/r.json"], None, 2,
+     [], ["r.json"]),
+    ("validate-keep-going-gzip", VALIDATE, gzipped, ["--keep-going"], None, 2, ["gzip-compressed"], []),
+    ("validate-report-full-disk", VALIDATE, many_bad, ["--report", "{out}/r.json"], "full", 1, ["File too large"], []),
+    ("validate-report-read-only", VALIDATE, many_bad, ["--report", "{out}/r.json"], "ro", 1, ["Permission denied"], []),
+    ("convert-latin1", CONVERT, cc_latin1, [], None, 2, ["in.jsonl:3:", "not valid UTF-8: byte 0xe9"], []),
+    ("convert-gzip", CONVERT, cc_gzip, [], None, 2, ["in.jsonl:1:", "gzip-compressed"], []),
+    ("convert-dir", CONVERT, cc_dir, [], None, 2, ["is a directory"], []),
+    ("convert-surrogate", CONVERT, cc_surrogate, [], None, 2, ["in.jsonl:1:", "lone UTF-16 surrogate"], []),
+    ("convert-output-dir", CONVERT, cc_claims(3), ["--output", "{out}"], None, 2, ["is a directory"], []),
+    ("convert-full-disk", CONVERT, cc_claims(), [], "full", 1, ["File too large"], []),
+    ("convert-read-only", CONVERT, cc_claims(), [], "ro", 1, ["Permission denied"], []),
+    ("pairs-latin1", PAIRS, latin1, [], None, 2, ["in.jsonl:3:", "not valid UTF-8"], []),
+    ("pairs-utf16", PAIRS, utf16, [], None, 2, ["UTF-16"], []),
+    ("pairs-dir", PAIRS, directory, [], None, 2, ["is a directory, not a records file"], []),
+    ("pairs-surrogate", PAIRS, surrogate, [], None, 2, ["in.jsonl:2: record 's1'", "surrogate"], []),
+    ("pairs-missing-enhanced", PAIRS, gold_only_second, ["--variant", "real"], None, 2,
+     ["in.jsonl:2: record 'g1': field 'enhanced_evidence'", "2 of 3"], []),
+    ("pairs-output-is-file", PAIRS, good, ["--output", "{world}/plain"], None, 2, ["is a file"], []),
+    ("pairs-full-disk", PAIRS, good, [], "full", 1, ["File too large"], []),
+    ("pairs-read-only", PAIRS, good, [], "ro", 1, ["Permission denied"], []),
+    ("fae-run-gzip", FAE_RUN, gzipped, [], None, 2, ["in.jsonl:1:", "gzip-compressed"], []),
+    ("fae-run-utf16", FAE_RUN, utf16, [], None, 2, ["UTF-16"], []),
+    ("fae-run-latin1", FAE_RUN, latin1, [], None, 2, ["in.jsonl:3:", "not valid UTF-8"], []),
+    ("fae-run-surrogate", FAE_RUN, surrogate, [], None, 2, ["in.jsonl:2: record 's1'", "surrogate"], []),
+    ("fae-run-deep", FAE_RUN, deep_json, [], None, 2, ["in.jsonl:2:", "nested too deeply"], []),
+]
+
+
+@pytest.fixture(scope="module")
+def world():
+    """Inputs and outputs of every row, in one directory removed at the end."""
+    root = Path(tempfile.mkdtemp(prefix="hostile-"))
+    root.chmod(0o755)
+    _write(root / "corpus.json", json.dumps({"cord_id": "abc", "title": "t",
+                                             "abstract": ["S0.", "S1.", "S2."]}) + "\n")
+    plain_file(root / "plain")
+    hf = root / "hf"
+    hf.mkdir()
+    hf.chmod(0o777)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _full_disk():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FULL_DISK_BYTES, FULL_DISK_BYTES))
+
+
+def _without_dac_override():
+    """Drop CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH from the bounding set before exec.
+
+    Root then obeys permission bits like anyone else, so a 0555 directory is
+    really read-only for the command (chmod alone does not stop root).
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def _read_only_preexec():
+    return _without_dac_override if os.geteuid() == 0 else (lambda: None)
+
+
+def _read_only_possible(world: Path) -> bool:
+    """Whether a process we start is really refused a write into a 0555 directory."""
+    ro = world / "ro-probe"
+    ro.mkdir(exist_ok=True)
+    ro.chmod(0o555)
+    try:
+        probe = subprocess.run([sys.executable, "-c", f"open({str(ro / 'x')!r}, 'w')"],
+                               preexec_fn=_read_only_preexec(), capture_output=True)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        ro.chmod(0o755)
+    return probe.returncode != 0 and "PermissionError" in probe.stderr.decode()
+
+
+def run_in_process(argv: list[str], capsys) -> subprocess.CompletedProcess:
+    from data_prep.cli import main as real_data
+    from fae.cli import main as fae
+
+    prog, *rest = argv
+    capsys.readouterr()
+    rc = {"real-data": real_data, "fae": fae}[prog](rest)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, rc, out.out, out.err)
+
+
+def run_cli(argv: list[str], env_home: Path, preexec=None) -> subprocess.CompletedProcess:
+    prog, *rest = argv
+    module = {"real-data": "data_prep.cli", "fae": "fae.cli"}[prog]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HOME": str(env_home), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1", "REAL_FAE_DEBUG": ""}
+    return subprocess.run([sys.executable, "-m", module, *rest], capture_output=True, text=True,
+                          env=env, preexec_fn=preexec, timeout=300, cwd=str(env_home))
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+def test_hostile_input_gives_one_line_and_exit_code(world, row, capsys, monkeypatch):
+    name, command, build, extra, disk, code, fragments, allowed = row
+    case = world / name
+    case.mkdir()
+    case.chmod(0o755)
+    out = case / "out"
+    out.mkdir()
+    inp = build(case / "in.jsonl")
+    fmt = {"input": str(inp), "world": str(world), "out": str(out)}
+    argv = [a.format(**fmt) for a in command] + [a.format(**fmt) for a in extra]
+    preexec = None
+    if disk == "full":
+        preexec = _full_disk
+    elif disk == "ro":
+        if not _read_only_possible(world):
+            pytest.skip("cannot make a directory read-only for a child process here")
+        preexec = _read_only_preexec()
+        out.chmod(0o555)
+
+    if preexec is None and name not in SUBPROCESS:
+        monkeypatch.delenv("REAL_FAE_DEBUG", raising=False)
+        proc = run_in_process(argv, capsys)
+    else:
+        try:
+            proc = run_cli(argv, world / "hf", preexec)
+        finally:
+            out.chmod(0o755)
+
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr, proc.stderr
+    assert proc.returncode == code, proc.stderr
+    message = proc.stderr if code else proc.stdout
+    for frag in fragments:
+        assert frag in message, message
+    if code:  # one error line, last (progress bars of datasets may precede it)
+        lines = proc.stderr.strip().splitlines()
+        assert [i for i, line in enumerate(lines) if "error" in line] == [len(lines) - 1], proc.stderr
+    # nothing partial (or temporary) is left under the output directory
+    assert sorted(p.name for p in out.iterdir()) == sorted(allowed)
+
+
+def test_validate_report_survives_closed_stdout(world):
+    """`validate --keep-going --report r.json | head -1`: the report is written whatever stdout does."""
+    case = world / "pipe"
+    case.mkdir()
+    inp = many_bad(case / "in.jsonl")
+    _write(inp, inp.read_bytes() * 10)  # a summary far beyond the 64 KiB pipe buffer
+    report = case / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = (f"{sys.executable} -m data_prep.cli validate {inp} --keep-going --report {report} | head -1; "
+           "exit ${PIPESTATUS[0]}")
+    proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=300)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.stdout.count("\n") == 1 and "4000 invalid" in proc.stdout
+    assert json.loads(report.read_text())["invalid"] == 4000
