@@ -239,7 +239,7 @@ class LocalOpenAIServer:
             err = {"message": f"injected {fault}", "type": "server"}
         if self.echo_auth:
             token = (auth or "").split(" ", 1)[-1]
-            err["message"] += f" (request had Authorization: {auth})"
+            err["message"] += f": you sent {token} (Authorization: {auth})"
             err["you_sent"] = token  # no "Bearer"/"api_key" shape: only the registered key catches it
             err["headers"] = {"authorization": auth}
         return {"error": err}
