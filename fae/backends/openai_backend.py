@@ -177,6 +177,6 @@ def _describe(exc: BaseException | None) -> str:
     text = scrub(exc)  # before cutting: a cut could split the key and defeat the mask
     cause = exc.__cause__ or exc.__context__
     if cause is not None and text in ("Connection error.", "Request timed out."):
-        text = f"{text} ({scrub(cause)})"  # e.g. "[Errno 111] Connection refused"
+        text = f"{text} ({type(cause).__name__}: {scrub(cause)})"  # e.g. "ConnectError: [Errno 111] ..."
     msg = text.splitlines()[0][:200] if text else type(exc).__name__
     return f"HTTP {status}: {msg}" if status else f"{type(exc).__name__}: {msg}"
