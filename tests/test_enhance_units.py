@@ -189,3 +189,13 @@ def test_revote_errors_name_file_line_and_field(tmp_path, capsys):
     assert ClaimRecord.from_dict(__import__("json").loads(out.read_text())).enhanced_evidence == [0, 1, 3]
     assert main(["enhance", "--records", str(src), "--output", str(out)]) == 2
     assert "--annotators is required" in capsys.readouterr().err
+
+
+def test_password_in_base_url_is_masked_in_errors(tmp_path):
+    from data_prep.secrets import scrub
+
+    body = "annotators:\n" + ENTRY.format(name="a", model="m-a").replace(
+        "http://127.0.0.1:8000/v1", "https://proxyuser:pw-LEAKCHECK-42@proxy.example/v1")
+    (ann,) = load_annotators(_yaml(tmp_path, body))
+    assert "LEAKCHECK" not in scrub(f"HTTP 500 from {ann.endpoint}: oops")
+    assert "proxy.example" in scrub(ann.endpoint)

@@ -14,9 +14,10 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from data_prep._dispatch import UserError
-from data_prep.secrets import read_key
+from data_prep.secrets import read_key, register_secret
 from data_prep.yamlio import load_yaml
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -135,6 +136,10 @@ def _check_entry(raw: Any, where: str) -> AnnotatorConfig:
         if fld in kwargs:
             kwargs[fld] = float(kwargs[fld])
     kwargs["base_url"] = kwargs["base_url"].rstrip("/")
+    try:
+        register_secret(urlsplit(kwargs["base_url"]).password)  # https://user:PASS@host: errors name the URL
+    except ValueError:
+        bad("base_url", "is not a valid URL")
     return AnnotatorConfig(**kwargs)
 
 

@@ -28,14 +28,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from data_prep._dispatch import UserError, set_interrupt_note
+from data_prep._dispatch import Terminated, UserError, set_interrupt_note
 from data_prep.runlock import RunLock
 from data_prep.secrets import scrub
 from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord, RecordError, _iter_with_lines, load_records, save_records
@@ -194,6 +196,47 @@ def _note_interrupt(job: EnhanceJob, cache: AnswerCache) -> None:
                        f"in {part}; resume with: {resume}")
 
 
+_TERMINATED = object()
+
+
+async def _cancel_on_sigterm(coro):
+    """Await ``coro``; SIGTERM cancels it the way asyncio.run cancels on Ctrl-C (returns _TERMINATED).
+
+    The top-level handler turns SIGTERM into an exception raised wherever the
+    main thread happens to be, which inside the event loop can be between a
+    response and its cache commit, or inside the loop's own machinery. A loop
+    signal handler instead cancels the main task, so the same clean-up as for
+    Ctrl-C runs (requests cancelled, clients closed) and only then
+    :class:`Terminated` is raised, outside the loop.
+    """
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    hit: list[bool] = []
+
+    def on_term() -> None:
+        hit.append(True)
+        me.cancel()
+
+    previous = signal.getsignal(signal.SIGTERM)
+    installed = False
+    if threading.current_thread() is threading.main_thread():
+        try:
+            loop.add_signal_handler(signal.SIGTERM, on_term)
+            installed = True
+        except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not POSIX
+            pass
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if hit:
+            return _TERMINATED
+        raise
+    finally:
+        if installed:
+            loop.remove_signal_handler(signal.SIGTERM)  # resets to SIG_DFL: put the previous one back
+            signal.signal(signal.SIGTERM, previous)
+
+
 def enhance(job: EnhanceJob) -> tuple[int, dict]:
     """Run (or resume) the annotation under the output and cache locks; returns (exit code, summary)."""
     locks = _locks(job)
@@ -223,7 +266,10 @@ def _enhance_locked(job: EnhanceJob) -> tuple[int, dict]:
             raise UserError(str(exc)) from None
         output.parent.mkdir(parents=True, exist_ok=True)
         try:
-            state = asyncio.run(_enhance_async(job, records, annotators, targets, need, cache, keys))
+            state = asyncio.run(_cancel_on_sigterm(
+                _enhance_async(job, records, annotators, targets, need, cache, keys)))
+            if state is _TERMINATED:
+                raise Terminated()
         except KeyboardInterrupt:  # Ctrl-C and SIGTERM (Terminated): every answer is already committed
             _note_interrupt(job, cache)
             raise

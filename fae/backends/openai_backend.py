@@ -24,9 +24,10 @@ import asyncio
 import json
 import random
 from typing import Any
+from urllib.parse import urlsplit
 
 from data_prep._dispatch import UserError
-from data_prep.secrets import read_key, scrub
+from data_prep.secrets import read_key, register_secret, scrub
 
 from . import Backend, BackendError, register
 
@@ -72,6 +73,10 @@ class OpenAIBackend(Backend):
             raise UserError("the openai backend needs the 'openai' package: pip install openai")
         self.model = options["model"]
         self.base_url = options.get("base_url")
+        try:  # https://user:PASS@host: errors name the URL, never the password
+            register_secret(urlsplit(self.base_url or "").password)
+        except ValueError:
+            raise UserError("--base-url is not a valid URL (check the host part)") from None
         env = options.get("api_key_env")
         if env:
             key = read_key(env)
