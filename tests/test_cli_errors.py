@@ -45,6 +45,7 @@ class Row:
     after: int = 0
     env: dict = field(default_factory=dict)
     traceback: bool = False  # only --debug rows may print one
+    claims: int = 4  # records given to enhance (the signal rows need a run long enough to interrupt)
 
 
 def enhance_args(*extra):
@@ -69,10 +70,10 @@ ROWS = [
     Row("ctrl-c-enhance", REAL_DATA + enhance_args(), 130,
         [r"^real-data enhance: interrupted; kept (\d+) answers in the cache \S+out\.jsonl\.cache\.sqlite "
          r"and (\d+) finished claims in \S+out\.jsonl\.partial; " + RESUME],
-        server={"latency": 0.2}, send=signal.SIGINT, after=12),
+        server={"latency": 0.2}, send=signal.SIGINT, after=12, claims=40),
     Row("sigterm-enhance", REAL_DATA + enhance_args(), 143,
         [r"^real-data enhance: terminated; kept (\d+) answers in the cache .*; " + RESUME],
-        server={"latency": 0.2}, send=signal.SIGTERM, after=12),
+        server={"latency": 0.2}, send=signal.SIGTERM, after=12, claims=40),
     Row("debug-flag-shows-traceback", REAL_DATA + ["enhance", "--records", "{out}/missing.jsonl", "--annotators",
                                                    "{ann}", "--output", "{out}/o.jsonl", "--debug"],
         1, [r"Traceback", r"UserError: \S+missing\.jsonl: records file not found"], traceback=True),
@@ -116,14 +117,13 @@ def _cached_answers(cache: Path) -> int:
         return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_cli_row(row: Row, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     verifier = tmp_path / "verifier.jsonl"
     save_records([make_record_dict(id=f"r{k}", claim=f"Claim number {k} holds.") for k in range(3)], verifier)
-    inp = write_records(tmp_path / "in.jsonl", make_records(40, nei=False))
+    inp = write_records(tmp_path / "in.jsonl", make_records(row.claims, nei=False))
     env = {k: v for k, v in os.environ.items() if k != "REAL_FAE_DEBUG"}
     env.update(PYTHONPATH=str(REPO), **{ENV: KEY}, **row.env)
     srv = None
