@@ -22,10 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep._dispatch import UserError
+from data_prep._dispatch import RunFailure, UserError
 from data_prep.prompts import parse_answer, render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord, RecordError, Sentence, load_records
+from data_prep.secrets import scrub
 from fae import pave_metrics as pm
+from fae.backends import BackendError
 
 CONDITIONS = ("claim_only", "gold_evidence", "counterfactual")
 SAMPLES = "samples.jsonl"
@@ -363,6 +365,9 @@ def run(args) -> int:
     sampler = make_sampler(args.backend, options)
     try:
         lines = collect(records, sampler, args, out)
+    except BackendError as exc:  # its text is scrubbed of the key by the backend
+        raise RunFailure(f"{scrub(exc)}. Finished claims are saved in {out / SAMPLES}; "
+                         "rerun the same command to resume") from None
     finally:
         sampler.close()
     res = analyse(lines, tune_fraction=args.tune_split, seed=args.seed, mode=args.stability,

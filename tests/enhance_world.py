@@ -109,7 +109,7 @@ def expected_traffic(k: int, model: str, malformed_retries: int) -> tuple[int, i
         return requests, answers
 
 
-def annotators_yaml(path: Path, base_url: str, *, env: str = "ENHANCE_TEST_KEY", concurrency: int = 4,
+def annotators_yaml(path: Path, base_url: str, *, env: str | None = "ENHANCE_TEST_KEY", concurrency: int = 4,
                     timeout: float = 0.5, max_retries: int = 4, malformed_retries: int = 2,
                     envs: dict | None = None) -> Path:
     lines = ["annotators:"]
@@ -118,7 +118,10 @@ def annotators_yaml(path: Path, base_url: str, *, env: str = "ENHANCE_TEST_KEY",
             f"  - name: {NAMES[m]}",
             f"    base_url: {base_url}",
             f"    model: {m}",
-            f"    api_key_env: {(envs or {}).get(m, env)}",
+        ]
+        key_env = (envs or {}).get(m, env)
+        lines += [f"    api_key_env: {key_env}"] if key_env else []  # None: a keyless server
+        lines += [
             f"    max_concurrency: {concurrency}",
             "    temperature: 0.0",
             "    max_tokens: 64",

@@ -29,7 +29,8 @@ from typing import Callable
 # A fault is one of these strings (or None for a normal answer).
 # "bad_content" is a well-formed API response whose message content is not the
 # JSON answer asked for (a model's malformed answer, as opposed to a broken body).
-FAULTS = ("429", "500", "503", "timeout", "malformed_body", "disconnect", "bad_content")
+FAULTS = ("400", "401", "429", "500", "503", "timeout", "malformed_body", "disconnect", "bad_content")
+ERROR_STATUSES = {"400": 400, "401": 401, "429": 429, "500": 500, "503": 503}
 BAD_CONTENT = "Sure! The relevant evidence is in the first lines."
 
 Responder = Callable[[dict], str]
@@ -112,6 +113,9 @@ class LocalOpenAIServer:
     # Optional: (body with _choice_index, content) -> a choice's "logprobs" object,
     # returned when the request asks for logprobs (used by the PAVE tests).
     logprobs_fn: Callable[[dict, str], "dict | None"] | None = None
+    # When set, every error body (400/401/429/5xx) echoes the request's Authorization
+    # header, whole and as the bare token, as careless real servers do: the leak tests.
+    echo_auth: bool = False
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -211,10 +215,8 @@ class LocalOpenAIServer:
             self.log.append(RequestLog(body.get("model", ""), key, attempt, fault or "ok", auth))
         if self.latency:
             time.sleep(self.latency)
-        if fault == "401":
-            self._send_json(handler, 401, {"error": {"message": "invalid api key", "type": "auth"}})
-        elif fault in ("429", "500", "503"):
-            self._send_json(handler, int(fault), {"error": {"message": f"injected {fault}", "type": "server"}})
+        if fault in ERROR_STATUSES:
+            self._send_json(handler, ERROR_STATUSES[fault], self._error_body(fault, auth))
         elif fault == "timeout":
             time.sleep(self.slow_seconds)
             self._answer(handler, body)
@@ -227,6 +229,20 @@ class LocalOpenAIServer:
             self._answer(handler, body, content=BAD_CONTENT)
         else:
             self._answer(handler, body)
+
+    def _error_body(self, fault: str, auth: str | None) -> dict:
+        if fault == "401":
+            err = {"message": "invalid api key", "type": "auth"}
+        elif fault == "400":
+            err = {"message": "bad request", "type": "invalid_request_error"}
+        else:
+            err = {"message": f"injected {fault}", "type": "server"}
+        if self.echo_auth:
+            token = (auth or "").split(" ", 1)[-1]
+            err["message"] += f": you sent {token} (Authorization: {auth})"
+            err["you_sent"] = token  # no "Bearer"/"api_key" shape: only the registered key catches it
+            err["headers"] = {"authorization": auth}
+        return {"error": err}
 
     def _answer(self, handler, body: dict, content: str | None = None) -> None:
         n = int(body.get("n") or 1)
@@ -265,9 +281,13 @@ def main(argv=None) -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--latency", type=float, default=0.0)
     p.add_argument("--role", choices=["verifier", "annotator"], default="annotator")
+    p.add_argument("--fault", choices=FAULTS, help="answer every request with this fault")
+    p.add_argument("--echo-auth", action="store_true", help="echo the Authorization header in error bodies")
     args = p.parse_args(argv)
     responder = overlap_verifier if args.role == "verifier" else overlap_annotator
-    srv = LocalOpenAIServer(responder=responder, latency=args.latency, port=args.port).start()
+    plan = (lambda body, attempt: args.fault) if args.fault else None
+    srv = LocalOpenAIServer(responder=responder, latency=args.latency, port=args.port, faults=plan,
+                            echo_auth=args.echo_auth).start()
     print(f"READY {srv.base_url}", flush=True)
     try:
         while True:

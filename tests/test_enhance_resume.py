@@ -81,7 +81,7 @@ def test_sigkill_and_ctrl_c_then_resume(tmp_path, monkeypatch):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err.decode()
-        assert b"Run the same command again to resume" in err
+        assert b"interrupted; kept" in err and b"resume with: real-data enhance --records" in err
         after_int = srv.count()
         phase2 = {r.key for r in srv.log[after_kill:after_int]}
         assert not phase2 & {to_server[k] for k in kept1}, "an answer cached before the kill was requested again"

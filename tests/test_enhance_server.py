@@ -230,3 +230,82 @@ def test_duplicate_claims_are_asked_once(tmp_path, monkeypatch, capsys):
         assert srv.count() == 12
     got = load_records(out)
     assert [r.enhanced_evidence for r in got[:4]] == [r.enhanced_evidence for r in got[4:]] == EXPECTED
+
+
+def test_keyless_server_needs_no_key_variable_and_never_gets_openai_api_key(tmp_path, monkeypatch, capsys):
+    """llama.cpp / vLLM without --api-key: no api_key_env in the file, and $OPENAI_API_KEY is never sent."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real-openai-key-LEAKCHECK")
+    monkeypatch.delenv("ENHANCE_TEST_KEY", raising=False)
+    inp = write_records(tmp_path / "in.jsonl", make_records(4, nei=False))
+    out = tmp_path / "out.jsonl"
+    with LocalOpenAIServer(responder=responder) as srv:
+        ann = annotators_yaml(tmp_path / "ann.yaml", srv.base_url, env=None, malformed_retries=0)
+        assert "api_key_env" not in ann.read_text()
+        base = ["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(out)]
+        assert main(base + ["--dry-run"]) == 0
+        assert "is not set" not in capsys.readouterr().out
+        assert main(base + ["--no-progress"]) == 0
+        assert srv.count() == 12
+        assert {r.authorization for r in srv.log} == {"Bearer EMPTY"}
+    assert [r.enhanced_evidence for r in load_records(out)] == EXPECTED
+
+
+def test_connection_errors_name_the_endpoint_and_counts_add_up(tmp_path, monkeypatch, capsys):
+    """Nothing listens: the error names base URL, model and the OS reason; annotated + failed = total."""
+    import socket
+
+    monkeypatch.setenv("ENHANCE_TEST_KEY", KEY)
+    with socket.socket() as s:  # a port that was free a moment ago: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    recs = make_records(8)  # 7 claims to annotate + 1 NOT_ENOUGH_INFO passed through
+    inp = write_records(tmp_path / "in.jsonl", recs)
+    ann = annotators_yaml(tmp_path / "ann.yaml", url, max_retries=1)
+    out = tmp_path / "out.jsonl"
+    assert main(["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(out),
+                 "--no-progress"]) == 1
+    cap = capsys.readouterr()
+    assert f"{url} (model 'ann-a'): gave up after 2 attempts: APIConnectionError: Connection error" in cap.err
+    assert "Connection refused" in cap.err or "ConnectError" in cap.err
+    assert KEY not in cap.err
+    s = _summary(out)
+    assert (s["claims_total"], s["claims_annotated"], s["claims_failed"], s["claims_passed_through_nei"]) == (7, 0, 7, 1)
+    assert "claims: 7 to annotate = 0 annotated + 7 failed; 1 NOT_ENOUGH_INFO passed through" in cap.out
+
+
+def test_counts_add_up_on_a_complete_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ENHANCE_TEST_KEY", KEY)
+    inp = write_records(tmp_path / "in.jsonl", make_records(8))
+    out = tmp_path / "out.jsonl"
+    with LocalOpenAIServer(responder=responder, api_key=KEY) as srv:
+        ann = annotators_yaml(tmp_path / "ann.yaml", srv.base_url, malformed_retries=0)
+        assert main(["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(out),
+                     "--no-progress"]) == 0
+    s = _summary(out)
+    assert (s["claims_total"], s["claims_annotated"], s["claims_failed"]) == (7, 7, 0)
+    assert "claims: 7 to annotate = 7 annotated + 0 failed; 1 NOT_ENOUGH_INFO passed through" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("shared", ["output", "cache"])
+def test_second_enhance_on_the_same_output_or_cache_stops_naming_the_holder(shared, tmp_path, monkeypatch, capsys):
+    """A live holder of the output's or the cache's lock: the second run stops at once, sends nothing."""
+    from data_prep.runlock import RunLock
+
+    monkeypatch.setenv("ENHANCE_TEST_KEY", KEY)
+    inp = write_records(tmp_path / "in.jsonl", make_records(4))
+    cache = tmp_path / "shared.sqlite"
+    held = tmp_path / "first.jsonl" if shared == "output" else cache
+    with LocalOpenAIServer(responder=responder, api_key=KEY) as srv:
+        ann = annotators_yaml(tmp_path / "ann.yaml", srv.base_url)
+        second_out = tmp_path / ("first.jsonl" if shared == "output" else "second.jsonl")
+        with RunLock(held, "real-data enhance", is_dir=False):
+            rc = main(["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(second_out),
+                       "--cache", str(cache), "--no-progress"])
+            err = capsys.readouterr().err
+            assert rc == 2, err
+            assert f"{held} is in use by real-data enhance (pid {os.getpid()}" in err
+            assert srv.count() == 0 and not second_out.exists()
+        # the holder is gone: the same command now runs
+        assert main(["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(second_out),
+                     "--cache", str(cache), "--no-progress"]) == 0

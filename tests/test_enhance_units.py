@@ -75,6 +75,29 @@ def test_config_file_level_errors(tmp_path):
         load_annotators(_yaml(tmp_path, "annotators: []\n"))
 
 
+def test_duplicate_yaml_key_names_both_lines(tmp_path):
+    body = "annotators:\n" + ENTRY.format(name="a", model="m-a").replace(
+        "    max_tokens: 64\n", "    max_tokens: 64\n    temperature: 0.7\n")
+    path = _yaml(tmp_path, body)
+    with pytest.raises(ConfigError, match=r"key 'temperature' is given twice \(lines 7 and 9\)") as info:
+        load_annotators(path)
+    assert str(info.value).startswith(f"{path}:9")
+
+
+def test_api_key_env_is_optional_for_keyless_servers(tmp_path, monkeypatch):
+    from data_prep.enhance.config import NO_KEY
+
+    keyless = ENTRY.format(name="local", model="m-local").replace("    api_key_env: SOME_KEY\n", "")
+    anns = load_annotators(_yaml(tmp_path, "annotators:\n" + keyless + ENTRY.format(name="b", model="m-b")))
+    assert anns[0].api_key_env is None
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-reach-a-local-server")
+    assert anns[0].api_key() == NO_KEY  # explicit: the openai client would otherwise read OPENAI_API_KEY
+    monkeypatch.delenv("SOME_KEY", raising=False)
+    with pytest.raises(ConfigError, match=r"'b'.*SOME_KEY, which is not set.*remove 'api_key_env'"):
+        anns[1].api_key()
+    assert anns[0].endpoint == "http://127.0.0.1:8000/v1 (model 'm-local')"
+
+
 def test_prompt_uses_the_verifier_pool_layout():
     rec = ClaimRecord.from_dict(make_record_dict())
     msgs = render_annotator_prompt(rec)
@@ -166,3 +189,13 @@ def test_revote_errors_name_file_line_and_field(tmp_path, capsys):
     assert ClaimRecord.from_dict(__import__("json").loads(out.read_text())).enhanced_evidence == [0, 1, 3]
     assert main(["enhance", "--records", str(src), "--output", str(out)]) == 2
     assert "--annotators is required" in capsys.readouterr().err
+
+
+def test_password_in_base_url_is_masked_in_errors(tmp_path):
+    from data_prep.secrets import scrub
+
+    body = "annotators:\n" + ENTRY.format(name="a", model="m-a").replace(
+        "http://127.0.0.1:8000/v1", "https://proxyuser:pw-LEAKCHECK-42@proxy.example/v1")
+    (ann,) = load_annotators(_yaml(tmp_path, body))
+    assert "LEAKCHECK" not in scrub(f"HTTP 500 from {ann.endpoint}: oops")
+    assert "proxy.example" in scrub(ann.endpoint)

@@ -128,3 +128,24 @@ def test_limit_grows_and_shrinks_over_one_run_directory(records_file, tmp_path, 
         assert len(srv.log) == calls  # nothing left to ask
     assert len(read_claims(out / "claims.jsonl")) == 12
     assert json.loads((out / "metrics.json").read_text())["n_claims"] == 5
+
+
+def test_connection_error_names_endpoint_model_and_reason(tmp_path, monkeypatch):
+    """Nothing listens at the base URL: the error says where, for which model, and why; never the key."""
+    import socket
+
+    from fae.backends import BackendError
+    from fae.backends.openai_backend import OpenAIBackend
+
+    monkeypatch.setenv(ENV, KEY)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    backend = OpenAIBackend({"model": "verifier", "base_url": url, "api_key_env": ENV, "max_retries": 0,
+                             "request_timeout": 2})
+    with pytest.raises(BackendError) as info:
+        backend.generate([[{"role": "user", "content": "Claim: x"}]])
+    msg = str(info.value)
+    assert msg.startswith(f"{url}: request for model 'verifier' still failing after 0 retries")
+    assert "APIConnectionError: Connection error. (" in msg and "ConnectError" in msg
+    assert KEY not in msg and KEY not in repr(backend)

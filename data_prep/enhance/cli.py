@@ -5,12 +5,15 @@
     real-data enhance --records out.jsonl --revote --min-votes 1 --output out2.jsonl   # no requests
 
 Re-running the same command resumes: answers come from the cache, only what
-is missing is requested. Exit codes: 0 complete, 1 some requests failed
-(everything else written; run again to retry them), 130 interrupted.
+is missing is requested. Exit codes (docs/errors.md): 0 complete, 1 some
+requests failed (everything else written; run again to retry them), 2 bad
+input or the output/cache is in use by another enhance, 130 interrupted,
+143 terminated; on 130/143 one line says what was kept and the command to resume.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -42,6 +45,22 @@ def add_arguments(p) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def resume_command(args) -> str:
+    """The command line that resumes this run (same records, annotators, output, cache, options)."""
+    words = ["real-data", "enhance", "--records", str(args.records), "--annotators", str(args.annotators),
+             "--output", str(args.output)]
+    if args.cache is not None:
+        words += ["--cache", str(args.cache)]
+    if args.min_votes is not None:
+        words += ["--min-votes", str(args.min_votes)]
+    if args.max_in_flight is not None:
+        words += ["--max-in-flight", str(args.max_in_flight)]
+    words += [flag for flag, on in (("--include-nei", args.include_nei),
+                                    ("--retry-abstentions", args.retry_abstentions),
+                                    ("--no-progress", args.no_progress)) if on]
+    return shlex.join(words)
+
+
 def run(args) -> int:
     if args.min_votes is not None and args.min_votes < 1:
         raise UserError(f"--min-votes must be >= 1, got {args.min_votes}")
@@ -68,18 +87,13 @@ def run(args) -> int:
             retry_abstentions=args.retry_abstentions,
             max_in_flight=args.max_in_flight,
             progress=not args.no_progress,
+            resume_command=resume_command(args),
         )
         if args.dry_run:
             return dry_run(job)
-        try:
-            code, summary = enhance(job)
-        except KeyboardInterrupt:
-            print(
-                f"\nenhance: interrupted; answers received so far are in {job.cache_path}. "
-                "Run the same command again to resume.",
-                file=sys.stderr,
-            )
-            return 130
+        # Ctrl-C / SIGTERM propagate to the top-level handler (exit 130 / 143), which
+        # prints the note the runner leaves: what was kept and the command to resume.
+        code, summary = enhance(job)
     print(format_summary(summary))
     print(f"summary: {summary_path(Path(args.output))}")
     if code:

@@ -13,7 +13,10 @@ here and the retry policy is explicit:
   the annotator *abstains* for that claim (cached);
 - 401/403/404 stop the annotator: every later claim fails without a request.
 
-Error texts are scrubbed of the key before they are stored or printed.
+Error texts name the endpoint (base URL and model, never the key) and go
+through :func:`data_prep.secrets.scrub` before they are stored or printed:
+servers echo the ``Authorization`` header in error bodies, and the openai
+client puts those bodies in its exception messages.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from dataclasses import dataclass, field
 
 import openai
 
+from data_prep.secrets import register_secret, scrub
+
 from .cache import ABSTAIN, OK, CachedAnswer
-from .config import AnnotatorConfig
+from .config import NO_KEY, AnnotatorConfig
 from .prompt import parse_annotation
 
 _RETRY_STATUS = {408, 409, 429}
@@ -68,6 +73,16 @@ def _retry_after(exc: Exception) -> float | None:
         return None
 
 
+def describe_error(exc: BaseException) -> str:
+    """``Kind: message`` with the transport's own reason ("Connection refused") when the client hides it."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None and str(cause):
+            text = f"{text.rstrip('.')} ({type(cause).__name__}: {cause})"
+    return f"{type(exc).__name__}: {text}"
+
+
 class AnnotatorClient:
     def __init__(
         self,
@@ -79,7 +94,8 @@ class AnnotatorClient:
     ):
         self.cfg = cfg
         self.stats = AnnotatorStats()
-        self._key = api_key
+        if api_key != NO_KEY:  # however the key reached us, scrub() masks it
+            register_secret(api_key)
         self._client = openai.AsyncOpenAI(
             base_url=cfg.base_url, api_key=api_key, timeout=cfg.timeout, max_retries=0
         )
@@ -87,9 +103,6 @@ class AnnotatorClient:
         self._global = global_limit
         self._rng = rng or random.Random()
         self.dead: str | None = None  # set on 401/403/404: reason every later claim fails with
-
-    def scrub(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key else text
 
     async def close(self) -> None:
         await self._client.close()
@@ -136,13 +149,14 @@ class AnnotatorClient:
                 code = exc.status_code
                 self.stats.note_error(f"http_{code}")
                 if code in _FATAL_STATUS:
-                    self.dead = self.scrub(
-                        f"HTTP {code} from {self.cfg.base_url} for model {self.cfg.model!r}: "
-                        f"{exc.message} (check {self.cfg.api_key_env}, base_url and model)"
+                    check = f"{self.cfg.api_key_env}, base_url and model" if self.cfg.api_key_env \
+                        else "base_url and model (no api_key_env is set: does the server want a key?)"
+                    self.dead = scrub(
+                        f"HTTP {code} from {self.cfg.endpoint}: {exc.message} (check {check})"
                     )
                     raise TransportFailure(self.dead) from None
                 if code not in _RETRY_STATUS and code < 500:
-                    raise TransportFailure(self.scrub(f"HTTP {code}: {exc.message}")) from None
+                    raise TransportFailure(scrub(f"HTTP {code} from {self.cfg.endpoint}: {exc.message}")) from None
                 err = exc
             except (openai.APITimeoutError, openai.APIConnectionError, json.JSONDecodeError,
                     openai.APIResponseValidationError) as exc:
@@ -163,7 +177,7 @@ class AnnotatorClient:
                 continue
             retries += 1
             if retries > self.cfg.max_retries:
-                raise TransportFailure(self.scrub(
-                    f"gave up after {retries} attempts: {type(err).__name__}: {err}"))
+                raise TransportFailure(scrub(
+                    f"{self.cfg.endpoint}: gave up after {retries} attempts: {describe_error(err)}")) from None
             self.stats.transport_retries += 1
             await asyncio.sleep(self._backoff(retries, err))

@@ -1,8 +1,10 @@
 """Annotator YAML: which models annotate, where they live, how hard to push them.
 
 The file names the *environment variable* that holds each key, never the
-key, so recipes can be committed and shared. Errors name the file, the entry
-index (and name when known) and the field.
+key, so recipes can be committed and shared; a keyless local server (llama.cpp,
+vLLM without ``--api-key``) needs no variable at all. The file is read with the
+strict YAML loader (a key given twice is an error naming both lines). Errors
+name the file, the entry index (and name when known) and the field.
 """
 
 from __future__ import annotations
@@ -12,10 +14,16 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import yaml
+from data_prep._dispatch import UserError
+from data_prep.secrets import read_key, register_secret
+from data_prep.yamlio import load_yaml
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Sent to keyless servers. Passing it explicitly also keeps the openai client from
+# falling back to $OPENAI_API_KEY, which would send a real key to a local server.
+NO_KEY = "EMPTY"
 
 
 class ConfigError(ValueError):
@@ -29,10 +37,10 @@ class AnnotatorConfig:
     name: str
     base_url: str
     model: str
-    api_key_env: str
     max_concurrency: int
     temperature: float
     max_tokens: int
+    api_key_env: str | None = None  # None: a keyless server (llama.cpp, vLLM without --api-key)
     timeout: float = 60.0  # seconds per HTTP request
     max_retries: int = 6  # transport retries (429, 5xx, timeouts, connection errors)
     malformed_retries: int = 2  # re-asks after an unparseable answer, then abstain
@@ -47,19 +55,26 @@ class AnnotatorConfig:
             out["seed"] = self.seed
         return out
 
+    @property
+    def endpoint(self) -> str:
+        """How errors name this annotator's server: base URL and model, never the key."""
+        return f"{self.base_url} (model {self.model!r})"
+
     def api_key(self) -> str:
-        """The key from the environment; the error names the variable, never a value."""
-        value = os.environ.get(self.api_key_env)
-        if value is None or value == "":
+        """The key from the environment (registered for scrubbing); the error names the variable, never a value."""
+        if self.api_key_env is None:
+            return NO_KEY
+        value = read_key(self.api_key_env)
+        if value is None:
             raise ConfigError(
                 f"annotator {self.name!r} reads its API key from the environment variable "
-                f"{self.api_key_env}, which is not set (for a local vLLM server without "
-                f"--api-key any value works, e.g. export {self.api_key_env}=EMPTY)"
+                f"{self.api_key_env}, which is not set (for a server that checks no key, "
+                f"such as llama.cpp or vLLM without --api-key, remove 'api_key_env' from the entry)"
             )
         return value
 
 
-_REQUIRED = ("name", "base_url", "model", "api_key_env", "max_concurrency", "temperature", "max_tokens")
+_REQUIRED = ("name", "base_url", "model", "max_concurrency", "temperature", "max_tokens")
 _ALLOWED = {f.name for f in fields(AnnotatorConfig)}
 
 
@@ -82,11 +97,13 @@ def _check_entry(raw: Any, where: str) -> AnnotatorConfig:
         if fld not in raw or raw[fld] is None:
             bad(fld, "missing required field")
     for fld in ("name", "base_url", "model", "api_key_env"):
+        if fld == "api_key_env" and raw.get(fld) is None:
+            continue  # optional: a keyless server
         if not isinstance(raw[fld], str) or not raw[fld].strip():
             bad(fld, "must be a non-empty string")
     if not re.match(r"^https?://", raw["base_url"]):
         bad("base_url", f"must start with http:// or https://, got {raw['base_url']!r}")
-    if not _ENV_NAME.match(raw["api_key_env"]):
+    if raw.get("api_key_env") is not None and not _ENV_NAME.match(raw["api_key_env"]):
         # Never echo the value: it may be a pasted key.
         bad("api_key_env", "must be the NAME of an environment variable (letters, digits, _), not a key")
 
@@ -119,20 +136,22 @@ def _check_entry(raw: Any, where: str) -> AnnotatorConfig:
         if fld in kwargs:
             kwargs[fld] = float(kwargs[fld])
     kwargs["base_url"] = kwargs["base_url"].rstrip("/")
+    try:
+        register_secret(urlsplit(kwargs["base_url"]).password)  # https://user:PASS@host: errors name the URL
+    except ValueError:
+        bad("base_url", "is not a valid URL")
     return AnnotatorConfig(**kwargs)
 
 
 def load_annotators(path: str | os.PathLike) -> list[AnnotatorConfig]:
     """Parse and validate an annotators file (top-level ``annotators:`` list)."""
     path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: annotators file not found")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: annotators file not found") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+        doc = load_yaml(path)  # strict: duplicate keys, not UTF-8, a directory -> one line
+    except UserError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict) or "annotators" not in doc:
         raise ConfigError(f"{path}: expected a top-level 'annotators:' list")
     unknown = sorted(set(doc) - {"annotators"})

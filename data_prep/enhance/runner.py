@@ -10,6 +10,17 @@ Files next to ``--output OUT``:
 - ``OUT.summary.json``: request, token, agreement and vote statistics.
 - ``OUT.cache.sqlite`` (default ``--cache``): the answers; what makes a
   re-run or a resumed run send no request twice.
+- ``OUT.lock`` and ``CACHE.lock``: held (``data_prep.runlock.RunLock``) for the
+  whole run, so a second enhance on the same output or the same cache stops at
+  once naming the holder instead of interleaving two runs.
+
+Claim counts (summary and printed line): ``claims_total`` claims are sent to
+the annotators (SUPPORT/REFUTE; NOT_ENOUGH_INFO too with ``--include-nei``);
+each ends either ``claims_annotated`` (every annotator answered or abstained,
+so it has an output line) or ``claims_failed`` (some request exhausted its
+retries; retried by the next run). ``claims_annotated + claims_failed =
+claims_total``; NOT_ENOUGH_INFO records passed through unchanged are counted
+apart.
 """
 
 from __future__ import annotations
@@ -17,14 +28,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from data_prep._dispatch import UserError
+from data_prep._dispatch import Terminated, UserError, set_interrupt_note
+from data_prep.runlock import RunLock
+from data_prep.secrets import scrub
 from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord, RecordError, _iter_with_lines, load_records, save_records
 
 from .cache import ABSTAIN, OK, AnswerCache, CachedAnswer, request_key
@@ -57,6 +72,7 @@ class EnhanceJob:
     retry_abstentions: bool = False
     max_in_flight: int | None = None  # cap over all annotators together
     progress: bool = True
+    resume_command: str | None = None  # shown on Ctrl-C / SIGTERM: how to pick up where it stopped
 
     @property
     def cache_path(self) -> Path:
@@ -146,15 +162,94 @@ def dry_run(job: EnhanceJob) -> int:
           f"({total - n_todo} served from cache, {n_todo} to send; retries not included); "
           f"{len(records) - len(targets)} NOT_ENOUGH_INFO records passed through")
     for a in annotators:
-        missing = "" if os.environ.get(a.api_key_env) else f"  [{a.api_key_env} is not set]"
+        missing = "" if a.api_key_env is None or os.environ.get(a.api_key_env) \
+            else f"  [{a.api_key_env} is not set]"
         print(f"  {a.name:<24} {a.model:<36} {todo[a.name]:>8} requests  ~{tokens[a.name]:,} input tokens  "
               f"<= {todo[a.name] * a.max_tokens:,} output tokens{missing}")
     print(f"  total ~{sum(tokens.values()):,} input tokens (estimate: ~4 characters per token)")
     return 0
 
 
+def _locks(job: EnhanceJob) -> list[RunLock]:
+    """One writer per output file and per cache file (the same cache may serve several outputs)."""
+    output = Path(job.output)
+    locks = [RunLock(output, "real-data enhance", is_dir=False)]
+    if job.cache_path.resolve() != output.resolve():
+        locks.append(RunLock(job.cache_path, "real-data enhance", is_dir=False))
+    return locks
+
+
+def _note_interrupt(job: EnhanceJob, cache: AnswerCache) -> None:
+    """On Ctrl-C / SIGTERM: one line saying what is kept and how to resume."""
+    try:
+        answers = len(cache)
+    except Exception:  # noqa: BLE001 - the note must not mask the interrupt
+        answers = "the"
+    part = partial_path(Path(job.output))
+    try:
+        with part.open("rb") as fh:
+            claims = sum(1 for line in fh if line.endswith(b"\n"))
+    except OSError:
+        claims = 0
+    resume = job.resume_command or "the same command"
+    set_interrupt_note(f"kept {answers} answers in the cache {job.cache_path} and {claims} finished claims "
+                       f"in {part}; resume with: {resume}")
+
+
+_TERMINATED = object()
+
+
+async def _cancel_on_sigterm(coro):
+    """Await ``coro``; SIGTERM cancels it the way asyncio.run cancels on Ctrl-C (returns _TERMINATED).
+
+    The top-level handler turns SIGTERM into an exception raised wherever the
+    main thread happens to be, which inside the event loop can be between a
+    response and its cache commit, or inside the loop's own machinery. A loop
+    signal handler instead cancels the main task, so the same clean-up as for
+    Ctrl-C runs (requests cancelled, clients closed) and only then
+    :class:`Terminated` is raised, outside the loop.
+    """
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    hit: list[bool] = []
+
+    def on_term() -> None:
+        hit.append(True)
+        me.cancel()
+
+    previous = signal.getsignal(signal.SIGTERM)
+    installed = False
+    if threading.current_thread() is threading.main_thread():
+        try:
+            loop.add_signal_handler(signal.SIGTERM, on_term)
+            installed = True
+        except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not POSIX
+            pass
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if hit:
+            return _TERMINATED
+        raise
+    finally:
+        if installed:
+            loop.remove_signal_handler(signal.SIGTERM)  # resets to SIG_DFL: put the previous one back
+            signal.signal(signal.SIGTERM, previous)
+
+
 def enhance(job: EnhanceJob) -> tuple[int, dict]:
-    """Run (or resume) the annotation; returns (exit code, summary)."""
+    """Run (or resume) the annotation under the output and cache locks; returns (exit code, summary)."""
+    locks = _locks(job)
+    try:
+        for lock in locks:
+            lock.acquire()
+        return _enhance_locked(job)
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+
+
+def _enhance_locked(job: EnhanceJob) -> tuple[int, dict]:
     t0 = time.monotonic()
     records, annotators = _load_inputs(job)
     need = _check_min_votes(job.min_votes, len(annotators))
@@ -170,7 +265,14 @@ def enhance(job: EnhanceJob) -> tuple[int, dict]:
         except ConfigError as exc:
             raise UserError(str(exc)) from None
         output.parent.mkdir(parents=True, exist_ok=True)
-        state = asyncio.run(_enhance_async(job, records, annotators, targets, need, cache, keys))
+        try:
+            state = asyncio.run(_cancel_on_sigterm(
+                _enhance_async(job, records, annotators, targets, need, cache, keys)))
+            if state is _TERMINATED:
+                raise Terminated()
+        except KeyboardInterrupt:  # Ctrl-C and SIGTERM (Terminated): every answer is already committed
+            _note_interrupt(job, cache)
+            raise
     finally:
         cache.close()
     outputs, failures, stats = state["outputs"], state["failures"], state["stats"]
@@ -225,9 +327,10 @@ def enhance(job: EnhanceJob) -> tuple[int, dict]:
         "partial_output": None if complete else str(part),
         "cache": str(job.cache_path),
         "records": len(records),
-        "claims_annotated": len(targets),
-        "claims_passed_through_nei": len(records) - len(targets),
+        "claims_total": len(targets),
+        "claims_annotated": len(targets) - len(failures),
         "claims_failed": len(failures),
+        "claims_passed_through_nei": len(records) - len(targets),
         "failed_claim_ids": sorted(failures, key=str),
         "failure_examples": {k: failures[k]["errors"] for k in sorted(failures, key=str)[:5]},
         "n_annotators": len(annotators),
@@ -269,10 +372,11 @@ async def _enhance_async(job, records, annotators, targets, need, cache, keys):
         try:
             ans = await clients[a.name].annotate(msgs, pool)
         except TransportFailure as exc:
-            if a.name not in reported:  # first failure per annotator; the text is scrubbed of the key
+            text = scrub(exc)  # already scrubbed by the client; again here, where it is printed and stored
+            if a.name not in reported:  # first failure per annotator
                 reported.add(a.name)
-                tqdm.write(f"enhance: annotator {a.name!r} failed a request: {exc}", file=sys.stderr)
-            return f"{a.name}: {exc}"
+                tqdm.write(f"enhance: annotator {a.name!r} failed a request: {text}", file=sys.stderr)
+            return f"{a.name}: {text}"
         cache.put(key, a.model, ans)
         fetched.add(key)
         if ans.status == OK:
@@ -378,6 +482,11 @@ def _check_annotations(rec: ClaimRecord, path, line) -> dict | None:
 
 def revote(records_path: Path, output: Path, min_votes: int | None) -> tuple[int, dict]:
     """Recompute ``enhanced_evidence`` from stored ``annotations``: no request is sent."""
+    with RunLock(output, "real-data enhance --revote", is_dir=False):
+        return _revote_locked(records_path, output, min_votes)
+
+
+def _revote_locked(records_path: Path, output: Path, min_votes: int | None) -> tuple[int, dict]:
     outs: list[dict] = []
     claims = []
     names: list[str] | None = None
@@ -413,7 +522,10 @@ def revote(records_path: Path, output: Path, min_votes: int | None) -> tuple[int
         "revote_of": str(records_path),
         "output": str(output),
         "records": len(outs),
+        "claims_total": len(claims),
         "claims_annotated": len(claims),
+        "claims_failed": 0,
+        "claims_passed_through_nei": len(outs) - len(claims),
         "n_annotators": len(names),
         "votes_needed": sorted(need_seen)[0],
         "requests": {"made": 0, "served_from_cache": 0, "failed": 0},
@@ -428,8 +540,11 @@ def revote(records_path: Path, output: Path, min_votes: int | None) -> tuple[int
 def format_summary(summary: dict) -> str:
     """Human-readable summary lines (the JSON file has everything)."""
     req = summary["requests"]
+    total = summary.get("claims_total", summary["claims_annotated"])
+    nei = summary.get("claims_passed_through_nei", 0)
     lines = [
-        f"claims: {summary['claims_annotated']} annotated, {summary.get('claims_failed', 0)} failed; "
+        f"claims: {total} to annotate = {summary['claims_annotated']} annotated + "
+        f"{summary.get('claims_failed', 0)} failed; {nei} NOT_ENOUGH_INFO passed through; "
         f"votes needed: {summary['votes_needed']} of {summary['n_annotators']}",
         f"requests: {req['made']} made, {req['served_from_cache']} served from cache, {req['failed']} failed",
     ]

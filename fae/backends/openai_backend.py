@@ -11,18 +11,23 @@ a :class:`BackendError`; no answer is invented. Claims of earlier chunks are
 already on disk, so rerunning the same command resumes.
 
 The API key is read from the environment variable named by ``--api-key-env``
-and is never stored: config.json records only the variable's name.
+(through :func:`data_prep.secrets.read_key`) and is never stored: config.json
+records only the variable's name. Servers echo the ``Authorization`` header in
+error bodies, so every error text is passed through
+:func:`data_prep.secrets.scrub` before it is raised, printed or written to
+``runs.jsonl``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 from typing import Any
+from urllib.parse import urlsplit
 
 from data_prep._dispatch import UserError
+from data_prep.secrets import read_key, register_secret, scrub
 
 from . import Backend, BackendError, register
 
@@ -68,9 +73,13 @@ class OpenAIBackend(Backend):
             raise UserError("the openai backend needs the 'openai' package: pip install openai")
         self.model = options["model"]
         self.base_url = options.get("base_url")
+        try:  # https://user:PASS@host: errors name the URL, never the password
+            register_secret(urlsplit(self.base_url or "").password)
+        except ValueError:
+            raise UserError("--base-url is not a valid URL (check the host part)") from None
         env = options.get("api_key_env")
         if env:
-            key = os.environ.get(env)
+            key = read_key(env)
             if not key:
                 raise UserError(f"environment variable {env} (named by --api-key-env) is not set")
         else:
@@ -153,21 +162,26 @@ class OpenAIBackend(Backend):
             except Exception as exc:  # noqa: BLE001 - classified below
                 kind = _classify(exc)
                 if kind is None:
-                    raise BackendError(f"{self.base_url or 'OpenAI API'}: request for model "
-                                       f"{self.model!r} failed: {_describe(exc)}") from None
+                    raise BackendError(scrub(f"{self.base_url or 'OpenAI API'}: request for model "
+                                             f"{self.model!r} failed: {_describe(exc)}")) from None
                 last = exc
                 self.stats[kind] += 1
                 if attempt == self.max_retries:
                     break
                 self.stats["retries"] += 1
                 await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max, self._rng))
-        raise BackendError(f"{self.base_url or 'OpenAI API'}: request for model {self.model!r} "
-                           f"still failing after {self.max_retries} retries: {_describe(last)}")
+        raise BackendError(scrub(f"{self.base_url or 'OpenAI API'}: request for model {self.model!r} "
+                                 f"still failing after {self.max_retries} retries: {_describe(last)}")) from None
 
 
 def _describe(exc: BaseException | None) -> str:
+    """One scrubbed line: the status and the start of the message (bodies may echo the key)."""
     if exc is None:
         return "unknown error"
     status = getattr(exc, "status_code", None)
-    msg = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    text = scrub(exc)  # before cutting: a cut could split the key and defeat the mask
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and text in ("Connection error.", "Request timed out."):
+        text = f"{text} ({type(cause).__name__}: {scrub(cause)})"  # e.g. "ConnectError: [Errno 111] ..."
+    msg = text.splitlines()[0][:200] if text else type(exc).__name__
     return f"HTTP {status}: {msg}" if status else f"{type(exc).__name__}: {msg}"
