@@ -112,6 +112,9 @@ class LocalOpenAIServer:
     # Optional: (body with _choice_index, content) -> a choice's "logprobs" object,
     # returned when the request asks for logprobs (used by the PAVE tests).
     logprobs_fn: Callable[[dict, str], "dict | None"] | None = None
+    # When set, an answer longer than the request's max_tokens (one token = one
+    # whitespace-separated word, as in "usage") is cut there with finish_reason "length".
+    honor_max_tokens: bool = False
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -234,6 +237,9 @@ class LocalOpenAIServer:
             contents = [content] * n
         else:
             contents = [self.responder(dict(body, _choice_index=i)) for i in range(n)]
+        cap = body.get("max_tokens") if self.honor_max_tokens else None
+        finish = ["length" if cap and len(c.split()) > cap else "stop" for c in contents]
+        contents = [" ".join(c.split()[:cap]) if f == "length" else c for c, f in zip(contents, finish)]
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
         completion_tokens = sum(len(c.split()) for c in contents)
         resp = {
@@ -245,7 +251,7 @@ class LocalOpenAIServer:
                 {
                     "index": i,
                     "message": {"role": "assistant", "content": c},
-                    "finish_reason": "stop",
+                    "finish_reason": finish[i],
                     "logprobs": (self.logprobs_fn(dict(body, _choice_index=i), c)
                                  if body.get("logprobs") and self.logprobs_fn else None),
                 }
