@@ -13,6 +13,8 @@ import importlib.util
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from data_prep.records import ClaimRecord, load_records, save_records
 from fae import accounting as acc
@@ -282,3 +284,55 @@ def test_vllm_reports_length_like_hf(tiny_llama):
     v = get_backend("vllm")(opts).generate(prompts)
     h = HFBackend({**opts, "dtype": "fp32", "device": "cuda", "batch_size": 1}).generate(prompts)
     assert [g.finish_reason for g in v] == [g.finish_reason for g in h] == ["length", "length"]
+
+
+# ---------------------------------------------------------------------------
+# properties over random runs
+# ---------------------------------------------------------------------------
+
+_ANSWER = st.sampled_from(["SUPPORT", "REFUTE", NEI, None])
+
+
+@st.composite
+def random_run(draw):
+    R = draw(st.integers(0, 3))
+    n = draw(st.integers(0, 6))
+    claims = []
+    for k in range(n):
+        gold = draw(st.sampled_from(["SUPPORT", "REFUTE", NEI]))
+        groups = [] if gold == NEI else [[draw(st.integers(0, 3))]]
+        rounds = []
+        for r in range(R + 1):
+            rd = rnd(r, [0, 1, 2, 3], draw(_ANSWER), draw(st.lists(st.integers(0, 5), max_size=2, unique=True)))
+            if draw(st.booleans()):
+                rd["truncated"] = draw(st.booleans())
+            rounds.append(rd)
+        claims.append(claim(f"c{k}", gold, groups, rounds))
+    return claims
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(random_run())
+def test_nei_gold_claims_never_change_a_number_and_undefined_is_explained(claims):
+    m = M.compute_metrics(claims)
+    sr = [c for c in claims if c["gold_label"] != NEI]
+    ref = M.compute_metrics(sr) if sr else None
+    assert m["n_excluded_nei"] == len(claims) - len(sr) and m["n_claims"] == len(sr)
+    if ref is not None:
+        assert {**m, "n_excluded_nei": 0} == ref
+    assert m["label_accuracy"] == m["round_accuracy"][0]
+    a0 = m["round_accuracy"][0]
+    for key in ("IS", "ER", "IO"):
+        assert (m[key] is None) == (m[f"{key}_reason"] is not None)
+        if not a0:  # 0 or undefined: never a number, least of all the ideal IO = 1
+            assert m[key] is None
+    assert (m["retention_reason"] is None) == bool(a0)
+    # accounting (fae compare) agrees on the same claim set
+    if m["rounds"] >= 1:
+        R = m["rounds"]
+        got = dict(zip(acc.run_metric_names(R), acc.run_metrics_from_sums(acc.run_metric_columns(claims, R).sum(0), R)))
+        for key in ("label_accuracy", "strict_accuracy", "IS", "ER", "IO"):
+            if m[key] is None:
+                assert got[key] != got[key], key  # NaN: undefined there too
+            else:
+                assert got[key] == pytest.approx(100 * m[key], abs=1e-9), key
