@@ -106,7 +106,7 @@ def warnings_for(run: dict) -> list[str]:
         shown = "undefined" if a0 is None else f"{a0:.2f}"
         out.append(
             f"**Warning — {run['name']}: round-0 accuracy {shown} is below {LOW_ACCURACY}.** "
-            "IS/ER/IO only mean something for a verifier that reads the evidence: one that always "
+            "IS/ER/IO only mean something for a verifier that reads the evidence: one that mostly "
             "answers NOT_ENOUGH_INFO scores IO ≈ 100."
         )
     reason = fae_reason(m)
