@@ -184,7 +184,7 @@ def strict_accuracy(claims: Sequence[Mapping]) -> float | None:
 
 
 def evidence_prf(claims: Sequence[Mapping]) -> dict[str, float | None]:
-    """Round-0 evidence precision/recall/F1, micro and macro, over evidence claims.
+    """Round-0 evidence precision/recall/F1, micro and macro, over SUPPORT/REFUTE claims.
 
     Predicted = every id the answer named (hallucinated ids count as wrong
     predictions, so inventing ids lowers precision); gold = ``E*``. Micro pools

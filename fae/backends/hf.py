@@ -3,7 +3,8 @@
 Prompts are rendered with the model's own chat template
 (:func:`data_prep.prompts.encode_chat`, no doubled BOS), sorted by length so a
 batch pads little, left-padded, and decoded greedily until an end-of-turn id of
-the model's ``generation_config``. bf16 on CUDA (fp32 on CPU, where bf16 matmuls
+the model's ``generation_config``; an answer that fills ``max_new_tokens``
+first is reported as cut off (``finish_reason="length"``). bf16 on CUDA (fp32 on CPU, where bf16 matmuls
 are ~100x slower). :func:`load_hf_model` is shared with the probes.
 """
 
