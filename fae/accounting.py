@@ -33,7 +33,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from .metrics import gold_union, is_flip, is_nei, named_ids
+from .metrics import fae_claims, gold_union, is_flip, is_nei, named_ids, same_label
 
 SUPPORT = "SUPPORT"
 REFUTE = "REFUTE"
@@ -66,8 +66,22 @@ DESCRIPTIONS = {
 
 
 def label_correct(label: str | None, gold_label: str) -> bool:
-    """An answer is correct when its label equals gold; invalid answers (None) are wrong."""
-    return label is not None and label == gold_label
+    """An answer is correct when its label equals gold; invalid answers (None) are wrong.
+
+    The one definition of ``fae.metrics`` (:func:`fae.metrics.same_label`), so
+    accounting and metrics.json can never disagree on a claim.
+    """
+    return same_label(label, gold_label)
+
+
+def fae_claim_order(order: Sequence[str], claims: Mapping[str, Mapping]) -> tuple[list[str], int]:
+    """The claim ids of ``order`` that FAE evaluates (gold SUPPORT/REFUTE) and how many were left out.
+
+    The same claim set as ``metrics.json`` (:func:`fae.metrics.fae_claims`):
+    runs made before ``fae run`` skipped NOT_ENOUGH_INFO-gold claims still hold them.
+    """
+    kept, n_nei = fae_claims([{"id": cid, "gold_label": claims[cid]["gold_label"]} for cid in order])
+    return [c["id"] for c in kept], n_nei
 
 
 def evidence_eligible(
@@ -88,7 +102,7 @@ def evidence_eligible(
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
-    if metric == "label_accuracy" or gold_label == NEI:
+    if metric == "label_accuracy" or is_nei(gold_label):
         return True
     if metric == "strict":
         gold = {i for group in gold_groups for i in group}
@@ -405,10 +419,11 @@ def run_metric_columns(claims: Sequence[Mapping], n_rounds: int) -> np.ndarray:
     """Per-claim columns (n_claims, 11 + 4(R+1)) whose sums give every run metric.
 
     ``claims`` are claims.jsonl entries (``gold_label``, ``gold_groups``,
-    ``rounds``). Columns: 1, evidence-claim flag e, e·a_0..e·a_R, correct_0,
-    strict_0, fever_0, e·|named ∩ E*|, e·|named|, e·|E*|, e·flips,
-    e·transitions, e·any flip, invalid_r (R+1), hallucinated ids_r (R+1),
-    named ids_r (R+1).
+    ``rounds``). Columns: 1, evidence-claim flag e, a_0..a_R, correct_0,
+    strict_0, fever_0, |named ∩ E*|, |named|, |E*|, flips, transitions,
+    any flip, invalid_r (R+1), hallucinated ids_r (R+1), named ids_r (R+1).
+    A NOT_ENOUGH_INFO-gold claim (an old run's) gets a row of zeros: like
+    ``fae.metrics``, every metric leaves it out (SPEC §1).
     """
     rows = []
     for c in claims:
@@ -424,16 +439,15 @@ def run_metric_columns(claims: Sequence[Mapping], n_rounds: int) -> np.ndarray:
         named0 = named_ids(r0) if labels[0] is not None else []
         gold = gold_union(c)
         flips = sum(is_flip(prev, cur) for prev, cur in zip(labels[:-1], labels[1:]))
-        rows.append(
-            [1.0, e, *(e * a for a in acc), acc[0],
+        rows.append([e * x for x in (
+             1.0, e, *(e * a for a in acc), acc[0],
              float(claim_score(labels[0], r0.get("cited") or [], gold_label, groups, "strict")),
              float(claim_score(labels[0], named0, gold_label, groups, "fever_score")),
              e * len(set(named0) & gold), e * len(set(named0)), e * len(gold),
              e * flips, e * n_rounds, e * float(flips > 0),
              *(float(not r.get("valid", r.get("label") is not None)) for r in rounds),
              *(float(len(r.get("hallucinated") or [])) for r in rounds),
-             *(float(len(r.get("cited") or []) + len(r.get("hallucinated") or [])) for r in rounds)]
-        )
+             *(float(len(r.get("cited") or []) + len(r.get("hallucinated") or [])) for r in rounds))])
     width = 11 + 4 * (n_rounds + 1)
     return np.array(rows, float).reshape(-1, width)
 
@@ -448,10 +462,9 @@ def _ratio(num, den, empty=np.nan):
 def run_metrics_from_sums(sums: np.ndarray, n_rounds: int) -> np.ndarray:
     """Run metrics (``run_metric_names`` order, x100) from summed columns; vectorised over leading axes.
 
-    Populations as in ``fae.metrics``: label/strict/FEVER accuracy and the
-    invalid rates over all claims; the trajectory (a_r, IS, ER, IO, flips) and
-    evidence P/R/F1 over SUPPORT/REFUTE-gold claims. IS = 1 - a_1/a_0,
-    ER = 1 - a_R/a_0 (undefined when a_0 = 0), IO = 1 - mean_{r>=1} a_r.
+    One population as in ``fae.metrics``: SUPPORT/REFUTE-gold claims.
+    IS = 1 - a_1/a_0, ER = 1 - a_R/a_0, IO = 1 - mean_{r>=1} a_r, all three
+    undefined (NaN) when a_0 = 0 (or there are no claims).
     Precision/recall are micro over named ids (0 when nothing was named);
     hallucinated-id rate = hallucinated ids / named ids per round.
     """
@@ -460,18 +473,19 @@ def run_metrics_from_sums(sums: np.ndarray, n_rounds: int) -> np.ndarray:
     n, ev = s[..., 0], s[..., 1]
     acc = [_ratio(s[..., 2 + r], ev) for r in range(R + 1)]
     k = 3 + R
-    label_acc, strict, fever = s[..., k] / n, s[..., k + 1] / n, s[..., k + 2] / n
+    label_acc, strict, fever = _ratio(s[..., k], n), _ratio(s[..., k + 1], n), _ratio(s[..., k + 2], n)
     tp, named, gold = s[..., k + 3], s[..., k + 4], s[..., k + 5]
     flips, transitions, anyflip = s[..., k + 6], s[..., k + 7], s[..., k + 8]
     base = k + 9
-    invalid = [s[..., base + r] / n for r in range(R + 1)]
+    invalid = [_ratio(s[..., base + r], n) for r in range(R + 1)]
     halluc = [_ratio(s[..., base + (R + 1) + r], s[..., base + 2 * (R + 1) + r], 0.0) for r in range(R + 1)]
     prec = _ratio(tp, named, 0.0)
     rec = _ratio(tp, gold, 0.0)
     f1 = _ratio(2 * prec * rec, prec + rec, 0.0)
     out = [label_acc, strict, fever, prec, rec, f1]
     if R >= 1:
-        out += [1 - _ratio(acc[1], acc[0]), 1 - _ratio(acc[R], acc[0]), 1 - sum(acc[1:]) / R,
+        io = np.where(acc[0] > 0, 1 - sum(acc[1:]) / R, np.nan)  # NaN a_0 compares False too
+        out += [1 - _ratio(acc[1], acc[0]), 1 - _ratio(acc[R], acc[0]), io,
                 _ratio(flips, transitions), _ratio(anyflip, ev)]
     out += acc + invalid + halluc
     return 100.0 * np.stack(out, axis=-1)

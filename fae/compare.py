@@ -208,6 +208,9 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
                  families: dict[str, str] | None = None) -> dict:
     """Everything ``compare.json`` holds, computed from two loaded runs."""
     order = check_same_claims(a, b)
+    order, n_nei = acc.fae_claim_order(order, a.claims)  # SPEC §1: the claim set of metrics.json
+    if not order:
+        raise UserError(f"{a.path}: no SUPPORT/REFUTE claim to compare (all {n_nei} are NOT_ENOUGH_INFO-gold)")
     gold_labels = [a.claims[c]["gold_label"] for c in order]
     gold_groups = [a.claims[c]["gold_groups"] for c in order]
     ans_a = [_round0(a.claims[c]) for c in order]
@@ -223,7 +226,7 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
     except KeyError as exc:
         raise UserError(f"--families: {exc.args[0]}") from None
 
-    notes = []
+    notes = [f"{n_nei} NOT_ENOUGH_INFO-gold claims of older runs are left out (SPEC §1)"] if n_nei else []
     ra, note_a = _n_rounds(a, order)
     rb, note_b = _n_rounds(b, order)
     notes += [n for n in (note_a, note_b) if n]

@@ -8,6 +8,10 @@ one ``generate`` call (the backend batches, sorts by length, or runs requests
 concurrently), then every claim moves to round r+1. A finished chunk is
 appended to ``claims.jsonl`` at once, so a killed run loses at most one chunk.
 
+Each round records ``truncated``, whether the backend said the answer was cut
+off at ``max_new_tokens`` (absent when it did not say, as in runs made before
+backends reported it).
+
 Reuse: when a round cites nothing that is still in the pool (invalid answer,
 NEI with no ids, only hallucinated ids), the next pool equals this pool and a
 greedy verifier would answer the same prompt identically, so the previous
@@ -21,13 +25,15 @@ from typing import Callable, Iterable, Protocol, Sequence
 from data_prep.prompts import ParsedAnswer, parse_answer, render_evidence_prompt
 from data_prep.records import ClaimRecord
 
+from .backends import Generation, as_generation
+
 Message = dict[str, str]
 
 
 class Generator(Protocol):
     def __call__(
         self, prompts: list[list[Message]], callback: Callable[[int], None] | None = None
-    ) -> list[str]: ...
+    ) -> list[Generation | str]: ...
 
 
 # ---------------------------------------------------------------------------
@@ -49,10 +55,17 @@ def named_ids_in_order(raw_output: str) -> list[int]:
     return parse_answer(raw_output, ()).hallucinated
 
 
-def make_round(r: int, pool_ids: Sequence[int], raw_output: str) -> dict:
-    """One round of the claims.jsonl contract, parsed against the pool it was shown."""
+def make_round(r: int, pool_ids: Sequence[int], raw_output: str, truncated: bool | None = None) -> dict:
+    """One round of the claims.jsonl contract, parsed against the pool it was shown.
+
+    ``truncated``: the answer hit ``max_new_tokens`` (None: the backend did
+    not say; the key is then left out).
+    """
     parsed: ParsedAnswer = parse_answer(raw_output, pool_ids)
-    return {
+    error = parsed.error
+    if truncated and error:
+        error = f"answer cut off at max_new_tokens: {error}"
+    out = {
         "round": r,
         "pool_ids": list(pool_ids),
         "raw_output": raw_output,
@@ -63,8 +76,11 @@ def make_round(r: int, pool_ids: Sequence[int], raw_output: str) -> dict:
         "reused": False,
         # additions to the contract: ids in citation order (FEVER's first-5 rule) and why invalid
         "evidence": named_ids_in_order(raw_output) if parsed.valid else [],
-        "error": parsed.error,
+        "error": error,
     }
+    if truncated is not None:
+        out["truncated"] = bool(truncated)
+    return out
 
 
 def reuse_round(prev: dict, r: int) -> dict:
@@ -129,7 +145,8 @@ def ablate_chunk(
             if len(outputs) != len(prompts):
                 raise RuntimeError(f"backend returned {len(outputs)} answers for {len(prompts)} prompts")
             for (k, pool), raw in zip(todo, outputs):
-                history[k].append(make_round(r, pool, raw if isinstance(raw, str) else ""))
+                answer = as_generation(raw)
+                history[k].append(make_round(r, pool, answer.text, answer.truncated))
     return [claim_entry(rec, h) for rec, h in zip(records, history)]
 
 

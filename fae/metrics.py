@@ -4,23 +4,23 @@ Every function takes the claims exactly as ``RUN_DIR/claims.jsonl`` stores
 them (``{"id", "gold_label", "gold_groups", "rounds": [...]}``), so metrics
 can be recomputed from a run directory at any time and checked by hand.
 
-Populations (what each metric averages over):
-
-* **all claims** — ``label_accuracy``, ``strict_accuracy``, ``fever_score``,
-  ``invalid_rate``, ``hallucinated_id_rate``, ``reused_calls``, ``model_calls``.
-* **evidence claims** (gold label SUPPORT/REFUTE) — the evidence P/R/F1, the
-  trajectory ``round_accuracy`` (``a_r``), ``retention`` (``g_r``), IS, ER,
-  IO and the flip rates. SPEC §1 excludes NOT_ENOUGH_INFO-gold claims; when a
-  records file still has some (``--keep-nei`` data), they count in round-0
-  accuracy and the FEVER score (correct label = strictly correct, as in
-  FEVER) but not in the ablation trajectory: ablating the "evidence" of a claim
-  that has none measures nothing, and an abstaining verifier would score them
-  correct at every round. Without NEI-gold claims ``a_0 == label_accuracy``.
+One population for every metric: the claims whose gold label is SUPPORT or
+REFUTE (:func:`fae_claims`). SPEC §1 excludes NOT_ENOUGH_INFO-gold claims from
+evaluation: they have no evidence to ablate, and an abstaining verifier would
+score them correct at every round. ``fae run`` does not run them at all; runs
+made before that still hold them in ``claims.jsonl``, so every metric here
+drops them again and ``metrics.json`` counts them in ``n_excluded_nei``. With
+one population, the report's Acc is exactly ``a_0``.
 
 An invalid answer has ``label = None``: it is wrong at every round and cites
-nothing. All values are fractions in [0, 1] (``IS``/``ER`` may leave that
-range when ``a_r > a_0``; they are not clamped, as in the paper), or ``None``
-where a value is undefined (no claims, ``a_0 = 0``, ``R = 0``) — never NaN.
+nothing. Labels are compared exactly (:func:`same_label`; the answer parser
+already maps the allowed spellings to the canonical ones). All values are
+fractions in [0, 1] (``IS``/``ER`` may leave that range when ``a_r > a_0``;
+they are not clamped, as in the paper), or ``None`` where a value is
+undefined — never NaN. IS/ER/IO and ``g_r`` are undefined whenever ``a_0`` is
+0 or undefined (a verifier that gets nothing right at round 0 has nothing to
+lose under ablation: an always-invalid one would otherwise score IO = 100);
+``metrics.json`` then says why in ``IS_reason`` etc.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 NEI = "NOT_ENOUGH_INFO"
-_NEI_ALIASES = {"NOT_ENOUGH_INFO", "NOT ENOUGH INFO", "NEI"}
+# The FEVER scorer's own spelling of NEI is the same label (exact strings, no case folding).
+_NEI_SPELLINGS = {"NOT_ENOUGH_INFO", "NOT ENOUGH INFO", "NEI"}
 
 METRIC_KEYS = (
     "n_claims",
+    "n_excluded_nei",
     "rounds",
     "label_accuracy",
     "strict_accuracy",
@@ -44,12 +46,18 @@ METRIC_KEYS = (
     "evidence_f1_macro",
     "round_accuracy",
     "retention",
+    "retention_reason",
     "IS",
     "ER",
     "IO",
+    "IS_reason",
+    "ER_reason",
+    "IO_reason",
     "flip_rate",
     "any_flip_rate",
     "invalid_rate",
+    "nei_answer_rate",
+    "truncated_rate",
     "hallucinated_id_rate",
     "reused_calls",
     "model_calls",
@@ -57,20 +65,60 @@ METRIC_KEYS = (
 
 
 # ---------------------------------------------------------------------------
-# helpers
+# helpers: labels and the claim set
 # ---------------------------------------------------------------------------
 
 
 def is_nei(label: str | None) -> bool:
-    return label is not None and str(label).upper() in _NEI_ALIASES
+    return label in _NEI_SPELLINGS
 
 
-def _same_label(pred: str | None, gold: str) -> bool:
+def same_label(pred: str | None, gold: str) -> bool:
+    """Is an answer's label the gold label? The one definition (score accounting uses it too).
+
+    Exact: an invalid answer (None) is wrong; only NEI has two spellings.
+    """
     if pred is None:
         return False
-    if is_nei(pred) and is_nei(gold):
-        return True
-    return pred.upper() == gold.upper()
+    return pred == gold or (is_nei(pred) and is_nei(gold))
+
+
+def _gold_label_of(item: Any) -> str:
+    if hasattr(item, "label") and not isinstance(item, Mapping):  # a ClaimRecord
+        return item.label
+    return item["gold_label"] if "gold_label" in item else item["label"]
+
+
+def fae_claims(items: Iterable[Any], source: str | None = None) -> tuple[list, int]:
+    """SPEC §1: the items FAE evaluates (gold SUPPORT/REFUTE) and how many NEI-gold ones were left out.
+
+    ``items`` are ClaimRecords, record dicts or claims.jsonl lines. With
+    ``source`` (the records file a command reads), a file whose every record
+    is NEI-gold is a :class:`UserError`: there is nothing to evaluate.
+    """
+    kept, n_nei = [], 0
+    for item in items:
+        if is_nei(_gold_label_of(item)):
+            n_nei += 1
+        else:
+            kept.append(item)
+    if source is not None and n_nei and not kept:
+        from data_prep._dispatch import UserError
+
+        raise UserError(f"{source}: no SUPPORT/REFUTE record (all {n_nei} have gold label {NEI}); "
+                        "FAE evaluates SUPPORT/REFUTE claims only (SPEC §1)")
+    return kept, n_nei
+
+
+def nei_exclusion_note(n_excluded: int, source: str) -> str:
+    """The warning ``fae run`` prints when it leaves NEI-gold records out."""
+    return (f"warning: {source}: {n_excluded} record(s) with gold label {NEI} are not evaluated "
+            "(SPEC §1: FAE needs gold evidence to ablate); metrics.json counts them in n_excluded_nei")
+
+
+def evidence_claims(claims: Iterable[Mapping]) -> list[Mapping]:
+    """Claims whose gold label is SUPPORT/REFUTE (the population of every metric)."""
+    return fae_claims(claims)[0]
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -86,11 +134,6 @@ def _f1(p: float | None, r: float | None) -> float | None:
 def gold_union(claim: Mapping) -> set:
     """``E*``: the union of the claim's gold groups."""
     return {i for g in claim["gold_groups"] for i in g}
-
-
-def evidence_claims(claims: Iterable[Mapping]) -> list[Mapping]:
-    """Claims whose gold label is SUPPORT/REFUTE (the ablation population)."""
-    return [c for c in claims if not is_nei(c["gold_label"])]
 
 
 def named_ids(rnd: Mapping) -> list:
@@ -117,32 +160,31 @@ def _n_rounds(claims: Sequence[Mapping]) -> int:
 
 
 def label_accuracy(claims: Sequence[Mapping], r: int = 0) -> float | None:
-    """Share of all claims whose round-``r`` label equals the gold label."""
-    if not claims:
+    """Share of SUPPORT/REFUTE claims whose round-``r`` label equals the gold label (``a_r``)."""
+    pop = evidence_claims(claims)
+    if not pop:
         return None
-    return sum(_same_label(c["rounds"][r]["label"], c["gold_label"]) for c in claims) / len(claims)
+    return sum(same_label(c["rounds"][r]["label"], c["gold_label"]) for c in pop) / len(pop)
 
 
 def strict_accuracy(claims: Sequence[Mapping]) -> float | None:
     """Round 0: label correct AND at least one gold sentence cited (the paper's Strict).
 
-    Only ids present in the pool count as cited. An NEI-gold claim (no gold
-    evidence) is strictly correct when its label is correct, as in FEVER.
+    Only ids present in the pool count as cited.
     """
-    if not claims:
+    pop = evidence_claims(claims)
+    if not pop:
         return None
     ok = 0
-    for c in claims:
+    for c in pop:
         r0 = c["rounds"][0]
-        if not _same_label(r0["label"], c["gold_label"]):
-            continue
-        if is_nei(c["gold_label"]) or set(r0.get("cited") or []) & gold_union(c):
+        if same_label(r0["label"], c["gold_label"]) and set(r0.get("cited") or []) & gold_union(c):
             ok += 1
-    return ok / len(claims)
+    return ok / len(pop)
 
 
 def evidence_prf(claims: Sequence[Mapping]) -> dict[str, float | None]:
-    """Round-0 evidence precision/recall/F1, micro and macro, over evidence claims.
+    """Round-0 evidence precision/recall/F1, micro and macro, over SUPPORT/REFUTE claims.
 
     Predicted = every id the answer named (hallucinated ids count as wrong
     predictions, so inventing ids lowers precision); gold = ``E*``. Micro pools
@@ -219,7 +261,7 @@ def fever_score(
         label, groups = gold[pid]
         evidence = list(pred.get("evidence") or [])
         top = evidence if max_evidence is None else evidence[:max_evidence]
-        label_ok = _same_label(pred.get("label"), label)
+        label_ok = same_label(pred.get("label"), label)
         if label_ok:
             correct += 1
             if is_nei(label) or any(all(i in top for i in g) for g in groups):
@@ -270,7 +312,7 @@ def round0_predictions(claims: Sequence[Mapping]) -> list[dict]:
 
 
 def round_accuracy(claims: Sequence[Mapping]) -> list[float | None]:
-    """``a_0..a_R`` over evidence claims; an invalid answer is wrong.
+    """``a_0..a_R`` over SUPPORT/REFUTE claims; an invalid answer is wrong.
 
     At r >= 1 an evidence-grounded verifier answers NEI, which is wrong
     against the SUPPORT/REFUTE gold label: the ideal trajectory is a_0 high,
@@ -283,6 +325,23 @@ def round_accuracy(claims: Sequence[Mapping]) -> list[float | None]:
     return [label_accuracy(pop, r) for r in range(R + 1)]
 
 
+def retention_reason(acc: Sequence[float | None]) -> str | None:
+    """Why ``g_r = a_r / a_0`` is undefined (``a_0`` is 0 or undefined), or None when it is defined."""
+    if not acc or acc[0] is None:
+        return "a_0 undefined (no SUPPORT/REFUTE claims)"
+    if acc[0] == 0:
+        return "a_0 = 0"
+    return None
+
+
+def undefined_reason(acc: Sequence[float | None]) -> str | None:
+    """Why IS/ER/IO cannot be computed from ``a_0..a_R``, or None when they can."""
+    reason = retention_reason(acc)
+    if reason is None and len(acc) < 2:
+        return "R = 0 (no ablation rounds)"
+    return reason
+
+
 def retention(acc: Sequence[float | None]) -> list[float | None]:
     """``g_r = a_r / a_0``; ``None`` for every r when ``a_0`` is 0 or undefined."""
     a0 = acc[0] if acc else None
@@ -291,22 +350,22 @@ def retention(acc: Sequence[float | None]) -> list[float | None]:
     return [None if a is None else a / a0 for a in acc]
 
 
-def fae_scores(acc: Sequence[float | None]) -> dict[str, float | None]:
-    """IS = 1 - g_1, ER = 1 - g_R, IO = 1 - mean(a_1..a_R) (SPEC §6).
+def fae_scores(acc: Sequence[float | None]) -> dict[str, Any]:
+    """IS = 1 - g_1, ER = 1 - g_R, IO = 1 - mean(a_1..a_R) (SPEC §6), each with a reason when null.
 
-    IS/ER are ``None`` when ``a_0 = 0`` (retention undefined); all three are
-    ``None`` when R = 0 or there are no evidence claims. IO uses ``a_r``, not
-    ``g_r``, so it is defined whenever a_1..a_R are.
+    All three are ``None`` when ``a_0`` is 0 or undefined, or R = 0; then
+    ``IS_reason``/``ER_reason``/``IO_reason`` say why (e.g. ``"a_0 = 0"``).
+    IO itself only needs a_1..a_R, but a verifier with nothing right at round
+    0 has nothing to lose: one whose every answer is invalid would score the
+    ideal IO = 1.
     """
-    R = len(acc) - 1
-    if R < 1 or any(a is None for a in acc[1:]):
-        return {"IS": None, "ER": None, "IO": None}
-    g = retention(acc)
-    return {
-        "IS": None if g[1] is None else 1 - g[1],
-        "ER": None if g[R] is None else 1 - g[R],
-        "IO": 1 - sum(acc[1:]) / R,
-    }
+    reason = undefined_reason(acc)
+    out: dict[str, Any] = {"IS": None, "ER": None, "IO": None}
+    if reason is None:
+        R = len(acc) - 1
+        g = retention(acc)
+        out = {"IS": 1 - g[1], "ER": 1 - g[R], "IO": 1 - sum(acc[1:]) / R}
+    return {**out, "IS_reason": reason, "ER_reason": reason, "IO_reason": reason}
 
 
 def is_flip(a: str | None, b: str | None) -> bool:
@@ -317,9 +376,9 @@ def is_flip(a: str | None, b: str | None) -> bool:
 def flip_rates(claims: Sequence[Mapping]) -> dict[str, float | None]:
     """Direct SUPPORT <-> REFUTE switches between consecutive rounds.
 
-    ``flip_rate`` = flipping transitions / all R transitions of all evidence
-    claims; ``any_flip_rate`` = share of evidence claims with at least one flip.
-    A switch through NEI or an invalid answer is not a flip.
+    ``flip_rate`` = flipping transitions / all R transitions of all claims;
+    ``any_flip_rate`` = share of claims with at least one flip. A switch
+    through NEI or an invalid answer is not a flip.
     """
     pop = evidence_claims(claims)
     R = _n_rounds(claims)
@@ -334,12 +393,35 @@ def flip_rates(claims: Sequence[Mapping]) -> dict[str, float | None]:
     return {"flip_rate": flips / (len(pop) * R), "any_flip_rate": anyf / len(pop)}
 
 
-def invalid_rate(claims: Sequence[Mapping]) -> list[float | None]:
-    """Per round: share of all claims whose answer was invalid (reused answers included)."""
+def _round_share(claims: Sequence[Mapping], hit) -> list[float | None]:
+    """Per round: share of SUPPORT/REFUTE claims whose round passes ``hit`` (reused answers included)."""
+    pop = evidence_claims(claims)
     R = _n_rounds(claims)
-    if not claims:
+    if not pop:
         return [None] * (R + 1)
-    return [sum(not c["rounds"][r]["valid"] for c in claims) / len(claims) for r in range(R + 1)]
+    return [sum(bool(hit(c["rounds"][r])) for c in pop) / len(pop) for r in range(R + 1)]
+
+
+def invalid_rate(claims: Sequence[Mapping]) -> list[float | None]:
+    """Per round: share of claims whose answer was invalid."""
+    return _round_share(claims, lambda rd: not rd["valid"])
+
+
+def nei_answer_rate(claims: Sequence[Mapping]) -> list[float | None]:
+    """Per round: share of claims answered NOT_ENOUGH_INFO (ideal: 0 at round 0, 1 after)."""
+    return _round_share(claims, lambda rd: rd["valid"] and is_nei(rd["label"]))
+
+
+def truncated_rate(claims: Sequence[Mapping]) -> list[float | None]:
+    """Per round: share of claims whose answer was cut off at ``max_new_tokens``.
+
+    ``None`` for a round where no answer says whether it was cut off: runs
+    made before backends reported it, or a backend that does not tell.
+    """
+    pop = evidence_claims(claims)
+    shares = _round_share(pop, lambda rd: rd.get("truncated") is True)
+    known = [any("truncated" in c["rounds"][r] for c in pop) for r in range(len(shares))]
+    return [x if k else None for x, k in zip(shares, known)]
 
 
 def hallucinated_id_rate(claims: Sequence[Mapping]) -> list[float | None]:
@@ -348,20 +430,33 @@ def hallucinated_id_rate(claims: Sequence[Mapping]) -> list[float | None]:
     An id is hallucinated when it is not in the pool shown at that round:
     invented, or already ablated in an earlier round.
     """
+    pop = evidence_claims(claims)
     R = _n_rounds(claims)
     out: list[float | None] = []
     for r in range(R + 1):
-        n_h = sum(len(c["rounds"][r].get("hallucinated") or []) for c in claims)
-        n_all = sum(len(c["rounds"][r].get("cited") or []) for c in claims) + n_h
-        out.append(n_h / n_all if n_all else (0.0 if claims else None))
+        n_h = sum(len(c["rounds"][r].get("hallucinated") or []) for c in pop)
+        n_all = sum(len(c["rounds"][r].get("cited") or []) for c in pop) + n_h
+        out.append(n_h / n_all if n_all else (0.0 if pop else None))
     return out
 
 
 def call_counts(claims: Sequence[Mapping]) -> dict[str, int]:
     """Rounds answered by the model vs reused from the previous round (unchanged pool)."""
-    reused = sum(bool(rd.get("reused")) for c in claims for rd in c["rounds"])
-    total = sum(len(c["rounds"]) for c in claims)
+    pop = evidence_claims(claims)
+    reused = sum(bool(rd.get("reused")) for c in pop for rd in c["rounds"])
+    total = sum(len(c["rounds"]) for c in pop)
     return {"reused_calls": reused, "model_calls": total - reused}
+
+
+def truncation_note(metrics: Mapping[str, Any], max_new_tokens: int | None = None) -> str | None:
+    """A hint to raise ``--max-new-tokens`` when any answer was cut off (``fae run`` and ``fae report``)."""
+    rates = metrics.get("truncated_rate") or []
+    if not any(rates):
+        return None
+    shown = ", ".join(f"r{r} {100 * x:.1f}%" for r, x in enumerate(rates) if x)
+    cap = f" (was {max_new_tokens})" if max_new_tokens else ""
+    return (f"answers were cut off at max_new_tokens ({shown} of claims); a cut-off answer is usually "
+            f"invalid: raise --max-new-tokens{cap}")
 
 
 # ---------------------------------------------------------------------------
@@ -369,20 +464,30 @@ def call_counts(claims: Sequence[Mapping]) -> dict[str, int]:
 # ---------------------------------------------------------------------------
 
 
-def compute_metrics(claims: Sequence[Mapping]) -> dict[str, Any]:
-    """All of ``metrics.json``: exactly :data:`METRIC_KEYS`, fractions in [0, 1]."""
+def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[str, Any]:
+    """All of ``metrics.json``: exactly :data:`METRIC_KEYS`, fractions in [0, 1].
+
+    NEI-gold claims still in ``claims`` (runs made before ``fae run`` skipped
+    them) are dropped here; ``n_excluded_nei`` adds the ones the run skipped.
+    """
     claims = list(claims)
     R = _n_rounds(claims)
-    acc = round_accuracy(claims)
-    prf = evidence_prf(claims)
+    pop, n_nei = fae_claims(claims)
+
+    def per_round(fn):  # an empty claim set has no rounds of its own: keep R from the input
+        return fn(pop) if pop else [None] * (R + 1)
+
+    acc = per_round(round_accuracy)
+    prf = evidence_prf(pop)
     fae = fae_scores(acc)
-    flips = flip_rates(claims)
-    fever = fever_score(round0_predictions(claims), claims)["strict"] if claims else None
+    flips = flip_rates(pop)
+    fever = fever_score(round0_predictions(pop), pop)["strict"] if pop else None
     out = {
-        "n_claims": len(claims),
+        "n_claims": len(pop),
+        "n_excluded_nei": n_nei + int(n_excluded_nei),
         "rounds": R,
-        "label_accuracy": label_accuracy(claims),
-        "strict_accuracy": strict_accuracy(claims),
+        "label_accuracy": label_accuracy(pop),
+        "strict_accuracy": strict_accuracy(pop),
         "fever_score": fever,
         "evidence_precision": prf["precision"],
         "evidence_recall": prf["recall"],
@@ -392,14 +497,20 @@ def compute_metrics(claims: Sequence[Mapping]) -> dict[str, Any]:
         "evidence_f1_macro": prf["f1_macro"],
         "round_accuracy": acc,
         "retention": retention(acc),
+        "retention_reason": retention_reason(acc),
         "IS": fae["IS"],
         "ER": fae["ER"],
         "IO": fae["IO"],
+        "IS_reason": fae["IS_reason"],
+        "ER_reason": fae["ER_reason"],
+        "IO_reason": fae["IO_reason"],
         "flip_rate": flips["flip_rate"],
         "any_flip_rate": flips["any_flip_rate"],
-        "invalid_rate": invalid_rate(claims),
-        "hallucinated_id_rate": hallucinated_id_rate(claims),
-        **call_counts(claims),
+        "invalid_rate": per_round(invalid_rate),
+        "nei_answer_rate": per_round(nei_answer_rate),
+        "truncated_rate": per_round(truncated_rate),
+        "hallucinated_id_rate": per_round(hallucinated_id_rate),
+        **call_counts(pop),
     }
     assert tuple(out) == METRIC_KEYS
     return out

@@ -1,10 +1,13 @@
 """`fae report`: the paper's Table 1 and Figure 5 for one or more FAE runs.
 
 ``report.md`` has one row per run with Prec, Rec, F1 (round-0 evidence,
-micro), Acc, Strict, IS, ER, IO (×100, two decimals), then flip, invalid and
-reuse figures, and a warning for any run whose round-0 accuracy is below 0.5:
-a verifier that always answers NOT_ENOUGH_INFO scores IO ≈ 100, so IS/ER/IO
-only mean something for a verifier that reads the evidence.
+micro), Acc, Strict, IS, ER, IO (×100, two decimals), then flip and reuse
+figures, per-round shares of invalid, NOT_ENOUGH_INFO and cut-off answers, and
+a warning for any run whose round-0 accuracy is below 0.5: a verifier that
+mostly answers NOT_ENOUGH_INFO scores IO ≈ 100, so IS/ER/IO only mean
+something for a verifier that reads the evidence. IS/ER/IO are "n/a" with
+the reason when ``a_0`` is 0 or undefined; a run with cut-off answers gets a
+hint to raise ``--max-new-tokens``; NEI-gold claims left out are counted.
 ``trajectory.png`` plots a_r against r for every run with the ideal
 trajectory (a_0 = 1, then 0) dashed.
 """
@@ -17,6 +20,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from data_prep._dispatch import UserError
+
+from .metrics import truncation_note
 
 LOW_ACCURACY = 0.5
 TABLE_COLUMNS = (
@@ -69,6 +74,25 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.2f}"
 
 
+def fae_reason(m: dict) -> str | None:
+    """Why IS/ER/IO are n/a; for a metrics.json of older code (no ``IS_reason``) derived from a_r."""
+    from .metrics import undefined_reason
+
+    if "IS_reason" in m:
+        return m["IS_reason"]
+    return undefined_reason(m.get("round_accuracy") or [None])
+
+
+def score_cell(m: dict, key: str) -> str:
+    """IS/ER/IO as shown: never a number when a_0 is 0 or undefined (an old metrics.json said IO = 100)."""
+    return "n/a" if fae_reason(m) else pct(m.get(key))
+
+
+def per_round(xs) -> str:
+    """A per-round list (×100) as ``r0 / r1 / ...``; n/a for a list this run does not have."""
+    return " / ".join(pct(x) for x in xs) if xs and any(x is not None for x in xs) else "n/a"
+
+
 def _a0(m: dict) -> float | None:
     acc = m.get("round_accuracy") or [None]
     return acc[0]
@@ -82,11 +106,19 @@ def warnings_for(run: dict) -> list[str]:
         shown = "undefined" if a0 is None else f"{a0:.2f}"
         out.append(
             f"**Warning — {run['name']}: round-0 accuracy {shown} is below {LOW_ACCURACY}.** "
-            "IS/ER/IO only mean something for a verifier that reads the evidence: one that always "
+            "IS/ER/IO only mean something for a verifier that reads the evidence: one that mostly "
             "answers NOT_ENOUGH_INFO scores IO ≈ 100."
         )
-    if a0 == 0 and m.get("rounds"):
-        out.append(f"{run['name']}: a_0 = 0, so retention g_r and IS/ER are undefined (n/a).")
+    reason = fae_reason(m)
+    if reason:
+        out.append(f"{run['name']}: IS/ER/IO are n/a: {reason}.")
+    if m.get("n_excluded_nei"):
+        out.append(f"{run['name']}: {m['n_excluded_nei']} claims with gold label NOT_ENOUGH_INFO are not "
+                   "evaluated (SPEC §1); every number is over the SUPPORT/REFUTE claims.")
+    decoding = (run.get("config") or {}).get("decoding") or {}
+    note = truncation_note(m, decoding.get("max_new_tokens"))
+    if note:
+        out.append(f"**Warning — {run['name']}: {note}.**")
     return out
 
 
@@ -104,7 +136,8 @@ def render_markdown(runs: Sequence[dict]) -> str:
     ]
     for run in runs:
         m = run["metrics"]
-        lines.append("| " + " | ".join([run["name"]] + [pct(m.get(k)) for _, k in TABLE_COLUMNS]) + " |")
+        cells = [score_cell(m, k) if k in ("IS", "ER", "IO") else pct(m.get(k)) for _, k in TABLE_COLUMNS]
+        lines.append("| " + " | ".join([run["name"]] + cells) + " |")
     lines += [
         "",
         "## Trajectory, flips, invalid answers",
@@ -123,6 +156,19 @@ def render_markdown(runs: Sequence[dict]) -> str:
             f"| {pct(m.get('flip_rate'))} | {pct(m.get('any_flip_rate'))} | {pct(inv[0] if inv else None)} "
             f"| {pct(max(inv) if inv else None)} | {pct(hal[0])} | {m.get('model_calls')} | {m.get('reused_calls')} |"
         )
+    lines += [
+        "",
+        "## Answers per round",
+        "",
+        "Share of claims (×100) at rounds 0 / 1 / ... / R; n/a: the run did not record it.",
+        "",
+        "| Model | invalid | NOT_ENOUGH_INFO | cut off at max_new_tokens |",
+        "|---|---|---|---|",
+    ]
+    for run in runs:
+        m = run["metrics"]
+        lines.append(f"| {run['name']} | {per_round(m.get('invalid_rate'))} | {per_round(m.get('nei_answer_rate'))} "
+                     f"| {per_round(m.get('truncated_rate'))} |")
     lines += ["", "## Runs", ""]
     for run in runs:
         c = run["config"]

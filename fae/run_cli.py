@@ -231,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
     from . import runio
     from .backends import BackendError, get_backend
     from .engine import run_ablation
+    from .metrics import fae_claims, nei_exclusion_note
 
     opts = merge_options(args)
     backend_cls = get_backend(opts["backend"])
@@ -247,6 +248,9 @@ def run(args: argparse.Namespace) -> int:
     except RecordError as exc:
         raise UserError(str(exc)) from None
     all_ids = [r.id for r in records]
+    records, n_nei = fae_claims(records, source=opts["records"])  # SPEC §1: no model calls on NEI-gold claims
+    if n_nei and rank == 0:
+        print(f"fae run: {nei_exclusion_note(n_nei, opts['records'])}", file=sys.stderr)
     if opts.get("limit"):
         records = records[: int(opts["limit"])]
     if not records:
@@ -300,13 +304,16 @@ def run(args: argparse.Namespace) -> int:
     claims = [c for c in runio.merge_claims(run_dir, all_ids) if str(c["id"]) in wanted]
     if len(claims) != len(records):
         raise UserError(f"{run_dir}: {len(records) - len(claims)} claims missing after the run; rerun to resume")
-    from .metrics import compute_metrics
+    from .metrics import compute_metrics, truncation_note
     from .report import write_report
 
-    metrics = compute_metrics(claims)
+    metrics = compute_metrics(claims, n_excluded_nei=n_nei)
     runio.write_json_atomic(run_dir / runio.METRICS, metrics)
     write_report([run_dir], run_dir)
     print(json.dumps({k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
                                                "IS", "ER", "IO", "model_calls", "reused_calls")}))
+    note = truncation_note(metrics, opts.get("max_new_tokens"))
+    if note:
+        print(f"fae run: warning: {note}", file=sys.stderr)
     print(f"fae run: wrote {run_dir}/claims.jsonl, metrics.json, report.md, trajectory.png", file=sys.stderr)
     return 0

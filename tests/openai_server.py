@@ -116,6 +116,9 @@ class LocalOpenAIServer:
     # When set, every error body (400/401/429/5xx) echoes the request's Authorization
     # header, whole and as the bare token, as careless real servers do: the leak tests.
     echo_auth: bool = False
+    # When set, an answer longer than the request's max_tokens (one token = one
+    # whitespace-separated word, as in "usage") is cut there with finish_reason "length".
+    honor_max_tokens: bool = False
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -250,6 +253,9 @@ class LocalOpenAIServer:
             contents = [content] * n
         else:
             contents = [self.responder(dict(body, _choice_index=i)) for i in range(n)]
+        cap = body.get("max_tokens") if self.honor_max_tokens else None
+        finish = ["length" if cap and len(c.split()) > cap else "stop" for c in contents]
+        contents = [" ".join(c.split()[:cap]) if f == "length" else c for c, f in zip(contents, finish)]
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
         completion_tokens = sum(len(c.split()) for c in contents)
         resp = {
@@ -261,7 +267,7 @@ class LocalOpenAIServer:
                 {
                     "index": i,
                     "message": {"role": "assistant", "content": c},
-                    "finish_reason": "stop",
+                    "finish_reason": finish[i],
                     "logprobs": (self.logprobs_fn(dict(body, _choice_index=i), c)
                                  if body.get("logprobs") and self.logprobs_fn else None),
                 }

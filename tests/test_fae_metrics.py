@@ -184,7 +184,9 @@ def test_always_nei_verifier_has_undefined_retention_not_nan():
     m = M.compute_metrics(cl)
     assert m["round_accuracy"] == [0.0] * 5
     assert m["retention"] == [None] * 5 and m["IS"] is None and m["ER"] is None
-    assert m["IO"] == 1.0  # why the report warns about low round-0 accuracy
+    # a_0 = 0: nothing to lose under ablation, so IO is undefined too (it used to read 1.0 = ideal)
+    assert m["IO"] is None and m["IO_reason"] == m["IS_reason"] == m["retention_reason"] == "a_0 = 0"
+    assert m["nei_answer_rate"] == [1.0] * 5
     assert m["evidence_precision"] == 0.0 and m["evidence_f1"] == 0.0
     assert not any(isinstance(v, float) and math.isnan(v) for v in m.values())
 
@@ -192,18 +194,24 @@ def test_always_nei_verifier_has_undefined_retention_not_nan():
 def test_zero_rounds_and_empty_input():
     m = M.compute_metrics([claim("z", "REFUTE", [[0]], [rnd(0, [0], "REFUTE", [0])])])
     assert m["rounds"] == 0 and m["IS"] is None and m["IO"] is None and m["flip_rate"] is None
+    assert m["IS_reason"] == "R = 0 (no ablation rounds)" and m["retention"] == [1.0]
+    assert m["retention_reason"] is None
     assert m["label_accuracy"] == 1.0
     e = M.compute_metrics([])
     assert e["n_claims"] == 0 and e["label_accuracy"] is None and e["fever_score"] is None
+    assert e["IO_reason"] == "a_0 undefined (no SUPPORT/REFUTE claims)"
 
 
-def test_nei_gold_claims_count_at_round_zero_only():
+def test_nei_gold_claims_of_old_runs_are_excluded_from_every_metric():
+    """SPEC §1: an old run's NEI-gold claims used to count in Acc/Strict/FEVER (4/5, 3/5) but not in a_r."""
     cl = mixed_claims() + [claim("N", NEI, [], [rnd(r, [0, 1], NEI, reused=r > 0) for r in range(3)])]
     m = M.compute_metrics(cl)
-    assert m["label_accuracy"] == 4 / 5  # NEI claim correct
-    assert m["strict_accuracy"] == 3 / 5  # NEI-gold: label is enough (FEVER)
-    assert m["round_accuracy"] == [0.75, 0.5, 0.25]  # trajectory over SUPPORT/REFUTE claims only
-    assert m["evidence_precision"] == pytest.approx(2 / 5)
+    ref = M.compute_metrics(mixed_claims())
+    assert m["n_excluded_nei"] == 1 and ref["n_excluded_nei"] == 0
+    assert {**m, "n_excluded_nei": 0} == ref  # every number is the SUPPORT/REFUTE claims' own
+    assert m["label_accuracy"] == m["round_accuracy"][0] == 0.75  # Acc is a_0
+    assert m["strict_accuracy"] == 0.5 and m["fever_score"] == 0.25 and m["n_claims"] == 4
+    assert M.compute_metrics(cl, n_excluded_nei=2)["n_excluded_nei"] == 3  # + the ones `fae run` skipped
 
 
 def test_mismatched_round_counts_are_an_error():

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from data_prep.records import load_records
+from fae.backends import Generation
 from fae.cli import main
 from fae.engine import ablate_chunk
 from fae.metrics import compute_metrics
@@ -24,8 +25,8 @@ def records_file(shared_data, tmp_path_factory):
 
 def expected_claims(path, rounds):
     """What a perfect transport yields: the same verifier, called in-process."""
-    def generate(prompts, callback=None):
-        return [overlap_verifier({"messages": m}) for m in prompts]
+    def generate(prompts, callback=None):  # the server says finish_reason "stop"
+        return [Generation(overlap_verifier({"messages": m}), "stop") for m in prompts]
     return ablate_chunk(load_records(path), generate, rounds)
 
 

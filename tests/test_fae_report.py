@@ -25,7 +25,8 @@ def test_table_rows_warning_and_plot(tmp_path):
     md = (out / "report.md").read_text()
     assert "| ideal | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 | 100.00 |" in md
     assert "| mixed | 40.00 | 33.33 | 36.36 | 75.00 | 50.00 | 33.33 | 66.67 | 62.50 |" in md
-    assert "| nei | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | n/a | n/a | 100.00 |" in md
+    assert "| nei | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | n/a | n/a | n/a |" in md  # a_0 = 0: IO is not 100
+    assert "nei: IS/ER/IO are n/a: a_0 = 0." in md
     assert "Warning — nei" in md and "Warning — ideal" not in md and "Warning — mixed" not in md
     assert "model `m-mixed`" in md
     assert (out / "trajectory.png").read_bytes()[:4] == b"\x89PNG"

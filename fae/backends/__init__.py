@@ -1,9 +1,14 @@
 """Verifier backends behind one small interface, found through a registry.
 
-A backend turns chat prompts into raw answer strings::
+A backend turns chat prompts into answers::
 
     backend = get_backend("hf")(options)      # options: the merged `fae run` settings
-    texts = backend.generate(list_of_messages, callback=progress_update)
+    answers = backend.generate(list_of_messages, callback=progress_update)
+
+An answer is a :class:`Generation` (text + why generation stopped, as vLLM's
+and the OpenAI API's ``finish_reason``) or a plain string: third-party
+backends that return strings keep working, their answers just do not say
+whether they were cut off (:func:`as_generation`).
 
 ``decoding_of(options)`` returns the decoding settings that identify the
 answers (for config.json and the resume check), ``stats`` counts backend events (retries, ...) for the run
@@ -15,6 +20,7 @@ third-party backends call :func:`register` (as a decorator) to plug in.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from data_prep._dispatch import UserError
@@ -27,6 +33,26 @@ _BUILTIN = {
     "vllm": "fae.backends.vllm_backend",
 }
 _REGISTRY: dict[str, type] = {}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One answer and why generation stopped: ``"stop"``, ``"length"`` (hit ``max_new_tokens``) or None (unknown)."""
+
+    text: str
+    finish_reason: str | None = None
+
+    @property
+    def truncated(self) -> bool | None:
+        """Cut off at ``max_new_tokens``; None when the backend did not say."""
+        return None if self.finish_reason is None else self.finish_reason == "length"
+
+
+def as_generation(answer: Any) -> Generation:
+    """A backend's answer as a :class:`Generation` (a plain string: reason unknown; anything else: empty)."""
+    if isinstance(answer, Generation):
+        return answer
+    return Generation(answer if isinstance(answer, str) else "")
 
 
 class BackendError(RuntimeError):
@@ -44,7 +70,7 @@ class Backend:
 
     def generate(
         self, prompts: list[list[Message]], callback: Callable[[int], None] | None = None
-    ) -> list[str]:
+    ) -> list[Generation | str]:
         raise NotImplementedError
 
     def __call__(self, prompts, callback=None):

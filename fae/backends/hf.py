@@ -3,7 +3,8 @@
 Prompts are rendered with the model's own chat template
 (:func:`data_prep.prompts.encode_chat`, no doubled BOS), sorted by length so a
 batch pads little, left-padded, and decoded greedily until an end-of-turn id of
-the model's ``generation_config``. bf16 on CUDA (fp32 on CPU, where bf16 matmuls
+the model's ``generation_config``; an answer that fills ``max_new_tokens``
+first is reported as cut off (``finish_reason="length"``). bf16 on CUDA (fp32 on CPU, where bf16 matmuls
 are ~100x slower). :func:`load_hf_model` is shared with the probes.
 """
 
@@ -17,7 +18,7 @@ from typing import Any, Callable
 from data_prep._dispatch import UserError
 from data_prep.prompts import encode_chat
 
-from . import Backend, register
+from . import Backend, Generation, register
 
 
 def resolve_device(device: str | None = "auto") -> str:
@@ -128,13 +129,28 @@ def left_pad(batch: list[list[int]], pad_id: int):
     return ids, mask
 
 
+def finish_reasons(new_tokens, eos_ids, max_new_tokens: int) -> list[str]:
+    """Why each generated row stopped: ``"length"`` when it filled ``max_new_tokens`` without an eos id.
+
+    ``new_tokens`` holds only the generated part (batch, steps); rows that
+    ended early are padded after their eos, so a row without any eos id ran
+    until the cap and was cut off.
+    """
+    eos = {int(e) for e in ([eos_ids] if isinstance(eos_ids, int) else (eos_ids or []))}
+    out = []
+    for row in new_tokens.tolist():
+        cut = len(row) >= int(max_new_tokens) and not eos.intersection(row)
+        out.append("length" if cut else "stop")
+    return out
+
+
 def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
-                     callback: Callable[[int], None] | None = None) -> list[str]:
-    """Greedy answers for pre-tokenised prompts, longest first, in input order."""
+                     callback: Callable[[int], None] | None = None) -> list[Generation]:
+    """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order."""
     import torch
 
     order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
-    out: list[str] = [""] * len(token_ids)
+    out: list[Generation] = [Generation("")] * len(token_ids)
     device = lm.device
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
@@ -142,9 +158,11 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
         with torch.inference_mode():
             gen = lm.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                               generation_config=gc)
-        texts = tok.batch_decode(gen[:, ids.shape[1]:], skip_special_tokens=True)
-        for i, t in zip(idx, texts):
-            out[i] = t
+        new = gen[:, ids.shape[1]:]
+        texts = tok.batch_decode(new, skip_special_tokens=True)
+        reasons = finish_reasons(new, gc.eos_token_id, gc.max_new_tokens)
+        for i, t, why in zip(idx, texts, reasons):
+            out[i] = Generation(t, why)
         if callback:
             callback(len(idx))
     return out

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from data_prep._dispatch import UserError
 from data_prep.secrets import read_key, register_secret, scrub
 
-from . import Backend, BackendError, register
+from . import Backend, BackendError, Generation, register
 
 
 class MalformedResponse(ValueError):
@@ -144,11 +144,14 @@ class OpenAIBackend(Backend):
         return kwargs
 
     def parse_response(self, resp) -> Any:
-        """The answer in a response; :class:`MalformedResponse` (retried) when it has none. A hook."""
+        """The answer in a response; :class:`MalformedResponse` (retried) when it has none. A hook.
+
+        ``finish_reason == "length"`` means ``max_tokens`` cut the answer off.
+        """
         choices = getattr(resp, "choices", None)
         if not choices or choices[0].message is None or not isinstance(choices[0].message.content, str):
             raise MalformedResponse("response has no choices[0].message.content")
-        return choices[0].message.content
+        return Generation(choices[0].message.content, getattr(choices[0], "finish_reason", None))
 
     async def _request(self, client, sem, messages) -> Any:
         kwargs = self.request_kwargs(messages)

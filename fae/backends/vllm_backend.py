@@ -17,7 +17,7 @@ from typing import Any
 from data_prep._dispatch import UserError
 from data_prep.prompts import encode_chat
 
-from . import Backend, register
+from . import Backend, Generation, register
 
 # vLLM accepts these ranks for LoRA; round an adapter's rank up to one of them.
 _VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -88,7 +88,8 @@ class VLLMBackend(Backend):
         self.stats["prompts"] += len(inputs)
         if callback:
             callback(len(inputs))
-        return [o.outputs[0].text for o in outs]
+        # vLLM's CompletionOutput.finish_reason: "length" when max_tokens cut the answer off
+        return [Generation(o.outputs[0].text, o.outputs[0].finish_reason) for o in outs]
 
 
 def _eos_ids(model: str, tok) -> list[int]:
