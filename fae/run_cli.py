@@ -243,10 +243,22 @@ def adapter_base(adapter: str | None) -> str | None:
     return cfg.get("base_model_name_or_path") if isinstance(cfg, dict) else None
 
 
+def quiet_loading_bars() -> None:
+    """No ``\\r`` weight-loading bars in a log file (our own progress is plain lines there)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return
+    hf_logging.disable_progress_bar()
+
+
 def open_backend(backend_cls, opts: dict[str, Any]):
     """The backend; an adapter whose weights do not fit the model is one clear line."""
     adapter, model = opts.get("adapter"), opts["model"]
     base = adapter_base(adapter)
+    if backend_cls.name != "openai" and not sys.stderr.isatty():
+        quiet_loading_bars()
     try:
         backend = backend_cls(opts)
     except RuntimeError as exc:
