@@ -376,3 +376,38 @@ def test_bad_run_inputs_are_one_line(name, extra, code, fragment, records_file, 
     if name == "adapter-other-base":
         assert "base32" in line  # names the base model the adapter was trained on
     assert not (tmp_path / "run" / "claims.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------
+# 5. the engine writes each claim as soon as it is done (no waiting for a chunk)
+# ---------------------------------------------------------------------------
+
+
+def test_a_finished_claim_is_written_after_one_backend_call_not_after_its_chunk():
+    from test_fae_engine import Scripted, rec
+
+    from fae.engine import run_ablation
+
+    # "quick" answers garbage once: its pool never changes, rounds 1..3 are reused -> done after 1 call.
+    # Every other claim cites one line per round: 4 calls each.
+    from dataclasses import replace
+
+    gen = Scripted({"Quick claim.": lambda ids: "no idea"})
+    recs = [replace(rec("quick"), claim="Quick claim."), rec("slow-1"), rec("slow-2"), rec("slow-3")]
+    calls_at_write, sizes = [], []
+
+    def generate(prompts, callback=None):
+        sizes.append(len(prompts))
+        return gen(prompts, callback)
+
+    written = []
+
+    def write(claims):
+        calls_at_write.append(len(sizes))
+        written.extend(c["id"] for c in claims)
+
+    stats = run_ablation(recs, generate, 3, write, chunk_size=2, progress=False)
+    assert calls_at_write[0] == 1  # the old engine wrote the first chunk after its 4 round calls
+    assert max(sizes) <= 2  # never more than chunk_size claims in flight
+    assert written == ["quick", "slow-1", "slow-2", "slow-3"]
+    assert stats["claims"] == 4 and stats["model_calls"] == 1 + 3 * 4
