@@ -173,16 +173,23 @@ def run_ablation(
 
     Each step sends the next round of every claim in flight to the backend in
     one ``generate`` call (rounds mix; the backend sorts and batches), then
-    hands every newly finished claim to ``write`` — in input order, so a claim
-    waits only for earlier claims still in flight — and refills the window
-    from the queue. With ``chunk_size`` = one backend batch, a killed run
+    hands every newly finished claim to ``write`` — in the order claims entered
+    the window, so a claim waits only for earlier claims still in flight — and
+    refills the window from the queue. When the window is smaller than the
+    input, claims enter it by round-0 prompt length (so batches pad evenly);
+    otherwise in input order. With ``chunk_size`` = one backend batch, a killed run
     loses about one batch of claims. Answers do not depend on ``chunk_size``.
     Returns call counts for this invocation.
     """
     bars = RoundProgress(len(records), rounds, desc=desc, enabled=progress)
     stats = {"claims": 0, "model_calls": 0, "reused_calls": 0}
     window = max(1, int(chunk_size))
-    queue = iter(enumerate(records))
+    order = list(range(len(records)))
+    if window < len(records):
+        # Claims of similar prompt length enter the window together, so a small window still
+        # gives the backend evenly padded batches; claims are written in this order.
+        order.sort(key=lambda k: _prompt_chars(records[k]))
+    queue = iter((pos, records[k]) for pos, k in enumerate(order))
     in_flight: list[_Claim] = []
     finished: dict[int, dict] = {}
     next_out = 0
@@ -230,6 +237,10 @@ def run_ablation(
     finally:
         bars.close()
     return stats
+
+
+def _prompt_chars(record: ClaimRecord) -> int:
+    return len(record.claim) + sum(len(s.text) + 8 for s in record.sentences)
 
 
 class RoundProgress:
