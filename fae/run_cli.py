@@ -386,8 +386,10 @@ def _run_locked(args, opts, backend_cls, records, run_dir: Path, rank: int, worl
                                      progress=bool(opts["progress"]) and rank == 0, desc=tag)
             stopped = None
         except BackendError as exc:
+            from data_prep.secrets import scrub
+
             error = exc
-            stopped = str(exc)
+            stopped = scrub(str(exc))  # an error body may echo the key
         except KeyboardInterrupt as exc:
             stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
             kept[0] = len(runio.finished_ids(run_dir))  # the signal may land between a write and its count

@@ -73,9 +73,13 @@ def read_claims(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line.decode("utf-8"))
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}:{lineno}: not a JSON claim line ({exc.msg})") from None
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{path}:{lineno}: not UTF-8 (byte {exc.start})") from None
+        except RecursionError:
+            raise UserError(f"{path}:{lineno}: not a claim line (JSON nested too deeply)") from None
         if not isinstance(obj, dict) or "id" not in obj or "rounds" not in obj:
             raise UserError(f"{path}:{lineno}: not a claim line (needs 'id' and 'rounds')")
         out.append(obj)
@@ -284,7 +288,7 @@ class RunData:
 def _read_json(path: Path, what: str) -> dict:
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise UserError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise UserError(f"{path}: expected a JSON object ({what})")

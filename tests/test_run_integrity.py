@@ -436,3 +436,38 @@ def test_every_writer_command_stops_when_its_output_is_locked(command, records_f
     line = one_error_line(capsys.readouterr().err, "is in use by fae run --output out")
     assert line.startswith(f"fae {command}: error: ") and f"(pid {os.getpid()} on host " in line
     assert sorted(p.name for p in out.iterdir()) == [".lock"]  # nothing else written
+
+
+# ---------------------------------------------------------------------------
+# the run reader never crashes: a clear error or a run
+# ---------------------------------------------------------------------------
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_GOOD = {"id": "a", "gold_label": "SUPPORT", "gold_groups": [[0]], "rounds": [{"round": 0, "pool_ids": [0]}]}
+
+
+@settings(derandomize=True, max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(claims=st.one_of(st.binary(max_size=300),
+                        st.lists(st.sampled_from([json.dumps(_GOOD), "[" * 5000, '{"id": [1], "rounds": 3}',
+                                                  '{"id": "b", "rounds": []}', "\udcff", "null", "\xff"]),
+                                 max_size=4).map(lambda xs: "\n".join(xs).encode("utf-8", "surrogateescape"))),
+       config=st.sampled_from(['{"claim_ids": ["a"]}', '{"claim_ids": "a"}', "[]", "{", '{"claim_ids": [["a"]]}']),
+       metrics=st.sampled_from([None, "{}", '{"computed_from": 3}', "\xff", '{"computed_from": {"n_claims": 1}}']))
+def test_run_reader_gives_a_run_or_one_clear_error(tmp_path, claims, config, metrics):
+    d = tmp_path / "run"
+    d.mkdir(exist_ok=True)
+    (d / "claims.jsonl").write_bytes(claims)
+    (d / "config.json").write_bytes(config.encode("utf-8", "surrogateescape"))
+    (d / "metrics.json").unlink(missing_ok=True)
+    if metrics is not None:
+        (d / "metrics.json").write_bytes(metrics.encode("latin-1"))
+    try:
+        run = runio.load_run(d)
+    except runio.UserError as exc:
+        assert "\n" not in str(exc) and str(d) in str(exc)
+    else:
+        assert [c["id"] for c in run.claims] == ["a"]
