@@ -31,6 +31,8 @@ EVIDENCE_SYSTEM_PROMPT = (
     + FORMAT_INSTRUCTIONS
 )
 KNOWLEDGE_SYSTEM_PROMPT = "Verify the claim using general knowledge. " + FORMAT_INSTRUCTIONS
+# Bump when the prompts or the answer format change: FAE runs record it and refuse to resume across it.
+PROMPT_FORMAT_VERSION = 1
 
 Message = dict[str, str]
 

@@ -88,42 +88,19 @@ def _check_claim(path: Path, line: int, obj) -> dict:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read an FAE run directory (claims.jsonl, config.json, metrics.json if present)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise UserError(f"{path}: not a directory (expected an FAE run directory)")
-    claims_path, config_path = path / "claims.jsonl", path / "config.json"
-    for f in (claims_path, config_path):
-        if not f.is_file():
-            raise UserError(f"{f}: missing; is {path} an FAE run directory (`fae run --output`)?")
-    try:
-        config = json.loads(config_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{config_path}: invalid JSON ({exc})") from None
-    metrics = {}
-    if (path / "metrics.json").is_file():
-        try:
-            metrics = json.loads((path / "metrics.json").read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path / 'metrics.json'}: invalid JSON ({exc})") from None
+    """Read a finished FAE run through :func:`fae.runio.load_run` (refuses unfinished or
+    inconsistent runs), then check every claim has the fields the accounting needs."""
+    from fae.runio import CLAIMS, load_run as read_run
+
+    data = read_run(path)
+    if not data.claims:
+        raise UserError(f"{data.path / CLAIMS}: no claims")
     claims: dict[str, dict] = {}
-    order: list[str] = []
-    with claims_path.open() as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                _fail(claims_path, line_no, None, None, f"invalid JSON ({exc.msg})")
-            obj = _check_claim(claims_path, line_no, obj)
-            if obj["id"] in claims:
-                _fail(claims_path, line_no, obj["id"], "id", "duplicate claim id")
-            claims[obj["id"]] = obj
-            order.append(obj["id"])
-    if not claims:
-        raise UserError(f"{claims_path}: no claims")
-    return Run(path=path, config=config, metrics=metrics, claims=claims, order=order)
+    for obj in data.claims:
+        _check_claim(data.path / CLAIMS, data.line_of.get(str(obj.get("id")), 0), obj)
+        claims[obj["id"]] = obj
+    return Run(path=data.path, config=data.config, metrics=data.metrics or {}, claims=claims,
+               order=list(claims))
 
 
 def load_families(path: str | Path) -> dict[str, str]:

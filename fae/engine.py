@@ -5,8 +5,10 @@ Pure ablation logic (:func:`next_pool`, :func:`make_round`,
 without a model. The loop is round-synchronous over a *chunk* of claims: all
 claims of the chunk that need a model call at round r go to the backend in
 one ``generate`` call (the backend batches, sorts by length, or runs requests
-concurrently), then every claim moves to round r+1. A finished chunk is
-appended to ``claims.jsonl`` at once, so a killed run loses at most one chunk.
+concurrently), then every claim moves to round r+1. :func:`run_ablation`
+instead keeps a window of claims in flight at mixed rounds and writes each
+claim as soon as it finishes, so a killed run loses at most about one window
+(one backend batch by default).
 
 Each round records ``truncated``, whether the backend said the answer was cut
 off at ``max_new_tokens`` (absent when it did not say, as in runs made before
@@ -150,38 +152,181 @@ def ablate_chunk(
     return [claim_entry(rec, h) for rec, h in zip(records, history)]
 
 
+class _Claim:
+    """A claim in flight: its record, input position and the rounds done so far."""
+
+    __slots__ = ("k", "record", "rounds")
+
+    def __init__(self, k: int, record: ClaimRecord):
+        self.k, self.record, self.rounds = k, record, []
+
+
+def _advance(claim: _Claim, rounds: int, on_round) -> list[int] | None:
+    """Fill reused rounds; the pool of the next model call, or None when the claim is done."""
+    while len(claim.rounds) <= rounds:
+        r = len(claim.rounds)
+        if r == 0:
+            return claim.record.pool_ids
+        prev = claim.rounds[-1]
+        pool = pool_after(prev)
+        if pool != prev["pool_ids"]:
+            return pool
+        claim.rounds.append(reuse_round(prev, r))
+        if on_round:
+            on_round(r, 1)
+    return None
+
+
 def run_ablation(
     records: Sequence[ClaimRecord],
     generate: Generator,
     rounds: int,
     write: Callable[[list[dict]], None],
-    chunk_size: int = 256,
+    chunk_size: int = 8,
     progress: bool = True,
     desc: str = "",
 ) -> dict[str, int]:
-    """Ablate ``records`` chunk by chunk, handing each finished chunk to ``write``.
+    """Ablate ``records`` with at most ``chunk_size`` claims in flight; write claims as they finish.
 
-    One tqdm bar per round counts the claims that finished that round.
+    Each step sends the next round of every claim in flight to the backend in
+    one ``generate`` call (rounds mix; the backend sorts and batches), then
+    hands every newly finished claim to ``write`` — in the order claims entered
+    the window, so a claim waits only for earlier claims still in flight — and
+    refills the window from the queue. When the window is smaller than the
+    input, claims enter it by round-0 prompt length (so batches pad evenly);
+    otherwise in input order. With ``chunk_size`` = one backend batch, a killed run
+    loses about one batch of claims. Answers do not depend on ``chunk_size``.
     Returns call counts for this invocation.
     """
-    from tqdm.auto import tqdm
-
-    bars = [
-        tqdm(total=len(records), desc=f"{desc}round {r}", position=r, leave=True,
-             disable=not progress, dynamic_ncols=True)
-        for r in range(rounds + 1)
-    ]
+    bars = RoundProgress(len(records), rounds, desc=desc, enabled=progress)
     stats = {"claims": 0, "model_calls": 0, "reused_calls": 0}
+    window = max(1, int(chunk_size))
+    order = list(range(len(records)))
+    if window < len(records):
+        # Claims of similar prompt length enter the window together, so a small window still
+        # gives the backend evenly padded batches; claims are written in this order.
+        order.sort(key=lambda k: _prompt_chars(records[k]))
+    queue = iter((pos, records[k]) for pos, k in enumerate(order))
+    in_flight: list[_Claim] = []
+    finished: dict[int, dict] = {}
+    next_out = 0
+    exhausted = False
     try:
-        for start in range(0, len(records), max(1, chunk_size)):
-            chunk = records[start : start + max(1, chunk_size)]
-            done = ablate_chunk(chunk, generate, rounds, on_round=lambda r, n: bars[r].update(n))
-            write(done)
-            stats["claims"] += len(done)
-            for c in done:
-                for rd in c["rounds"]:
-                    stats["reused_calls" if rd["reused"] else "model_calls"] += 1
+        while True:
+            while not exhausted and len(in_flight) < window:
+                item = next(queue, None)
+                if item is None:
+                    exhausted = True
+                else:
+                    in_flight.append(_Claim(*item))
+            todo: list[tuple[_Claim, list[int]]] = []
+            still: list[_Claim] = []
+            for claim in in_flight:
+                pool = _advance(claim, rounds, bars.update)
+                if pool is None:
+                    finished[claim.k] = claim_entry(claim.record, claim.rounds)
+                else:
+                    todo.append((claim, pool))
+                    still.append(claim)
+            in_flight = still
+            ready = []
+            while next_out in finished:
+                ready.append(finished.pop(next_out))
+                next_out += 1
+            if ready:
+                write(ready)
+                stats["claims"] += len(ready)
+                for c in ready:
+                    for rd in c["rounds"]:
+                        stats["reused_calls" if rd["reused"] else "model_calls"] += 1
+            if not todo:
+                if exhausted and not in_flight:
+                    break
+                continue
+            prompts = [render_evidence_prompt(c.record, pool) for c, pool in todo]
+            steps = [len(c.rounds) for c, _ in todo]
+            outputs = generate(prompts, callback=None)
+            if len(outputs) != len(prompts):
+                raise RuntimeError(f"backend returned {len(outputs)} answers for {len(prompts)} prompts")
+            for (claim, pool), r, raw in zip(todo, steps, outputs):
+                claim.rounds.append(make_round(r, pool, raw if isinstance(raw, str) else ""))
+                bars.update(r, 1)
     finally:
-        for b in bars:
-            b.close()
+        bars.close()
     return stats
+
+
+def _prompt_chars(record: ClaimRecord) -> int:
+    return len(record.claim) + sum(len(s.text) + 8 for s in record.sentences)
+
+
+class RoundProgress:
+    """Per-round progress: tqdm bars on a terminal, plain lines in a log.
+
+    On a terminal each round gets a bar. When stderr is not a terminal (a
+    batch job's log), every ``interval`` seconds each round that moved gets one
+    line ``round r: done/total claims, rate, ETA`` — no ``\\r`` redraws — and
+    a last line per round at the end.
+    """
+
+    def __init__(self, total: int, rounds: int, desc: str = "", enabled: bool = True,
+                 stream=None, interval: float = 5.0, clock=None, tty: bool | None = None):
+        import sys
+        import time
+
+        self.total, self.desc, self.enabled = total, desc, enabled and total > 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock or time.monotonic
+        self.interval = interval
+        self.done = [0] * (rounds + 1)
+        self.shown = [0] * (rounds + 1)
+        self.started = self.last = self.clock()
+        if tty is None:
+            isatty = getattr(self.stream, "isatty", None)
+            tty = bool(isatty and isatty())
+        self.bars = None
+        if self.enabled and tty:
+            from tqdm.auto import tqdm
+
+            self.bars = [tqdm(total=total, desc=f"{desc}round {r}", position=r, leave=True,
+                              dynamic_ncols=True, file=self.stream) for r in range(rounds + 1)]
+
+    def update(self, r: int, n: int) -> None:
+        self.done[r] += n
+        if self.bars is not None:
+            self.bars[r].update(n)
+        elif self.enabled and self.clock() - self.last >= self.interval:
+            self._lines()
+
+    def line(self, r: int) -> str:
+        done, elapsed = self.done[r], max(self.clock() - self.started, 1e-9)
+        rate = done / elapsed
+        if done >= self.total:
+            eta = "done"
+        elif rate > 0:
+            eta = "ETA " + _duration((self.total - done) / rate)
+        else:
+            eta = "ETA unknown"
+        return (f"{self.desc}round {r}: {done}/{self.total} claims ({100 * done / self.total:.0f}%), "
+                f"{rate:.2f} claims/s, {eta}")
+
+    def _lines(self) -> None:
+        self.last = self.clock()
+        for r, done in enumerate(self.done):
+            if done != self.shown[r]:
+                self.shown[r] = done
+                print(self.line(r), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bars is not None:
+            for b in self.bars:
+                b.close()
+        elif self.enabled:
+            self._lines()
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")

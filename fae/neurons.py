@@ -364,6 +364,16 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--batch-size must be >= 1")
     if not Path(args.records).is_file():
         raise UserError(f"--records {args.records!r}: file not found")
+    from data_prep.runlock import RunLock
+
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {out} is a file; give a directory")
+    with RunLock(out, "fae neurons", is_dir=True):  # one writer for the command's lifetime
+        return _neurons(args, out)
+
+
+def _neurons(args: argparse.Namespace, out: Path) -> int:
     from .backends.hf import load_hf_model
 
     model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
@@ -387,7 +397,6 @@ def run(args: argparse.Namespace) -> int:
     result = analyse(mean_ev, mean_kn, acc.layers, args.coverage)
     masks = result.pop("_masks")
 
-    out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
         "model": str(args.model),

@@ -328,8 +328,6 @@ def render_markdown(res: dict, cfg: dict) -> str:
 
 
 def run(args) -> int:
-    from fae.pave_sampling import make_sampler
-
     if args.temperature <= 0:
         raise UserError("--temperature must be > 0: PAVE needs sampled answers")
     if args.samples < 2:
@@ -347,7 +345,18 @@ def run(args) -> int:
         raise UserError(str(exc.located(args.records, None) if exc.path is None else exc)) from None
     if not records:
         raise UserError(f"{args.records}: no SUPPORT/REFUTE records")
+    from data_prep.runlock import RunLock
+
     out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {out} is a file; give a directory")
+    with RunLock(out, "fae pave", is_dir=True):  # one writer for the command's lifetime
+        return _pave(args, records, out)
+
+
+def _pave(args, records: list, out: Path) -> int:
+    from fae.pave_sampling import make_sampler
+
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"records": str(args.records), "backend": args.backend, "model": args.model, "adapter": args.adapter,
            "samples": args.samples, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,

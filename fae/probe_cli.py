@@ -65,19 +65,6 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def read_run_config(run_dir: Path) -> dict:
-    cfg_path = run_dir / "config.json"
-    if not cfg_path.is_file():
-        raise UserError(f"{cfg_path}: not found (is {str(run_dir)!r} an FAE run directory?)")
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{cfg_path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"{cfg_path}: expected a JSON object")
-    return cfg
-
-
 def resolve_records(run_dir: Path, cfg: dict, override: str | None) -> Path:
     """The records file the run read; its sha256 must match when recorded."""
     if override is not None:
@@ -273,7 +260,19 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--bootstrap must be >= 0")
     if args.batch_size < 1:
         raise UserError("--batch-size must be >= 1")
-    cfg = read_run_config(run_dir)
+    from data_prep.runlock import RunLock
+
+    from .runio import load_run
+
+    cfg = load_run(run_dir).config  # refuses unfinished runs and stale metrics.json
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {out} is a file; give a directory")
+    with RunLock(out, "fae probe", is_dir=True):
+        return _probe(args, run_dir, cfg, out)
+
+
+def _probe(args: argparse.Namespace, run_dir: Path, cfg: dict, out: Path) -> int:
     records_path = resolve_records(run_dir, cfg, args.records)
     try:
         records = {r.id: r for r in load_records(records_path)}
@@ -313,7 +312,6 @@ def run(args: argparse.Namespace) -> int:
     table = dirk_table(hK, hr, mask)
     rounds = summarize_rounds(table, max_rounds - 1, n_resamples=args.bootstrap, seed=args.seed)
 
-    out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
         "run": str(run_dir),

@@ -15,7 +15,6 @@ trajectory (a_0 = 1, then 0) dashed.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -51,23 +50,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_run(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
-    """Name, metrics (metrics.json, or recomputed from claims.jsonl) and config of a run."""
-    from .metrics import compute_metrics
-    from .runio import CLAIMS, CONFIG, METRICS, read_claims
+    """Name, metrics and config of a finished run, read by :func:`fae.runio.load_run`.
 
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise UserError(f"run directory {run_dir} not found")
-    mpath = run_dir / METRICS
-    if mpath.is_file():
-        metrics = json.loads(mpath.read_text(encoding="utf-8"))
-    elif (run_dir / CLAIMS).is_file():
-        metrics = compute_metrics(read_claims(run_dir / CLAIMS))
-    else:
-        raise UserError(f"{run_dir}: neither {METRICS} nor {CLAIMS} found; is it a `fae run` directory?")
-    cpath = run_dir / CONFIG
-    config = json.loads(cpath.read_text(encoding="utf-8")) if cpath.is_file() else {}
-    return {"name": name or run_dir.resolve().name, "dir": str(run_dir), "metrics": metrics, "config": config}
+    An unfinished run, or one whose metrics.json was not computed from its
+    claims.jsonl, is refused; a missing metrics.json is recomputed from the claims.
+    """
+    from .metrics import compute_metrics
+    from .runio import load_run as read_run
+
+    data = read_run(run_dir)
+    metrics = data.metrics if data.metrics is not None else compute_metrics(data.claims)
+    return {"name": name or data.path.resolve().name, "dir": str(data.path), "metrics": metrics,
+            "config": data.config}
 
 
 def pct(x: float | None) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -36,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "rounds": 4,
     "max_new_tokens": 64,
     "limit": None,
-    "chunk_size": 256,
+    "chunk_size": None,  # claims in flight; None = one backend batch (see chunk_size_for)
     "progress": True,
     # hf
     "batch_size": 8,
@@ -84,7 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=_positive_int, default=S, help="answer length cap (default 64)")
     p.add_argument("--limit", type=_positive_int, default=S, help="only the first N records")
     p.add_argument("--chunk-size", type=_positive_int, default=S,
-                   help="claims per write to claims.jsonl (default 256; smaller = finer resume)")
+                   help="claims in flight at once; each finished claim is written at once (default: one "
+                        "backend batch: --batch-size for hf, --concurrency for openai, 256 for vllm)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bars")
     g = p.add_argument_group("hf backend")
     g.add_argument("--batch-size", type=_positive_int, default=S, help="prompts per generate call (default 8)")
@@ -114,14 +116,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_yaml_options(path: str, parser: argparse.ArgumentParser | None) -> dict[str, Any]:
     """YAML options, keys normalised to ``snake_case`` and type-checked like the flags."""
-    import yaml
+    from data_prep.yamlio import load_yaml
 
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"config file {path} not found") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: invalid YAML: {exc}") from None
+    data = load_yaml(path)  # missing file, directory, duplicate keys: one UserError line
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -204,8 +201,85 @@ def command_line(given: dict[str, Any]) -> str:
     return shlex.join(words)
 
 
-def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[str, Any]) -> dict[str, Any]:
-    from .runio import file_sha256, package_versions
+def chunk_size_for(opts: dict[str, Any], backend_name: str) -> int:
+    """Claims in flight: the flag, else one backend batch (what a kill may cost)."""
+    if opts.get("chunk_size"):
+        return int(opts["chunk_size"])
+    if backend_name == "hf":
+        return int(opts.get("batch_size") or 8)
+    if backend_name == "openai":
+        return int(opts.get("concurrency") or 8)
+    return 256
+
+
+_DEVICE = re.compile(r"auto|(cpu|mps|cuda|xpu)(:\d+)?")
+
+
+def check_paths_and_values(opts: dict[str, Any]) -> None:
+    """Bad --records/--output/--adapter/--device values as one line each, before anything loads."""
+    records, output = Path(opts["records"]), Path(opts["output"])
+    if records.is_dir():
+        raise UserError(f"--records {records} is a directory; give the records .jsonl file")
+    if not records.is_file():
+        raise UserError(f"records file {records} not found")
+    if output.exists() and not output.is_dir():
+        raise UserError(f"--output {output} is a file; give a run directory (created if missing)")
+    device = str(opts.get("device") or "auto")
+    if opts.get("backend", "hf") == "hf" and not _DEVICE.fullmatch(device):
+        raise UserError(f"--device {device!r} is not a device: use auto, cpu, cuda, cuda:N, mps or xpu")
+    adapter = opts.get("adapter")
+    if adapter and Path(adapter).is_dir() and not (Path(adapter) / "adapter_config.json").is_file():
+        raise UserError(f"--adapter {adapter}: no adapter_config.json; is it a PEFT adapter directory?")
+
+
+def adapter_base(adapter: str | None) -> str | None:
+    """``base_model_name_or_path`` of a local adapter's adapter_config.json."""
+    if not adapter:
+        return None
+    try:
+        cfg = json.loads((Path(adapter) / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return cfg.get("base_model_name_or_path") if isinstance(cfg, dict) else None
+
+
+def quiet_loading_bars() -> None:
+    """No ``\\r`` weight-loading bars in a log file (our own progress is plain lines there)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return
+    hf_logging.disable_progress_bar()
+
+
+def open_backend(backend_cls, opts: dict[str, Any]):
+    """The backend; an adapter whose weights do not fit the model is one clear line."""
+    adapter, model = opts.get("adapter"), opts["model"]
+    base = adapter_base(adapter)
+    if backend_cls.name != "openai" and not sys.stderr.isatty():
+        quiet_loading_bars()
+    try:
+        backend = backend_cls(opts)
+    except RuntimeError as exc:
+        if adapter and "size mismatch" in str(exc):
+            raise UserError(
+                f"adapter {adapter} does not fit model {model}: it was trained on {base or 'another model'} "
+                "(adapter_config.json base_model_name_or_path) and its weight shapes differ; "
+                "pass the adapter's base model as --model"
+            ) from None
+        raise
+    if base and Path(str(base)).name != Path(str(model)).name:
+        print(f"fae run: warning: adapter {adapter} was trained on {base}, evaluated on {model}",
+              file=sys.stderr)
+    return backend
+
+
+def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[str, Any],
+                 claim_ids: list[str] | None = None) -> dict[str, Any]:
+    from data_prep.prompts import PROMPT_FORMAT_VERSION
+
+    from .runio import adapter_sha256, claim_set, file_sha256, package_versions
 
     records = Path(opts["records"])
     settings = {k: v for k, v in opts.items() if k not in ("config", "progress")}
@@ -217,9 +291,12 @@ def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[
         "backend": backend_cls.name,
         "model": opts["model"],
         "adapter": opts.get("adapter"),
+        "adapter_sha256": adapter_sha256(opts.get("adapter")),
         "rounds": int(opts["rounds"]),
         "decoding": decoding,
+        "prompt_format_version": PROMPT_FORMAT_VERSION,
         "limit": opts.get("limit"),
+        **claim_set(claim_ids or []),
         "settings": settings,  # every merged option (never the API key, only its variable's name)
         "versions": package_versions(),
     }
@@ -227,10 +304,9 @@ def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[
 
 def run(args: argparse.Namespace) -> int:
     from data_prep.records import RecordError, load_records
+    from data_prep.runlock import RunLock
 
-    from . import runio
-    from .backends import BackendError, get_backend
-    from .engine import run_ablation
+    from .backends import get_backend
     from .metrics import fae_claims, nei_exclusion_note
 
     opts = merge_options(args)
@@ -241,13 +317,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"multi-process runs split claims for the hf backend only, not {backend_cls.name!r}"
                             " (vllm: --tensor-parallel-size; openai: --concurrency)")
         opts["device"] = dist_device
-    if not Path(opts["records"]).is_file():
-        raise UserError(f"records file {opts['records']} not found")
+    check_paths_and_values(opts)
     try:
         records = load_records(opts["records"])
     except RecordError as exc:
         raise UserError(str(exc)) from None
-    all_ids = [r.id for r in records]
     records, n_nei = fae_claims(records, source=opts["records"])  # SPEC §1: no model calls on NEI-gold claims
     if n_nei and rank == 0:
         print(f"fae run: {nei_exclusion_note(n_nei, opts['records'])}", file=sys.stderr)
@@ -255,18 +329,34 @@ def run(args: argparse.Namespace) -> int:
         records = records[: int(opts["limit"])]
     if not records:
         raise UserError(f"{opts['records']}: no records")
-
     run_dir = Path(opts["output"])
+    # The lock comes first: nothing in the directory is read or written without it.
+    with RunLock(run_dir, "fae run", is_dir=True, enabled=rank == 0):
+        return _run_locked(args, opts, backend_cls, records, n_nei, run_dir, rank, world, barrier)
+
+
+def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, rank: int, world: int,
+                barrier) -> int:
+    from data_prep._dispatch import Terminated, set_interrupt_note
+
+    from . import runio
+    from .backends import BackendError
+    from .engine import run_ablation
+
     decoding = backend_cls.decoding_of(opts)
-    config = build_config(opts, backend_cls, decoding, given_options(args))
+    claim_ids = [r.id for r in records]
+    given = given_options(args)
+    config = build_config(opts, backend_cls, decoding, given, claim_ids)
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
     barrier()
     done = runio.finished_ids(run_dir)
     # Only finished claims make a run directory worth protecting: a run that
     # failed before its first claim (a typo in --model) may be restarted freely.
-    old = runio.check_resume(run_dir, config) if done else None
-    if rank == 0 and old is None:
+    if done:
+        runio.check_resume(run_dir, config)
+    if rank == 0:
+        runio.remove_derived(run_dir)  # they describe an earlier state; rewritten at the end
         runio.write_json_atomic(run_dir / runio.CONFIG, config)
     barrier()
 
@@ -279,35 +369,59 @@ def run(args: argparse.Namespace) -> int:
     if mine:
         tag = f"[rank {rank}/{world}] " if world > 1 else ""
         print(f"fae run: {tag}{len(mine)} claims to do ({len(done)} already in {run_dir})", file=sys.stderr)
-        backend = backend_cls(opts)
+        backend = open_backend(backend_cls, opts)
+        kept = [len(done)]
+
+        def note() -> None:
+            set_interrupt_note(f"{kept[0]} of {len(records)} claims kept in {run_dir}; "
+                               f"resume with: {config['command']}")
+
+        note()
+        stopped = "stopped by an unexpected error"
         try:
             with runio.ClaimWriter(out_path) as writer:
-                stats = run_ablation(mine, backend, int(opts["rounds"]), writer,
-                                     chunk_size=int(opts["chunk_size"]),
+                def write(claims: list[dict]) -> None:
+                    writer(claims)
+                    kept[0] += len(claims)
+                    stats["claims"] = kept[0] - len(done)
+                    note()
+
+                stats = run_ablation(mine, backend, int(opts["rounds"]), write,
+                                     chunk_size=chunk_size_for(opts, backend_cls.name),
                                      progress=bool(opts["progress"]) and rank == 0, desc=tag)
+            stopped = None
         except BackendError as exc:
+            from data_prep.secrets import scrub
+
             error = exc
+            stopped = scrub(str(exc))  # an error body may echo the key
+        except KeyboardInterrupt as exc:
+            stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+            kept[0] = len(runio.finished_ids(run_dir))  # the signal may land between a write and its count
+            stats["claims"] = kept[0] - len(done)
+            note()
+            raise
         finally:
             backend.close()
-        runio.append_run_log(run_dir, {
-            "rank": rank, "world": world, "started": started, "seconds": round(time.time() - started, 3),
-            **{k: v for k, v in stats.items()}, "backend_stats": dict(backend.stats),
-            "error": str(error) if error else None,
-        })
+            runio.append_run_log(run_dir, {
+                "rank": rank, "world": world, "started": started, "seconds": round(time.time() - started, 3),
+                **{k: v for k, v in stats.items()}, "backend_stats": dict(backend.stats),
+                "error": stopped,
+            })
+        set_interrupt_note(None)
     if error is not None:
         raise RunFailure(f"{error}. Finished claims are saved in {out_path}; rerun the same command to resume")
     barrier()
     if rank != 0:
         return 0
 
-    wanted = {r.id for r in records}
-    claims = [c for c in runio.merge_claims(run_dir, all_ids) if str(c["id"]) in wanted]
+    claims = runio.merge_claims(run_dir, claim_ids)
     if len(claims) != len(records):
         raise UserError(f"{run_dir}: {len(records) - len(claims)} claims missing after the run; rerun to resume")
     from .metrics import compute_metrics, truncation_note
     from .report import write_report
 
-    metrics = compute_metrics(claims, n_excluded_nei=n_nei)
+    metrics = runio.stamp_metrics(compute_metrics(claims, n_excluded_nei=n_nei), run_dir / runio.CLAIMS, len(claims))
     runio.write_json_atomic(run_dir / runio.METRICS, metrics)
     write_report([run_dir], run_dir)
     print(json.dumps({k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",

@@ -1,4 +1,7 @@
-"""Run-directory I/O: append-only ``claims.jsonl`` with resume, ``config.json``.
+"""Run-directory I/O: append-only ``claims.jsonl`` with resume, ``config.json``,
+the run fingerprint and the one reader of finished runs (:func:`load_run`).
+
+docs/runs.md describes the contract this module implements.
 
 A claim line is written with one ``write`` of the complete line followed by
 ``flush`` + ``fsync``; a process killed mid-write leaves at most one line
@@ -16,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -26,8 +30,12 @@ CLAIMS = "claims.jsonl"
 CONFIG = "config.json"
 METRICS = "metrics.json"
 RUNS_LOG = "runs.jsonl"
+# Files computed from claims.jsonl: removed when a run starts, rewritten at its end.
+DERIVED = (METRICS, "report.md", "trajectory.png")
 # Settings that change the answers: resuming under different ones would mix two runs.
-RESUME_KEYS = ("records_sha256", "backend", "model", "adapter", "rounds", "decoding")
+RESUME_KEYS = ("records_sha256", "backend", "model", "adapter_sha256", "rounds", "decoding",
+               "prompt_format_version", "claim_set_sha256")
+_ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 _VERSION_PACKAGES = ("real-fae", "torch", "transformers", "peft", "accelerate", "openai", "vllm")
 
 
@@ -65,9 +73,13 @@ def read_claims(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line.decode("utf-8"))
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}:{lineno}: not a JSON claim line ({exc.msg})") from None
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{path}:{lineno}: not UTF-8 (byte {exc.start})") from None
+        except RecursionError:
+            raise UserError(f"{path}:{lineno}: not a claim line (JSON nested too deeply)") from None
         if not isinstance(obj, dict) or "id" not in obj or "rounds" not in obj:
             raise UserError(f"{path}:{lineno}: not a claim line (needs 'id' and 'rounds')")
         out.append(obj)
@@ -166,28 +178,187 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
     os.replace(tmp, path)
 
 
-def check_resume(run_dir: str | os.PathLike, config: dict) -> dict | None:
-    """The existing config.json, after checking it matches ``config`` on :data:`RESUME_KEYS`.
+def adapter_sha256(adapter: str | os.PathLike | None) -> str | None:
+    """Content hash of a local adapter (its config and weight files), so a retrained
+    adapter at the same path is a different run. None without a local adapter."""
+    if not adapter or not Path(adapter).is_dir():
+        return None
+    h = hashlib.sha256()
+    for name in _ADAPTER_FILES:
+        f = Path(adapter) / name
+        if f.is_file():
+            h.update(f"{name}\0{file_sha256(f)}\n".encode())
+    return h.hexdigest()
 
-    Raises UserError naming every differing setting: resuming would mix the
-    answers of two different runs in one claims.jsonl.
+
+def claim_set(ids: Sequence[str]) -> dict:
+    """The stored definition of a run's claim set (config.json): ordered ids, count and hash."""
+    ids = [str(i) for i in ids]
+    digest = hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
+    return {"n_claims": len(ids), "claim_set_sha256": digest, "claim_ids": ids}
+
+
+def _show(key: str, old, new) -> str:
+    if key == "claim_set_sha256":
+        return f"claim set: {old} -> {new}"
+    return f"{key}: {old!r} -> {new!r}"
+
+
+def check_resume(run_dir: str | os.PathLike, config: dict) -> dict | None:
+    """The existing config.json, after checking its fingerprint matches ``config``.
+
+    Raises UserError naming every differing setting (:data:`RESUME_KEYS`):
+    resuming would mix the answers of two different runs in one claims.jsonl.
+    One exception: a claim set that only grows (a larger ``--limit``) keeps
+    every finished claim valid, so the run is extended. Call only when the
+    directory holds finished claims; answers without a config.json are refused.
     """
     path = Path(run_dir) / CONFIG
     if not path.is_file():
-        return None
+        raise UserError(
+            f"{run_dir} holds finished claims but no {CONFIG}: their settings are unknown, so they "
+            "cannot be resumed; use a fresh --output directory (or delete the claims files)"
+        )
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc.msg}); use a fresh output directory") from None
-    diffs = [
-        f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in RESUME_KEYS if old.get(k) != config.get(k)
-    ]
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}); use a fresh output directory") from None
+    if not isinstance(old, dict) or "claim_set_sha256" not in old:
+        raise UserError(f"{path} was written by an older `fae run` without a run fingerprint; "
+                        "use a fresh --output directory")
+    diffs = []
+    for k in RESUME_KEYS:
+        if old.get(k) == config.get(k):
+            continue
+        if k == "claim_set_sha256":
+            if set(old.get("claim_ids") or ()) <= set(config.get("claim_ids") or ()):
+                continue  # the claim set grows: finished claims stay valid
+            diffs.append(f"claim set: {old.get('n_claims')} claims -> {config.get('n_claims')} claims "
+                         "(a different --limit or records; a smaller claim set needs a fresh --output)")
+        elif k == "adapter_sha256":
+            diffs.append(f"adapter content: {old.get('adapter')!r} (sha256 {str(old.get(k))[:12]}) -> "
+                         f"{config.get('adapter')!r} (sha256 {str(config.get(k))[:12]})")
+        else:
+            diffs.append(_show(k, old.get(k), config.get(k)))
+    if not config.get("adapter_sha256") and not old.get("adapter_sha256") \
+            and old.get("adapter") != config.get("adapter"):  # adapters not on disk: compare names
+        diffs.append(_show("adapter", old.get("adapter"), config.get("adapter")))
     if diffs:
         raise UserError(
             f"{run_dir} holds a run with different settings ({'; '.join(diffs)}); "
             "use a fresh --output directory or the original settings to resume"
         )
     return old
+
+
+def remove_derived(run_dir: str | os.PathLike) -> None:
+    """Delete metrics.json, report.md, trajectory.png: they describe the claims of an earlier run."""
+    for name in DERIVED:
+        (Path(run_dir) / name).unlink(missing_ok=True)
+
+
+def stamp_metrics(metrics: dict, claims_path: str | os.PathLike, n_claims: int) -> dict:
+    """``metrics`` plus what it was computed from (claim count, sha256 of claims.jsonl)."""
+    return {**metrics, "computed_from": {"file": CLAIMS, "n_claims": n_claims,
+                                         "claims_sha256": file_sha256(claims_path)}}
+
+
+# ---------------------------------------------------------------------------
+# the one reader of finished runs (report, compare, probe, pave)
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class RunData:
+    """A finished run: its config, its claims in claim-set order, and metrics.json (or None)."""
+
+    path: Path
+    config: dict
+    claims: list[dict]
+    metrics: dict | None
+    claims_sha256: str
+    line_of: dict[str, int]  # claim id -> line in claims.jsonl (for messages)
+
+    @property
+    def resume_hint(self) -> str:
+        cmd = self.config.get("command")
+        return f"rerun `{cmd}`" if cmd else "rerun its `fae run` command"
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise UserError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{path}: expected a JSON object ({what})")
+    return obj
+
+
+def load_run(run_dir: str | os.PathLike) -> RunData:
+    """Read a run directory and refuse anything that is not one finished, consistent run.
+
+    Refused (UserError, one line): no config.json (orphan answers), no claim set
+    in the config, unmerged shards or missing claims (unfinished), claims outside
+    the claim set or twice, and a metrics.json not computed from this claims.jsonl.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise UserError(f"run directory {run_dir} not found")
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: not a directory (expected a `fae run` output directory)")
+    cpath, claims_path = run_dir / CONFIG, run_dir / CLAIMS
+    if not cpath.is_file():
+        if claim_files(run_dir):
+            raise UserError(f"{run_dir}: claims without a {CONFIG}; answers of unknown settings are not "
+                            "a run (rerun `fae run` into a fresh --output)")
+        raise UserError(f"{run_dir}: no {CONFIG}; is it a `fae run` output directory?")
+    config = _read_json(cpath, "the run's settings")
+    ids = config.get("claim_ids")
+    if not isinstance(ids, list):
+        raise UserError(f"{cpath}: no claim set ('claim_ids'); written by an older `fae run`? "
+                        "Rerun it into a fresh --output")
+    data = RunData(run_dir, config, [], None, "", {})
+    shards = [f for f in claim_files(run_dir) if f.name != CLAIMS]
+    if shards:
+        raise UserError(f"{run_dir}: unfinished run ({shards[0].name} not merged yet); "
+                        f"{data.resume_hint} to finish it")
+    by_id: dict[str, dict] = {}
+    lineno = 0
+    if claims_path.is_file():
+        raw = claims_path.read_bytes()
+        data.claims_sha256 = hashlib.sha256(raw).hexdigest()
+        for c in read_claims(claims_path):
+            lineno += 1
+            cid = str(c["id"])
+            if cid in by_id:
+                raise UserError(f"{claims_path}: claim {cid!r} appears twice; the directory mixes runs")
+            by_id[cid] = c
+            data.line_of[cid] = lineno
+    wanted = set(map(str, ids))
+    extra = [i for i in by_id if i not in wanted]
+    if extra:
+        raise UserError(f"{claims_path}: {len(extra)} claims are not in the run's claim set "
+                        f"(e.g. {extra[0]!r}); the directory mixes runs, use a fresh --output")
+    missing = [i for i in map(str, ids) if i not in by_id]
+    if missing:
+        raise UserError(f"{run_dir}: unfinished run ({len(missing)} of {len(ids)} claims missing, "
+                        f"e.g. {missing[0]!r}); {data.resume_hint} to finish it")
+    data.claims = [by_id[str(i)] for i in ids]
+    mpath = run_dir / METRICS
+    if mpath.is_file():
+        metrics = _read_json(mpath, "metrics")
+        src = metrics.get("computed_from")
+        if not isinstance(src, dict) or src.get("claims_sha256") != data.claims_sha256 \
+                or src.get("n_claims") != len(data.claims):
+            have = (f"{src.get('n_claims')} claims, sha256 {str(src.get('claims_sha256'))[:12]}"
+                    if isinstance(src, dict) else "no record of its source")
+            raise UserError(
+                f"{mpath} does not match {CLAIMS} (metrics: {have}; {CLAIMS}: {len(data.claims)} claims, "
+                f"sha256 {data.claims_sha256[:12]}); {data.resume_hint} to recompute it"
+            )
+        data.metrics = metrics
+    return data
 
 
 def append_run_log(run_dir: str | os.PathLike, entry: dict) -> None:

@@ -43,3 +43,23 @@ def checkcovid_records(shared_data: Path, n: int = 20, split: str = "covidCheck_
 def write_checkcovid(shared_data: Path, path: Path, n: int = 20) -> Path:
     save_records(checkcovid_records(shared_data, n), path)
     return path
+
+
+def seal_run(run_dir: Path, *, metrics: dict | None = None) -> Path:
+    """Make a hand-built run directory a finished run as `fae run` leaves it.
+
+    config.json gains the claim set (the ids of claims.jsonl, in file order) and,
+    when ``metrics`` is given, metrics.json records the claims.jsonl it describes.
+    """
+    from fae import runio
+
+    run_dir = Path(run_dir)
+    claims = runio.read_claims(run_dir / runio.CLAIMS)
+    cpath = run_dir / runio.CONFIG
+    config = json.loads(cpath.read_text(encoding="utf-8")) if cpath.is_file() else {}
+    config.update(runio.claim_set([str(c["id"]) for c in claims]))
+    runio.write_json_atomic(cpath, config)
+    if metrics is not None:
+        runio.write_json_atomic(run_dir / runio.METRICS,
+                                runio.stamp_metrics(metrics, run_dir / runio.CLAIMS, len(claims)))
+    return run_dir

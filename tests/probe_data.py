@@ -84,7 +84,9 @@ def make_run_dir(run_dir: Path, records_path: Path, records: list[dict], *, roun
         "records": str(records_path), "records_sha256": sha256(records_path),
         "model": model, "adapter": None, "rounds": rounds,
     }))
-    return run_dir
+    from fae_helpers import seal_run
+
+    return seal_run(run_dir)
 
 
 def make_lora_adapter(model_path: Path, out: Path, targets=("q_proj", "v_proj"), seed: int = 1) -> Path:

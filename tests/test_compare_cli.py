@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fae.cli import main
+from fae_helpers import seal_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,8 +41,7 @@ def write_run(path: Path, which: int, claims=CLAIMS, sha="abc123" * 10, rounds=2
     (path / "config.json").write_text(json.dumps({
         "records": "eval.jsonl", "records_sha256": sha, "model": f"tiny-{'sft' if which == 0 else 'real'}",
         "adapter": None, "rounds": rounds}))
-    (path / "metrics.json").write_text(json.dumps({"n_claims": len(claims), "rounds": rounds}))
-    return path
+    return seal_run(path, metrics={"n_claims": len(claims), "rounds": rounds})
 
 
 @pytest.fixture
@@ -143,12 +143,13 @@ def test_errors_are_clear(runs, tmp_path, capsys):
     lines = (bad / "claims.jsonl").read_text().splitlines()
     lines[2] = lines[2].replace('"cited": [1]', '"cited": "x"', 1)
     (bad / "claims.jsonl").write_text("\n".join(lines) + "\n")
+    (bad / "metrics.json").unlink()  # else refused first: metrics.json no longer matches claims.jsonl
     assert main(["compare", str(a), str(bad), "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "claims.jsonl:3: claim 'c3': field 'rounds[0].cited'" in err
     # not a run directory
     assert main(["compare", str(a), str(tmp_path / "nope"), "-o", str(tmp_path / "o")]) == 2
-    assert "not a directory" in capsys.readouterr().err
+    assert f"run directory {tmp_path / 'nope'} not found" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

@@ -78,6 +78,7 @@ def test_run_writes_consistent_claims_metrics_report(reference_run, cc_records):
             assert set(r["cited"]) <= set(r["pool_ids"]) and not set(r["hallucinated"]) & set(r["pool_ids"])
     assert len({c["rounds"][0]["raw_output"] for c in claims}) > 1  # answers depend on the prompt
     metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics.pop("computed_from")["n_claims"] == 20
     assert metrics == json.loads(json.dumps(compute_metrics(claims)))
     assert metrics["n_claims"] == 20 and metrics["rounds"] == 4
     assert metrics["model_calls"] + metrics["reused_calls"] == 20 * 5

@@ -105,7 +105,12 @@ def test_chunking_does_not_change_answers_and_writes_in_order():
     whole = ablate_chunk(recs, Scripted(), rounds=2)
     written = []
     stats = run_ablation(recs, Scripted(), 2, written.extend, chunk_size=3, progress=False)
-    assert written == whole
+    # a window smaller than the input takes claims by prompt length, and writes them in that order
+    assert sorted(written, key=lambda c: c["id"]) == sorted(whole, key=lambda c: c["id"])
+    assert [c["id"] for c in written] == ["r0", "r4", "r1", "r5", "r2", "r6", "r3"]
+    in_order = []
+    run_ablation(recs, Scripted(), 2, in_order.extend, chunk_size=len(recs), progress=False)
+    assert in_order == whole  # a window holding every claim: input order
     assert stats["claims"] == 7
     assert stats["model_calls"] + stats["reused_calls"] == 7 * 3
     assert stats["reused_calls"] == sum(r["reused"] for c in whole for r in c["rounds"])

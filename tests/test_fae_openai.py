@@ -80,7 +80,7 @@ def test_a_request_failing_for_good_stops_cleanly_and_the_rerun_resumes(records_
                                                                        capfd):
     monkeypatch.setenv(ENV, KEY)
     records = load_records(records_file)
-    doomed = records[5].claim
+    doomed = records[-1].claim  # the longest prompt: last into the window
     out = tmp_path / "run"
     with LocalOpenAIServer(faults=lambda b, a: "500" if claim_of(b) == " ".join(doomed.split()) else None,
                            api_key=KEY) as srv:
@@ -89,7 +89,9 @@ def test_a_request_failing_for_good_stops_cleanly_and_the_rerun_resumes(records_
     assert rc == 1
     assert "still failing after 2 retries" in err and "rerun the same command to resume" in err
     partial = read_claims(out / "claims.jsonl")
-    assert [c["id"] for c in partial] == [r.id for r in records[:4]]  # chunks before the failure, no fake answer
+    expected = {c["id"]: c for c in expected_claims(records_file, 4)}
+    assert partial and all(c == expected[c["id"]] for c in partial)  # finished claims kept, as they are
+    assert records[-1].id not in {c["id"] for c in partial}  # no fake answer for the failing claim
     assert not (out / "metrics.json").exists()
     with LocalOpenAIServer(api_key=KEY) as srv:
         assert fae_run(records_file, out, srv.base_url, "--chunk-size", "2", "--max-retries", "2") == 0
@@ -117,7 +119,7 @@ def test_wrong_key_fails_fast_without_retries_and_missing_env_is_clear(records_f
     assert f"environment variable {ENV}" in capfd.readouterr().err
 
 
-def test_limit_grows_and_shrinks_over_one_run_directory(records_file, tmp_path, monkeypatch, capfd):
+def test_limit_grows_and_a_smaller_limit_is_refused(records_file, tmp_path, monkeypatch, capfd):
     monkeypatch.setenv(ENV, KEY)
     out = tmp_path / "run"
     with LocalOpenAIServer(api_key=KEY) as srv:
@@ -125,10 +127,13 @@ def test_limit_grows_and_shrinks_over_one_run_directory(records_file, tmp_path, 
         assert fae_run(records_file, out, srv.base_url) == 0
         assert "9 claims to do (3 already in" in capfd.readouterr().err
         calls = len(srv.log)
-        assert fae_run(records_file, out, srv.base_url, "--limit", "5") == 0
-        assert len(srv.log) == calls  # nothing left to ask
+        # shrinking the claim set of a finished run is refused: it would leave 12 claims
+        # in claims.jsonl under metrics over 5 (docs/runs.md)
+        assert fae_run(records_file, out, srv.base_url, "--limit", "5") == 2
+        assert "claim set: 12 claims -> 5 claims" in capfd.readouterr().err
+        assert len(srv.log) == calls  # nothing asked
     assert len(read_claims(out / "claims.jsonl")) == 12
-    assert json.loads((out / "metrics.json").read_text())["n_claims"] == 5
+    assert json.loads((out / "metrics.json").read_text())["n_claims"] == 12
 
 
 def test_connection_error_names_endpoint_model_and_reason(tmp_path, monkeypatch):

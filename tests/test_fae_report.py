@@ -4,14 +4,15 @@ import json
 
 from fae.cli import main
 from fae.metrics import compute_metrics
+from fae_helpers import seal_run
 from test_fae_metrics import NEI, claim, ideal_claims, mixed_claims, rnd
 
 
 def write_run(d, claims, model):
     d.mkdir()
-    (d / "metrics.json").write_text(json.dumps(compute_metrics(claims)))
+    (d / "claims.jsonl").write_text("".join(json.dumps(c) + "\n" for c in claims))
     (d / "config.json").write_text(json.dumps({"backend": "hf", "model": model}))
-    return d
+    return seal_run(d, metrics=compute_metrics(claims))
 
 
 def test_table_rows_warning_and_plot(tmp_path):
@@ -36,6 +37,7 @@ def test_report_recomputes_from_claims_when_metrics_are_missing(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     (d / "claims.jsonl").write_text("".join(json.dumps(c) + "\n" for c in mixed_claims()))
+    seal_run(d)
     assert main(["report", str(d), "--output", str(tmp_path / "r"), "--names", "M"]) == 0
     assert "| M | 40.00 |" in (tmp_path / "r" / "report.md").read_text()
     assert main(["report", str(tmp_path / "missing"), "--output", str(tmp_path / "r")]) == 2

@@ -48,15 +48,22 @@ def test_merge_orders_by_record_dedups_and_removes_shards(tmp_path):
 
 
 def test_resume_refuses_a_run_with_other_settings(tmp_path):
-    cfg = {"records_sha256": "x", "backend": "hf", "model": "m", "adapter": None, "rounds": 4,
-           "decoding": {"greedy": True, "max_new_tokens": 64}, "command": "fae run a"}
-    assert runio.check_resume(tmp_path, cfg) is None
+    cfg = {"records_sha256": "x", "backend": "hf", "model": "m", "adapter": None, "adapter_sha256": None,
+           "rounds": 4, "decoding": {"greedy": True, "max_new_tokens": 64}, "prompt_format_version": 1,
+           "command": "fae run a", **runio.claim_set(["a", "b"])}
+    with pytest.raises(UserError, match="no config.json"):  # orphan answers
+        runio.check_resume(tmp_path, cfg)
     runio.write_json_atomic(tmp_path / "config.json", cfg)
     assert runio.check_resume(tmp_path, dict(cfg, command="fae run b"))["command"] == "fae run a"
     with pytest.raises(UserError, match=r"rounds: 4 -> 2; decoding: "):
         runio.check_resume(tmp_path, dict(cfg, rounds=2, decoding={"greedy": True, "max_new_tokens": 8}))
     with pytest.raises(UserError, match="records_sha256"):
         runio.check_resume(tmp_path, dict(cfg, records_sha256="y"))
+    with pytest.raises(UserError, match="prompt_format_version: 1 -> 2"):
+        runio.check_resume(tmp_path, dict(cfg, prompt_format_version=2))
+    with pytest.raises(UserError, match="claim set: 2 claims -> 1 claims"):
+        runio.check_resume(tmp_path, {**cfg, **runio.claim_set(["a"])})
+    assert runio.check_resume(tmp_path, {**cfg, **runio.claim_set(["a", "b", "c"])})  # grows: extended
 
 
 # ---------------------------------------------------------------------------

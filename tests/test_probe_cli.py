@@ -49,7 +49,7 @@ def test_fae_run_then_probe_then_report(tiny_llama, tmp_path, capsys):
     lora = _probe(run_dir, tiny_llama, tmp_path / "p_lora", "--adapter", str(adapter))
     out = tmp_path / "p_base"
     assert {p.name for p in out.iterdir()} == {"dirk.json", "dirk_claims.jsonl",
-                                              "states.safetensors"}
+                                              "states.safetensors", ".lock"}  # .lock: the writer lock
 
     # Summary: rounds 1..3; the silent claim c4 never changes its pool -> undefined.
     assert [r["round"] for r in base["rounds"]] == [1, 2, 3]

@@ -125,7 +125,8 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
         run_dir = out / "runs" / variant
         _cli(fae, ["run", "--records", str(test_path), "--output", str(run_dir), "--backend", "hf",
                    "--model", str(base), "--adapter", str(out / "models" / variant), "--rounds", "4",
-                   "--batch-size", "32", "--max-new-tokens", "16", "--no-progress"])
+                   "--batch-size", "32", "--max-new-tokens", "16", "--no-progress",
+                   "--chunk-size", "256"])  # all test claims in one window: the measured batches
         _stage(f"{variant}: fae probe (DirK)", t0)
         _cli(fae, ["probe", "--run", str(run_dir), "--model", str(base), "--adapter", str(out / "models" / variant),
                    "--output", str(out / "probes" / variant), "--bootstrap", str(size.bootstrap),
