@@ -249,7 +249,8 @@ def run_ablation(
             if len(outputs) != len(prompts):
                 raise RuntimeError(f"backend returned {len(outputs)} answers for {len(prompts)} prompts")
             for (claim, pool), r, raw in zip(todo, steps, outputs):
-                claim.rounds.append(make_round(r, pool, raw if isinstance(raw, str) else ""))
+                answer = as_generation(raw)
+                claim.rounds.append(make_round(r, pool, answer.text, answer.truncated))
                 bars.update(r, 1)
     finally:
         bars.close()

@@ -22,7 +22,7 @@ from fae import metrics as M
 from fae.backends import Backend, Generation, as_generation, register
 from fae.cli import main
 from fae.runio import read_claims
-from fae_helpers import checkcovid_records
+from fae_helpers import checkcovid_records, seal_run
 from openai_server import LocalOpenAIServer
 from test_compare_cli import CLAIMS, write_run
 from test_fae_metrics import NEI, claim, mixed_claims, rnd
@@ -154,16 +154,22 @@ def test_defined_scores_have_no_reason_and_rates_are_hand_computed():
     assert m["truncated_rate"] == [0.25, 0.25, 0.25]
 
 
+def _write_claims(run_dir, claims):
+    (run_dir / "claims.jsonl").write_text("".join(json.dumps(c) + "\n" for c in claims))
+
+
 def test_report_shows_na_with_reason_and_answer_rates(tmp_path):
     d = tmp_path / "bad"
     d.mkdir()
     old = M.compute_metrics(all_invalid_claims())
     # a metrics.json written by the old code: IO = 1.0 and no reasons; it must not show as 100
     old = {k: v for k, v in old.items() if not k.endswith("_reason")} | {"IO": 1.0}
-    (d / "metrics.json").write_text(json.dumps(old))
+    _write_claims(d, all_invalid_claims())
+    seal_run(d, metrics=old)
     good = tmp_path / "good"
     good.mkdir()
-    (good / "metrics.json").write_text(json.dumps(M.compute_metrics(mixed_claims())))
+    _write_claims(good, mixed_claims())
+    seal_run(good, metrics=M.compute_metrics(mixed_claims()))
     assert main(["report", str(d), str(good), "--output", str(tmp_path / "r")]) == 0
     md = (tmp_path / "r" / "report.md").read_text()
     assert "| bad | 0.00 | 0.00 | 0.00 | 0.00 | 0.00 | n/a | n/a | n/a |" in md
