@@ -127,9 +127,10 @@ def check_resume(checkpoint: str, current: dict, *, max_steps: int, allow_change
     step = int(state.get("global_step") or 0)
     if max_steps > 0 and max_steps <= step:
         raise UserError(
-            f"cannot resume {checkpoint}: it is at step {step} and max_steps is {max_steps}, so the run is already "
-            f"past its end; raise max_steps above {step}, or pass --start_over true to train from scratch "
-            "(deletes the checkpoints in output_dir)"
+            f"cannot resume {checkpoint}: it is at step {step} and max_steps is {max_steps}, so nothing is left to "
+            "train (the Trainer would go on past max_steps on the old learning-rate schedule); raise max_steps above "
+            f"{step} (with --resume_with_changes true), use a new output_dir, or pass --start_over true to train "
+            "from scratch (deletes the checkpoints in output_dir)"
         )
     stored = stored_definition(state)
     if stored is None:
