@@ -654,7 +654,11 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
         step = json.loads((Path(resume) / "trainer_state.json").read_text()).get("global_step")
         note._set(resume, step)
         acc.print(f"real-train: resuming from {resume} (global step {step})")
-    result = trainer.train(resume_from_checkpoint=resume)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except KeyboardInterrupt:  # (and SIGTERM): end tqdm's bar line so the one-line note starts a line
+        print(file=sys.stderr, flush=True)
+        raise
     set_interrupt_note(f"training finished but saving the final adapter to {training_args.output_dir} was cut "
                        f"short; run again to resume from the last checkpoint: {again}")
 
