@@ -78,9 +78,9 @@ class InterruptNote(TrainerCallback):
     def __init__(self, output_dir: str, resume_command: str, start: str | None):
         self.output_dir = output_dir
         self.resume_command = resume_command
-        self._set(start)
+        self.show(start)
 
-    def _set(self, checkpoint: str | None, step: int | None = None):
+    def show(self, checkpoint: str | None, step: int | None = None):
         if checkpoint:
             kept = f"kept checkpoint {checkpoint}" + (f" (step {step})" if step is not None else "")
             set_interrupt_note(f"{kept}; resume with: {self.resume_command}")
@@ -89,7 +89,7 @@ class InterruptNote(TrainerCallback):
                                f"start again with: {self.resume_command}")
 
     def on_save(self, args, state, control, **kwargs):
-        self._set(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), state.global_step)
+        self.show(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), state.global_step)
 
 
 def resume_command(argv: list[str]) -> str:

@@ -652,7 +652,7 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
     )
     if resume:
         step = json.loads((Path(resume) / "trainer_state.json").read_text()).get("global_step")
-        note._set(resume, step)
+        note.show(resume, step)
         acc.print(f"real-train: resuming from {resume} (global step {step})")
     try:
         result = trainer.train(resume_from_checkpoint=resume)

@@ -287,6 +287,8 @@ def test_resume_refuses_a_different_or_finished_run(cc, tmp_path, capsys):
     assert results["resumed_from"] == str(out / "checkpoint-2")
     state = json.loads((out / "trainer_state.json").read_text())
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4]
+    lr = {e["step"]: e["learning_rate"] for e in state["log_history"] if "loss" in e}
+    assert lr[3] > 0  # the linear schedule now ends at step 4, not at the old max_steps 2
 
     # start over: the earlier checkpoints are gone, training restarts at step 1
     assert rt.main(_base(cc, out) + ["--max_steps", "1", "--save_steps", "1", "--start_over", "true"]) == 0
