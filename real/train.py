@@ -635,9 +635,7 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
     import yaml
 
     again = resume_checks.resume_command(list(sys.argv[1:] if argv is None else argv))
-    set_interrupt_note(f"no checkpoint saved yet in {training_args.output_dir} (nothing kept); "
-                       f"start again with: {again}")
-    note = resume_checks.InterruptNote(training_args.output_dir, again, None)
+    note = resume_checks.InterruptNote(training_args.output_dir, again, None)  # sets the Ctrl-C line
     run = build_trainer(script_args, training_args, model_args, callbacks=[note])
     trainer, tokenizer, resume, global_batch = run.trainer, run.tokenizer, run.resume, run.global_batch
     data_info, eos_ids = run.data_info, run.eos_ids

@@ -342,6 +342,32 @@ def test_second_writer_stops_naming_the_holder(cc, tmp_path, capsys):
         holder.wait()
 
 
+@pytest.mark.slow
+def test_two_process_launch_stops_on_every_rank_when_the_lock_is_held(cc, tmp_path):
+    from conftest import free_port
+
+    out = tmp_path / "o"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from data_prep.runlock import RunLock; "
+         f"RunLock({str(out)!r}, 'real-train', is_dir=True).acquire(); print('held', flush=True); time.sleep(120)"],
+        cwd=REPO, env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        accelerate = str(Path(sys.executable).with_name("accelerate"))
+        p = subprocess.run([accelerate, "launch", "-q", "--config_file", "accelerate_configs/cpu_2proc.yaml",
+                            "--main_process_port", str(free_port()), "-m", "real.train", *_base(cc, out)],
+                           cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert p.returncode != 0
+    refusals = [ln for ln in p.stderr.splitlines() if ln.startswith("real-train: error:")]
+    assert len(refusals) == 1 and f"in use by real-train (pid {holder.pid}" in refusals[0], p.stderr[-3000:]
+    # no rank went on to measure, load or train
+    assert "Measuring pair lengths" not in p.stderr + p.stdout and "world size" not in p.stdout
+    assert sorted(f.name for f in out.iterdir()) == [".lock"]
+
+
 def _start_training(cc, out) -> subprocess.Popen:
     cmd = [REAL_TRAIN, *_base(cc, out), "--max_steps", "400", "--save_steps", "1", "--save_total_limit", "2",
            "--logging_steps", "50"]
