@@ -41,7 +41,7 @@ def known_keys(dataclass_types) -> set[str]:
     return keys
 
 
-def _key_lines(text: str) -> dict[str, int]:
+def key_lines(text: str) -> dict[str, int]:
     """Line (1-based) of each top-level key, for messages."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -158,7 +158,7 @@ def load_recipe(path: str | os.PathLike, dataclass_types) -> dict:
     config = load_yaml(p)  # missing file, directory, non-UTF-8, invalid YAML, key given twice
     if not isinstance(config, dict):
         raise UserError(f"recipe {p} must be a YAML mapping of argument names to values")
-    lines = _key_lines(p.read_text(encoding="utf-8"))
+    lines = key_lines(p.read_text(encoding="utf-8"))
     keys = known_keys(dataclass_types)
     for k in config:
         if k not in keys:

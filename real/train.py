@@ -155,7 +155,7 @@ def parse_args(argv: list[str] | None = None):
         if "--config" in rest:
             raise UserError("--config is given twice; pass one recipe and override values with --name value")
         config = check_recipe(recipe)
-        recipe_lines = recipe_checks._key_lines(Path(recipe).read_text(encoding="utf-8"))
+        recipe_lines = recipe_checks.key_lines(Path(recipe).read_text(encoding="utf-8"))
         for key, value in (config.pop("env", None) or {}).items():
             os.environ[str(key)] = str(value)
         parser.set_defaults_with_config(**config)
@@ -164,7 +164,7 @@ def parse_args(argv: list[str] | None = None):
     except ValueError as exc:  # dataclass __post_init__ checks (e.g. fp16 and bf16 together), unused arguments
         raise UserError(str(exc).splitlines()[0]) from None
     model_args.lora_target_modules = recipe_checks.normalize_target_modules(model_args.lora_target_modules)
-    cli_keys = {a[2:].split("=", 1)[0] for a in rest if a.startswith("--")}
+    cli_keys = {a[2:].split("=", 1)[0].replace("-", "_") for a in rest if a.startswith("--")}
     recipe_checks.check_ranges(script_args, training_args, model_args, recipe=recipe, recipe_keys=recipe_lines,
                                cli_keys=cli_keys)
     return script_args, training_args, model_args
