@@ -403,3 +403,19 @@ def test_signal_mid_training_says_what_was_kept(sig, code, word, cc, tmp_path, c
     kept, step = Path(m.group(1)), int(m.group(2))
     assert kept.parent == out and json.loads((kept / "trainer_state.json").read_text())["global_step"] == step >= 2
     assert f"--output_dir {out}" in m.group(3) and "--max_steps 400" in m.group(3)
+
+
+def test_merge_refuses_an_adapter_of_another_base(tiny_llama, tmp_path, capsys):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from real.tiny_models import build_tiny_model
+
+    adapter = tmp_path / "adapter"
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama), lora).save_pretrained(adapter)
+    other = build_tiny_model(tmp_path / "other-base", "llama", hidden_size=32, intermediate_size=64)
+    rc = real_merge(["--adapter", str(adapter), "--base", str(other), "--output", str(tmp_path / "merged")])
+    line = _one_error_line(capsys.readouterr().err, "real-merge")
+    assert rc == 2 and "does not fit base model" in line and "--base" in line, line
+    assert not (tmp_path / "merged").exists()
