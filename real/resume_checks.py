@@ -5,8 +5,11 @@ below the checkpoint's step it trains past the new limit on the old LR
 schedule, and with another learning rate, batch, LoRA rank or data it silently
 continues a different run. Each checkpoint therefore carries the settings that
 define its run (a stateful Trainer callback, stored in ``trainer_state.json``),
-and a resume is refused when they differ, naming each difference, unless the
-user asks for it (``resume_with_changes``) or starts over (``start_over``).
+and a resume is refused when they differ, naming each difference. Settings
+the checkpoint's optimizer and scheduler state would override (learning rate,
+schedule, steps, batch, LoRA shapes) can only change by starting over
+(``start_over``); the others (data, seed, max_length, ...) also with
+``resume_with_changes``.
 """
 
 from __future__ import annotations
@@ -116,6 +119,14 @@ def stored_definition(state: dict) -> dict | None:
     return (cb or {}).get("args", {}).get("settings") if isinstance(cb, dict) else None
 
 
+# Settings a resume cannot change: the Trainer restores the checkpoint's optimizer and LR scheduler (a new
+# learning rate, schedule, warm-up or max_steps is silently ignored: measured, the LR of a linear schedule stays
+# at the old end), the adapter's shapes, and the data order of its batch size.
+FIXED_ON_RESUME = ("model", "use_peft", "lora_r", "lora_alpha", "lora_target_modules", "learning_rate",
+                   "lr_scheduler_type", "warmup_steps", "optim", "weight_decay", "global_batch_size",
+                   "per_device_train_batch_size", "num_train_epochs", "max_steps")
+
+
 def definition_differences(stored: dict, current: dict) -> list[str]:
     keys = [k for k in current if k in stored] + [k for k in stored if k not in current]
     return [f"{k} {stored.get(k)!r} -> {current.get(k)!r}" for k in keys if stored.get(k) != current.get(k)]
@@ -136,11 +147,19 @@ def check_resume(checkpoint: str, current: dict, *, max_steps: int, allow_change
     if stored is None:
         return step, []  # a checkpoint of an older real-train: nothing stored to compare
     diffs = definition_differences(stored, current)
+    fixed = [d for d in diffs if d.split(" ", 1)[0] in FIXED_ON_RESUME]
+    if fixed:
+        raise UserError(
+            f"cannot resume {checkpoint}: its run was defined with other settings ({'; '.join(fixed)}), and a "
+            "resume keeps the checkpoint's optimizer, learning-rate schedule and adapter shapes, so these cannot "
+            "change; use a new output_dir, or pass --start_over true to train from scratch (deletes the "
+            "checkpoints in output_dir)"
+        )
     if diffs and not allow_changes:
         raise UserError(
             f"cannot resume {checkpoint}: its run was defined with other settings ({'; '.join(diffs)}); "
-            "use a new output_dir, pass --start_over true to train from scratch (deletes the checkpoints), or "
-            "--resume_with_changes true to continue with the new settings"
+            "pass --resume_with_changes true to continue it with the new settings, --start_over true to train "
+            "from scratch (deletes the checkpoints), or use a new output_dir"
         )
     return step, diffs
 

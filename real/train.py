@@ -82,8 +82,9 @@ class RealScriptArguments(ScriptArguments):
     )
     resume_with_changes: bool = field(
         default=False,
-        metadata={"help": "Resume the last checkpoint even though settings that define the run (data, model, "
-                  "learning rate, schedule, batch, epochs/max_steps, LoRA) differ from its own."},
+        metadata={"help": "Resume the last checkpoint even though its data, variant, seed, max_length, "
+                  "drop_overlong or lora_dropout differ from the new settings. (Model, learning rate, schedule, "
+                  "batch, epochs/max_steps and LoRA shapes cannot change on resume: use start_over.)"},
     )
 
 

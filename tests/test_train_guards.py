@@ -265,30 +265,31 @@ def test_drop_overlong_trains_on_the_pairs_that_fit_and_says_so(cc, tmp_path, ca
 @pytest.mark.slow
 def test_resume_refuses_a_different_or_finished_run(cc, tmp_path, capsys):
     out = tmp_path / "o"
-    first = _base(cc, out) + ["--max_steps", "2", "--save_steps", "1"]
-    assert rt.main(first) == 0
+    steps = ["--max_steps", "4", "--save_steps", "2"]
+    assert rt.main(_base(cc, out) + steps) == 0
     capsys.readouterr()
-    assert (out / "checkpoint-2" / "trainer_state.json").is_file()
 
-    # max_steps at or below the checkpoint's step: nothing left to train
-    assert rt.main(first) == 2
+    # finished at step 4: relaunching it has nothing left to train
+    assert rt.main(_base(cc, out) + steps) == 2
     line = _one_error_line(capsys.readouterr().err)
-    assert "it is at step 2 and max_steps is 2" in line and "--start_over true" in line
+    assert "it is at step 4 and max_steps is 4" in line and "--start_over true" in line
 
-    # other settings that define the run: named, refused
-    assert rt.main(_base(cc, out) + ["--max_steps", "4", "--save_steps", "1", "--learning_rate", "1e-3"]) == 2
+    shutil.rmtree(out / "checkpoint-4")  # as if killed after step 2: resume from checkpoint-2
+    # settings the checkpoint's optimizer and LR schedule would override: refused, even when asked
+    for extra in ([], ["--resume_with_changes", "true"]):
+        assert rt.main(_base(cc, out) + ["--max_steps", "6", "--save_steps", "2", "--learning_rate", "1e-3",
+                                         *extra]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert "learning_rate 0.0001 -> 0.001; max_steps 4 -> 6" in line and "cannot change" in line
+    # other settings: named, refused unless asked for
+    assert rt.main(_base(cc, out) + steps + ["--seed", "7"]) == 2
     line = _one_error_line(capsys.readouterr().err)
-    assert "learning_rate 0.0001 -> 0.001" in line and "max_steps 2 -> 4" in line
-    assert "--resume_with_changes true" in line
-
-    # asked for: resumes from step 2 to 4
-    assert rt.main(_base(cc, out) + ["--max_steps", "4", "--save_steps", "1", "--resume_with_changes", "true"]) == 0
+    assert "(seed 42 -> 7)" in line and "--resume_with_changes true" in line
+    assert rt.main(_base(cc, out) + steps + ["--seed", "7", "--resume_with_changes", "true"]) == 0
     results = json.loads((out / "train_results.json").read_text())
     assert results["resumed_from"] == str(out / "checkpoint-2")
-    state = json.loads((out / "trainer_state.json").read_text())
-    assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4]
-    lr = {e["step"]: e["learning_rate"] for e in state["log_history"] if "loss" in e}
-    assert lr[3] > 0  # the linear schedule now ends at step 4, not at the old max_steps 2
+    log = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
+    assert [e["step"] for e in log] == [1, 2, 3, 4]
 
     # start over: the earlier checkpoints are gone, training restarts at step 1
     assert rt.main(_base(cc, out) + ["--max_steps", "1", "--save_steps", "1", "--start_over", "true"]) == 0
@@ -304,16 +305,19 @@ def test_resume_check_units(tmp_path):
 
     ck = tmp_path / "checkpoint-5"
     ck.mkdir()
-    settings_ = {"model": "m", "learning_rate": 1e-4, "lora_r": 16, "max_steps": 10}
+    settings_ = {"model": "m", "data_sha256": "a", "learning_rate": 1e-4, "lora_r": 16, "max_steps": 10}
     (ck / "trainer_state.json").write_text(json.dumps(
         {"global_step": 5, "stateful_callbacks": {"RunDefinition": {"args": {"settings": settings_},
                                                                     "attributes": {}}}}))
     assert check_resume(str(ck), dict(settings_), max_steps=10, allow_changes=False) == (5, [])
     with pytest.raises(UserError, match="at step 5 and max_steps is 5"):
         check_resume(str(ck), dict(settings_, max_steps=5), max_steps=5, allow_changes=True)
-    with pytest.raises(UserError, match=r"model 'm' -> 'other'; lora_r 16 -> 8"):
-        check_resume(str(ck), dict(settings_, lora_r=8, model="other"), max_steps=10, allow_changes=False)
-    assert check_resume(str(ck), dict(settings_, lora_r=8), max_steps=10, allow_changes=True) == (5, ["lora_r 16 -> 8"])
+    with pytest.raises(UserError, match=r"model 'm' -> 'other'; lora_r 16 -> 8\), and a resume keeps"):
+        check_resume(str(ck), dict(settings_, lora_r=8, model="other"), max_steps=10, allow_changes=True)
+    with pytest.raises(UserError, match=r"\(data_sha256 'a' -> 'x'\); pass --resume_with_changes true"):
+        check_resume(str(ck), dict(settings_, data_sha256="x"), max_steps=10, allow_changes=False)
+    assert check_resume(str(ck), dict(settings_, data_sha256="x"), max_steps=10, allow_changes=True) == (
+        5, ["data_sha256 'a' -> 'x'"])
 
 
 # ---------------------------------------------------------------------------
