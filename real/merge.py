@@ -29,9 +29,13 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
 
     ad = Path(adapter)
     cfg_path = ad / "adapter_config.json"
+    if ad.exists() and not ad.is_dir():
+        raise UserError(f"adapter {adapter!r} is a file; give the adapter directory written by real-train")
     if not cfg_path.is_file():
         raise UserError(f"{adapter!r} has no adapter_config.json, so it is not a LoRA adapter directory")
     out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output {output!r} is a file; give a directory for the merged model")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise UserError(f"output directory {output!r} is not empty (pass --overwrite to replace it)")
     base = base or json.loads(cfg_path.read_text()).get("base_model_name_or_path")
@@ -46,7 +50,12 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
         model = AutoModelForCausalLM.from_pretrained(base, **kwargs)
     except OSError as exc:
         raise UserError(f"could not load base model {base!r} ({str(exc).splitlines()[0]})") from None
-    model = PeftModel.from_pretrained(model, str(ad)).merge_and_unload()
+    try:
+        model = PeftModel.from_pretrained(model, str(ad)).merge_and_unload()
+    except (RuntimeError, ValueError, KeyError) as exc:  # shapes or module names of another base model
+        raise UserError(f"adapter {adapter!r} does not fit base model {base!r} "
+                        f"({str(exc).strip().splitlines()[0][:300]}); pass the base it was trained on with --base") \
+            from None
 
     tok_src = ad if (ad / "tokenizer_config.json").is_file() else Path(base)
     tokenizer = AutoTokenizer.from_pretrained(str(tok_src), trust_remote_code=trust_remote_code)

@@ -26,7 +26,6 @@ rows; the split is ``dataset_train_split`` (default ``train``).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import logging
@@ -38,7 +37,9 @@ from pathlib import Path
 
 from trl import ModelConfig, ScriptArguments, SFTConfig
 
-from data_prep._dispatch import UserError
+from data_prep._dispatch import UserError, set_interrupt_note
+from real import recipe_checks, resume_checks
+from real.pair_lengths import enforce_max_length
 
 logger = logging.getLogger("real.train")
 
@@ -67,6 +68,23 @@ class RealScriptArguments(ScriptArguments):
             "`variant` column of the pairs dataset. Also written to the model card.",
             "choices": list(VARIANT_NAMES),
         },
+    )
+    drop_overlong: bool = field(
+        default=False,
+        metadata={"help": "Train without the pairs longer than max_length tokens (counted in the model card) "
+                  "instead of refusing the dataset. TRL would otherwise truncate them and silently drop those "
+                  "whose answer is cut off."},
+    )
+    start_over: bool = field(
+        default=False,
+        metadata={"help": "Do not resume: delete the checkpoints and results of the earlier run in output_dir "
+                  "and train from step 0."},
+    )
+    resume_with_changes: bool = field(
+        default=False,
+        metadata={"help": "Resume the last checkpoint even though its data, variant, seed, max_length, "
+                  "drop_overlong or lora_dropout differ from the new settings. (Model, learning rate, schedule, "
+                  "batch, epochs/max_steps and LoRA shapes cannot change on resume: use start_over.)"},
     )
 
 
@@ -98,7 +116,13 @@ DATACLASSES = (RealScriptArguments, RealSFTConfig, ModelConfig)
 def make_parser():
     from trl import TrlParser
 
-    return TrlParser(DATACLASSES, prog="real-train")
+    parser = TrlParser(DATACLASSES, prog="real-train")
+
+    def error(message: str):  # argparse would print the whole (huge) usage first
+        raise UserError(message)
+
+    parser.error = error
+    return parser
 
 
 # ---------------------------------------------------------------------------
@@ -106,52 +130,45 @@ def make_parser():
 # ---------------------------------------------------------------------------
 
 def known_keys() -> set[str]:
-    keys = {"env"}
-    for dc in DATACLASSES:
-        keys |= {f.name for f in dataclasses.fields(dc) if f.init}
-    return keys
+    return recipe_checks.known_keys(DATACLASSES)
 
 
 def check_recipe(path: str | os.PathLike) -> dict:
-    """Load a recipe YAML and reject unknown keys with a did-you-mean hint."""
-    import yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"recipe {str(p)!r} does not exist")
-    try:
-        config = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise UserError(f"recipe {p}{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(config, dict):
-        raise UserError(f"recipe {p} must be a YAML mapping of argument names to values")
-    keys = known_keys()
-    unknown = [k for k in config if k not in keys]
-    if unknown:
-        k = unknown[0]
-        close = difflib.get_close_matches(str(k), sorted(keys), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise UserError(
-            f"recipe {p}: unknown key {k!r}{hint}; keys must be fields of ScriptArguments, SFTConfig or ModelConfig"
-        )
-    return config
+    """Strictly load a recipe YAML: unknown keys (did-you-mean), keys given twice, values of the wrong type."""
+    return recipe_checks.load_recipe(path, DATACLASSES)
 
 
 def parse_args(argv: list[str] | None = None):
-    """(script_args, training_args, model_args); defaults < YAML < CLI."""
+    """(script_args, training_args, model_args); defaults < YAML < CLI.
+
+    The recipe is read here (strictly) rather than by ``TrlParser``, whose
+    ``yaml.safe_load`` keeps the last of two equal keys; its values become the
+    parser's defaults exactly as ``TrlParser.parse_args_and_config`` does.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = make_parser()
+    recipe, recipe_lines, rest = None, {}, argv
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
             raise UserError("--config needs a recipe path")
-        check_recipe(argv[i + 1])
-    parser = make_parser()
+        recipe, rest = argv[i + 1], argv[:i] + argv[i + 2:]
+        if "--config" in rest:
+            raise UserError("--config is given twice; pass one recipe and override values with --name value")
+        config = check_recipe(recipe)
+        recipe_lines = recipe_checks.key_lines(Path(recipe).read_text(encoding="utf-8"))
+        for key, value in (config.pop("env", None) or {}).items():
+            os.environ[str(key)] = str(value)
+        parser.set_defaults_with_config(**config)
     try:
-        return parser.parse_args_and_config(argv)
-    except ValueError as exc:  # dataclass __post_init__ checks (e.g. fp16 and bf16 together)
+        script_args, training_args, model_args = parser.parse_args_into_dataclasses(args=rest)
+    except ValueError as exc:  # dataclass __post_init__ checks (e.g. fp16 and bf16 together), unused arguments
         raise UserError(str(exc).splitlines()[0]) from None
+    model_args.lora_target_modules = recipe_checks.normalize_target_modules(model_args.lora_target_modules)
+    cli_keys = {a[2:].split("=", 1)[0].replace("-", "_") for a in rest if a.startswith("--")}
+    recipe_checks.check_ranges(script_args, training_args, model_args, recipe=recipe, recipe_keys=recipe_lines,
+                               cli_keys=cli_keys)
+    return script_args, training_args, model_args
 
 
 # ---------------------------------------------------------------------------
@@ -205,10 +222,16 @@ def check_variant(ds, variant: str | None, path: str) -> dict:
     return info
 
 
+def _is_data_file(f: Path, root: Path) -> bool:
+    # `datasets` writes map/filter caches (cache-*.arrow) beside the data; they are not the data.
+    rel = f.relative_to(root)
+    return f.is_file() and not f.name.startswith("cache-") and not any(part.startswith(".") for part in rel.parts)
+
+
 def data_fingerprint(path: str) -> str:
-    """sha256 over the dataset's files (sorted by relative path), for the model card."""
+    """sha256 over the dataset's files (sorted by relative path), for the model card and resume checks."""
     p = Path(path).expanduser()
-    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file())
+    files = [p] if p.is_file() else sorted(f for f in p.rglob("*") if _is_data_file(f, p))
     h = hashlib.sha256()
     for f in files:
         h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode())
@@ -230,6 +253,8 @@ def check_model_path(name: str | None) -> str:
         raise UserError("no base model: set model_name_or_path in the recipe or pass --model_name_or_path")
     p = Path(name).expanduser()
     if p.exists():
+        if not p.is_dir():
+            raise UserError(f"base model path {name!r} is a file; give the model's directory (with config.json)")
         if not (p / "config.json").is_file():
             raise UserError(f"base model path {name!r} has no config.json, so it is not a saved model")
         return str(p)
@@ -277,22 +302,29 @@ def ensure_pad_token(tokenizer) -> str:
     return tokenizer.pad_token
 
 
-def load_model_and_tokenizer(model_args: ModelConfig, training_args: RealSFTConfig):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from accelerate import PartialState
-    from trl import get_quantization_config
+def load_tokenizer(model_args: ModelConfig, training_args: RealSFTConfig):
+    from transformers import AutoTokenizer
 
     name = check_model_path(model_args.model_name_or_path)
-    common = dict(revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, **common)
+        tokenizer = AutoTokenizer.from_pretrained(name, revision=model_args.model_revision,
+                                                  trust_remote_code=training_args.trust_remote_code)
     except OSError as exc:
         raise UserError(f"could not load the tokenizer of {name!r} ({str(exc).splitlines()[0]})") from None
     if not tokenizer.chat_template:
         raise UserError(f"the tokenizer of {name!r} has no chat template; use an instruct model")
     ensure_pad_token(tokenizer)
+    return tokenizer
 
+
+def load_model(model_args: ModelConfig, training_args: RealSFTConfig):
+    import torch
+    from transformers import AutoModelForCausalLM
+    from accelerate import PartialState
+    from trl import get_quantization_config
+
+    name = check_model_path(model_args.model_name_or_path)
+    common = dict(revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code)
     dtype = model_args.dtype
     if training_args.use_cpu and dtype in ("bfloat16", "float16"):
         logger.warning("training on CPU: loading the model in float32 instead of %s", dtype)
@@ -309,7 +341,12 @@ def load_model_and_tokenizer(model_args: ModelConfig, training_args: RealSFTConf
         model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except OSError as exc:
         raise UserError(f"could not load base model {name!r} ({str(exc).splitlines()[0]})") from None
-    return model, tokenizer
+    return model
+
+
+def load_model_and_tokenizer(model_args: ModelConfig, training_args: RealSFTConfig):
+    tokenizer = load_tokenizer(model_args, training_args)
+    return load_model(model_args, training_args), tokenizer
 
 
 # ---------------------------------------------------------------------------
@@ -394,6 +431,9 @@ def model_card(*, base_model, variant, data_path, data_info, data_sha, args, mod
         f"- path: `{data_path}`",
         f"- sha256: `{data_sha}`",
         f"- pairs: {data_info.get('pairs')}" + (f" ({', '.join(f'{k}: {n}' for k, n in sorted(data_info.get('by_kind', {}).items()))})" if data_info.get("by_kind") else ""),
+        f"- pairs trained on: {metrics.get('train_samples', data_info.get('pairs'))}"
+        + (f" ({data_info['dropped_overlong']} longer than max_length {args.max_length} tokens dropped "
+           "with drop_overlong)" if data_info.get("dropped_overlong") else ""),
         "",
         "## Hyper-parameters",
         "",
@@ -442,13 +482,89 @@ class Run:
     eos_ids: list
     resume: str | None
     global_batch: int
+    data_sha: str | None = None
 
 
-def build_trainer(script_args: RealScriptArguments, training_args: RealSFTConfig, model_args: ModelConfig) -> Run:
-    """Check inputs (cheap checks first), load data and model, build the SFTTrainer."""
+def _on_main_then_share(training_args, fn):
+    """Run ``fn`` on the main process only and give its result (or its refusal) to every rank.
+
+    The other ranks wait at the broadcast, so none races ahead of the main
+    process's lock / resume decision; a refusal stops them too (quietly: the
+    main process prints the line).
+    """
+    import torch.distributed as dist
+
+    is_main = training_args.process_index == 0
+    outcome = [None, None]
+    if is_main:
+        try:
+            outcome = [fn(), None]
+        except UserError as exc:
+            outcome = [None, (str(exc), exc.exit_code)]
+            if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+                raise
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(outcome, src=0)
+    result, error = outcome
+    if error is not None:
+        if is_main:
+            raise UserError(error[0])
+        raise SystemExit(error[1])
+    return result
+
+
+def check_output_paths(training_args) -> None:
+    out = Path(training_args.output_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output_dir {str(out)!r} is a file; give a directory for the adapter and checkpoints")
+    resume = training_args.resume_from_checkpoint
+    if resume and not Path(resume).is_dir():
+        what = "a file" if Path(resume).exists() else "missing"
+        raise UserError(f"resume_from_checkpoint {resume!r} is {what}, not a checkpoint directory")
+
+
+def check_target_modules(model_args, training_args) -> None:
+    """LoRA targets that select no module stop here, from the config alone (no weights load)."""
+    if not model_args.use_peft:
+        return
+    names = recipe_checks.model_module_names(check_model_path(model_args.model_name_or_path),
+                                             revision=model_args.model_revision,
+                                             trust_remote_code=training_args.trust_remote_code)
+    if names is not None:
+        problem = recipe_checks.target_module_problem(model_args.lora_target_modules, names)
+        if problem:
+            raise UserError(problem)
+
+
+def choose_start(script_args, training_args, definition: dict) -> tuple[str | None, int]:
+    """(checkpoint to resume or None, its step): main process only, under the lock."""
+    out = training_args.output_dir
+    explicit = training_args.resume_from_checkpoint
+    if script_args.start_over:
+        if explicit:
+            raise UserError("start_over and resume_from_checkpoint contradict each other; pass one of them")
+        removed = resume_checks.clear_previous_run(out)
+        if removed:
+            logger.warning("start_over: removed %d entries of the earlier run in %s (%s)", len(removed), out,
+                           ", ".join(removed[:6]) + (", ..." if len(removed) > 6 else ""))
+        return None, 0
+    resume = explicit or last_complete_checkpoint(out)
+    if not resume:
+        return None, 0
+    step, diffs = resume_checks.check_resume(resume, definition, max_steps=training_args.max_steps,
+                                             allow_changes=script_args.resume_with_changes)
+    if diffs:
+        logger.warning("resume_with_changes: resuming %s with changed settings: %s", resume, "; ".join(diffs))
+    return resume, step
+
+
+def build_trainer(script_args: RealScriptArguments, training_args: RealSFTConfig, model_args: ModelConfig,
+                  *, callbacks: list | None = None) -> Run:
+    """Check inputs (cheap checks first), load data, check lengths and resume, then the model and SFTTrainer."""
     from trl import SFTTrainer, get_peft_config
 
     check_model_path(model_args.model_name_or_path)
+    check_output_paths(training_args)
     ds = load_pairs(script_args.dataset_name, script_args.dataset_train_split)
     data_info = check_variant(ds, script_args.variant, script_args.dataset_name)
     train_ds = ds.select_columns(["prompt", "completion"])
@@ -461,15 +577,28 @@ def build_trainer(script_args: RealScriptArguments, training_args: RealSFTConfig
                            training_args.global_batch_size, training_args.gradient_accumulation_steps, acc, world_size)
         training_args.gradient_accumulation_steps = acc
     global_batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * world_size
+    check_target_modules(model_args, training_args)
 
-    resume = training_args.resume_from_checkpoint
-    if resume:
-        if not Path(resume).is_dir():
-            raise UserError(f"resume_from_checkpoint {resume!r} is not a checkpoint directory")
-    else:
-        resume = last_complete_checkpoint(training_args.output_dir)
+    tokenizer = load_tokenizer(model_args, training_args)
+    train_ds, lengths = enforce_max_length(train_ds, tokenizer, training_args.max_length,
+                                           drop_overlong=script_args.drop_overlong,
+                                           data_path=str(script_args.dataset_name),
+                                           num_proc=training_args.dataset_num_proc)
+    data_info.update(longest_pair_tokens=lengths.longest, dropped_overlong=lengths.dropped)
+    if lengths.dropped:
+        logger.warning("drop_overlong: training on %d of %d pairs (%d longer than max_length %d tokens)",
+                       lengths.kept, lengths.pairs, lengths.dropped, training_args.max_length)
 
-    model, tokenizer = load_model_and_tokenizer(model_args, training_args)
+    def decide():
+        sha = data_fingerprint(script_args.dataset_name)
+        definition = resume_checks.run_definition(script_args=script_args, training_args=training_args,
+                                                  model_args=model_args, data_sha=sha, global_batch=global_batch)
+        resume, _ = choose_start(script_args, training_args, definition)
+        return resume, definition, sha
+
+    resume, definition, data_sha = _on_main_then_share(training_args, decide)
+
+    model = load_model(model_args, training_args)
     eos_ids = set_generation_eos(model, tokenizer)
     trainer = SFTTrainer(
         model=model,
@@ -477,18 +606,38 @@ def build_trainer(script_args: RealScriptArguments, training_args: RealSFTConfig
         train_dataset=train_ds,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
+        callbacks=[resume_checks.RunDefinition(definition), *(callbacks or [])],
     )
-    return Run(trainer, model, tokenizer, data_info, eos_ids, resume, global_batch)
+    if len(trainer.train_dataset) != lengths.kept:  # TRL dropped pairs our length check let through
+        raise UserError(f"TRL kept {len(trainer.train_dataset)} of the {lengths.kept} pairs to train on; "
+                        "some were dropped during its preparation (pass --debug and report it)")
+    return Run(trainer, model, tokenizer, data_info, eos_ids, resume, global_batch, data_sha)
 
 
-def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_args: ModelConfig) -> dict:
+def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_args: ModelConfig,
+          argv: list[str] | None = None) -> dict:
+    """Train under an exclusive lock on output_dir (main process; the other ranks wait for it)."""
+    from data_prep.runlock import RunLock
+
+    check_output_paths(training_args)
+    lock = RunLock(training_args.output_dir, "real-train", is_dir=True)
+    _on_main_then_share(training_args, lambda: lock.acquire() and None)
+    try:
+        return _train_locked(script_args, training_args, model_args, argv)
+    finally:
+        lock.release()
+
+
+def _train_locked(script_args, training_args, model_args, argv) -> dict:
     import peft
     import torch
     import transformers
     import trl
     import yaml
 
-    run = build_trainer(script_args, training_args, model_args)
+    again = resume_checks.resume_command(list(sys.argv[1:] if argv is None else argv))
+    note = resume_checks.InterruptNote(training_args.output_dir, again, None)  # sets the Ctrl-C line
+    run = build_trainer(script_args, training_args, model_args, callbacks=[note])
     trainer, tokenizer, resume, global_batch = run.trainer, run.tokenizer, run.resume, run.global_batch
     data_info, eos_ids = run.data_info, run.eos_ids
     model = run.model
@@ -502,13 +651,22 @@ def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_
     )
     if resume:
         step = json.loads((Path(resume) / "trainer_state.json").read_text()).get("global_step")
+        note.show(resume, step)
         acc.print(f"real-train: resuming from {resume} (global step {step})")
-    result = trainer.train(resume_from_checkpoint=resume)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except KeyboardInterrupt:  # (and SIGTERM): end tqdm's bar line so the one-line note starts a line
+        print(file=sys.stderr, flush=True)
+        raise
+    set_interrupt_note(f"training finished but saving the final adapter to {training_args.output_dir} was cut "
+                       f"short; run again to resume from the last checkpoint: {again}")
 
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
     metrics = dict(result.metrics)
-    metrics.update(train_samples=len(train_ds), world_size=acc.num_processes, global_batch_size=global_batch)
+    metrics.update(train_samples=len(train_ds), pairs_in_dataset=data_info["pairs"],
+                   pairs_dropped_overlong=data_info.get("dropped_overlong", 0),
+                   world_size=acc.num_processes, global_batch_size=global_batch)
     if resume:
         metrics["resumed_from"] = str(resume)
     trainer.log_metrics("train", metrics)
@@ -524,12 +682,13 @@ def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_
                     "trl": trl.__version__, "peft": peft.__version__}
         card = model_card(base_model=model_args.model_name_or_path, variant=script_args.variant,
                           data_path=os.path.abspath(script_args.dataset_name), data_info=data_info,
-                          data_sha=data_fingerprint(script_args.dataset_name), args=training_args,
+                          data_sha=run.data_sha or data_fingerprint(script_args.dataset_name), args=training_args,
                           model_args=model_args, metrics=metrics, versions=versions)
         (out / "README.md").write_text(card, encoding="utf-8")
     acc.print(f"real-train: saved to {out}")
     if hasattr(trainer, "end"):
         trainer.end()
+    set_interrupt_note(None)
     return metrics
 
 
@@ -539,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
     def body(argv: list[str]) -> int:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
         script_args, training_args, model_args = parse_args(argv)
-        train(script_args, training_args, model_args)
+        train(script_args, training_args, model_args, argv)
         return 0
 
     return run_guarded("real-train", body, argv)
