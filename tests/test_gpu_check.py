@@ -189,3 +189,31 @@ def test_dry_run_end_to_end(tmp_path, shared_data):
     assert "| train_single_gpu | passed |" in md and "| eval_vllm | skipped |" in md
     with tarfile.open(out / "logs.tar.gz") as tar:
         assert any(n.endswith("real-data-pairs.log") for n in tar.getnames())
+
+
+def test_long_prompt_records_reach_the_target_and_keep_gold(tmp_path, tiny_llama):
+    from transformers import AutoTokenizer
+
+    from data_prep.prompts import encode_chat, render_evidence_prompt
+    from data_prep.records import ClaimRecord, load_records, save_records
+    from tests.conftest import make_record_dict
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    length = lambda r: len(encode_chat(tok, render_evidence_prompt(r)))  # noqa: E731
+    long_pool = [{"id": i, "text": f"Sentence number {i} about the sky and the sea.", "doc": "D"} for i in range(40)]
+    recs = [make_record_dict(id="short"), make_record_dict(id="long", sentences=long_pool, evidence=[[35]])]
+    recs += [make_record_dict(id=f"donor{k}") for k in range(3)]
+    target = length(ClaimRecord.from_dict(recs[0])) + 60
+    assert length(ClaimRecord.from_dict(recs[1])) > target
+    save_records(recs, tmp_path / "in.jsonl")
+    n, mean = gc.write_long_prompt_records(tmp_path / "in.jsonl", tiny_llama, tmp_path / "out.jsonl", 2, target)
+    out = load_records(tmp_path / "out.jsonl")
+    assert n == 2 and [r.id for r in out] == ["short", "long"]
+    lengths = [length(r) for r in out]
+    assert all(x >= target for x in lengths) and mean == sum(lengths) / 2
+    assert 3 < len(out[1].sentences) < 40 and len(out[0].sentences) > 3  # the long pool trimmed, the short filled
+    for r in out:
+        assert set(r.gold_ids) <= set(r.pool_ids)  # gold lines are never trimmed
+        assert r.sentences[-1].id not in r.gold_ids
+        r.sentences = r.sentences[:-1]  # one sentence less falls under the target: "about" the target
+        assert length(r) < target
