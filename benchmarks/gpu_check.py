@@ -168,8 +168,9 @@ def utilisation(tokens_per_s: float | None, flops_per_token: float, peak_tflops:
 def compare_demo(gpu: dict, cpu: dict, tolerance_claims: int = DEMO_TOLERANCE_CLAIMS) -> dict:
     """Per variant and round, |a_r(GPU) - a_r(CPU)| in claims; ok when all are within tolerance.
 
-    ``a_r`` is ``round_accuracy`` (×100) of each variant's ``metrics.json`` in
-    the demo's ``summary.json``. Runs of different sizes are not comparable.
+    ``a_r`` is ``round_accuracy`` (a fraction of the claims) of each variant's
+    ``metrics.json`` in the demo's ``summary.json``. Runs of different sizes are
+    not comparable.
     """
     out: dict = {"tolerance_claims": tolerance_claims, "variants": {}, "comparable": True, "ok": True}
     for name, ref in cpu["variants"].items():
@@ -181,7 +182,7 @@ def compare_demo(gpu: dict, cpu: dict, tolerance_claims: int = DEMO_TOLERANCE_CL
             return {**out, "comparable": False, "ok": False,
                     "reason": f"{name}: {got['n_claims']} claims x {len(got['round_accuracy'])} rounds here, "
                               f"{n} x {len(ref['round_accuracy'])} in the CPU result"}
-        diffs = [abs(g - c) * n / 100.0 for g, c in zip(got["round_accuracy"], ref["round_accuracy"])]
+        diffs = [abs(g - c) * n for g, c in zip(got["round_accuracy"], ref["round_accuracy"])]
         ok = all(d <= tolerance_claims + 1e-9 for d in diffs)
         out["variants"][name] = {"cpu": ref["round_accuracy"], "here": got["round_accuracy"],
                                  "diff_claims": [round(d, 3) for d in diffs], "ok": ok}
