@@ -36,6 +36,24 @@ def tiny_qwen(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen"), "qwen2")
 
 
+@pytest.fixture(scope="session")
+def noisy_llama(tiny_llama, tmp_path_factory) -> Path:
+    """The tiny random Llama with weights x5: greedy answers then take a few tokens and depend on
+    the prompt (the unscaled one answers blank lines to everything), so comparing runs means
+    something and a run is slow enough to interrupt."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("noisy-llama")
+    lm = AutoModelForCausalLM.from_pretrained(tiny_llama)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.mul_(5.0)
+    lm.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(out)
+    return out
+
+
 @pytest.fixture(params=["llama", "qwen2"])
 def tiny_model(request, tiny_llama, tiny_qwen) -> Path:
     return tiny_llama if request.param == "llama" else tiny_qwen

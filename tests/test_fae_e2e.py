@@ -23,23 +23,6 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def noisy_llama(tiny_llama, tmp_path_factory):
-    """The tiny random Llama with weights x5: greedy answers then depend on the prompt
-    (the unscaled one answers blank lines to everything), so comparing runs means something."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    out = tmp_path_factory.mktemp("noisy-llama")
-    lm = AutoModelForCausalLM.from_pretrained(tiny_llama)
-    with torch.no_grad():
-        for p in lm.parameters():
-            p.mul_(5.0)
-    lm.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def cc_records(shared_data, tmp_path_factory):
     return write_checkcovid(shared_data, tmp_path_factory.mktemp("cc") / "checkcovid.jsonl", n=20)
 

@@ -237,22 +237,6 @@ def test_metrics_that_do_not_match_the_claims_are_refused(records_file, server, 
 # ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def noisy_llama(tiny_llama, tmp_path_factory):
-    """Tiny Llama with weights x5, so its greedy answers take a few tokens (a slow verifier)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    out = tmp_path_factory.mktemp("noisy")
-    lm = AutoModelForCausalLM.from_pretrained(tiny_llama)
-    with torch.no_grad():
-        for p in lm.parameters():
-            p.mul_(5.0)
-    lm.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(out)
-    return out
-
-
 @pytest.mark.slow
 def test_sigterm_keeps_every_finished_batch_logs_the_run_and_says_how_to_resume(shared_data, noisy_llama,
                                                                                 tmp_path):
