@@ -73,10 +73,20 @@ def _describe_os_error(exc: OSError) -> str:
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
-    """Within the block, SIGTERM raises :class:`Terminated` (main thread only)."""
+    """Within the block, SIGTERM raises :class:`Terminated` (main thread only).
+
+    Not in a multi-process run (``WORLD_SIZE`` > 1): a rank blocked in a
+    collective (a gloo/NCCL wait for a dead peer) never returns to Python, so a
+    Python-level handler would never run and the launcher's SIGTERM would leave
+    it hanging forever. There the default action (terminate) stays.
+    """
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        world = 1
+    if world > 1 or threading.current_thread() is not threading.main_thread():
         yield
         return
 

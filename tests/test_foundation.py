@@ -127,6 +127,25 @@ def test_sigterm_runs_finally_blocks_and_exits_143(tmp_path):
     assert "demo-cmd: terminated; 3 claims kept" in err and "Traceback" not in err
 
 
+def test_sigterm_keeps_its_default_action_in_a_multi_process_run():
+    """A rank stuck in a collective never returns to Python: only the default action ends it."""
+    script = textwrap.dedent("""
+        import sys, time
+        from data_prep._dispatch import run_guarded
+        def body(argv):
+            print("ready", flush=True)
+            time.sleep(60)
+        sys.exit(run_guarded("rank", body, []))
+    """)
+    env = _env() | {"WORLD_SIZE": "2"}
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGTERM
+
+
 def test_broken_pipe_on_stdout_is_quiet(tmp_path):
     script = textwrap.dedent("""
         import sys
