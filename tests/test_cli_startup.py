@@ -24,8 +24,8 @@ print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)), file=sys.std
 """
 
 
-def _heavy_after(module: str, argv: list[str]) -> list[str]:
-    code = _PROBE.format(module=module, argv=argv, heavy=HEAVY)
+def _heavy_after(module: str, argv: list[str], heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    code = _PROBE.format(module=module, argv=argv, heavy=heavy)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "REAL_FAE_DEBUG": ""}, timeout=120)
     assert "usage" in proc.stdout.lower(), proc.stdout + proc.stderr
@@ -39,3 +39,8 @@ def test_fae_help_imports_no_heavy_library(argv):
 
 def test_real_data_help_imports_no_heavy_library():
     assert _heavy_after("data_prep.cli", ["--help"]) == []
+
+
+def test_real_data_help_does_not_load_the_openai_client():
+    """Only `real-data enhance` talks to servers; the openai package alone costs ~1 s at import."""
+    assert _heavy_after("data_prep.cli", ["--help"], heavy=("openai",)) == []
