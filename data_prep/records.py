@@ -487,7 +487,7 @@ def _decode_line(raw: bytes, start: int) -> Any:
             f"(column {exc.start + 1}); records files must be UTF-8 "
             "(re-encode it, e.g. iconv -f latin1 -t UTF-8)")
     try:
-        return json.loads(text)
+        return json.loads(text.rstrip("\r\n"))  # without the line end: errors at its real column
     except json.JSONDecodeError as exc:
         hint = (" (pretty-printed JSON? records files are JSON lines: one object per line)"
                 if text.strip() in ("{", "[") else "")

@@ -59,3 +59,15 @@ def test_any_mix_of_line_endings_reads_like_text_mode(tmp_path_factory, endings)
     with pytest.raises(RecordError) as info:
         load_records(path)
     assert info.value.line == expected[-1][0]
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r", b""])
+def test_a_cut_line_is_reported_at_its_real_column(tmp_path, end):
+    """The line end is not part of the JSON: `{"id": "x"` fails at column 11, not "column 1" of a next line."""
+    good = json.dumps(make_record_dict()).encode()
+    path = tmp_path / "cut.jsonl"
+    path.write_bytes(good + b"\n" + b'{"id": "x"' + end)
+    with pytest.raises(RecordError) as info:
+        load_records(path)
+    assert info.value.line == 2
+    assert info.value.reason == "invalid JSON (Expecting ',' delimiter at column 11)"
