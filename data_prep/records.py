@@ -441,7 +441,7 @@ def _iter_decoded(path: str | os.PathLike) -> Iterator[tuple[int, Any, bool]]:
                               path=path)
     with path.open("rb") as fh:
         offset = 0
-        for lineno, raw in enumerate(fh, start=1):
+        for lineno, raw in enumerate(_universal_lines(fh), start=1):
             start = offset
             offset += len(raw)
             if lineno == 1:
@@ -454,6 +454,23 @@ def _iter_decoded(path: str | os.PathLike) -> Iterator[tuple[int, Any, bool]]:
             if not raw.strip():
                 continue
             yield lineno, _decode_line(raw, start), _SURROGATE_ESCAPE.search(raw) is not None
+
+
+# A lone CR (not part of CRLF) ends a line, as in Python's text mode and in
+# editors: old-Mac files (CR only) were read line by line before byte reading.
+_AFTER_LONE_CR = re.compile(rb"(?<=\r)(?!\n)")
+
+
+def _universal_lines(fh) -> Iterator[bytes]:
+    """Byte lines ending at LF, CRLF or a lone CR (universal newlines), ends kept."""
+    for raw in fh:
+        cr = raw.find(b"\r")
+        if cr < 0 or (cr == len(raw) - 2 and raw.endswith(b"\r\n")):
+            yield raw  # the common case: no CR, or only the CR of CRLF
+            continue
+        for piece in _AFTER_LONE_CR.split(raw):
+            if piece:
+                yield piece
 
 
 def _decode_line(raw: bytes, start: int) -> Any:
@@ -470,7 +487,7 @@ def _decode_line(raw: bytes, start: int) -> Any:
             f"(column {exc.start + 1}); records files must be UTF-8 "
             "(re-encode it, e.g. iconv -f latin1 -t UTF-8)")
     try:
-        return json.loads(text)
+        return json.loads(text.rstrip("\r\n"))  # without the line end: errors at its real column
     except json.JSONDecodeError as exc:
         hint = (" (pretty-printed JSON? records files are JSON lines: one object per line)"
                 if text.strip() in ("{", "[") else "")

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from .metrics import fae_claims, gold_union, is_flip, is_nei, named_ids, same_label
 
@@ -335,6 +334,8 @@ def paired_bootstrap(
     handles ratios of means (IS, micro precision) and families of unequal size.
     Seeded with ``numpy.random.default_rng(seed)`` (PCG64).
     """
+    from scipy import stats  # lazy: scipy costs ~3 s at import and `fae --help` needs none of it
+
     sums = np.asarray(sums, float)
     n_units = sums.shape[0]
     if n_units < 2:

@@ -38,7 +38,6 @@ from collections import Counter
 from typing import Mapping, Sequence
 
 import numpy as np
-from scipy.stats import entropy
 
 LABELS = ("SUPPORT", "REFUTE", "NOT_ENOUGH_INFO")
 STATES = ("KK", "KU", "UK", "UU")
@@ -170,6 +169,8 @@ def jsd(probs) -> float:
     binary p(label 1)). ``H(mean p) - mean H(p)``: 0 when all runs agree on the
     same distribution, larger when runs disagree.
     """
+    from scipy.stats import entropy  # lazy: keeps scipy out of every `fae` command's startup
+
     p = np.asarray(probs, float)
     if p.ndim == 1:
         p = np.stack([p, 1 - p], axis=-1)

@@ -139,9 +139,9 @@ def check_resume(checkpoint: str, current: dict, *, max_steps: int, allow_change
     if max_steps > 0 and max_steps <= step:
         raise UserError(
             f"cannot resume {checkpoint}: it is at step {step} and max_steps is {max_steps}, so nothing is left to "
-            "train (the Trainer would go on past max_steps on the old learning-rate schedule); raise max_steps above "
-            f"{step} (with --resume_with_changes true), use a new output_dir, or pass --start_over true to train "
-            "from scratch (deletes the checkpoints in output_dir)"
+            "train (the Trainer would go on past max_steps on the old learning-rate schedule); a resume cannot "
+            "change max_steps either (the schedule is the checkpoint's): use a new output_dir, or pass "
+            "--start_over true to train from scratch (deletes the checkpoints in output_dir)"
         )
     stored = stored_definition(state)
     if stored is None:

@@ -19,8 +19,6 @@ from pathlib import Path
 
 from data_prep._dispatch import UserError
 
-from .runner import EnhanceJob, dry_run, enhance, format_summary, revote, summary_path
-
 
 def add_arguments(p) -> None:
     p.add_argument("--records", required=True, type=Path, help="input claim records (JSONL)")
@@ -62,6 +60,10 @@ def resume_command(args) -> str:
 
 
 def run(args) -> int:
+    # lazy: the runner imports the openai client (~1 s), which `real-data --help` and the other
+    # subcommands do not need
+    from .runner import EnhanceJob, dry_run, enhance, format_summary, revote, summary_path
+
     if args.min_votes is not None and args.min_votes < 1:
         raise UserError(f"--min-votes must be >= 1, got {args.min_votes}")
     if args.max_in_flight is not None and args.max_in_flight < 1:

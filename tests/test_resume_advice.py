@@ -1,0 +1,38 @@
+"""A refused resume must not advise a change that the next check refuses too.
+
+The "nothing left to train" refusal used to say "raise max_steps (with
+--resume_with_changes true)", but max_steps is fixed on resume: following the
+advice gave a second refusal. Checked against real checkpoint folders.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data_prep._dispatch import UserError
+
+resume_checks = pytest.importorskip("real.resume_checks")
+
+
+def _checkpoint(tmp_path, step: int, settings: dict):
+    ckpt = tmp_path / f"checkpoint-{step}"
+    ckpt.mkdir()
+    state = {"global_step": step, "stateful_callbacks": {
+        resume_checks.CALLBACK_NAME: {"args": {"settings": settings}, "attributes": {}}}}
+    (ckpt / "trainer_state.json").write_text(json.dumps(state), encoding="utf-8")
+    return str(ckpt)
+
+
+def test_finished_checkpoint_advice_can_be_followed(tmp_path):
+    settings = {"max_steps": 8, "learning_rate": 1e-4, "seed": 42}
+    ckpt = _checkpoint(tmp_path, 8, settings)
+    with pytest.raises(UserError) as first:
+        resume_checks.check_resume(ckpt, settings, max_steps=8, allow_changes=False)
+    advice = str(first.value)
+    assert "--start_over true" in advice
+    if "--resume_with_changes" in advice and "max_steps" in advice:
+        # the advice would be: raise max_steps and pass --resume_with_changes; that must then resume
+        raised = {**settings, "max_steps": 12}
+        resume_checks.check_resume(ckpt, raised, max_steps=12, allow_changes=True)
