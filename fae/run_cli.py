@@ -397,8 +397,12 @@ def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, ran
             stopped = scrub(str(exc))  # an error body may echo the key
         except KeyboardInterrupt as exc:
             stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
-            kept[0] = len(runio.finished_ids(run_dir))  # the signal may land between a write and its count
-            stats["claims"] = kept[0] - len(done)
+            # Count from disk: the signal may land between a write and its count.
+            kept[0] = len(runio.finished_ids(run_dir))
+            ours = [c for c in runio.read_claims(out_path) if str(c["id"]) not in done]
+            stats["claims"] = len(ours)
+            stats["model_calls"] = sum(not rd.get("reused") for c in ours for rd in c["rounds"])
+            stats["reused_calls"] = sum(bool(rd.get("reused")) for c in ours for rd in c["rounds"])
             note()
             raise
         finally:

@@ -264,6 +264,9 @@ def test_sigterm_keeps_every_finished_batch_logs_the_run_and_says_how_to_resume(
     assert "\r" not in err  # stderr is a pipe: plain progress lines, no redrawn bars
     log = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
     assert log[-1]["error"] == "terminated (SIGTERM)" and log[-1]["claims"] == kept
+    kept_rounds = [rd for c in runio.read_claims(claims_file) for rd in c["rounds"]]
+    assert log[-1]["model_calls"] == sum(not rd["reused"] for rd in kept_rounds) > 0  # counts of what was kept
+    assert log[-1]["model_calls"] + log[-1]["reused_calls"] == len(kept_rounds)
     resume = line.split("resume with: ", 1)[1]
     assert resume.startswith("fae run ")
     res = subprocess.run([sys.executable, "-m", "fae.cli", *resume.split()[1:]], cwd=REPO, env=env(),
