@@ -1,14 +1,23 @@
 """Schema-constrained decoding for local transformers generation, through xgrammar.
 
 xgrammar (the grammar engine inside vLLM and SGLang) masks, at every step,
-the tokens that would leave the JSON schema of the prompt
+the tokens that would leave the grammar of the prompt's answer schema
 (:mod:`data_prep.schemas`). Schemas differ only by the pool shown, so
 grammars are compiled once per pool shape and cached; each row of a batch
 gets its own matcher. Optional dependency: ``pip install 'real-fae[structured]'``.
+
+The grammar is written here (:func:`answer_grammar`) rather than compiled
+from the JSON schema: xgrammar does not enforce ``uniqueItems``, and a weak
+model then repeats one id until ``max_new_tokens`` cuts the answer off. The
+grammar admits exactly the schema's answers with ids in ascending order,
+written like the training target (:func:`data_prep.prompts.format_answer`:
+``{"label": "SUPPORT", "evidence": [0, 3]}``), so every answer ends within
+``len(pool)`` ids.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -29,6 +38,43 @@ def eos_list(eos_ids) -> list[int]:
     return [int(e) for e in ([eos_ids] if isinstance(eos_ids, int) else (eos_ids or []))]
 
 
+def _lit(text: str) -> str:
+    return json.dumps(text)  # an EBNF string literal: JSON escaping is the same
+
+
+def answer_grammar(schema: dict[str, Any]) -> str:
+    """EBNF for the flat answer schemas of :mod:`data_prep.schemas`, in property order, no free whitespace.
+
+    Supports string enums and arrays of unique integer enums (written ascending).
+    """
+    rules: list[str] = []
+    parts: list[str] = []
+    for n, (name, prop) in enumerate(schema["properties"].items()):
+        parts.append(_lit(("{" if n == 0 else ", ") + json.dumps(name) + ": "))
+        if prop.get("type") == "string":
+            rules.append(f"v{n} ::= " + " | ".join(_lit(json.dumps(v)) for v in prop["enum"]))
+        elif prop.get("type") == "array":
+            ids = sorted(int(i) for i in (prop.get("items") or {}).get("enum") or [])
+            rules += _ascending_ids(f"v{n}", ids)
+        else:  # pragma: no cover - data_prep.schemas makes only these
+            raise ValueError(f"unsupported property {name!r} in an answer schema")
+        parts.append(f"v{n}")
+    rules.insert(0, "root ::= " + " ".join(parts) + ' "}"')
+    return "\n".join(rules)
+
+
+def _ascending_ids(rule: str, ids: list[int]) -> list[str]:
+    """``[`` ids strictly ascending, ``, ``-separated ``]``: s_k = a sequence whose first id is ids[k] or later."""
+    if not ids:
+        return [f'{rule} ::= "[]"']
+    out = [f'{rule} ::= "[" ({rule}_s0)? "]"']
+    for k, i in enumerate(ids):
+        rest = f'({_lit(", ")} {rule}_s{k + 1})?' if k + 1 < len(ids) else ""
+        first = f'"{i}" {rest}'.strip()
+        out.append(f"{rule}_s{k} ::= ({first})" + (f" | {rule}_s{k + 1}" if k + 1 < len(ids) else ""))
+    return out
+
+
 class GrammarCache:
     """Compiled grammars of one tokenizer, one per schema (pool shape), compiled on first use."""
 
@@ -47,9 +93,7 @@ class GrammarCache:
         grammar = self._compiled.get(key)
         if grammar is None:
             t0 = time.perf_counter()
-            # no free whitespace: a weak model cannot spend max_new_tokens on blanks
-            grammar = self.compiler.compile_json_schema(key, any_whitespace=False, separators=(", ", ": "),
-                                                        strict_mode=True)
+            grammar = self.compiler.compile_grammar(answer_grammar(schema))
             self.stats["compile_seconds"] += time.perf_counter() - t0
             self.stats["grammars_compiled"] += 1
             self._compiled[key] = grammar
