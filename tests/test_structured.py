@@ -76,3 +76,75 @@ def test_random_tiny_model_under_the_constraint_answers_validly_in_every_round(c
     assert "constrained decoding: on" in (tmp_path / "cd" / "report.md").read_text()
     log = [json.loads(x) for x in (tmp_path / "cd" / "runs.jsonl").read_text().splitlines()]
     assert log[-1]["backend_stats"]["constrained_prompts"] > 0
+
+
+# -- fingerprint, report, compare ---------------------------------------------------
+
+
+def test_compare_refuses_constrained_against_unconstrained_unless_allowed(tmp_path, capsys):
+    from test_compare_cli import write_run
+
+    a, b = write_run(tmp_path / "sft", 0), write_run(tmp_path / "real", 1)
+    config = json.loads((b / "config.json").read_text())
+    (b / "config.json").write_text(json.dumps({**config, "constrained_decoding": True}))
+    assert main(["compare", str(a), str(b), "-o", str(tmp_path / "cmp"), "--bootstrap", "50"]) == 2
+    err = capsys.readouterr().err
+    assert "--constrained-decoding" in err and "--allow-mixed-decoding" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "cmp" / "compare.json").exists()
+    assert main(["compare", str(a), str(b), "-o", str(tmp_path / "cmp"), "--bootstrap", "50",
+                 "--allow-mixed-decoding"]) == 0
+
+
+def test_constrained_setting_is_in_the_fingerprint(tmp_path):
+    from fae import runio
+
+    old = {"claim_set_sha256": "x", "claim_ids": ["a"], "n_claims": 1}  # a run made before the option
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    runio.check_resume(tmp_path, {**old, "constrained_decoding": False})  # unconstrained resumes it
+    with pytest.raises(runio.UserError, match="constrained_decoding"):
+        runio.check_resume(tmp_path, {**old, "constrained_decoding": True})
+
+
+# -- openai backend: response_format ------------------------------------------------
+
+
+def openai_run(records, out, base_url, *extra):
+    return main(["run", "--backend", "openai", "--model", "weak", "--base-url", base_url,
+                 "--records", str(records), "--output", str(out), "--rounds", "2", "--concurrency", "4",
+                 "--request-timeout", "5", "--backoff-base", "0.01", "--no-progress", *extra])
+
+
+def weak_then_wrong_ids(body):
+    """A weak model: prose unless a schema constrains it, and then it still reaches for id 999."""
+    if "response_format" not in body:
+        return "I think the claim is supported by line 1."
+    return json.dumps({"label": "SUPPORT", "evidence": [999] + sorted(shown_pool_ids(body["messages"]))[:1]})
+
+
+def test_openai_sends_each_prompt_its_schema_and_a_honouring_server_makes_answers_valid(cc_records, tmp_path):
+    with LocalOpenAIServer(responder=weak_then_wrong_ids, response_format_mode="honor") as srv:
+        assert openai_run(cc_records, tmp_path / "free", srv.base_url) == 0
+        assert all(r.response_format is None for r in srv.log)
+        srv.reset_log()
+        assert openai_run(cc_records, tmp_path / "cd", srv.base_url, "--constrained-decoding") == 0
+        sent = [r.response_format for r in srv.log]
+    free = [r for c in read_claims(tmp_path / "free" / "claims.jsonl") for r in c["rounds"]]
+    assert not any(r["valid"] for r in free)
+    claims = read_claims(tmp_path / "cd" / "claims.jsonl")
+    rounds = [r for c in claims for r in c["rounds"] if not r["reused"]]
+    assert sent and all(f["type"] == "json_schema" for f in sent)
+    assert len(sent) == len(rounds)
+    schemas = sorted(json.dumps(f["json_schema"]["schema"], sort_keys=True) for f in sent)
+    assert schemas == sorted(json.dumps(answer_schema(r["pool_ids"]), sort_keys=True) for r in rounds)
+    assert all(r["valid"] and r["hallucinated"] == [] for c in claims for r in c["rounds"])
+
+
+def test_openai_falls_back_to_json_object_once_per_run(cc_records, tmp_path):
+    with LocalOpenAIServer(responder=overlap_verifier, response_format_mode="json_object_only") as srv:
+        assert openai_run(cc_records, tmp_path / "run", srv.base_url, "--constrained-decoding",
+                          "--concurrency", "1", "--max-retries", "0") == 0
+        kinds = [(r.response_format or {}).get("type") for r in srv.log]
+    assert kinds[0] == "json_schema" and kinds.count("json_schema") == 1  # remembered for the run
+    assert set(kinds[1:]) == {"json_object"}
+    log = json.loads((tmp_path / "run" / "runs.jsonl").read_text().splitlines()[-1])
+    assert log["backend_stats"]["json_object_fallback"] == 1 and log["backend_stats"]["retries"] == 0
