@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_prep.prompts import parse_answer, render_evidence_prompt, render_knowledge_prompt
+from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import LABELS, load_records
 from data_prep.schemas import annotator_schema, answer_schema, schema_for_prompt, shown_pool_ids
 from fae.cli import main
 from fae.runio import read_claims
 from fae_helpers import write_checkcovid
-from openai_server import LocalOpenAIServer, overlap_verifier
+from openai_server import LocalOpenAIServer, overlap_annotator, overlap_verifier, pool_lines
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,7 @@ def test_shown_pool_ids_reads_back_exactly_the_pool_shown(ids, data):
     shown = data.draw(st.lists(st.sampled_from(ids), unique=True))
     assert shown_pool_ids(render_evidence_prompt(rec, shown)) == [i for i in ids if i in shown]
     assert shown_pool_ids(render_knowledge_prompt(rec)) is None
+    assert schema_for_prompt(render_knowledge_prompt(rec))["properties"]["evidence"]["maxItems"] == 0
 
 
 # -- hf backend through xgrammar ------------------------------------------------
@@ -148,3 +149,65 @@ def test_openai_falls_back_to_json_object_once_per_run(cc_records, tmp_path):
     assert set(kinds[1:]) == {"json_object"}
     log = json.loads((tmp_path / "run" / "runs.jsonl").read_text().splitlines()[-1])
     assert log["backend_stats"]["json_object_fallback"] == 1 and log["backend_stats"]["retries"] == 0
+
+
+# -- annotators: per-annotator constrained_decoding -----------------------------------
+
+
+def annotators_file(path, base_url, constrained: dict[str, bool]):
+    lines = ["annotators:"]
+    for name, on in constrained.items():
+        lines += [f"  - name: {name}", f"    base_url: {base_url}", f"    model: {name}",
+                  "    max_concurrency: 2", "    temperature: 0.0", "    max_tokens: 64",
+                  "    malformed_retries: 1", "    max_retries: 0"]
+        lines += ["    constrained_decoding: true"] if on else []
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def prose_unless_constrained(body):
+    if "response_format" not in body:
+        return "The first lines look relevant."
+    ids = sorted(int(i) for i in pool_lines(body))
+    return json.dumps({"evidence": [999] + ids[:2]})  # the server's fit drops the invented id
+
+
+def test_annotators_send_their_schema_only_when_constrained_and_cache_keys_differ(cc_records, tmp_path):
+    from data_prep.cli import main as data_main
+    from data_prep.enhance.prompt import parse_annotation
+
+    recs = load_records(cc_records)
+    ann = annotators_file(tmp_path / "ann.yaml", "http://127.0.0.1:1/v1", {"free": False, "held": True})
+    with LocalOpenAIServer(responder=prose_unless_constrained, response_format_mode="honor") as srv:
+        annotators_file(ann, srv.base_url, {"free": False, "held": True})
+        args = ["enhance", "--records", str(cc_records), "--annotators", str(ann),
+                "--output", str(tmp_path / "out.jsonl"), "--cache", str(tmp_path / "c.sqlite"), "--no-progress"]
+        assert data_main(args) == 0
+        held = [r for r in srv.log if r.model == "held"]
+        free = [r for r in srv.log if r.model == "free"]
+        assert all(r.response_format is None for r in free)
+        assert sorted(json.dumps(r.response_format["json_schema"]["schema"], sort_keys=True) for r in held) \
+            == sorted(json.dumps(annotator_schema(rec.pool_ids), sort_keys=True) for rec in recs)
+        out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+        assert all(o["annotations"]["free"] is None for o in out)  # abstained
+        assert all(o["annotations"]["held"] == sorted(rec.pool_ids)[:2] for o, rec in zip(out, recs))
+        assert all(parse_annotation(json.dumps({"evidence": o["annotations"]["held"]}), rec.pool_ids).valid
+                   for o, rec in zip(out, recs))
+        # the setting is part of the cache key: turning it on for "free" asks again
+        srv.reset_log()
+        annotators_file(ann, srv.base_url, {"free": True, "held": True})
+        assert data_main(args) == 0  # the same cache
+        assert {r.model for r in srv.log} == {"free"} and len(srv.log) == len(recs)
+
+
+def test_annotator_falls_back_to_json_object(cc_records, tmp_path):
+    from data_prep.cli import main as data_main
+
+    with LocalOpenAIServer(responder=overlap_annotator,
+                           response_format_mode="json_object_only") as srv:
+        ann = annotators_file(tmp_path / "ann.yaml", srv.base_url, {"held": True})
+        assert data_main(["enhance", "--records", str(cc_records), "--annotators", str(ann),
+                          "--output", str(tmp_path / "out.jsonl"), "--no-progress"]) == 0
+        kinds = [(r.response_format or {}).get("type") for r in srv.log]
+    assert kinds.count("json_schema") <= 2  # max_concurrency 2: requests already in flight
+    assert kinds.count("json_object") == len(load_records(cc_records))
