@@ -211,3 +211,32 @@ def test_annotator_falls_back_to_json_object(cc_records, tmp_path):
         kinds = [(r.response_format or {}).get("type") for r in srv.log]
     assert kinds.count("json_schema") <= 2  # max_concurrency 2: requests already in flight
     assert kinds.count("json_object") == len(load_records(cc_records))
+
+
+# -- fae pave (sampling, hf) ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_pave_samples_under_the_constraint_are_all_valid(tmp_path, tiny_llama):
+    """n sampled rows per prompt each get the prompt's schema (claim-only prompts: evidence [])."""
+    from data_prep.prompts import parse_answer
+    from data_prep.records import save_records
+    from conftest import make_record_dict
+
+    recs = [make_record_dict(id=f"r{k}", claim=f"Claim number {k} holds.",
+                             label="SUPPORT" if k % 2 == 0 else "REFUTE",
+                             counterfactual_sentences=[{"id": 0, "text": f"FAKE statement {k}."}]) for k in range(4)]
+    save_records(recs, tmp_path / "eval.jsonl")
+    out = tmp_path / "pave"
+    assert main(["pave", "--records", str(tmp_path / "eval.jsonl"), "--backend", "hf", "--model", str(tiny_llama),
+                 "--samples", "3", "--temperature", "1.0", "--max-new-tokens", "48", "--output", str(out),
+                 "--no-progress", "--tune-split", "0.5", "--constrained-decoding"]) == 0
+    assert json.loads((out / "config.json").read_text())["constrained_decoding"] is True
+    pools = {r["id"]: [s["id"] for s in r["sentences"]] for r in recs}
+    for line in map(json.loads, (out / "samples.jsonl").read_text().splitlines()):
+        for cond, c in line["conditions"].items():
+            for raw in c["raw"]:
+                parsed = parse_answer(raw, pools[line["id"]])
+                assert parsed.valid and not parsed.hallucinated, (cond, raw)
+                if cond == "claim_only":
+                    assert parsed.cited == []

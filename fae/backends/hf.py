@@ -183,13 +183,13 @@ def constrained_kwargs(constraint, schemas: list | None, idx: list[int]) -> dict
     return {"logits_processor": constraint.processors([schemas[i] for i in idx])}
 
 
-def open_constraint(options: dict[str, Any], lm, tok, gc):
+def open_constraint(options: dict[str, Any], lm, tok, eos_ids):
     """The xgrammar constraint when ``constrained_decoding`` is on (else None); see fae/constrained.py."""
     if not options.get("constrained_decoding"):
         return None
     from fae.constrained import HFConstraint
 
-    return HFConstraint(lm, tok, gc.eos_token_id)
+    return HFConstraint(lm, tok, eos_ids)
 
 
 @register("hf")
@@ -206,7 +206,7 @@ class HFBackend(Backend):
         )
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
         self.stats = {"generate_calls": 0, "prompts": 0}
-        self.constraint = open_constraint(options, self.lm, self.tok, self.gc)
+        self.constraint = open_constraint(options, self.lm, self.tok, self.gc.eos_token_id)
 
     def generate(self, prompts, callback=None):
         ids = [encode_chat(self.tok, m) for m in prompts]
