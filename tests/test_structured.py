@@ -240,3 +240,14 @@ def test_pave_samples_under_the_constraint_are_all_valid(tmp_path, tiny_llama):
                 assert parsed.valid and not parsed.hallucinated, (cond, raw)
                 if cond == "claim_only":
                     assert parsed.cited == []
+
+
+def test_yaml_option_must_be_a_boolean(cc_records, tmp_path, capsys):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"records: {cc_records}\noutput: {tmp_path / 'run'}\nmodel: m\nconstrained_decoding: 'on'\n")
+    assert main(["run", "--config", str(cfg)]) == 2
+    assert "key 'constrained_decoding': must be true or false" in capsys.readouterr().err
+    from fae.run_cli import command_line
+
+    assert command_line({"constrained_decoding": True, "rounds": 2}) == "fae run --constrained-decoding --rounds 2"
+    assert command_line({"constrained_decoding": False}) == "fae run"
