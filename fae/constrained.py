@@ -135,7 +135,8 @@ class HFConstraint:
     """What the hf backend needs: per-prompt schemas -> a logits processor for one ``generate`` call."""
 
     def __init__(self, lm, tok, eos_ids):
-        vocab = lm.get_output_embeddings().weight.shape[0]  # logits width (may exceed len(tok))
+        head = lm.get_output_embeddings()  # logits width (may exceed len(tok): padded embeddings)
+        vocab = head.weight.shape[0] if head is not None else lm.config.get_text_config().vocab_size
         self.cache = GrammarCache(tok, vocab, eos_ids)
         self.stats = {"constrained_prompts": 0, "mask_seconds": 0.0}
 
