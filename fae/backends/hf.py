@@ -212,15 +212,13 @@ class HFBackend(Backend):
         ids = [encode_chat(self.tok, m) for m in prompts]
         self.stats["generate_calls"] += (len(ids) + self.batch_size - 1) // self.batch_size
         self.stats["prompts"] += len(ids)
-        schemas = None
-        if self.constraint is not None:
-            from data_prep.schemas import schema_for_prompt
+        if self.constraint is None:  # the call as before the option (wrappers such as gpu_check rely on it)
+            return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback)
+        from data_prep.schemas import schema_for_prompt
 
-            schemas = [schema_for_prompt(m) for m in prompts]
         out = generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
-                               schemas=schemas, constraint=self.constraint)
-        if self.constraint is not None:
-            self.stats.update(self.constraint.stats_snapshot())
+                               schemas=[schema_for_prompt(m) for m in prompts], constraint=self.constraint)
+        self.stats.update(self.constraint.stats_snapshot())
         return out
 
     @classmethod
