@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--families", metavar="FILE",
                    help="claim families resampled as whole units: a JSON object {record_id: family_id} "
                         "or JSONL lines {\"id\": ..., \"family\": ...}")
+    p.add_argument("--allow-mixed-decoding", action="store_true",
+                   help="compare a schema-constrained run with an unconstrained one (refused by "
+                        "default: their numbers are not comparable, see docs/structured.md)")
 
 
 # ---------------------------------------------------------------------------
@@ -391,12 +394,23 @@ def render_markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_same_decoding(a: Run, b: Run, allow_mixed: bool) -> None:
+    """Refuse a constrained vs unconstrained comparison (docs/structured.md) unless allowed."""
+    ca, cb = bool(a.config.get("constrained_decoding")), bool(b.config.get("constrained_decoding"))
+    if ca != cb and not allow_mixed:
+        on, off = (a, b) if ca else (b, a)
+        raise UserError(f"{on.path} was run with --constrained-decoding and {off.path} without: answers held "
+                        "to a schema are not comparable with free answers; rerun one of them, or pass "
+                        "--allow-mixed-decoding to compare anyway")
+
+
 def run(args) -> int:
     if args.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if not 0 < args.confidence < 1:
         raise UserError("--confidence must be between 0 and 1")
     a, b = load_run(args.run_a), load_run(args.run_b)
+    check_same_decoding(a, b, getattr(args, "allow_mixed_decoding", False))
     families = load_families(args.families) if args.families else None
     try:
         res = compare_runs(a, b, metric=args.metric, n_resamples=args.bootstrap, seed=args.seed,

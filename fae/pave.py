@@ -55,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, help="only the first N SUPPORT/REFUTE records")
     p.add_argument("--chunk-size", type=int, default=32, help="claims per write to samples.jsonl")
     p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--constrained-decoding", action="store_true",
+                   help="hold every sampled answer to its prompt's JSON schema (docs/structured.md)")
     g = p.add_argument_group("hf backend")
     g.add_argument("--batch-size", type=int, default=8)
     g.add_argument("--device", default="auto")
@@ -360,11 +362,14 @@ def _pave(args, records: list, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"records": str(args.records), "backend": args.backend, "model": args.model, "adapter": args.adapter,
            "samples": args.samples, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-           "seed": args.seed, "base_url": args.base_url}
+           "seed": args.seed, "base_url": args.base_url,
+           "constrained_decoding": bool(getattr(args, "constrained_decoding", False))}
     cfg_path = out / "config.json"
     if cfg_path.is_file() and (out / SAMPLES).is_file():
         old = json.loads(cfg_path.read_text())
         diff = [k for k in ("records", "backend", "model", "adapter", "samples", "temperature") if old.get(k) != cfg[k]]
+        if bool(old.get("constrained_decoding")) != cfg["constrained_decoding"]:
+            diff.append("constrained_decoding")
         if diff:
             raise UserError(f"{out} holds samples made with different settings ({', '.join(diff)}); "
                             "use another --output")

@@ -82,6 +82,9 @@ class HFSampler:
         torch.manual_seed(int(options.get("seed") or 0))
         gc = self.lm.generation_config
         self.eos = gc.eos_token_id if gc.eos_token_id is not None else self.tok.eos_token_id
+        from fae.backends.hf import open_constraint  # --constrained-decoding (docs/structured.md)
+
+        self.constraint = open_constraint(options, self.lm, self.tok, self.eos)
 
     def sample(self, prompts: list, n: int, callback: Callable[[int], None] | None = None) -> list[list[Sample]]:
         import torch
@@ -93,8 +96,14 @@ class HFSampler:
             batch = prompts[start:start + self.batch_size]
             ids = [encode_chat(self.tok, m) for m in batch]
             x, mask = left_pad(ids, self.tok.pad_token_id)
+            extra = {}
+            if self.constraint is not None:  # rows are prompt-major: n samples of each prompt
+                from data_prep.schemas import schema_for_prompt
+
+                extra["logits_processor"] = self.constraint.processors(
+                    [schema_for_prompt(m) for m in batch for _ in range(n)])
             with torch.inference_mode():
-                gen = self.lm.generate(
+                gen = self.lm.generate(**extra,
                     input_ids=x.to(self.lm.device), attention_mask=mask.to(self.lm.device),
                     do_sample=True, temperature=self.temperature, top_p=1.0, top_k=0,
                     num_return_sequences=n, max_new_tokens=self.max_new_tokens,

@@ -170,6 +170,7 @@ def render_markdown(runs: Sequence[dict]) -> str:
             f"- **{run['name']}** (`{run['dir']}`): backend {c.get('backend', '?')}, model `{c.get('model', '?')}`"
             + (f", adapter `{c['adapter']}`" if c.get("adapter") else "")
             + (f", records `{c.get('records')}`" if c.get("records") else "")
+            + (", constrained decoding: on" if c.get("constrained_decoding") else "")  # docs/structured.md
         )
     lines += ["", "![a_r against r](trajectory.png)", ""]
     return "\n".join(lines)

@@ -39,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "limit": None,
     "chunk_size": None,  # claims in flight; None = one backend batch (see chunk_size_for)
     "progress": True,
+    "constrained_decoding": False,  # answers held to the JSON schema of their prompt (docs/structured.md)
     # hf
     "batch_size": 8,
     "device": "auto",
@@ -88,6 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="claims in flight at once; each finished claim is written at once (default: one "
                         "backend batch: --batch-size for hf, --concurrency for openai, 256 for vllm)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bars")
+    p.add_argument("--constrained-decoding", action="store_true", default=S,
+                   help="hold every answer to the JSON schema of its prompt (label enum, ids of the pool "
+                        "shown); not the paper's protocol, see docs/structured.md (default: off)")
     g = p.add_argument_group("hf backend")
     g.add_argument("--batch-size", type=_positive_int, default=S, help="prompts per generate call (default 8)")
     g.add_argument("--device", default=S, help="auto (default), cpu, cuda, cuda:1 ...")
@@ -141,7 +145,7 @@ def load_yaml_options(path: str, parser: argparse.ArgumentParser | None) -> dict
                 value = a.type(str(value))
             except (ValueError, argparse.ArgumentTypeError) as exc:
                 raise UserError(f"{path}: key {raw_key!r}: {exc}") from None
-        if key == "progress" and not isinstance(value, bool):
+        if key in ("progress", "constrained_decoding") and not isinstance(value, bool):
             raise UserError(f"{path}: key {raw_key!r}: must be true or false")
         out[key] = value
     return out
@@ -196,6 +200,8 @@ def command_line(given: dict[str, Any]) -> str:
         flag = "--" + key.replace("_", "-")
         if key == "progress":
             words += [] if value else ["--no-progress"]
+        elif key == "constrained_decoding":
+            words += [flag] if value else []
         elif value is not None:
             words += [flag, str(value)]
     return shlex.join(words)
@@ -294,6 +300,7 @@ def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[
         "adapter_sha256": adapter_sha256(opts.get("adapter")),
         "rounds": int(opts["rounds"]),
         "decoding": decoding,
+        "constrained_decoding": bool(opts.get("constrained_decoding")),
         "prompt_format_version": PROMPT_FORMAT_VERSION,
         "limit": opts.get("limit"),
         **claim_set(claim_ids or []),

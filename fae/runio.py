@@ -34,7 +34,7 @@ RUNS_LOG = "runs.jsonl"
 DERIVED = (METRICS, "report.md", "trajectory.png")
 # Settings that change the answers: resuming under different ones would mix two runs.
 RESUME_KEYS = ("records_sha256", "backend", "model", "adapter_sha256", "rounds", "decoding",
-               "prompt_format_version", "claim_set_sha256")
+               "constrained_decoding", "prompt_format_version", "claim_set_sha256")
 _ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 _VERSION_PACKAGES = ("real-fae", "torch", "transformers", "peft", "accelerate", "openai", "vllm")
 
@@ -230,6 +230,8 @@ def check_resume(run_dir: str | os.PathLike, config: dict) -> dict | None:
     for k in RESUME_KEYS:
         if old.get(k) == config.get(k):
             continue
+        if k == "constrained_decoding" and bool(old.get(k)) == bool(config.get(k)):
+            continue  # runs made before the option existed were unconstrained
         if k == "claim_set_sha256":
             if set(old.get("claim_ids") or ()) <= set(config.get("claim_ids") or ()):
                 continue  # the claim set grows: finished claims stay valid

@@ -78,6 +78,30 @@ def overlap_annotator(body: dict) -> str:
     return json.dumps({"evidence": overlap_ids(body)})
 
 
+def fit_to_schema(content: str, schema: dict) -> str:
+    """The answer a schema-constrained model could give: the object's enum'd fields kept when allowed.
+
+    Handles the flat answer schemas of data_prep/schemas.py: string enums
+    (a value outside falls back to the first allowed one) and arrays of integer
+    enums (items outside are dropped, duplicates removed), in schema order.
+    """
+    try:
+        obj = json.loads(content)
+    except ValueError:
+        obj = {}
+    obj = obj if isinstance(obj, dict) else {}
+    out = {}
+    for name, prop in schema.get("properties", {}).items():
+        if prop.get("type") == "string":
+            allowed = prop.get("enum") or [""]
+            out[name] = obj.get(name) if obj.get(name) in allowed else allowed[0]
+        elif prop.get("type") == "array":
+            allowed = (prop.get("items") or {}).get("enum") or []
+            items = obj.get(name) if isinstance(obj.get(name), list) else []
+            out[name] = list(dict.fromkeys(i for i in items if i in allowed))
+    return json.dumps(out)
+
+
 class _Server(ThreadingHTTPServer):
     # socketserver's default listen backlog of 5 drops SYNs when a client opens
     # dozens of connections at once; the retransmit (1 s) then looks like a timeout.
@@ -98,6 +122,7 @@ class RequestLog:
     attempt: int
     outcome: str  # "ok" or the fault name
     authorization: str | None = None
+    response_format: dict | None = None  # as the request sent it
 
 
 @dataclass
@@ -119,6 +144,10 @@ class LocalOpenAIServer:
     # When set, an answer longer than the request's max_tokens (one token = one
     # whitespace-separated word, as in "usage") is cut there with finish_reason "length".
     honor_max_tokens: bool = False
+    # "ignore" (default): response_format is logged, not used. "honor": a json_schema
+    # response_format fits the answer to the schema (as a grammar-constrained server
+    # would). "json_object_only": a json_schema request gets a 400 naming response_format.
+    response_format_mode: str = "ignore"
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -215,7 +244,14 @@ class LocalOpenAIServer:
         if self.api_key is not None and auth != f"Bearer {self.api_key}":
             fault = "401"
         with self._lock:
-            self.log.append(RequestLog(body.get("model", ""), key, attempt, fault or "ok", auth))
+            self.log.append(RequestLog(body.get("model", ""), key, attempt, fault or "ok", auth,
+                                       body.get("response_format")))
+        fmt = (body.get("response_format") or {}).get("type")
+        if fault is None and fmt == "json_schema" and self.response_format_mode == "json_object_only":
+            self._send_json(handler, 400, {"error": {
+                "message": "response_format type 'json_schema' is not supported; use 'json_object'",
+                "type": "invalid_request_error", "param": "response_format"}})
+            return
         if self.latency:
             time.sleep(self.latency)
         if fault in ERROR_STATUSES:
@@ -253,6 +289,9 @@ class LocalOpenAIServer:
             contents = [content] * n
         else:
             contents = [self.responder(dict(body, _choice_index=i)) for i in range(n)]
+        schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema")
+        if self.response_format_mode == "honor" and schema:
+            contents = [fit_to_schema(c, schema) for c in contents]
         cap = body.get("max_tokens") if self.honor_max_tokens else None
         finish = ["length" if cap and len(c.split()) > cap else "stop" for c in contents]
         contents = [" ".join(c.split()[:cap]) if f == "length" else c for c, f in zip(contents, finish)]

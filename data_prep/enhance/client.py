@@ -11,7 +11,12 @@ here and the retry policy is explicit:
   (not cached, retried by the next run);
 - a malformed answer is re-asked up to ``malformed_retries`` times, then
   the annotator *abstains* for that claim (cached);
-- 401/403/404 stop the annotator: every later claim fails without a request.
+- 401/403/404 stop the annotator: every later claim fails without a request;
+- with ``constrained_decoding`` every request carries the annotator schema
+  (``{"evidence": [ids of the pool]}``, :mod:`data_prep.schemas`) as a
+  ``json_schema`` response_format; a 400 that rejects it switches this
+  annotator to ``{"type": "json_object"}`` for the rest of the run (asked
+  again at once, not counted as a retry).
 
 Error texts name the endpoint (base URL and model, never the key) and go
 through :func:`data_prep.secrets.scrub` before they are stored or printed:
@@ -53,6 +58,7 @@ class AnnotatorStats:
     failed: int = 0  # claims without an answer (transport), not cached
     transport_retries: int = 0
     malformed_answers: int = 0
+    json_object_fallback: int = 0  # 1 when the server refused json_schema response formats
     invented_ids: int = 0  # ids outside the pool, dropped (counted over all claims incl. cached)
     tokens_in: int = 0  # API usage of requests sent this run
     tokens_out: int = 0
@@ -103,6 +109,7 @@ class AnnotatorClient:
         self._global = global_limit
         self._rng = rng or random.Random()
         self.dead: str | None = None  # set on 401/403/404: reason every later claim fails with
+        self.schema_rejected = False  # the server refused json_schema: json_object from then on
 
     async def close(self) -> None:
         await self._client.close()
@@ -114,19 +121,29 @@ class AnnotatorClient:
         cap = min(self.cfg.backoff_max, self.cfg.backoff_base * 2 ** (retry - 1))
         return self._rng.uniform(0, cap)
 
-    async def _send(self, messages: list[dict[str, str]]) -> tuple[str | None, int, int]:
+    async def _send(self, messages: list[dict[str, str]], pool_ids=()) -> tuple[str | None, int, int]:
         async with self._limit:
             if self._global is not None:
                 async with self._global:
-                    return await self._send_now(messages)
-            return await self._send_now(messages)
+                    return await self._send_now(messages, pool_ids)
+            return await self._send_now(messages, pool_ids)
 
-    async def _send_now(self, messages):
+    def request_options(self, pool_ids) -> dict:
+        """Decoding settings as ``create`` kwargs: ``constrained_decoding`` becomes a response_format."""
+        from data_prep.schemas import JSON_OBJECT_FORMAT, annotator_schema, response_format
+
+        kwargs = self.cfg.decoding()
+        if kwargs.pop("constrained_decoding", False):
+            kwargs["response_format"] = (dict(JSON_OBJECT_FORMAT) if self.schema_rejected
+                                         else response_format(annotator_schema(pool_ids), name="evidence"))
+        return kwargs
+
+    async def _send_now(self, messages, pool_ids=()):
         if self.dead:  # stopped while this request waited for a slot
             raise TransportFailure(self.dead)
         self.stats.requests += 1
         resp = await self._client.chat.completions.create(
-            model=self.cfg.model, messages=messages, **self.cfg.decoding()
+            model=self.cfg.model, messages=messages, **self.request_options(pool_ids)
         )
         content = resp.choices[0].message.content if resp.choices else None
         usage = resp.usage
@@ -136,17 +153,29 @@ class AnnotatorClient:
         self.stats.tokens_out += ct
         return content, pt, ct
 
+    def rejects_json_schema(self, exc: openai.APIStatusError) -> bool:
+        """A 400 refusing the json_schema response_format (a server that knows only json_object)."""
+        if not self.cfg.constrained_decoding or exc.status_code != 400:
+            return False
+        text = str(exc).lower()
+        return "response_format" in text or "json_schema" in text
+
     async def annotate(self, messages: list[dict[str, str]], pool_ids: list[int]) -> CachedAnswer:
         """An ``ok`` answer or an ``abstain`` after malformed re-asks; raises TransportFailure."""
         retries = malformed = 0
         pt_sum = ct_sum = 0
+        fell_back = False
         while True:
             if self.dead:
                 raise TransportFailure(self.dead)
             try:
-                content, pt, ct = await self._send(messages)
+                content, pt, ct = await self._send(messages, pool_ids)
             except openai.APIStatusError as exc:
                 code = exc.status_code
+                if not fell_back and self.rejects_json_schema(exc):  # once per claim: no loop
+                    fell_back = self.schema_rejected = True
+                    self.stats.json_object_fallback = 1
+                    continue
                 self.stats.note_error(f"http_{code}")
                 if code in _FATAL_STATUS:
                     check = f"{self.cfg.api_key_env}, base_url and model" if self.cfg.api_key_env \

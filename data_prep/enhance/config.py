@@ -47,12 +47,20 @@ class AnnotatorConfig:
     backoff_base: float = 1.0  # seconds; delay ~ U(0, min(backoff_max, base * 2**attempt))
     backoff_max: float = 60.0
     seed: int | None = None  # sent when set (vLLM and OpenAI honour it)
+    # answers held to {"evidence": [ids of the pool]} through response_format (docs/structured.md)
+    constrained_decoding: bool = False
 
     def decoding(self) -> dict[str, Any]:
-        """Decoding settings sent with every request (and part of the cache key)."""
+        """Decoding settings of every request (and part of the cache key).
+
+        ``constrained_decoding`` appears only when on, so caches of unconstrained
+        annotators keep their keys; the client turns it into ``response_format``.
+        """
         out: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
         if self.seed is not None:
             out["seed"] = self.seed
+        if self.constrained_decoding:
+            out["constrained_decoding"] = True
         return out
 
     @property
@@ -131,6 +139,8 @@ def _check_entry(raw: Any, where: str) -> AnnotatorConfig:
     number("backoff_max", 0.0, strict=False)
     if raw.get("seed") is not None and (isinstance(raw["seed"], bool) or not isinstance(raw["seed"], int)):
         bad("seed", f"must be an integer, got {raw['seed']!r}")
+    if raw.get("constrained_decoding") is not None and not isinstance(raw["constrained_decoding"], bool):
+        bad("constrained_decoding", f"must be true or false, got {raw['constrained_decoding']!r}")
     kwargs = {k: v for k, v in raw.items() if v is not None}
     for fld in ("temperature", "timeout", "backoff_base", "backoff_max"):
         if fld in kwargs:

@@ -145,8 +145,13 @@ def finish_reasons(new_tokens, eos_ids, max_new_tokens: int) -> list[str]:
 
 
 def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
-                     callback: Callable[[int], None] | None = None) -> list[Generation]:
-    """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order."""
+                     callback: Callable[[int], None] | None = None,
+                     schemas: list | None = None, constraint=None) -> list[Generation]:
+    """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order.
+
+    With ``constraint`` (:class:`fae.constrained.HFConstraint`) each prompt's
+    answer is held to its JSON schema in ``schemas`` (one matcher per row).
+    """
     import torch
 
     order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
@@ -155,9 +160,12 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         ids, mask = left_pad([token_ids[i] for i in idx], gc.pad_token_id)
+        extra = constrained_kwargs(constraint, schemas, idx)
         with torch.inference_mode():
             gen = lm.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                              generation_config=gc)
+                              generation_config=gc, **extra)
+        if extra:
+            constraint.done()
         new = gen[:, ids.shape[1]:]
         texts = tok.batch_decode(new, skip_special_tokens=True)
         reasons = finish_reasons(new, gc.eos_token_id, gc.max_new_tokens)
@@ -166,6 +174,22 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
         if callback:
             callback(len(idx))
     return out
+
+
+def constrained_kwargs(constraint, schemas: list | None, idx: list[int]) -> dict:
+    """``generate`` kwargs holding the rows ``idx`` to their schemas (none when unconstrained)."""
+    if constraint is None:
+        return {}
+    return {"logits_processor": constraint.processors([schemas[i] for i in idx])}
+
+
+def open_constraint(options: dict[str, Any], lm, tok, eos_ids):
+    """The xgrammar constraint when ``constrained_decoding`` is on (else None); see fae/constrained.py."""
+    if not options.get("constrained_decoding"):
+        return None
+    from fae.constrained import HFConstraint
+
+    return HFConstraint(lm, tok, eos_ids)
 
 
 @register("hf")
@@ -182,12 +206,20 @@ class HFBackend(Backend):
         )
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
         self.stats = {"generate_calls": 0, "prompts": 0}
+        self.constraint = open_constraint(options, self.lm, self.tok, self.gc.eos_token_id)
 
     def generate(self, prompts, callback=None):
         ids = [encode_chat(self.tok, m) for m in prompts]
         self.stats["generate_calls"] += (len(ids) + self.batch_size - 1) // self.batch_size
         self.stats["prompts"] += len(ids)
-        return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback)
+        if self.constraint is None:  # the call as before the option (wrappers such as gpu_check rely on it)
+            return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback)
+        from data_prep.schemas import schema_for_prompt
+
+        out = generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
+                               schemas=[schema_for_prompt(m) for m in prompts], constraint=self.constraint)
+        self.stats.update(self.constraint.stats_snapshot())
+        return out
 
     @classmethod
     def decoding_of(cls, options):

@@ -16,6 +16,13 @@ records only the variable's name. Servers echo the ``Authorization`` header in
 error bodies, so every error text is passed through
 :func:`data_prep.secrets.scrub` before it is raised, printed or written to
 ``runs.jsonl``.
+
+With ``constrained_decoding`` each request carries the JSON schema of its
+prompt as ``response_format={"type": "json_schema", ...}``
+(:mod:`data_prep.schemas`). A server that rejects it (HTTP 400 naming
+``response_format`` / ``json_schema``) is asked again with
+``{"type": "json_object"}``, and that fallback is remembered for the rest of
+the run (``stats["json_object_fallback"]``).
 """
 
 from __future__ import annotations
@@ -95,6 +102,10 @@ class OpenAIBackend(Backend):
         self._rng = random.Random(0)
         self.stats = {"requests": 0, "retries": 0, "429": 0, "5xx": 0, "timeout": 0,
                       "connection": 0, "malformed": 0}
+        self.constrained = bool(options.get("constrained_decoding"))
+        self.schema_rejected = False  # the endpoint refused json_schema once: json_object from then on
+        if self.constrained:
+            self.stats["json_object_fallback"] = 0
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r})"
@@ -141,7 +152,17 @@ class OpenAIBackend(Backend):
                                   "temperature": 0.0, "max_tokens": self.max_new_tokens}
         if self.seed is not None:
             kwargs["seed"] = int(self.seed)
+        if self.constrained:
+            kwargs["response_format"] = self.response_format_for(messages)
         return kwargs
+
+    def response_format_for(self, messages) -> dict[str, Any]:
+        """The prompt's JSON schema, or ``json_object`` once the endpoint has rejected schemas."""
+        from data_prep.schemas import JSON_OBJECT_FORMAT, response_format, schema_for_prompt
+
+        if self.schema_rejected:
+            return dict(JSON_OBJECT_FORMAT)
+        return response_format(schema_for_prompt(messages), name="fae_answer")
 
     def parse_response(self, resp) -> Any:
         """The answer in a response; :class:`MalformedResponse` (retried) when it has none. A hook.
@@ -156,13 +177,20 @@ class OpenAIBackend(Backend):
     async def _request(self, client, sem, messages) -> Any:
         kwargs = self.request_kwargs(messages)
         last: BaseException | None = None
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while attempt <= self.max_retries:
             try:
                 async with sem:
                     self.stats["requests"] += 1
                     resp = await client.chat.completions.create(**kwargs)
                 return self.parse_response(resp)
             except Exception as exc:  # noqa: BLE001 - classified below
+                if rejects_json_schema(exc, kwargs):
+                    if not self.schema_rejected:
+                        self.schema_rejected = True
+                        self.stats["json_object_fallback"] += 1
+                    kwargs = {**kwargs, "response_format": self.response_format_for(messages)}
+                    continue  # at once, not counted as a retry
                 kind = _classify(exc)
                 if kind is None:
                     raise BackendError(scrub(f"{self.base_url or 'OpenAI API'}: request for model "
@@ -173,8 +201,18 @@ class OpenAIBackend(Backend):
                     break
                 self.stats["retries"] += 1
                 await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max, self._rng))
+                attempt += 1
         raise BackendError(scrub(f"{self.base_url or 'OpenAI API'}: request for model {self.model!r} "
                                  f"still failing after {self.max_retries} retries: {_describe(last)}")) from None
+
+
+def rejects_json_schema(exc: BaseException, kwargs: dict[str, Any]) -> bool:
+    """A 400 that refuses a ``json_schema`` response_format (the server only knows ``json_object``)."""
+    fmt = kwargs.get("response_format") or {}
+    if fmt.get("type") != "json_schema" or getattr(exc, "status_code", None) != 400:
+        return False
+    text = str(exc).lower()
+    return "response_format" in text or "json_schema" in text
 
 
 def _describe(exc: BaseException | None) -> str:

@@ -76,6 +76,7 @@ class VLLMBackend(Backend):
         self.params = vllm.SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens,
                                           stop_token_ids=stop_ids or None)
         self.stats = {"prompts": 0}
+        self.constrained = bool(options.get("constrained_decoding"))
 
     @classmethod
     def decoding_of(cls, options):
@@ -84,12 +85,39 @@ class VLLMBackend(Backend):
 
     def generate(self, prompts, callback=None):
         inputs = [{"prompt_token_ids": encode_chat(self.tok, m)} for m in prompts]
-        outs = self.llm.generate(inputs, self.params, lora_request=self.lora, use_tqdm=False)
+        params = ([constrained_params(self.params, m) for m in prompts] if self.constrained
+                  else self.params)
+        outs = self.llm.generate(inputs, params, lora_request=self.lora, use_tqdm=False)
         self.stats["prompts"] += len(inputs)
         if callback:
             callback(len(inputs))
         # vLLM's CompletionOutput.finish_reason: "length" when max_tokens cut the answer off
         return [Generation(o.outputs[0].text, o.outputs[0].finish_reason) for o in outs]
+
+
+def constrained_params(base, messages):
+    """``base`` with its prompt's answer grammar as vLLM structured output.
+
+    UNTESTED here (no vLLM on the CI machines): vLLM >= 0.10.2 takes
+    ``structured_outputs=StructuredOutputsParams(grammar=...)``, older releases
+    ``guided_decoding=GuidedDecodingParams(grammar=...)``. The grammar is the
+    one the hf backend compiles with xgrammar (vLLM's default engine), so both
+    backends admit the same answers (ids ascending and unique).
+    """
+    from data_prep.schemas import schema_for_prompt
+    from fae.constrained import answer_grammar
+
+    grammar = answer_grammar(schema_for_prompt(messages))
+    params = base.clone()
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        params.structured_outputs = StructuredOutputsParams(grammar=grammar)
+    except ImportError:
+        from vllm.sampling_params import GuidedDecodingParams
+
+        params.guided_decoding = GuidedDecodingParams(grammar=grammar)
+    return params
 
 
 def _eos_ids(model: str, tok) -> list[int]:

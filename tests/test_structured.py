@@ -1,0 +1,253 @@
+"""Schema-constrained decoding (issue 18): schemas, the hf (xgrammar) and openai backends, the run fingerprint."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
+from data_prep.records import LABELS, load_records
+from data_prep.schemas import annotator_schema, answer_schema, schema_for_prompt, shown_pool_ids
+from fae.cli import main
+from fae.runio import read_claims
+from fae_helpers import write_checkcovid
+from openai_server import LocalOpenAIServer, overlap_annotator, overlap_verifier, pool_lines
+
+
+@pytest.fixture(scope="module")
+def cc_records(shared_data, tmp_path_factory):
+    return write_checkcovid(shared_data, tmp_path_factory.mktemp("cc") / "cc.jsonl", n=6)
+
+
+# -- schemas ----------------------------------------------------------------
+
+
+def test_answer_schema_puts_label_first_and_limits_ids_to_the_pool():
+    schema = answer_schema([7, 0, 3])
+    assert list(schema["properties"]) == ["label", "evidence"]  # soft-FAE reads the label position
+    assert schema["properties"]["label"]["enum"] == list(LABELS)
+    assert schema["properties"]["evidence"]["items"]["enum"] == [0, 3, 7]
+    assert schema["additionalProperties"] is False
+    assert annotator_schema([2, 5])["properties"]["evidence"]["items"]["enum"] == [2, 5]
+    assert answer_schema([])["properties"]["evidence"] == {"type": "array", "maxItems": 0}
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 500), min_size=1, max_size=12, unique=True),
+       st.data())
+def test_shown_pool_ids_reads_back_exactly_the_pool_shown(ids, data):
+    """Whatever the sentence and claim texts (newlines, 'lineN:' look-alikes), the schema is the pool shown."""
+    from data_prep.records import ClaimRecord, Sentence
+
+    text = st.text(alphabet=st.sampled_from(list("ab :\n\tline0123Document")), max_size=30)
+    sents = [Sentence(id=i, text=data.draw(text) or "x") for i in ids]
+    rec = ClaimRecord(id="r", dataset="t", claim=data.draw(text) or "c", label="SUPPORT",
+                      sentences=sents, evidence=[[ids[0]]])
+    shown = data.draw(st.lists(st.sampled_from(ids), unique=True))
+    assert shown_pool_ids(render_evidence_prompt(rec, shown)) == [i for i in ids if i in shown]
+    assert shown_pool_ids(render_knowledge_prompt(rec)) is None
+    assert schema_for_prompt(render_knowledge_prompt(rec))["properties"]["evidence"]["maxItems"] == 0
+
+
+# -- hf backend through xgrammar ------------------------------------------------
+
+
+def hf_run(records, out, model, *extra):
+    return main(["run", "--records", str(records), "--output", str(out), "--model", str(model),
+                 "--rounds", "3", "--batch-size", "4", "--max-new-tokens", "64", "--no-progress", *extra])
+
+
+@pytest.mark.slow
+def test_random_tiny_model_under_the_constraint_answers_validly_in_every_round(cc_records, tiny_llama, tmp_path):
+    """The random model answers blank lines unconstrained (0% valid); constrained, every round of
+    a real `fae run` parses and cites only ids of the pool it was shown."""
+    assert hf_run(cc_records, tmp_path / "free", tiny_llama) == 0
+    free = [r for c in read_claims(tmp_path / "free" / "claims.jsonl") for r in c["rounds"]]
+    assert not any(r["valid"] for r in free)
+
+    assert hf_run(cc_records, tmp_path / "cd", tiny_llama, "--constrained-decoding") == 0
+    claims = read_claims(tmp_path / "cd" / "claims.jsonl")
+    rounds = [r for c in claims for r in c["rounds"]]
+    assert len(claims) == len(load_records(cc_records)) and len(rounds) == 4 * len(claims)
+    assert all(r["valid"] for r in rounds)
+    assert all(r["hallucinated"] == [] and set(r["cited"]) <= set(r["pool_ids"]) for r in rounds)
+    config = json.loads((tmp_path / "cd" / "config.json").read_text())
+    assert config["constrained_decoding"] is True
+    assert "constrained decoding: on" in (tmp_path / "cd" / "report.md").read_text()
+    log = [json.loads(x) for x in (tmp_path / "cd" / "runs.jsonl").read_text().splitlines()]
+    assert log[-1]["backend_stats"]["constrained_prompts"] > 0
+
+
+# -- fingerprint, report, compare ---------------------------------------------------
+
+
+def test_compare_refuses_constrained_against_unconstrained_unless_allowed(tmp_path, capsys):
+    from test_compare_cli import write_run
+
+    a, b = write_run(tmp_path / "sft", 0), write_run(tmp_path / "real", 1)
+    config = json.loads((b / "config.json").read_text())
+    (b / "config.json").write_text(json.dumps({**config, "constrained_decoding": True}))
+    assert main(["compare", str(a), str(b), "-o", str(tmp_path / "cmp"), "--bootstrap", "50"]) == 2
+    err = capsys.readouterr().err
+    assert "--constrained-decoding" in err and "--allow-mixed-decoding" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "cmp" / "compare.json").exists()
+    assert main(["compare", str(a), str(b), "-o", str(tmp_path / "cmp"), "--bootstrap", "50",
+                 "--allow-mixed-decoding"]) == 0
+
+
+def test_constrained_setting_is_in_the_fingerprint(tmp_path):
+    from fae import runio
+
+    old = {"claim_set_sha256": "x", "claim_ids": ["a"], "n_claims": 1}  # a run made before the option
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    runio.check_resume(tmp_path, {**old, "constrained_decoding": False})  # unconstrained resumes it
+    with pytest.raises(runio.UserError, match="constrained_decoding"):
+        runio.check_resume(tmp_path, {**old, "constrained_decoding": True})
+
+
+# -- openai backend: response_format ------------------------------------------------
+
+
+def openai_run(records, out, base_url, *extra):
+    return main(["run", "--backend", "openai", "--model", "weak", "--base-url", base_url,
+                 "--records", str(records), "--output", str(out), "--rounds", "2", "--concurrency", "4",
+                 "--request-timeout", "5", "--backoff-base", "0.01", "--no-progress", *extra])
+
+
+def weak_then_wrong_ids(body):
+    """A weak model: prose unless a schema constrains it, and then it still reaches for id 999."""
+    if "response_format" not in body:
+        return "I think the claim is supported by line 1."
+    return json.dumps({"label": "SUPPORT", "evidence": [999] + sorted(shown_pool_ids(body["messages"]))[:1]})
+
+
+def test_openai_sends_each_prompt_its_schema_and_a_honouring_server_makes_answers_valid(cc_records, tmp_path):
+    with LocalOpenAIServer(responder=weak_then_wrong_ids, response_format_mode="honor") as srv:
+        assert openai_run(cc_records, tmp_path / "free", srv.base_url) == 0
+        assert all(r.response_format is None for r in srv.log)
+        srv.reset_log()
+        assert openai_run(cc_records, tmp_path / "cd", srv.base_url, "--constrained-decoding") == 0
+        sent = [r.response_format for r in srv.log]
+    free = [r for c in read_claims(tmp_path / "free" / "claims.jsonl") for r in c["rounds"]]
+    assert not any(r["valid"] for r in free)
+    claims = read_claims(tmp_path / "cd" / "claims.jsonl")
+    rounds = [r for c in claims for r in c["rounds"] if not r["reused"]]
+    assert sent and all(f["type"] == "json_schema" for f in sent)
+    assert len(sent) == len(rounds)
+    schemas = sorted(json.dumps(f["json_schema"]["schema"], sort_keys=True) for f in sent)
+    assert schemas == sorted(json.dumps(answer_schema(r["pool_ids"]), sort_keys=True) for r in rounds)
+    assert all(r["valid"] and r["hallucinated"] == [] for c in claims for r in c["rounds"])
+
+
+def test_openai_falls_back_to_json_object_once_per_run(cc_records, tmp_path):
+    with LocalOpenAIServer(responder=overlap_verifier, response_format_mode="json_object_only") as srv:
+        assert openai_run(cc_records, tmp_path / "run", srv.base_url, "--constrained-decoding",
+                          "--concurrency", "1", "--max-retries", "0") == 0
+        kinds = [(r.response_format or {}).get("type") for r in srv.log]
+    assert kinds[0] == "json_schema" and kinds.count("json_schema") == 1  # remembered for the run
+    assert set(kinds[1:]) == {"json_object"}
+    log = json.loads((tmp_path / "run" / "runs.jsonl").read_text().splitlines()[-1])
+    assert log["backend_stats"]["json_object_fallback"] == 1 and log["backend_stats"]["retries"] == 0
+
+
+# -- annotators: per-annotator constrained_decoding -----------------------------------
+
+
+def annotators_file(path, base_url, constrained: dict[str, bool]):
+    lines = ["annotators:"]
+    for name, on in constrained.items():
+        lines += [f"  - name: {name}", f"    base_url: {base_url}", f"    model: {name}",
+                  "    max_concurrency: 2", "    temperature: 0.0", "    max_tokens: 64",
+                  "    malformed_retries: 1", "    max_retries: 0"]
+        lines += ["    constrained_decoding: true"] if on else []
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def prose_unless_constrained(body):
+    if "response_format" not in body:
+        return "The first lines look relevant."
+    ids = sorted(int(i) for i in pool_lines(body))
+    return json.dumps({"evidence": [999] + ids[:2]})  # the server's fit drops the invented id
+
+
+def test_annotators_send_their_schema_only_when_constrained_and_cache_keys_differ(cc_records, tmp_path):
+    from data_prep.cli import main as data_main
+    from data_prep.enhance.prompt import parse_annotation
+
+    recs = load_records(cc_records)
+    ann = annotators_file(tmp_path / "ann.yaml", "http://127.0.0.1:1/v1", {"free": False, "held": True})
+    with LocalOpenAIServer(responder=prose_unless_constrained, response_format_mode="honor") as srv:
+        annotators_file(ann, srv.base_url, {"free": False, "held": True})
+        args = ["enhance", "--records", str(cc_records), "--annotators", str(ann),
+                "--output", str(tmp_path / "out.jsonl"), "--cache", str(tmp_path / "c.sqlite"), "--no-progress"]
+        assert data_main(args) == 0
+        held = [r for r in srv.log if r.model == "held"]
+        free = [r for r in srv.log if r.model == "free"]
+        assert all(r.response_format is None for r in free)
+        assert sorted(json.dumps(r.response_format["json_schema"]["schema"], sort_keys=True) for r in held) \
+            == sorted(json.dumps(annotator_schema(rec.pool_ids), sort_keys=True) for rec in recs)
+        out = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+        assert all(o["annotations"]["free"] is None for o in out)  # abstained
+        assert all(o["annotations"]["held"] == sorted(rec.pool_ids)[:2] for o, rec in zip(out, recs))
+        assert all(parse_annotation(json.dumps({"evidence": o["annotations"]["held"]}), rec.pool_ids).valid
+                   for o, rec in zip(out, recs))
+        # the setting is part of the cache key: turning it on for "free" asks again
+        srv.reset_log()
+        annotators_file(ann, srv.base_url, {"free": True, "held": True})
+        assert data_main(args) == 0  # the same cache
+        assert {r.model for r in srv.log} == {"free"} and len(srv.log) == len(recs)
+
+
+def test_annotator_falls_back_to_json_object(cc_records, tmp_path):
+    from data_prep.cli import main as data_main
+
+    with LocalOpenAIServer(responder=overlap_annotator,
+                           response_format_mode="json_object_only") as srv:
+        ann = annotators_file(tmp_path / "ann.yaml", srv.base_url, {"held": True})
+        assert data_main(["enhance", "--records", str(cc_records), "--annotators", str(ann),
+                          "--output", str(tmp_path / "out.jsonl"), "--no-progress"]) == 0
+        kinds = [(r.response_format or {}).get("type") for r in srv.log]
+    assert kinds.count("json_schema") <= 2  # max_concurrency 2: requests already in flight
+    assert kinds.count("json_object") == len(load_records(cc_records))
+
+
+# -- fae pave (sampling, hf) ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_pave_samples_under_the_constraint_are_all_valid(tmp_path, tiny_llama):
+    """n sampled rows per prompt each get the prompt's schema (claim-only prompts: evidence [])."""
+    from data_prep.prompts import parse_answer
+    from data_prep.records import save_records
+    from conftest import make_record_dict
+
+    recs = [make_record_dict(id=f"r{k}", claim=f"Claim number {k} holds.",
+                             label="SUPPORT" if k % 2 == 0 else "REFUTE",
+                             counterfactual_sentences=[{"id": 0, "text": f"FAKE statement {k}."}]) for k in range(4)]
+    save_records(recs, tmp_path / "eval.jsonl")
+    out = tmp_path / "pave"
+    assert main(["pave", "--records", str(tmp_path / "eval.jsonl"), "--backend", "hf", "--model", str(tiny_llama),
+                 "--samples", "3", "--temperature", "1.0", "--max-new-tokens", "48", "--output", str(out),
+                 "--no-progress", "--tune-split", "0.5", "--constrained-decoding"]) == 0
+    assert json.loads((out / "config.json").read_text())["constrained_decoding"] is True
+    pools = {r["id"]: [s["id"] for s in r["sentences"]] for r in recs}
+    for line in map(json.loads, (out / "samples.jsonl").read_text().splitlines()):
+        for cond, c in line["conditions"].items():
+            for raw in c["raw"]:
+                parsed = parse_answer(raw, pools[line["id"]])
+                assert parsed.valid and not parsed.hallucinated, (cond, raw)
+                if cond == "claim_only":
+                    assert parsed.cited == []
+
+
+def test_yaml_option_must_be_a_boolean(cc_records, tmp_path, capsys):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"records: {cc_records}\noutput: {tmp_path / 'run'}\nmodel: m\nconstrained_decoding: 'on'\n")
+    assert main(["run", "--config", str(cfg)]) == 2
+    assert "key 'constrained_decoding': must be true or false" in capsys.readouterr().err
+    from fae.run_cli import command_line
+
+    assert command_line({"constrained_decoding": True, "rounds": 2}) == "fae run --constrained-decoding --rounds 2"
+    assert command_line({"constrained_decoding": False}) == "fae run"
