@@ -25,6 +25,7 @@ import asyncio
 import json
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 import openai
 
@@ -136,8 +137,18 @@ class AnnotatorClient:
         self.stats.tokens_out += ct
         return content, pt, ct
 
-    async def annotate(self, messages: list[dict[str, str]], pool_ids: list[int]) -> CachedAnswer:
-        """An ``ok`` answer or an ``abstain`` after malformed re-asks; raises TransportFailure."""
+    async def annotate(self, messages: list[dict[str, str]], pool_ids: list[int],
+                       check: Callable[[str | None], str | None] | None = None) -> CachedAnswer:
+        """An ``ok`` answer or an ``abstain`` after malformed re-asks; raises TransportFailure.
+
+        ``check(content)`` returns None for a usable answer or the reason it is
+        not (default: an evidence annotation over ``pool_ids``), so other
+        LLM tasks (``real-data counterfactual``) share these retries.
+        """
+        if check is None:
+            def check(content):
+                parsed = parse_annotation(content, pool_ids)
+                return None if parsed.valid else parsed.error
         retries = malformed = 0
         pt_sum = ct_sum = 0
         while True:
@@ -167,13 +178,13 @@ class AnnotatorClient:
             else:
                 pt_sum += pt
                 ct_sum += ct
-                parsed = parse_annotation(content, pool_ids)
-                if parsed.valid:
+                error = check(content)
+                if error is None:
                     return CachedAnswer(OK, content, pt_sum, ct_sum)
                 self.stats.malformed_answers += 1
                 malformed += 1
                 if malformed > self.cfg.malformed_retries:
-                    return CachedAnswer(ABSTAIN, content, pt_sum, ct_sum, error=parsed.error)
+                    return CachedAnswer(ABSTAIN, content, pt_sum, ct_sum, error=error)
                 continue
             retries += 1
             if retries > self.cfg.max_retries:
