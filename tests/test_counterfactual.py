@@ -98,6 +98,12 @@ def test_entity_swaps_are_seeded_and_independent_of_record_order(converted, tmp_
     assert runs["seed1"] != runs["a"]
 
 
+def test_spans_are_whole_tokens():
+    spans = [(s.kind, s.text) for s in find_spans("RR 0.52; 95% CI 0.24-1.12 in SARS-CoV-2 and COVID-19 (March 2020).")]
+    assert spans == [("entity", "RR"), ("number", "0.52"), ("percent", "95%"), ("entity", "CI"), ("entity", "SARS-CoV-2"),
+                     ("entity", "COVID-19"), ("month", "March"), ("year", "2020")]
+
+
 def test_replacements_come_from_the_corpus_and_keep_their_kind():
     corpus = SpanCorpus.from_texts(["Cases rose 12% in March 2020 in Wuhan.", "About 30% of 450 patients in Italy."])
     text, swaps = entity_swap("Deaths fell 5% in Spain.", corpus, seed=0, record_id="r", sentence_id=0, swaps=2)

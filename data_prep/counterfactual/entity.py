@@ -24,7 +24,7 @@ PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
     ("percent", re.compile(r"(?<![\w.-])\d+(?:\.\d+)?\s?%")),
     ("month", re.compile(rf"\b(?:{_MONTHS})\b")),
     ("year", re.compile(r"(?<![\w.-])(?:19|20)\d\d(?!\w|%|\.\d)")),
-    ("number", re.compile(r"(?<![\w.-])\d+(?:[.,]\d+)*(?![\w%-])")),
+    ("number", re.compile(r"(?<![\w.-])\d+(?:[.,]\d+)*(?![\w%-]|[.,]\d)")),
     ("entity", re.compile(r"\b(?:[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)(?:\s+[A-Z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)*\b")),
 )
 # Capitalised words that are not names (sentence starts, function words, units).
