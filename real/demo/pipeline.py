@@ -42,7 +42,7 @@ class DemoSize:
     n_test: int = 200
     max_steps: int | None = None  # None = the recipe's epochs
     bootstrap: int = 2000
-    pave_claims: int = 40  # `fae pave` on the first N test claims, with N = K = pave_samples
+    pave_claims: int = 20  # `fae pave` on the first N test claims, with N = K = pave_samples (~10 s each)
     pave_samples: int = 4
 
 
