@@ -1,4 +1,4 @@
-"""`real-data`: data preparation commands (convert, validate, pairs, enhance).
+"""`real-data`: data preparation commands (convert, validate, pairs, enhance, counterfactual).
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)``
 and ``run(args) -> int``; this file only dispatches, so commands can be
@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "validate": ("data_prep.validate_cli", "check a records file and report every bad line"),
     "pairs": ("data_prep.pairs_cli", "build REAL training pairs (SPEC §4) as a HF dataset"),
     "enhance": ("data_prep.enhance.cli", "enlarge gold evidence by a majority vote of annotator LLMs"),
+    "counterfactual": ("data_prep.counterfactual.cli", "counter-entity / counter-semantic evidence for fae pave"),
 }
 
 

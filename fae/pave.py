@@ -3,11 +3,17 @@
 Per SUPPORT/REFUTE claim: N sampled claim-only answers (knowledge prompt) ->
 knowledge-boundary state (KK/KU/UK/UU); N sampled answers with the gold
 evidence sentences -> correction rate CR on prior-wrong claims; where the
-record carries ``counterfactual_sentences`` (misleading evidence, same shape
-as ``sentences``), N sampled answers with them -> persistence rate PR on
-prior-right claims; Margin and odds of influence per state. Then the JSD
-arbitration rule with τ tuned on a held-out split of the claims, reporting
-CE, IE and OA on the rest.
+record carries ``counterfactual_sentences`` (misleading evidence), N sampled
+answers with them -> persistence rate PR on prior-right claims; Margin and
+odds of influence per state. Then the JSD arbitration rule with τ tuned on a
+held-out split of the claims, reporting CE, IE and OA on the rest.
+
+``counterfactual_sentences`` is either one pool (a list shaped like
+``sentences``: one kind, "counterfactual") or one pool per kind, as written
+by ``real-data counterfactual``: ``{"entity": [...], "semantic": [...]}``.
+PR, Margin, odds of influence and the JSD rule are reported per kind (the
+seed paper's counter-entity / counter-semantic columns); the top-level
+``profile``/``arbitration`` of pave.json are those of the first kind.
 
 Answers are written to ``OUTPUT/samples.jsonl`` chunk by chunk; rerunning
 the same command resumes. ``pave.json`` and ``pave.md`` hold the results.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +36,17 @@ from data_prep.secrets import scrub
 from fae import pave_metrics as pm
 from fae.backends import BackendError
 
-CONDITIONS = ("claim_only", "gold_evidence", "counterfactual")
+CONDITIONS = ("claim_only", "gold_evidence", "counterfactual")  # + "counterfactual_<kind>" per kind
+LEGACY_KIND = "counterfactual"  # the kind of a plain list of counterfactual sentences
+KIND_ORDER = ("entity", "semantic")
+_KIND_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 SAMPLES = "samples.jsonl"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", required=True, help="claim records (.jsonl); optional field "
-                   "counterfactual_sentences: [{\"id\", \"text\"}, ...] = misleading evidence")
+                   "counterfactual_sentences: [{\"id\", \"text\"}, ...] = misleading evidence, or one such "
+                   "list per kind {\"entity\": [...], \"semantic\": [...]} (real-data counterfactual)")
     p.add_argument("--output", required=True, help="output directory (resumed if present)")
     p.add_argument("--backend", default="hf", choices=["hf", "openai"], help="hf (default) or openai")
     p.add_argument("--model", required=True, help="model path (hf) or served model name (openai)")
@@ -74,27 +85,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------
 
 
-def counterfactual_record(rec: ClaimRecord) -> ClaimRecord | None:
-    """The record with its pool replaced by ``counterfactual_sentences`` (None when absent)."""
-    raw = rec.extra.get("counterfactual_sentences")
-    if raw is None:
-        return None
+def condition_name(kind: str) -> str:
+    """samples.jsonl condition of a kind ("counterfactual" for the single-list form)."""
+    return "counterfactual" if kind == LEGACY_KIND else f"counterfactual_{kind}"
+
+
+def kind_sort_key(kind: str) -> tuple:
+    return (KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER), kind)
+
+
+def _pool_record(rec: ClaimRecord, raw, field: str) -> ClaimRecord:
     if not isinstance(raw, list) or not raw:
-        raise RecordError("must be a non-empty list of sentences", field="counterfactual_sentences",
-                          record_id=rec.id)
+        raise RecordError("must be a non-empty list of sentences", field=field, record_id=rec.id)
     sents = []
     for k, s in enumerate(raw):
         if not isinstance(s, dict) or not isinstance(s.get("text"), str):
-            raise RecordError(f"item {k} needs a 'text' string", field="counterfactual_sentences",
-                              record_id=rec.id)
+            raise RecordError(f"item {k} needs a 'text' string", field=field, record_id=rec.id)
         sid = s.get("id", k)
         if not isinstance(sid, int) or isinstance(sid, bool):
-            raise RecordError(f"item {k} id must be an integer", field="counterfactual_sentences",
-                              record_id=rec.id)
+            raise RecordError(f"item {k} id must be an integer", field=field, record_id=rec.id)
         sents.append(Sentence(id=sid, text=s["text"], doc=s.get("doc")))
     if len({s.id for s in sents}) != len(sents):
-        raise RecordError("duplicate sentence ids", field="counterfactual_sentences", record_id=rec.id)
+        raise RecordError("duplicate sentence ids", field=field, record_id=rec.id)
     return ClaimRecord(id=rec.id, claim=rec.claim, label=rec.label, sentences=sents, evidence=[])
+
+
+def counterfactual_records(rec: ClaimRecord) -> dict[str, ClaimRecord]:
+    """Kind -> the record with its pool replaced by that kind's counterfactual sentences ({} when absent)."""
+    raw = rec.extra.get("counterfactual_sentences")
+    if raw is None:
+        return {}
+    if isinstance(raw, list):
+        return {LEGACY_KIND: _pool_record(rec, raw, "counterfactual_sentences")}
+    if not isinstance(raw, dict) or not raw:
+        raise RecordError("must be a non-empty list of sentences or an object {kind: [sentences]}",
+                          field="counterfactual_sentences", record_id=rec.id)
+    out = {}
+    for kind in sorted(raw, key=kind_sort_key):
+        if not _KIND_NAME.match(kind) or kind == LEGACY_KIND:
+            raise RecordError(f"kind {kind!r} must be a lower-case name such as 'entity' or 'semantic'",
+                              field="counterfactual_sentences", record_id=rec.id)
+        out[kind] = _pool_record(rec, raw[kind], f"counterfactual_sentences.{kind}")
+    return out
+
+
+def counterfactual_record(rec: ClaimRecord) -> ClaimRecord | None:
+    """The first kind's counterfactual record (None when absent); kept for callers of the one-pool API."""
+    return next(iter(counterfactual_records(rec).values()), None)
 
 
 def prompts_for(rec: ClaimRecord) -> dict[str, tuple[list, list[int]]]:
@@ -103,9 +140,8 @@ def prompts_for(rec: ClaimRecord) -> dict[str, tuple[list, list[int]]]:
         "claim_only": (render_knowledge_prompt(rec), []),
         "gold_evidence": (render_evidence_prompt(rec, rec.gold_ids), rec.gold_ids),
     }
-    cf = counterfactual_record(rec)
-    if cf is not None:
-        out["counterfactual"] = (render_evidence_prompt(cf), cf.pool_ids)
+    for kind, cf in counterfactual_records(rec).items():
+        out[condition_name(kind)] = (render_evidence_prompt(cf), cf.pool_ids)
     return out
 
 
@@ -138,7 +174,8 @@ def collect(records: list[ClaimRecord], sampler, args, out_dir: Path) -> list[di
 
     path = out_dir / SAMPLES
     done = _read_done(path)
-    todo = [r for r in records if r.id not in done]
+    # A claim whose record gained a counterfactual kind since it was sampled is sampled again.
+    todo = [r for r in records if r.id not in done or not set(prompts_for(r)) <= set(done[r.id]["conditions"])]
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="pave", unit="claim",
                disable=not args.progress)
     with path.open("a") as fh:
@@ -181,6 +218,18 @@ def stability(cond: dict, mode: str) -> tuple[float, str]:
     return pm.vote_entropy(cond["answers"]), "vote"
 
 
+def line_kinds(lines: list[dict]) -> list[str]:
+    """Counterfactual kinds present in the sampled lines, in report order."""
+    kinds = set()
+    for ln in lines:
+        for cond in ln["conditions"]:
+            if cond == "counterfactual":
+                kinds.add(LEGACY_KIND)
+            elif cond.startswith("counterfactual_"):
+                kinds.add(cond[len("counterfactual_"):])
+    return sorted(kinds, key=kind_sort_key)
+
+
 def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, definite_only: bool) -> dict:
     notes = []
     if definite_only:
@@ -190,10 +239,34 @@ def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, de
         lines = kept
     if not lines:
         raise UserError("no claims left to analyse")
+    kinds = line_kinds(lines)
+    per_kind = {}
+    for kind in kinds or [None]:
+        kind_notes: list[str] = []
+        profile, arbitration = _analyse_kind(lines, kind, tune_fraction=tune_fraction, seed=seed, mode=mode,
+                                             notes=kind_notes)
+        per_kind[kind] = {"profile": profile, "arbitration": arbitration}
+        prefix = f"{kind}: " if kind is not None and len(kinds) > 1 else ""
+        notes += [prefix + n for n in kind_notes if prefix + n not in notes]
+    first = per_kind[kinds[0] if kinds else None]
+    return pm.json_safe({
+        "n_claims": len(lines),
+        "profile": first["profile"],
+        "arbitration": first["arbitration"],
+        "primary_kind": kinds[0] if kinds else None,
+        "kinds": {k: v for k, v in per_kind.items() if k is not None},
+        "notes": notes,
+    })
+
+
+def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, seed: int, mode: str,
+                  notes: list[str]) -> tuple[dict, dict]:
+    """Arbitration profile and JSD rule with one kind of counterfactual evidence (None: none)."""
     gold = [ln["gold_label"] for ln in lines]
     co = [ln["conditions"]["claim_only"] for ln in lines]
     ge = [ln["conditions"]["gold_evidence"] for ln in lines]
-    cf = [ln["conditions"].get("counterfactual") for ln in lines]
+    cond_name = condition_name(kind) if kind is not None else None
+    cf = [ln["conditions"].get(cond_name) if cond_name else None for ln in lines]
     has_cf = [c is not None for c in cf]
     states = [pm.knowledge_state(c["answers"], g) for c, g in zip(co, gold)]
     profile = pm.arbitration_profile(
@@ -207,8 +280,8 @@ def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, de
     variants = set()
 
     def stab(c):
-        v, kind = stability(c, mode)
-        variants.add(kind)
+        v, variant = stability(c, mode)
+        variants.add(variant)
         return v
 
     s_co = np.array([stab(c) for c in co])
@@ -248,21 +321,17 @@ def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, de
     if "jsd" in variants and np.allclose(s_co, 0) and np.allclose(all_d, 0):
         notes.append("every run of a prompt had the same label distribution (JSD = 0 everywhere): with a "
                      "label-first answer format per-run probabilities do not vary; use --stability vote")
-    return pm.json_safe({
-        "n_claims": len(lines),
-        "profile": profile,
-        "arbitration": {
-            "stability": sorted(variants),
-            "tau": tau,
-            "tune_objective": objective,
-            "n_tune": int(tune.sum()),
-            "n_test": int(len(test_idx)),
-            "rule": "answer with the evidence-run majority when JSD(claim only) - JSD(with evidence) > tau",
-            **result,
-            "baselines": baselines,
-        },
-        "notes": notes,
-    })
+    arbitration = {
+        "stability": sorted(variants),
+        "tau": tau,
+        "tune_objective": objective,
+        "n_tune": int(tune.sum()),
+        "n_test": int(len(test_idx)),
+        "rule": "answer with the evidence-run majority when JSD(claim only) - JSD(with evidence) > tau",
+        **result,
+        "baselines": baselines,
+    }
+    return profile, arbitration
 
 
 # ---------------------------------------------------------------------------
@@ -278,17 +347,48 @@ def _f(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
+KIND_TITLES = {"entity": "counter-entity", "semantic": "counter-semantic"}
+
+
 def render_markdown(res: dict, cfg: dict) -> str:
-    pr, arb = res["profile"], res["arbitration"]
-    st = pr["states"]
+    pr = res["profile"]
+    kinds = {k: v for k, v in (res.get("kinds") or {}).items() if k != LEGACY_KIND}
     lines = [
         "# PAVE diagnostics",
         "",
         f"- model `{cfg['model']}`" + (f", adapter `{cfg['adapter']}`" if cfg.get("adapter") else "")
         + f" ({cfg['backend']}); {cfg['samples']} samples per prompt at temperature {cfg['temperature']}",
-        f"- {res['n_claims']} claims, {pr['n_with_counterfactual']} with counterfactual evidence",
+    ]
+    if not kinds:
+        lines.append(f"- {res['n_claims']} claims, {pr['n_with_counterfactual']} with counterfactual evidence")
+        lines += _kind_sections(pr, res["arbitration"], "")
+    else:
+        lines.append(f"- {res['n_claims']} claims; with counterfactual evidence: "
+                     + ", ".join(f"{k} {v['profile']['n_with_counterfactual']}" for k, v in kinds.items()))
+        lines += [
+            "",
+            "## By kind of counterfactual evidence",
+            "",
+            "| Kind | Claims | PR | CR | Margin | OI (KK) | OI (UK) | τ | IE | CE | OA |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for k, v in kinds.items():
+            p, a = v["profile"], v["arbitration"]
+            lines.append(f"| {KIND_TITLES.get(k, k)} | {p['n_with_counterfactual']} | {_p(p['PR'])} | {_p(p['CR'])} "
+                         f"| {_f(p['Margin'])} | {_f(p['states']['KK']['OI'])} | {_f(p['states']['UK']['OI'])} "
+                         f"| {_f(a['tau'])} | {_p(a['IE'])} | {_p(a['CE'])} | {_p(a['OA'])} |")
+        for k, v in kinds.items():
+            lines += _kind_sections(v["profile"], v["arbitration"], f": {KIND_TITLES.get(k, k)}")
+    if res["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _kind_sections(pr: dict, arb: dict, suffix: str) -> list[str]:
+    st = pr["states"]
+    lines = [
         "",
-        "## Arbitration profile",
+        f"## Arbitration profile{suffix}",
         "",
         "| State | Ratio | Rate | OI | Δ |",
         "| --- | --- | --- | --- | --- |",
@@ -308,7 +408,7 @@ def render_markdown(res: dict, cfg: dict) -> str:
         f"Correct rate {_p(pr['correct_rate_prior'])} → {_p(pr['correct_rate_after'])} under counterfactual "
         f"evidence; wrong rate {_p(pr['wrong_rate_prior'])} → {_p(pr['wrong_rate_after'])} with gold evidence.",
         "",
-        "## JSD arbitration",
+        f"## JSD arbitration{suffix}",
         "",
         f"Stability: {', '.join(arb['stability'])}; τ = {_f(arb['tau'])} tuned on {arb['n_tune']} claims, "
         f"evaluated on {arb['n_test']}.",
@@ -321,12 +421,20 @@ def render_markdown(res: dict, cfg: dict) -> str:
         f"| evidence only | {_p(arb['baselines']['evidence_only']['IE'])} "
         f"| {_p(arb['baselines']['evidence_only']['CE'])} | {_p(arb['baselines']['evidence_only']['OA'])} |",
     ]
-    if res["notes"]:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # ---------------------------------------------------------------------------
+
+
+def summary_lines(res: dict) -> list[str]:
+    """One printed line per kind of counterfactual evidence (one line when there is a single pool or none)."""
+    rows = [(k, v["profile"], v["arbitration"]) for k, v in (res.get("kinds") or {}).items() if k != LEGACY_KIND]
+    if not rows:
+        rows = [(None, res["profile"], res["arbitration"])]
+    return [(f"{k:<9}" if k else "") + f"Margin {_f(pr['Margin'])}  CR {_p(pr['CR'])}  PR {_p(pr['PR'])}  |  "
+            f"JSD rule τ={_f(arb['tau'])}: CE {_p(arb['CE'])} IE {_p(arb['IE'])} OA {_p(arb['OA'])}"
+            for k, pr, arb in rows]
 
 
 def run(args) -> int:
@@ -342,7 +450,7 @@ def run(args) -> int:
         if args.limit:
             records = records[: args.limit]
         for r in records:
-            counterfactual_record(r)
+            counterfactual_records(r)
     except RecordError as exc:
         raise UserError(str(exc.located(args.records, None) if exc.path is None else exc)) from None
     if not records:
@@ -389,8 +497,7 @@ def _pave(args, records: list, out: Path) -> int:
     res["config"] = cfg
     (out / "pave.json").write_text(json.dumps(res, indent=2) + "\n")
     (out / "pave.md").write_text(render_markdown(res, cfg))
-    pr, arb = res["profile"], res["arbitration"]
-    print(f"Margin {_f(pr['Margin'])}  CR {_p(pr['CR'])}  PR {_p(pr['PR'])}  |  "
-          f"JSD rule τ={_f(arb['tau'])}: CE {_p(arb['CE'])} IE {_p(arb['IE'])} OA {_p(arb['OA'])}")
+    for line in summary_lines(res):
+        print(line)
     print(f"wrote {out / 'pave.json'} and {out / 'pave.md'}")
     return 0

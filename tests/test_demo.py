@@ -105,3 +105,8 @@ def test_reduced_demo_end_to_end(tmp_path, quick_base):
     assert compare["n_claims"] == 16 and (out / "compare" / "compare.md").exists()
     report = (out / "report.md").read_text()
     assert "| sft |" in report and "| real |" in report
+    # the PAVE step: both counterfactual kinds for both variants, in the summary and the report
+    for v in ("sft", "real"):
+        assert set(on_disk["pave"][v]) == {"entity", "semantic"}
+        assert (out / "pave" / v / "pave.md").exists()
+    assert "## PAVE: arbitration profile" in report and "| real | semantic |" in report

@@ -30,6 +30,7 @@ import asyncio
 import json
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 import openai
 
@@ -160,8 +161,18 @@ class AnnotatorClient:
         text = str(exc).lower()
         return "response_format" in text or "json_schema" in text
 
-    async def annotate(self, messages: list[dict[str, str]], pool_ids: list[int]) -> CachedAnswer:
-        """An ``ok`` answer or an ``abstain`` after malformed re-asks; raises TransportFailure."""
+    async def annotate(self, messages: list[dict[str, str]], pool_ids: list[int],
+                       check: Callable[[str | None], str | None] | None = None) -> CachedAnswer:
+        """An ``ok`` answer or an ``abstain`` after malformed re-asks; raises TransportFailure.
+
+        ``check(content)`` returns None for a usable answer or the reason it is
+        not (default: an evidence annotation over ``pool_ids``), so other
+        LLM tasks (``real-data counterfactual``) share these retries.
+        """
+        if check is None:
+            def check(content):
+                parsed = parse_annotation(content, pool_ids)
+                return None if parsed.valid else parsed.error
         retries = malformed = 0
         pt_sum = ct_sum = 0
         fell_back = False
@@ -178,10 +189,10 @@ class AnnotatorClient:
                     continue
                 self.stats.note_error(f"http_{code}")
                 if code in _FATAL_STATUS:
-                    check = f"{self.cfg.api_key_env}, base_url and model" if self.cfg.api_key_env \
+                    hint = f"{self.cfg.api_key_env}, base_url and model" if self.cfg.api_key_env \
                         else "base_url and model (no api_key_env is set: does the server want a key?)"
                     self.dead = scrub(
-                        f"HTTP {code} from {self.cfg.endpoint}: {exc.message} (check {check})"
+                        f"HTTP {code} from {self.cfg.endpoint}: {exc.message} (check {hint})"
                     )
                     raise TransportFailure(self.dead) from None
                 if code not in _RETRY_STATUS and code < 500:
@@ -196,13 +207,13 @@ class AnnotatorClient:
             else:
                 pt_sum += pt
                 ct_sum += ct
-                parsed = parse_annotation(content, pool_ids)
-                if parsed.valid:
+                error = check(content)
+                if error is None:
                     return CachedAnswer(OK, content, pt_sum, ct_sum)
                 self.stats.malformed_answers += 1
                 malformed += 1
                 if malformed > self.cfg.malformed_retries:
-                    return CachedAnswer(ABSTAIN, content, pt_sum, ct_sum, error=parsed.error)
+                    return CachedAnswer(ABSTAIN, content, pt_sum, ct_sum, error=error)
                 continue
             retries += 1
             if retries > self.cfg.max_retries:

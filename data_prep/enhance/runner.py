@@ -196,11 +196,11 @@ def _note_interrupt(job: EnhanceJob, cache: AnswerCache) -> None:
                        f"in {part}; resume with: {resume}")
 
 
-_TERMINATED = object()
+TERMINATED = object()
 
 
-async def _cancel_on_sigterm(coro):
-    """Await ``coro``; SIGTERM cancels it the way asyncio.run cancels on Ctrl-C (returns _TERMINATED).
+async def cancel_on_sigterm(coro):
+    """Await ``coro``; SIGTERM cancels it the way asyncio.run cancels on Ctrl-C (returns TERMINATED).
 
     The top-level handler turns SIGTERM into an exception raised wherever the
     main thread happens to be, which inside the event loop can be between a
@@ -229,7 +229,7 @@ async def _cancel_on_sigterm(coro):
         return await coro
     except asyncio.CancelledError:
         if hit:
-            return _TERMINATED
+            return TERMINATED
         raise
     finally:
         if installed:
@@ -266,9 +266,9 @@ def _enhance_locked(job: EnhanceJob) -> tuple[int, dict]:
             raise UserError(str(exc)) from None
         output.parent.mkdir(parents=True, exist_ok=True)
         try:
-            state = asyncio.run(_cancel_on_sigterm(
+            state = asyncio.run(cancel_on_sigterm(
                 _enhance_async(job, records, annotators, targets, need, cache, keys)))
-            if state is _TERMINATED:
+            if state is TERMINATED:
                 raise Terminated()
         except KeyboardInterrupt:  # Ctrl-C and SIGTERM (Terminated): every answer is already committed
             _note_interrupt(job, cache)

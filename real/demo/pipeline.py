@@ -4,7 +4,9 @@ Every stage runs the framework's real code path, the one a GPU user runs on
 Llama-3.1-8B-Instruct: records → ``real-data pairs`` (sft, real) →
 ``accelerate launch -m real.train`` with ``recipes/demo/*.yaml`` and
 ``accelerate_configs/cpu.yaml`` → ``fae run`` (R = 4) → ``fae probe`` →
-``fae report``, ``fae probe-report`` and ``fae compare``. The base model is the
+``fae report``, ``fae probe-report`` and ``fae compare``, then ``fae pave``
+on a subset of the test claims with the world's counter-entity and
+counter-semantic evidence (the SFT vs REAL arbitration profile). The base model is the
 tiny Llama shipped in ``real/demo/base`` (rebuild it with
 ``real-demo build-base``); the data is the seeded synthetic world of
 ``real.demo.world``.
@@ -24,7 +26,7 @@ from pathlib import Path
 from data_prep._dispatch import UserError
 from data_prep.records import save_records
 
-from .world import build_world, make_split, train_test_facts
+from .world import add_counterfactuals, build_world, make_split, train_test_facts
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 BASE_DIR = PACKAGE_DIR / "base"
@@ -40,6 +42,8 @@ class DemoSize:
     n_test: int = 200
     max_steps: int | None = None  # None = the recipe's epochs
     bootstrap: int = 2000
+    pave_claims: int = 20  # `fae pave` on the first N test claims, with N = K = pave_samples (~10 s each)
+    pave_samples: int = 4
 
 
 def _stage(msg: str, t0: float) -> None:
@@ -76,10 +80,41 @@ def write_world_records(out: Path, size: DemoSize, seed: int) -> tuple[Path, Pat
     train_facts, test_facts = train_test_facts(world, size.n_train, size.n_test, seed=seed + 10)
     train = make_split(world, train_facts, seed=seed + 11, prefix="demo-train")
     test = make_split(world, test_facts, seed=seed + 12, prefix="demo-test")
+    add_counterfactuals(world, test, seed=seed + 13)  # own RNG, after the world: nothing above changes
     data = out / "data"
     save_records(train, data / "train.jsonl")
     save_records(test, data / "test.jsonl")
     return data / "train.jsonl", data / "test.jsonl"
+
+
+def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed: int, t0: float) -> dict:
+    """`fae pave` per variant on a few test claims; a PAVE table appended to report.md."""
+    kept = {}
+    for variant in VARIANTS:
+        _stage(f"{variant}: fae pave ({size.pave_claims} claims, N = K = {size.pave_samples})", t0)
+        pave_dir = out / "pave" / variant
+        _cli(fae, ["pave", "--records", str(test_path), "--output", str(pave_dir), "--backend", "hf",
+                   "--model", str(base), "--adapter", str(out / "models" / variant), "--limit", str(size.pave_claims),
+                   "--samples", str(size.pave_samples), "--stability", "vote", "--max-new-tokens", "16",
+                   "--batch-size", "32", "--seed", str(seed), "--no-progress"])
+        res = json.loads((pave_dir / "pave.json").read_text())
+        kept[variant] = {k: {"PR": v["profile"]["PR"], "CR": v["profile"]["CR"], "Margin": v["profile"]["Margin"],
+                             "IE": v["arbitration"]["IE"], "CE": v["arbitration"]["CE"], "OA": v["arbitration"]["OA"]}
+                         for k, v in res["kinds"].items()}
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    num = lambda x: "n/a" if x is None else f"{x:.3f}"  # noqa: E731
+    lines = ["", "## PAVE: arbitration profile (`fae pave`)", "",
+             f"{size.pave_claims} test claims, {size.pave_samples} sampled answers per prompt; details in "
+             "pave/<variant>/pave.md.", "",
+             "| Variant | Counterfactual | CR | PR | Margin | JSD rule IE | CE | OA |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for variant, kinds in kept.items():
+        for kind, m in kinds.items():
+            lines.append(f"| {variant} | {kind} | {pct(m['CR'])} | {pct(m['PR'])} | {num(m['Margin'])} "
+                         f"| {pct(m['IE'])} | {pct(m['CE'])} | {pct(m['OA'])} |")
+    with (out / "report.md").open("a") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return kept
 
 
 def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, base: str | Path | None = None) -> dict:
@@ -95,7 +130,7 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
     recipes = {v: _repo_file(f"recipes/demo/{v}.yaml") for v in VARIANTS}
     t0 = time.time()
     # A demo run always starts fresh: stale models must never be resumed into new runs.
-    for sub in ("data", "models", "runs", "probes", "compare", "logs"):
+    for sub in ("data", "models", "runs", "probes", "compare", "logs", "pave"):
         shutil.rmtree(out / sub, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     logs = out / "logs"
@@ -140,9 +175,12 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
     _cli(fae, ["compare", *runs, "--output", str(out / "compare"), "--metric", "strict",
                "--bootstrap", str(size.bootstrap), "--seed", str(seed)])
 
+    pave = _pave_step(fae, out, base, test_path, size, seed, t0)
+
     summary = {
         "wall_seconds": round(time.time() - t0, 1),
         "variants": {v: json.loads((out / "runs" / v / "metrics.json").read_text()) for v in VARIANTS},
+        "pave": pave,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _stage("done", t0)

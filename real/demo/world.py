@@ -121,3 +121,30 @@ def train_test_facts(world: World, n_train: int, n_test: int, seed: int) -> tupl
     rng = random.Random(seed)
     rng.shuffle(facts)
     return facts[:n_train], facts[n_train : n_train + n_test]
+
+
+def add_counterfactuals(world: World, records: list[ClaimRecord], seed: int) -> list[ClaimRecord]:
+    """Give each claim ``counterfactual_sentences`` of both kinds for ``fae pave`` (SPEC §9).
+
+    The world knows every entity and value, so no rule or model is needed:
+    ``entity`` swaps the gold line's value for another of the same attribute
+    (one span, a fine-grained error); ``semantic`` contradicts the fact as a
+    whole: the line gives the entity another value and says that the true
+    value belongs to a different entity. Drawn from an RNG of its own, after
+    the world and the records exist, so the world's random stream (and the
+    demo's numbers) are what they were without counterfactuals.
+    """
+    rng = random.Random(f"demo-counterfactual-{seed}")  # str seeds are hashed (sha512): stable across runs
+    for rec in records:
+        fact = world.facts[(rec.extra["entity"], rec.extra["attribute"])]
+        (gold,) = rec.gold_ids
+        others = [v for v in world.values[fact.attribute] if v != fact.value]
+        swapped = rng.choice(others)
+        holder = rng.choice([e for e in world.entities
+                             if e != fact.entity and world.facts[(e, fact.attribute)].value != fact.value])
+        moved = Fact(holder, fact.attribute, fact.value).sentence()
+        rec.extra["counterfactual_sentences"] = {
+            "entity": [{"id": gold, "text": fact.sentence(swapped), "doc": fact.entity}],
+            "semantic": [{"id": gold, "text": f"{fact.sentence(rng.choice(others))} {moved}", "doc": fact.entity}],
+        }
+    return records
