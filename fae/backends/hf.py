@@ -18,7 +18,7 @@ from typing import Any, Callable
 from data_prep._dispatch import UserError
 from data_prep.prompts import encode_chat
 
-from . import Backend, Generation, register
+from . import Backend, Generation, register, wants_label_probs
 
 
 def resolve_device(device: str | None = "auto") -> str:
@@ -145,9 +145,17 @@ def finish_reasons(new_tokens, eos_ids, max_new_tokens: int) -> list[str]:
 
 
 def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
-                     callback: Callable[[int], None] | None = None) -> list[Generation]:
-    """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order."""
+                     callback: Callable[[int], None] | None = None,
+                     label_probs: bool = False) -> list[Generation]:
+    """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order.
+
+    ``label_probs``: also teacher-force the three labels after the prompt
+    (:func:`fae.label_probs.teacher_forced_label_probs`, separate forward
+    passes that leave the greedy answers untouched).
+    """
     import torch
+
+    from ..label_probs import teacher_forced_label_probs
 
     order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
     out: list[Generation] = [Generation("")] * len(token_ids)
@@ -161,8 +169,10 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
         new = gen[:, ids.shape[1]:]
         texts = tok.batch_decode(new, skip_special_tokens=True)
         reasons = finish_reasons(new, gc.eos_token_id, gc.max_new_tokens)
-        for i, t, why in zip(idx, texts, reasons):
-            out[i] = Generation(t, why)
+        soft = (teacher_forced_label_probs(lm, tok, [token_ids[i] for i in idx], gc.pad_token_id)
+                if label_probs else [(None, None)] * len(idx))
+        for i, t, why, (probs, logprobs) in zip(idx, texts, reasons, soft):
+            out[i] = Generation(t, why, probs, logprobs)
         if callback:
             callback(len(idx))
     return out
@@ -181,13 +191,15 @@ class HFBackend(Backend):
             options.get("device") or "auto",
         )
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
+        self.label_probs = wants_label_probs(options)
         self.stats = {"generate_calls": 0, "prompts": 0}
 
     def generate(self, prompts, callback=None):
         ids = [encode_chat(self.tok, m) for m in prompts]
         self.stats["generate_calls"] += (len(ids) + self.batch_size - 1) // self.batch_size
         self.stats["prompts"] += len(ids)
-        return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback)
+        return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
+                                label_probs=self.label_probs)
 
     @classmethod
     def decoding_of(cls, options):

@@ -6,6 +6,13 @@ with the client's own retries off (``max_retries=0``): this module retries 429,
 backoff and jitter, and counts every retry in ``stats`` (written to
 ``runs.jsonl``). Other HTTP errors (401, 400, 404) are not retried.
 
+Soft FAE: each request also asks for ``logprobs: true, top_logprobs: 5`` and
+the answer carries the label probabilities read at the label position
+(:func:`fae.label_probs.label_probs_from_top_logprobs`); a response without
+logprobs gives none, with the reason in ``label_probs_skipped``. A server that
+rejects the logprobs fields (HTTP 400) is asked again without them, once for
+the whole run. ``label_probs: false`` turns the request off.
+
 A request that still fails after ``--max-retries`` retries stops the run with
 a :class:`BackendError`; no answer is invented. Claims of earlier chunks are
 already on disk, so rerunning the same command resumes.
@@ -23,13 +30,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from data_prep._dispatch import UserError
 from data_prep.secrets import read_key, register_secret, scrub
 
-from . import Backend, BackendError, Generation, register
+from ..label_probs import label_probs_from_top_logprobs, openai_token_list
+from . import Backend, BackendError, Generation, register, wants_label_probs
 
 
 class MalformedResponse(ValueError):
@@ -93,6 +102,10 @@ class OpenAIBackend(Backend):
         self.max_new_tokens = int(options.get("max_new_tokens") or 64)
         self.seed = options.get("seed")
         self._rng = random.Random(0)
+        # a subclass with its own parse_response (fae pave) handles logprobs itself
+        self.label_probs = (wants_label_probs(options)
+                            and type(self).parse_response is OpenAIBackend.parse_response)
+        self.label_probs_off: str | None = None  # why the server gives none (set on a 400)
         self.stats = {"requests": 0, "retries": 0, "429": 0, "5xx": 0, "timeout": 0,
                       "connection": 0, "malformed": 0}
 
@@ -153,17 +166,42 @@ class OpenAIBackend(Backend):
             raise MalformedResponse("response has no choices[0].message.content")
         return Generation(choices[0].message.content, getattr(choices[0], "finish_reason", None))
 
+    def with_label_probs(self, answer: Any, resp) -> Any:
+        """The answer with the label probabilities read from the response's logprobs (soft FAE)."""
+        if not self.label_probs or not isinstance(answer, Generation):
+            if self.label_probs_off and isinstance(answer, Generation):
+                return replace(answer, label_probs_skipped=self.label_probs_off)
+            return answer
+        tokens = openai_token_list(getattr(resp.choices[0], "logprobs", None))
+        if tokens is None:
+            return replace(answer, label_probs_skipped="the server returned no logprobs")
+        probs, logprobs, why = label_probs_from_top_logprobs(tokens)
+        return replace(answer, label_probs=probs, label_logprobs=logprobs, label_probs_skipped=why)
+
     async def _request(self, client, sem, messages) -> Any:
         kwargs = self.request_kwargs(messages)
+        if self.label_probs:
+            kwargs.update(logprobs=True, top_logprobs=5)
         last: BaseException | None = None
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while attempt <= self.max_retries:
             try:
                 async with sem:
                     self.stats["requests"] += 1
                     resp = await client.chat.completions.create(**kwargs)
-                return self.parse_response(resp)
+                return self.with_label_probs(self.parse_response(resp), resp)
             except Exception as exc:  # noqa: BLE001 - classified below
                 kind = _classify(exc)
+                if kind is None and "logprobs" in kwargs and getattr(exc, "status_code", None) == 400:
+                    # a server without logprobs support: ask again without them, for the whole run
+                    self.label_probs = False
+                    self.label_probs_off = scrub(f"the server rejected logprobs: {_describe(exc)}")
+                    kwargs.pop("logprobs", None)
+                    kwargs.pop("top_logprobs", None)
+                    continue
+                if "logprobs" in kwargs and not self.label_probs:  # switched off by another request
+                    kwargs.pop("logprobs", None)
+                    kwargs.pop("top_logprobs", None)
                 if kind is None:
                     raise BackendError(scrub(f"{self.base_url or 'OpenAI API'}: request for model "
                                              f"{self.model!r} failed: {_describe(exc)}")) from None
@@ -173,6 +211,7 @@ class OpenAIBackend(Backend):
                     break
                 self.stats["retries"] += 1
                 await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max, self._rng))
+                attempt += 1
         raise BackendError(scrub(f"{self.base_url or 'OpenAI API'}: request for model {self.model!r} "
                                  f"still failing after {self.max_retries} retries: {_describe(last)}")) from None
 
