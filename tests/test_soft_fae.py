@@ -64,3 +64,171 @@ def test_hf_backend_label_probs_leave_answers_unchanged(tiny_llama):
     assert [g.text for g in a] == [g.text for g in b]
     assert all(g.label_probs is not None and set(g.label_probs) == set(LABELS) for g in a)
     assert all(g.label_probs is None for g in b)
+
+
+# ---------------------------------------------------------------------------
+# openai / vllm: reading the label position from top logprobs
+# ---------------------------------------------------------------------------
+
+ALTS = [("SUP", math.log(0.7)), ("RE", math.log(0.2)), ("NOT", math.log(0.05)), ("S", math.log(0.03)),
+        ("{", math.log(0.01))]
+
+
+def test_top_logprobs_at_the_label_position_hand_values():
+    tokens = [('{"', []), ('label', []), ('":', []), (' "', []), ("SUP", ALTS), ('PORT", "evidence": []}', [])]
+    probs, logprobs, why = label_probs_from_top_logprobs(tokens)
+    assert why is None
+    assert logprobs["SUPPORT"] == pytest.approx(math.log(0.73))  # "SUP" + "S" both start SUPPORT
+    assert logprobs["REFUTE"] == pytest.approx(math.log(0.2))
+    assert probs == pytest.approx({"SUPPORT": 0.73 / 0.98, "REFUTE": 0.2 / 0.98, "NOT_ENOUGH_INFO": 0.05 / 0.98})
+
+
+def test_label_token_that_also_carries_the_quote():
+    # the tokenizer merged the opening quote into the label token: alternatives share that head
+    tokens = [('{"label":', []), (' "RE', [(' "RE', math.log(0.6)), (' "SUP', math.log(0.3)), (' "N', -5.0),
+                                            ("RE", math.log(0.05))]), ('FUTE"}', [])]
+    probs, logprobs, _ = label_probs_from_top_logprobs(tokens)
+    assert logprobs["REFUTE"] == pytest.approx(math.log(0.6))  # "RE" lacks the head ' "': not counted
+    assert probs["NOT_ENOUGH_INFO"] == pytest.approx(math.exp(-5.0) / (0.9 + math.exp(-5.0)))
+
+
+def test_no_label_or_no_alternatives_gives_a_reason():
+    assert label_probs_from_top_logprobs([("hello", [])])[2] == "no label in the answer"
+    assert label_probs_from_top_logprobs([('{"label": "', []), ("x", [("x", 0.0)])])[2].startswith("no label among")
+    assert label_probs_from_top_logprobs([('{"label": "', [])])[2] == "the answer ends before the label value"
+    assert normalise({"SUPPORT": None, "REFUTE": None, "NOT_ENOUGH_INFO": None}) is None
+
+
+def test_openai_token_list_adds_the_chosen_token():
+    lp = {"content": [{"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "b", "logprob": -2.0}]}]}
+    assert openai_token_list(lp) == [("a", [("b", -2.0), ("a", -0.1)])]
+    assert openai_token_list(None) is None and openai_token_list({"content": None}) is None
+
+
+def _known_logprobs(body, content):
+    """The label token with known alternatives; P(gold-first-token) depends on the pool size."""
+    label = json.loads(content)["label"]
+    n_lines = body["messages"][-1]["content"].count("\nline")
+    p_sup = 0.1 + 0.1 * min(n_lines, 8)  # 0.1 .. 0.9
+    head, first = '{"label": "', {"SUPPORT": "SUP", "REFUTE": "REF", "NOT_ENOUGH_INFO": "NOT"}[label]
+    tok = lambda t, lp, top=(): {"token": t, "logprob": lp, "bytes": None,  # noqa: E731
+                                 "top_logprobs": [{"token": x, "logprob": y, "bytes": None} for x, y in top]}
+    top = [("SUP", math.log(p_sup * 0.9)), ("REF", math.log((1 - p_sup) * 0.6)), ("NOT", math.log((1 - p_sup) * 0.3))]
+    return {"content": [tok(head, 0.0), tok(first, dict(top)[first], top), tok(content[len(head) + len(first):], 0.0)],
+            "refusal": None}
+
+
+def _expected_probs(pool_size):
+    p = 0.1 + 0.1 * min(pool_size, 8)
+    w = {"SUPPORT": p * 0.9, "REFUTE": (1 - p) * 0.6, "NOT_ENOUGH_INFO": (1 - p) * 0.3}
+    z = sum(w.values())
+    return {k: v / z for k, v in w.items()}
+
+
+def _openai_run(records, out, url, *extra):
+    from fae.cli import main
+
+    return main(["run", "--backend", "openai", "--model", "v", "--base-url", url, "--records", str(records),
+                 "--output", str(out), "--rounds", "2", "--no-progress", "--max-retries", "0", *extra])
+
+
+@pytest.fixture(scope="module")
+def cc_records(shared_data, tmp_path_factory):
+    from fae_helpers import write_checkcovid
+
+    return write_checkcovid(shared_data, tmp_path_factory.mktemp("soft") / "cc.jsonl", n=6)
+
+
+def test_openai_label_probs_from_a_server_with_known_logprobs(cc_records, tmp_path):
+    from fae.runio import read_claims
+    from openai_server import LocalOpenAIServer
+
+    with LocalOpenAIServer(logprobs_fn=_known_logprobs) as srv:
+        assert _openai_run(cc_records, tmp_path / "run", srv.base_url) == 0
+    claims = read_claims(tmp_path / "run" / "claims.jsonl")
+    n = 0
+    for c in claims:
+        for rd in c["rounds"]:
+            assert rd["label_probs"] == pytest.approx(_expected_probs(len(rd["pool_ids"])), abs=1e-9)
+            n += 1
+    assert n == len(claims) * 3
+    soft = json.loads((tmp_path / "run" / "metrics.json").read_text())["soft"]
+    assert soft["soft_IS"] is not None and soft["ece"] is not None and soft["n_with_probs"] == len(claims)
+
+
+def test_openai_server_without_logprobs_records_why(cc_records, tmp_path):
+    from fae.runio import read_claims
+    from openai_server import LocalOpenAIServer
+
+    with LocalOpenAIServer() as srv:
+        assert _openai_run(cc_records, tmp_path / "run", srv.base_url) == 0
+    claims = read_claims(tmp_path / "run" / "claims.jsonl")
+    assert not any("label_probs" in rd for c in claims for rd in c["rounds"])  # old shape kept
+    log = [json.loads(x) for x in (tmp_path / "run" / "runs.jsonl").read_text().splitlines()]
+    assert log[-1]["backend_stats"]["label_probs_skipped"] == "the server returned no logprobs"
+    soft = json.loads((tmp_path / "run" / "metrics.json").read_text())["soft"]
+    assert soft["soft_IS"] is None and "no label probabilities" in soft["soft_IS_reason"]
+    assert soft["ece"] is None and soft["ece_reason"]
+
+
+# ---------------------------------------------------------------------------
+# soft metrics: hand-computed values
+# ---------------------------------------------------------------------------
+
+
+def _claim(gold, probs_per_round):
+    rounds = []
+    for r, p in enumerate(probs_per_round):
+        rd = {"round": r, "pool_ids": [0], "label": "SUPPORT", "cited": [], "hallucinated": [],
+              "valid": True, "reused": False, "evidence": [], "raw_output": ""}
+        if p is not None:
+            rd["label_probs"] = dict(zip(LABELS, p))
+        rounds.append(rd)
+    return {"id": gold + str(len(rounds)), "gold_label": gold, "gold_groups": [[0]], "rounds": rounds}
+
+
+def test_soft_metrics_hand_values():
+    from fae.soft_metrics import soft_metrics
+
+    claims = [
+        _claim("SUPPORT", [(0.8, 0.1, 0.1), (0.4, 0.1, 0.5), (0.2, 0.0, 0.8)]),
+        _claim("REFUTE", [(0.3, 0.6, 0.1), (0.3, 0.3, 0.4), (0.1, 0.1, 0.8)]),
+        _claim("NOT_ENOUGH_INFO", [(0.0, 0.0, 1.0)] * 3),  # excluded like the hard metrics
+    ]
+    m = soft_metrics(claims)
+    assert m["n_with_probs"] == 2
+    assert m["p_gold"] == pytest.approx([0.7, 0.35, 0.15])  # (.8+.6)/2, (.4+.3)/2, (.2+.1)/2
+    assert m["p_nei"] == pytest.approx([0.1, 0.45, 0.8])
+    assert m["soft_IS"] == pytest.approx(1 - 0.35 / 0.7)  # = 0.5
+    assert m["nei_area"] == pytest.approx((0.45 + 0.8) / 2)
+    # round 0: conf .8 (bin 8, correct) and .6 (bin 6, correct): ECE = (.2 + .4) / 2
+    assert m["ece"] == pytest.approx(0.3)
+    bins = m["reliability"]
+    assert bins[8]["n"] == 1 and bins[8]["accuracy"] == 1.0 and bins[6]["confidence"] == pytest.approx(0.6)
+    assert sum(b["n"] for b in bins) == 2
+    assert len(m["reliability"]) == 10 and m["soft_IS_reason"] is None
+
+
+def test_calibration_wrong_argmax_and_top_bin():
+    from fae.soft_metrics import calibration
+
+    ece, bins = calibration([({"SUPPORT": 1.0, "REFUTE": 0.0, "NOT_ENOUGH_INFO": 0.0}, "SUPPORT"),
+                             ({"SUPPORT": 0.25, "REFUTE": 0.35, "NOT_ENOUGH_INFO": 0.4}, "SUPPORT")])
+    # p = 1.0 falls in the last bin [.9, 1] (correct, gap 0); .4 -> NEI, wrong (gap .4)
+    assert ece == pytest.approx(0.2)
+    assert bins[9]["n"] == 1 and bins[4]["accuracy"] == 0.0
+    assert calibration([]) == (None, [])
+
+
+def test_soft_metrics_null_with_reasons():
+    from fae.soft_metrics import soft_metrics
+
+    old = soft_metrics([_claim("SUPPORT", [None, None])])  # a run made before soft FAE
+    assert old["soft_IS"] is None and old["nei_area"] is None and old["ece"] is None
+    assert all(old[k] for k in ("soft_IS_reason", "nei_area_reason", "ece_reason"))
+    assert old["p_gold"] == [None, None]
+    zero = soft_metrics([_claim("SUPPORT", [(0.0, 0.5, 0.5), (0.0, 0.0, 1.0)])])
+    assert zero["soft_IS"] is None and "E[P_0(gold)] is 0" in zero["soft_IS_reason"]
+    assert zero["nei_area"] == 1.0
+    part = soft_metrics([_claim("SUPPORT", [(0.5, 0.5, 0.0), None])])
+    assert part["soft_IS"] is None and part["nei_area"] is None and part["ece"] == pytest.approx(0.5)

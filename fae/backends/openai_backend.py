@@ -9,9 +9,9 @@ backoff and jitter, and counts every retry in ``stats`` (written to
 Soft FAE: each request also asks for ``logprobs: true, top_logprobs: 5`` and
 the answer carries the label probabilities read at the label position
 (:func:`fae.label_probs.label_probs_from_top_logprobs`); a response without
-logprobs gives none, with the reason in ``label_probs_skipped``. A server that
-rejects the logprobs fields (HTTP 400) is asked again without them, once for
-the whole run. ``label_probs: false`` turns the request off.
+logprobs gives none (the reason goes to ``stats``, i.e. runs.jsonl). A server
+that rejects the logprobs fields (HTTP 400) is asked again without them, and
+not asked for them again in this run. ``label_probs: false`` turns the request off.
 
 A request that still fails after ``--max-retries`` retries stops the run with
 a :class:`BackendError`; no answer is invented. Claims of earlier chunks are
@@ -105,7 +105,6 @@ class OpenAIBackend(Backend):
         # a subclass with its own parse_response (fae pave) handles logprobs itself
         self.label_probs = (wants_label_probs(options)
                             and type(self).parse_response is OpenAIBackend.parse_response)
-        self.label_probs_off: str | None = None  # why the server gives none (set on a 400)
         self.stats = {"requests": 0, "retries": 0, "429": 0, "5xx": 0, "timeout": 0,
                       "connection": 0, "malformed": 0}
 
@@ -167,14 +166,20 @@ class OpenAIBackend(Backend):
         return Generation(choices[0].message.content, getattr(choices[0], "finish_reason", None))
 
     def with_label_probs(self, answer: Any, resp) -> Any:
-        """The answer with the label probabilities read from the response's logprobs (soft FAE)."""
+        """The answer with the label probabilities read from the response's logprobs (soft FAE).
+
+        A server that gives no logprobs at all is noted once in ``stats``
+        (``no_logprobs`` count, ``label_probs_skipped`` reason; both go to
+        runs.jsonl) rather than on every round; a reason specific to one
+        answer (no label in it, no label among the alternatives) goes on its round.
+        """
         if not self.label_probs or not isinstance(answer, Generation):
-            if self.label_probs_off and isinstance(answer, Generation):
-                return replace(answer, label_probs_skipped=self.label_probs_off)
             return answer
         tokens = openai_token_list(getattr(resp.choices[0], "logprobs", None))
         if tokens is None:
-            return replace(answer, label_probs_skipped="the server returned no logprobs")
+            self.stats["no_logprobs"] = self.stats.get("no_logprobs", 0) + 1
+            self.stats["label_probs_skipped"] = "the server returned no logprobs"
+            return answer
         probs, logprobs, why = label_probs_from_top_logprobs(tokens)
         return replace(answer, label_probs=probs, label_logprobs=logprobs, label_probs_skipped=why)
 
@@ -195,7 +200,7 @@ class OpenAIBackend(Backend):
                 if kind is None and "logprobs" in kwargs and getattr(exc, "status_code", None) == 400:
                     # a server without logprobs support: ask again without them, for the whole run
                     self.label_probs = False
-                    self.label_probs_off = scrub(f"the server rejected logprobs: {_describe(exc)}")
+                    self.stats["label_probs_skipped"] = scrub(f"the server rejected logprobs: {_describe(exc)}")
                     kwargs.pop("logprobs", None)
                     kwargs.pop("top_logprobs", None)
                     continue
