@@ -154,6 +154,15 @@ def test_openai_label_probs_from_a_server_with_known_logprobs(cc_records, tmp_pa
     assert n == len(claims) * 3
     soft = json.loads((tmp_path / "run" / "metrics.json").read_text())["soft"]
     assert soft["soft_IS"] is not None and soft["ece"] is not None and soft["n_with_probs"] == len(claims)
+    # fae report: the soft table beside IS and the two figures
+    from fae.cli import main
+
+    assert main(["report", str(tmp_path / "run"), "--output", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| Model | IS | soft IS | NEI area | ECE r0 | P(gold) | P(NEI) | claims with probs |" in md
+    assert f"| {100 * soft['soft_IS']:.2f} | {100 * soft['nei_area']:.2f} | {100 * soft['ece']:.2f} |" in md
+    for png in ("soft_trajectory.png", "reliability.png"):
+        assert (tmp_path / "rep" / png).read_bytes()[:4] == b"\x89PNG" and png in md
 
 
 def test_openai_server_without_logprobs_records_why(cc_records, tmp_path):
@@ -169,6 +178,19 @@ def test_openai_server_without_logprobs_records_why(cc_records, tmp_path):
     soft = json.loads((tmp_path / "run" / "metrics.json").read_text())["soft"]
     assert soft["soft_IS"] is None and "no label probabilities" in soft["soft_IS_reason"]
     assert soft["ece"] is None and soft["ece_reason"]
+    from fae.cli import main
+
+    assert main(["report", str(tmp_path / "run"), "--output", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "soft metrics n/a: no label probabilities" in md and not (tmp_path / "rep" / "reliability.png").exists()
+
+
+def test_bootstrap_band_hand_values():
+    from fae.report import bootstrap_band
+
+    mean, lo, hi = bootstrap_band([[1.0, 0.0, None], [1.0, 1.0, None]], n_resamples=200)
+    assert mean == [1.0, 0.5, None] and lo[0] == hi[0] == 1.0 and lo[2] is None
+    assert lo[1] == 0.0 and hi[1] == 1.0  # two claims: resamples give 0, .5 or 1
 
 
 # ---------------------------------------------------------------------------
