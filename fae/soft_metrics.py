@@ -139,3 +139,58 @@ def soft_scalars(claims: Sequence[Mapping]) -> dict[str, float | None]:
     m = soft_metrics(claims)
     return {"soft_IS": m["soft_IS"], "nei_area": m["nei_area"],
             "p_gold_0": m["p_gold"][0] if m["p_gold"] else None, "ece": m["ece"]}
+
+
+# ---------------------------------------------------------------------------
+# per-claim columns for the paired bootstrap of ``fae compare``
+# ---------------------------------------------------------------------------
+
+SOFT_COMPARE_NAMES = ("soft_IS", "nei_area", "p_gold_0", "ece")
+
+
+def has_probs(claims: Sequence[Mapping]) -> bool:
+    return any(probs_at(c, r) is not None for c in claims for r in range(len(c.get("rounds") or [])))
+
+
+def soft_columns(claims: Sequence[Mapping], R: int):
+    """Per-claim columns (n, 1 + 2(R+1) + ECE_BINS) whose sums give the soft scalars.
+
+    A claim counts (h = 1) when it is SUPPORT/REFUTE-gold and has label
+    probabilities at every round 0..R. Columns: h, h·P_r(gold) (R+1),
+    h·P_r(NEI) (R+1), and per round-0 confidence bin h·(correct − confidence),
+    so that ECE = Σ_b |column_b| / Σ h.
+    """
+    import numpy as np
+
+    from .metrics import is_nei
+
+    rows = []
+    for c in claims:
+        ps = [probs_at(c, r) for r in range(R + 1)]
+        if is_nei(c["gold_label"]) or any(p is None for p in ps):
+            rows.append([0.0] * (1 + 2 * (R + 1) + ECE_BINS))
+            continue
+        gold = c["gold_label"]
+        label = max(ps[0], key=lambda k: ps[0][k])
+        conf = float(ps[0][label])
+        bins = [0.0] * ECE_BINS
+        bins[min(int(conf * ECE_BINS), ECE_BINS - 1)] = float(label == gold) - conf
+        rows.append([1.0, *(float(p.get(gold, 0.0)) for p in ps), *(float(p.get(NEI, 0.0)) for p in ps), *bins])
+    return np.asarray(rows, float).reshape(len(rows), 1 + 2 * (R + 1) + ECE_BINS)
+
+
+def soft_from_sums(sums, R: int):
+    """(..., 4): soft IS, NEI area, P_0(gold), ECE from summed :func:`soft_columns`; NaN when undefined."""
+    import numpy as np
+
+    s = np.asarray(sums, float)
+    n = s[..., 0]
+    gold = s[..., 1:R + 2]
+    nei = s[..., R + 2:2 * R + 3]
+    diff = s[..., 2 * R + 3:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p0 = np.where(n > 0, gold[..., 0] / n, np.nan)
+        s_is = np.where((R >= 1) & (gold[..., 0] > 0), 1 - gold[..., min(R, 1)] / gold[..., 0], np.nan)
+        area = np.where((n > 0) & (R >= 1), nei[..., 1:].sum(-1) / (n * max(R, 1)), np.nan)
+        ece = np.where(n > 0, np.abs(diff).sum(-1) / n, np.nan)
+    return np.stack([s_is, area, p0, ece], axis=-1)

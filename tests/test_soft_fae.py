@@ -254,3 +254,57 @@ def test_soft_metrics_null_with_reasons():
     assert zero["nei_area"] == 1.0
     part = soft_metrics([_claim("SUPPORT", [(0.5, 0.5, 0.0), None])])
     assert part["soft_IS"] is None and part["nei_area"] is None and part["ece"] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------------
+# fae compare: paired bootstrap of the soft metrics
+# ---------------------------------------------------------------------------
+
+# per claim: gold, then (P_r(SUPPORT), P_r(REFUTE), P_r(NEI)) for r = 0, 1 in system A, then B
+SOFT_CLAIMS = [
+    ("c1", "SUPPORT", [(0.8, 0.1, 0.1), (0.6, 0.1, 0.3)], [(0.9, 0.05, 0.05), (0.1, 0.0, 0.9)]),
+    ("c2", "REFUTE", [(0.2, 0.7, 0.1), (0.2, 0.6, 0.2)], [(0.1, 0.8, 0.1), (0.0, 0.2, 0.8)]),
+    ("c3", "SUPPORT", [(0.5, 0.4, 0.1), (0.5, 0.3, 0.2)], [(0.6, 0.2, 0.2), (0.1, 0.1, 0.8)]),
+]
+
+
+def _soft_run(path, which):
+    from fae_helpers import seal_run
+
+    path.mkdir(parents=True)
+    with (path / "claims.jsonl").open("w") as fh:
+        for cid, gold, pa, pb in SOFT_CLAIMS:
+            rounds = [{"round": r, "pool_ids": [0, 1], "raw_output": "...", "label": gold, "cited": [0] if r == 0 else [],
+                       "hallucinated": [], "valid": True, "reused": False, "label_probs": dict(zip(LABELS, p))}
+                      for r, p in enumerate(pa if which == 0 else pb)]
+            fh.write(json.dumps({"id": cid, "gold_label": gold, "gold_groups": [[0]], "rounds": rounds}) + "\n")
+    (path / "config.json").write_text(json.dumps({"records": "e.jsonl", "records_sha256": "ab" * 32,
+                                                   "model": f"m{which}", "adapter": None, "rounds": 1}))
+    return seal_run(path, metrics={"n_claims": 3, "rounds": 1})
+
+
+def test_compare_adds_paired_soft_differences(tmp_path):
+    from fae.cli import main
+    from fae.runio import read_claims
+    from fae.soft_metrics import soft_scalars
+
+    a, b = _soft_run(tmp_path / "a", 0), _soft_run(tmp_path / "b", 1)
+    assert main(["compare", str(a), str(b), "--output", str(tmp_path / "cmp"), "--bootstrap", "300"]) == 0
+    res = json.loads((tmp_path / "cmp" / "compare.json").read_text())["metrics"]
+    # hand values: A: E[P0(gold)] = (.8+.7+.5)/3, E[P1(gold)] = (.6+.6+.5)/3 -> soft IS = 1 - 1.7/2.0 = .15
+    #              B: (.9+.8+.6)/3, (.1+.2+.1)/3 -> soft IS = 1 - .4/2.3
+    assert res["soft_IS"]["A"]["estimate"] == pytest.approx(15.0)
+    assert res["soft_IS"]["B"]["estimate"] == pytest.approx(100 * (1 - 0.4 / 2.3))
+    assert res["soft_IS"]["difference"]["estimate"] == pytest.approx(100 * (1 - 0.4 / 2.3) - 15.0)
+    assert res["nei_area"]["B"]["estimate"] == pytest.approx(100 * (0.9 + 0.8 + 0.8) / 3)
+    # ECE, A: conf .8 ok (bin 8), .7 ok (bin 7), .5 ok (bin 5): (.2 + .3 + .5) / 3
+    assert res["ece"]["A"]["estimate"] == pytest.approx(100 / 3)
+    d = res["soft_IS"]["difference"]
+    assert d["ci_low"] <= d["estimate"] <= d["ci_high"]
+    # the bootstrap point estimates agree with the metrics.json definitions
+    for run, key in ((a, "A"), (b, "B")):
+        want = soft_scalars(read_claims(run / "claims.jsonl"))
+        for name, v in want.items():
+            assert res[name][key]["estimate"] == pytest.approx(100 * v)
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| soft_IS |" in md
