@@ -4,10 +4,10 @@ The answer format puts the label first (``{"label": "SUPPORT", ...}``), so the
 label value starts right after :data:`ANSWER_PREFIX`. Two ways to read it:
 
 * teacher forcing (``hf``): ``log P(label) = Σ log p(token | prompt, prefix,
-  earlier label tokens)`` over the FULL token sequence of ``label + '"'`` (the
-  closing quote stops a label that is a prefix of another from being
-  favoured), then normalised over the three labels
-  (:func:`teacher_forced_label_probs`);
+  earlier label tokens)`` over the FULL token sequence of the label plus the
+  token that closes it (the closing quote, so a label is not credited with a
+  longer word it starts), then normalised over the three labels
+  (:func:`label_continuations`, :func:`teacher_forced_label_probs`);
 * the generation's own token logprobs (``openai``, ``vllm``): walk the
   returned tokens to the one where the label value starts and read the
   top-k alternatives there (:func:`label_probs_from_top_logprobs`); only the
@@ -22,6 +22,7 @@ among the top-k alternatives).
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import re
 from typing import Any, Sequence
@@ -46,20 +47,36 @@ def normalise(logprobs: dict[str, float | None]) -> dict[str, float] | None:
 # ---------------------------------------------------------------------------
 
 
-def label_continuations(tok) -> tuple[list[int], list[list[int]]]:
-    """(shared answer-prefix ids, per-label continuation ids) for ``prefix + label + '"'``.
+def answer_text(label: str) -> str:
+    """The answer the prompts ask for (SPEC §3), with no evidence: only the label differs between labels."""
+    return json.dumps({"label": label, "evidence": []})
 
-    Each label's answer prefix is tokenised as one string (as the model would
-    produce it) and split where the three token sequences first differ: the
-    shared part is context, the rest is scored. A tokenizer that merges the
-    prefix's last quote with the label's first letters thus still scores the
-    whole label.
+
+def label_continuations(tok) -> tuple[list[int], list[list[int]]]:
+    """(shared answer-prefix ids, per-label continuation ids) to teacher-force.
+
+    The three answers ``{"label": "<l>", "evidence": []}`` are tokenised as
+    whole strings (as the model would produce them) and cut where their token
+    sequences first differ and where they join again: the shared head is
+    context; scored are the label's own tokens plus the first shared token
+    after them (with BPE tokenizers the closing quote, so a label is not
+    credited with the mass of a longer word it is a prefix of). This also
+    handles tokenizers that merge the quotes into the label's tokens (a
+    word-level tokenizer has ``"SUPPORT",`` as one token). A tokenizer that
+    gives two labels the same tokens cannot tell them apart:
+    :class:`ValueError`.
     """
-    seqs = [tok.encode(ANSWER_PREFIX + lab + '"', add_special_tokens=False) for lab in LABELS]
+    seqs = [tok.encode(answer_text(lab), add_special_tokens=False) for lab in LABELS]
     n = 0
     while all(len(s) > n for s in seqs) and len({s[n] for s in seqs}) == 1:
         n += 1
-    return seqs[0][:n], [s[n:] for s in seqs]
+    m = 0
+    while all(len(s) - m > n for s in seqs) and len({s[len(s) - 1 - m] for s in seqs}) == 1:
+        m += 1
+    conts = [s[n:len(s) - max(m - 1, 0)] for s in seqs]
+    if len({tuple(s[n:len(s) - m]) for s in seqs}) < len(LABELS):
+        raise ValueError("the tokenizer gives two labels the same tokens")
+    return seqs[0][:n], conts
 
 
 def teacher_forced_label_probs(lm, tok, prompt_ids: Sequence[Sequence[int]], pad_id: int):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from fae.label_probs import (ANSWER_PREFIX, LABELS, label_probs_from_top_logprobs, normalise,
+from fae.label_probs import (LABELS, label_probs_from_top_logprobs, normalise,
                              openai_token_list, teacher_forced_label_probs)
 
 
@@ -27,6 +27,17 @@ def _by_hand(lm, prompt_ids, answer_ids):
     return [logp[n + t - 1, tok].item() for t, tok in enumerate(answer_ids)]
 
 
+def _scored_slice(answers):
+    """Where the three answers' tokens differ, plus the first shared token after (the closing quote)."""
+    n = 0
+    while len({a[n] for a in answers}) == 1:
+        n += 1
+    m = 0
+    while all(len(a) - m > n for a in answers) and len({a[-1 - m] for a in answers}) == 1:
+        m += 1
+    return n, m - 1
+
+
 def test_hf_label_probs_match_a_plain_forward_pass(tiny_model):
     from data_prep.prompts import encode_chat
     from fae.backends.hf import load_hf_model
@@ -35,22 +46,32 @@ def test_hf_label_probs_match_a_plain_forward_pass(tiny_model):
     prompts = [[{"role": "user", "content": "Claim: " + "x " * n}] for n in (1, 7, 3)]
     ids = [encode_chat(tok, m) for m in prompts]
     got = teacher_forced_label_probs(lm, tok, ids, tok.pad_token_id)  # one padded batch
-    answers = [tok.encode(ANSWER_PREFIX + lab + '"', add_special_tokens=False) for lab in LABELS]
+    answers = [tok.encode(json.dumps({"label": lab, "evidence": []}), add_special_tokens=False) for lab in LABELS]
+    n, keep_tail = _scored_slice(answers)
+    assert keep_tail >= 0
     for p, (probs, logprobs) in zip(ids, got):
         full = {lab: _by_hand(lm, p, a) for lab, a in zip(LABELS, answers)}
-        # the whole answer prefix + label + quote, normalised over the labels: the shared
-        # prefix tokens cancel, so this is an independent check of the normalised values
-        z = sum(math.exp(sum(v)) for v in full.values())
+        scored = {lab: full[lab][n:len(full[lab]) - keep_tail] for lab in LABELS}
         for lab in LABELS:
-            assert probs[lab] == pytest.approx(math.exp(sum(full[lab])) / z, abs=1e-5)
-        # unnormalised: the tokens after the part all three answers share
-        shared = 0
-        while len({a[shared] for a in answers}) == 1:
-            shared += 1
+            assert len(scored[lab]) >= 2  # the label's tokens and the closing quote
+            assert logprobs[lab] == pytest.approx(sum(scored[lab]), abs=1e-5)
+        z = sum(math.exp(sum(v)) for v in scored.values())
         for lab in LABELS:
-            assert logprobs[lab] == pytest.approx(sum(full[lab][shared:]), abs=1e-4)
-            assert len(full[lab][shared:]) >= 2  # every label scores >1 token (the closing quote too)
+            assert probs[lab] == pytest.approx(math.exp(sum(scored[lab])) / z, abs=1e-5)
         assert sum(probs.values()) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_word_level_tokenizer_scores_its_label_words():
+    """The demo base model's word tokenizer has '"SUPPORT",' as one token: still three distinct labels."""
+    from transformers import AutoTokenizer
+
+    from fae.label_probs import label_continuations
+    from real.demo.pipeline import BASE_DIR
+
+    tok = AutoTokenizer.from_pretrained(BASE_DIR)
+    shared, conts = label_continuations(tok)
+    assert len({tuple(c) for c in conts}) == 3 and all(len(c) == 2 for c in conts)
+    assert tok.convert_ids_to_tokens(conts[0])[0] == '"SUPPORT",'
 
 
 def test_hf_backend_label_probs_leave_answers_unchanged(tiny_llama):
@@ -308,3 +329,17 @@ def test_compare_adds_paired_soft_differences(tmp_path):
             assert res[name][key]["estimate"] == pytest.approx(100 * v)
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| soft_IS |" in md
+
+
+def test_openai_server_rejecting_logprobs_is_asked_again_without_them(cc_records, tmp_path):
+    from fae.runio import read_claims
+    from openai_server import LocalOpenAIServer
+
+    with LocalOpenAIServer(faults=lambda body, attempt: "400" if body.get("logprobs") else None) as srv:
+        assert _openai_run(cc_records, tmp_path / "run", srv.base_url) == 0
+        n400 = srv.count(outcome="400")
+    assert 1 <= n400 <= 6  # only round 0 (6 claims in flight) asked for logprobs
+    claims = read_claims(tmp_path / "run" / "claims.jsonl")
+    assert all("label_probs" not in rd and rd["valid"] for c in claims for rd in c["rounds"])
+    log = [json.loads(x) for x in (tmp_path / "run" / "runs.jsonl").read_text().splitlines()]
+    assert log[-1]["backend_stats"]["label_probs_skipped"].startswith("the server rejected logprobs: HTTP 400")

@@ -191,8 +191,16 @@ class HFBackend(Backend):
             options.get("device") or "auto",
         )
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
-        self.label_probs = wants_label_probs(options)
         self.stats = {"generate_calls": 0, "prompts": 0}
+        self.label_probs = wants_label_probs(options)
+        if self.label_probs:
+            from ..label_probs import label_continuations
+
+            try:
+                label_continuations(self.tok)
+            except ValueError as exc:  # e.g. a word-level tokenizer without the label words
+                self.label_probs = False
+                self.stats["label_probs_skipped"] = str(exc)
 
     def generate(self, prompts, callback=None):
         ids = [encode_chat(self.tok, m) for m in prompts]
