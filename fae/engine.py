@@ -12,7 +12,9 @@ claim as soon as it finishes, so a killed run loses at most about one window
 
 Each round records ``truncated``, whether the backend said the answer was cut
 off at ``max_new_tokens`` (absent when it did not say, as in runs made before
-backends reported it).
+backends reported it), and, when the backend computed them, the label
+probabilities of soft FAE (``label_probs``, ``label_logprobs``; a reused round
+copies them with the answer).
 
 Reuse: when a round cites nothing that is still in the pool (invalid answer,
 NEI with no ids, only hallucinated ids), the next pool equals this pool and a
