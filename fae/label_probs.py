@@ -79,13 +79,17 @@ def label_continuations(tok) -> tuple[list[int], list[list[int]]]:
     return seqs[0][:n], conts
 
 
-def teacher_forced_label_probs(lm, tok, prompt_ids: Sequence[Sequence[int]], pad_id: int):
-    """``(probs, logprobs)`` per prompt: two forward passes per batch, whatever the label lengths.
+def teacher_forced_label_probs(lm, tok, prompt_ids: Sequence[Sequence[int]], pad_id: int, cache=None):
+    """``(probs, logprobs)`` per prompt, batched, reusing the prompts' KV cache.
 
-    Pass 1 runs ``prompt + shared prefix`` (left-padded, positions counted
-    from each row's first real token) and keeps its KV cache; the cache is
-    repeated 3x and pass 2 runs the three label continuations (right-padded)
-    on top of it. Log-softmax in fp32.
+    ``cache``: the KV cache of exactly these prompts left-padded by
+    :func:`fae.backends.hf.left_pad` — :func:`fae.backends.hf.generate_batched`
+    passes the one its ``generate`` call built, cropped to the prompt, so the
+    prompt is not run again; without it one prompt pass builds it. Then one
+    pass runs the shared answer head (``{"label": "``) on top, the cache is
+    repeated 3x, and one pass runs the three label continuations
+    (right-padded). Positions are counted from each row's first real token, as
+    ``generate`` does. Log-softmax in fp32.
     """
     import torch
 
@@ -93,40 +97,57 @@ def teacher_forced_label_probs(lm, tok, prompt_ids: Sequence[Sequence[int]], pad
 
     shared, conts = label_continuations(tok)
     device = lm.device
-    rows = [list(p) + shared for p in prompt_ids]
-    ids, mask = left_pad(rows, pad_id)
+    params = inspect.signature(lm.forward).parameters
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # no vocab-wide logits per position
+    cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.2x
+    if not shared:  # nothing shared to run on top of the prompt: the prompt pass gives the first logits
+        prompt_ids, shared, cache = [list(p) for p in prompt_ids], [], None
+    ids, mask = left_pad([list(p) for p in prompt_ids], pad_id)
     ids, mask = ids.to(device), mask.to(device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    k = len(LABELS)
-    width = max(len(c) for c in conts)
-    cont = torch.full((k, width), pad_id, dtype=torch.long)
-    cmask = torch.zeros((k, width), dtype=torch.long)
-    for j, c in enumerate(conts):
-        cont[j, :len(c)] = torch.tensor(c, dtype=torch.long)
-        cmask[j, :len(c)] = 1
-    b = len(rows)
-    cont, cmask = cont.repeat(b, 1).to(device), cmask.repeat(b, 1).to(device)
+    b, k = len(prompt_ids), len(LABELS)
     with torch.inference_mode():
-        first = lm(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-        cache = getattr(first, "cache", None) or first.past_key_values
+        if cache is None:
+            first = lm(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **keep)
+            cache = _cache_of(first)
+            last_logits = first.logits[:, -1, :]
+        if shared:
+            head = torch.tensor([shared] * b, dtype=torch.long, device=device)
+            hpos = pos[:, -1:] + 1 + torch.arange(len(shared), device=device).unsqueeze(0)
+            mask = torch.cat([mask, torch.ones_like(head)], dim=1)
+            out = lm(input_ids=head, attention_mask=mask, position_ids=hpos, use_cache=True,
+                     **{cache_arg: cache}, **keep)
+            cache = _cache_of(out)
+            last_logits = out.logits[:, -1, :]
+            pos = hpos
+        width = max(len(c) for c in conts)
+        cont = torch.full((k, width), pad_id, dtype=torch.long)
+        cmask = torch.zeros((k, width), dtype=torch.long)
+        for j, c in enumerate(conts):
+            cont[j, :len(c)] = torch.tensor(c, dtype=torch.long)
+            cmask[j, :len(c)] = 1
+        cont, cmask = cont.repeat(b, 1).to(device), cmask.repeat(b, 1).to(device)
         cache.batch_repeat_interleave(k)
-        last_logits = first.logits[:, -1, :].float().repeat_interleave(k, dim=0)
         full_mask = torch.cat([mask.repeat_interleave(k, dim=0), cmask], dim=1)
-        start = pos[:, -1:].repeat_interleave(k, dim=0) + 1
-        cpos = start + torch.arange(width, device=device).unsqueeze(0)
-        # transformers >= 5.2x names the argument ``cache`` (``past_key_values`` before)
-        key = "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
-        second = lm(input_ids=cont, attention_mask=full_mask, position_ids=cpos,
-                    use_cache=False, **{key: cache})
-        # logits predicting continuation token t: last prompt logit for t=0, then pass-2 logits
-        logits = torch.cat([last_logits.unsqueeze(1), second.logits[:, :-1, :].float()], dim=1)
+        cpos = pos[:, -1:].repeat_interleave(k, dim=0) + 1 + torch.arange(width, device=device).unsqueeze(0)
+        second = lm(input_ids=cont, attention_mask=full_mask, position_ids=cpos, use_cache=False,
+                    **{cache_arg: cache})
+        # logits predicting continuation token t: the head's last logit for t=0, then this pass's
+        logits = torch.cat([last_logits.float().repeat_interleave(k, dim=0).unsqueeze(1),
+                            second.logits[:, :-1, :].float()], dim=1)
         lp = torch.log_softmax(logits, dim=-1).gather(-1, cont.unsqueeze(-1)).squeeze(-1)
         totals = (lp * cmask).sum(-1).view(b, k).tolist()
-    out = []
+    out_rows = []
     for row in totals:
         logprobs = dict(zip(LABELS, row))
-        out.append((normalise(logprobs), logprobs))
-    return out
+        out_rows.append((normalise(logprobs), logprobs))
+    return out_rows
+
+
+def _cache_of(output):
+    """The KV cache of a forward/generate output (``cache`` in transformers 5.2x, ``past_key_values`` before)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
 
 
 # ---------------------------------------------------------------------------

@@ -83,8 +83,19 @@ def test_hf_backend_label_probs_leave_answers_unchanged(tiny_llama):
                      "label_probs": False})
     a, b = on.generate(prompts), off.generate(prompts)
     assert [g.text for g in a] == [g.text for g in b]
-    assert all(g.label_probs is not None and set(g.label_probs) == set(LABELS) for g in a)
     assert all(g.label_probs is None for g in b)
+    # the backend reuses generate's KV cache (cut back to the prompt): same values as a plain forward pass
+    from data_prep.prompts import encode_chat
+
+    answers = [on.tok.encode(json.dumps({"label": lab, "evidence": []}), add_special_tokens=False)
+               for lab in LABELS]
+    n, keep_tail = _scored_slice(answers)
+    for m, g in zip(prompts, a):
+        p = encode_chat(on.tok, m)
+        for lab, ans in zip(LABELS, answers):
+            by_hand = _by_hand(on.lm, p, ans)
+            assert g.label_logprobs[lab] == pytest.approx(sum(by_hand[n:len(by_hand) - keep_tail]), abs=1e-5)
+        assert sum(g.label_probs.values()) == pytest.approx(1.0)
 
 
 # ---------------------------------------------------------------------------

@@ -160,16 +160,29 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
     order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
     out: list[Generation] = [Generation("")] * len(token_ids)
     device = lm.device
+    if label_probs:  # keep generate's KV cache: its prompt part is reused for the label probabilities
+        gc = copy.copy(gc)
+        gc.return_dict_in_generate = True
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         ids, mask = left_pad([token_ids[i] for i in idx], gc.pad_token_id)
         with torch.inference_mode():
             gen = lm.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                               generation_config=gc)
+        cache = None
+        if label_probs:
+            cache = getattr(gen, "cache", None) or getattr(gen, "past_key_values", None)
+            gen = gen.sequences
+            if not hasattr(cache, "crop") or not hasattr(cache, "batch_repeat_interleave"):
+                cache = None  # a cache type that cannot be cut back to the prompt: run the prompt again
+            else:
+                extra = cache.get_seq_length() - ids.shape[1]  # rows are left-padded: prompts end together
+                if extra > 0:
+                    cache.crop(-extra)  # drop the answer tokens, keep the prompt
         new = gen[:, ids.shape[1]:]
         texts = tok.batch_decode(new, skip_special_tokens=True)
         reasons = finish_reasons(new, gc.eos_token_id, gc.max_new_tokens)
-        soft = (teacher_forced_label_probs(lm, tok, [token_ids[i] for i in idx], gc.pad_token_id)
+        soft = (teacher_forced_label_probs(lm, tok, [token_ids[i] for i in idx], gc.pad_token_id, cache)
                 if label_probs else [(None, None)] * len(idx))
         for i, t, why, (probs, logprobs) in zip(idx, texts, reasons, soft):
             out[i] = Generation(t, why, probs, logprobs)
