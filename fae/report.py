@@ -331,4 +331,7 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     png = plot_trajectories(runs, out / "trajectory.png")
     if has_soft(runs):
         plot_soft(runs, out)
+    else:  # figures of an earlier report must not pass for these runs'
+        for name in ("soft_trajectory.png", "reliability.png"):
+            (out / name).unlink(missing_ok=True)
     return md, png

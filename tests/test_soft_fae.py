@@ -215,6 +215,10 @@ def test_openai_server_without_logprobs_records_why(cc_records, tmp_path):
     assert main(["report", str(tmp_path / "run"), "--output", str(tmp_path / "rep")]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "soft metrics n/a: no label probabilities" in md and not (tmp_path / "rep" / "reliability.png").exists()
+    # a stale figure of an earlier report into the same directory is removed
+    (tmp_path / "rep" / "soft_trajectory.png").write_bytes(b"old")
+    assert main(["report", str(tmp_path / "run"), "--output", str(tmp_path / "rep")]) == 0
+    assert not (tmp_path / "rep" / "soft_trajectory.png").exists()
 
 
 def test_bootstrap_band_hand_values():
