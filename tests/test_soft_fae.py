@@ -6,6 +6,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fae.label_probs import (LABELS, label_probs_from_top_logprobs, normalise,
                              openai_token_list, teacher_forced_label_probs)
@@ -358,3 +360,26 @@ def test_openai_server_rejecting_logprobs_is_asked_again_without_them(cc_records
     assert all("label_probs" not in rd and rd["valid"] for c in claims for rd in c["rounds"])
     log = [json.loads(x) for x in (tmp_path / "run" / "runs.jsonl").read_text().splitlines()]
     assert log[-1]["backend_stats"]["label_probs_skipped"].startswith("the server rejected logprobs: HTTP 400")
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(label=st.sampled_from(LABELS), cuts=st.lists(st.integers(1, 40), max_size=8),
+       weights=st.tuples(*[st.floats(0.01, 1.0)] * 3), spaces=st.sampled_from(["", " ", "\n  "]))
+def test_top_logprobs_any_tokenization(label, cuts, weights, spaces):
+    """However the answer is cut into tokens, the label token's alternatives give the normalised weights."""
+    text = '{"label":' + spaces + '"' + label + '", "evidence": [1]}'
+    at = text.index(label)
+    bounds = sorted({c for c in cuts if 0 < c < len(text)} | {0, len(text)})
+    tokens = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        piece = text[a:b]
+        alts = []
+        if a <= at < b:  # the label token: its head, then the start of each label
+            head = text[a:at]
+            alts = [(head + lab[: max(1, b - at)], math.log(w)) for lab, w in zip(LABELS, weights)]
+        tokens.append((piece, alts))
+    probs, _, why = label_probs_from_top_logprobs(tokens)
+    assert why is None
+    z = sum(weights)
+    for lab, w in zip(LABELS, weights):
+        assert probs[lab] == pytest.approx(w / z)
