@@ -95,7 +95,7 @@ def timed_fae_run(timing_path: Path, fae_argv: list[str]) -> int:
     batches: list[dict] = []
     real_generate = hf.generate_batched
 
-    def generate_batched(lm, tok, token_ids, gc, batch_size, callback=None):
+    def generate_batched(lm, tok, token_ids, gc, batch_size, callback=None, **kwargs):  # kwargs: label_probs
         order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
         out: list[str] = [""] * len(token_ids)
         for start in range(0, len(order), batch_size):
@@ -103,7 +103,7 @@ def timed_fae_run(timing_path: Path, fae_argv: list[str]) -> int:
             chunk = [token_ids[i] for i in idx]
             _sync()
             t0 = time.perf_counter()
-            texts = real_generate(lm, tok, chunk, gc, batch_size)
+            texts = real_generate(lm, tok, chunk, gc, batch_size, **kwargs)
             _sync()
             batches.append({"prompts": len(chunk), "tokens": sum(map(len, chunk)),
                             "padded_tokens": len(chunk) * max(map(len, chunk)),

@@ -21,6 +21,7 @@ import numpy as np
 
 from data_prep._dispatch import UserError
 from fae import accounting as acc
+from fae.soft_metrics import SOFT_COMPARE_NAMES, has_probs, soft_columns, soft_from_sums
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -218,14 +219,32 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
     ib = [names_b.index(n) for n in common]
 
     acc_cols = acc.accounting_columns(ind)
-    k0, ka = acc_cols.shape[1], cols_a.shape[1]
-    columns = np.hstack([acc_cols, cols_a, cols_b])
+    k0, ka, kb = acc_cols.shape[1], cols_a.shape[1], cols_b.shape[1]
+    # soft FAE: label-probability metrics, paired on the same draws, when both runs have them
+    soft_r = min(ra, rb)
+    with_soft = has_probs([a.claims[c] for c in order]) and has_probs([b.claims[c] for c in order])
+    soft_a = soft_columns([a.claims[c] for c in order], soft_r) if with_soft else np.zeros((len(order), 0))
+    soft_b = soft_columns([b.claims[c] for c in order], soft_r) if with_soft else np.zeros((len(order), 0))
+    both = (soft_a[:, :1] * soft_b[:, :1]) if with_soft else None  # claims with probabilities in both runs
+    if with_soft:
+        soft_a, soft_b = soft_a * both, soft_b * both
+    ks = soft_a.shape[1]
+    columns = np.hstack([acc_cols, cols_a, cols_b, soft_a, soft_b])
 
     def statistic(sums):
         out_acc = acc.accounting_from_sums(sums[..., :k0])
         ma = acc.run_metrics_from_sums(sums[..., k0:k0 + ka], ra)[..., ia]
-        mb = acc.run_metrics_from_sums(sums[..., k0 + ka:], rb)[..., ib]
+        mb = acc.run_metrics_from_sums(sums[..., k0 + ka:k0 + ka + kb], rb)[..., ib]
+        if with_soft:  # x100, like the run metrics
+            base = k0 + ka + kb
+            ma = np.concatenate([ma, 100 * soft_from_sums(sums[..., base:base + ks], soft_r)], axis=-1)
+            mb = np.concatenate([mb, 100 * soft_from_sums(sums[..., base + ks:], soft_r)], axis=-1)
         return np.concatenate([out_acc, ma, mb, mb - ma], axis=-1)
+
+    if with_soft:
+        common = common + list(SOFT_COMPARE_NAMES)
+        notes.append("soft_IS, nei_area, p_gold_0, ece: label-probability metrics (soft FAE) over the claims "
+                     "that have probabilities at every round in both runs")
 
     res = acc.paired_bootstrap(acc.unit_sums(columns, units), statistic, n_resamples=n_resamples,
                                seed=seed, confidence=confidence)

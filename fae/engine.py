@@ -12,7 +12,9 @@ claim as soon as it finishes, so a killed run loses at most about one window
 
 Each round records ``truncated``, whether the backend said the answer was cut
 off at ``max_new_tokens`` (absent when it did not say, as in runs made before
-backends reported it).
+backends reported it), and, when the backend computed them, the label
+probabilities of soft FAE (``label_probs``, ``label_logprobs``; a reused round
+copies them with the answer).
 
 Reuse: when a round cites nothing that is still in the pool (invalid answer,
 NEI with no ids, only hallucinated ids), the next pool equals this pool and a
@@ -57,11 +59,15 @@ def named_ids_in_order(raw_output: str) -> list[int]:
     return parse_answer(raw_output, ()).hallucinated
 
 
-def make_round(r: int, pool_ids: Sequence[int], raw_output: str, truncated: bool | None = None) -> dict:
+def make_round(r: int, pool_ids: Sequence[int], raw_output: str, truncated: bool | None = None,
+               answer: Generation | None = None) -> dict:
     """One round of the claims.jsonl contract, parsed against the pool it was shown.
 
     ``truncated``: the answer hit ``max_new_tokens`` (None: the backend did
-    not say; the key is then left out).
+    not say; the key is then left out). ``answer``: the backend's
+    :class:`Generation`, whose label probabilities (soft FAE) are kept as
+    ``label_probs`` / ``label_logprobs``, or the reason they are missing as
+    ``label_probs_skipped`` (keys absent when the backend computed none).
     """
     parsed: ParsedAnswer = parse_answer(raw_output, pool_ids)
     error = parsed.error
@@ -82,6 +88,12 @@ def make_round(r: int, pool_ids: Sequence[int], raw_output: str, truncated: bool
     }
     if truncated is not None:
         out["truncated"] = bool(truncated)
+    if answer is not None and answer.label_probs is not None:
+        out["label_probs"] = dict(answer.label_probs)
+        if answer.label_logprobs is not None:
+            out["label_logprobs"] = dict(answer.label_logprobs)
+    elif answer is not None and answer.label_probs_skipped:
+        out["label_probs_skipped"] = answer.label_probs_skipped
     return out
 
 
@@ -148,7 +160,7 @@ def ablate_chunk(
                 raise RuntimeError(f"backend returned {len(outputs)} answers for {len(prompts)} prompts")
             for (k, pool), raw in zip(todo, outputs):
                 answer = as_generation(raw)
-                history[k].append(make_round(r, pool, answer.text, answer.truncated))
+                history[k].append(make_round(r, pool, answer.text, answer.truncated, answer))
     return [claim_entry(rec, h) for rec, h in zip(records, history)]
 
 
@@ -250,7 +262,7 @@ def run_ablation(
                 raise RuntimeError(f"backend returned {len(outputs)} answers for {len(prompts)} prompts")
             for (claim, pool), r, raw in zip(todo, steps, outputs):
                 answer = as_generation(raw)
-                claim.rounds.append(make_round(r, pool, answer.text, answer.truncated))
+                claim.rounds.append(make_round(r, pool, answer.text, answer.truncated, answer))
                 bars.update(r, 1)
     finally:
         bars.close()

@@ -61,6 +61,7 @@ METRIC_KEYS = (
     "hallucinated_id_rate",
     "reused_calls",
     "model_calls",
+    "soft",
 )
 
 
@@ -470,6 +471,8 @@ def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[
     NEI-gold claims still in ``claims`` (runs made before ``fae run`` skipped
     them) are dropped here; ``n_excluded_nei`` adds the ones the run skipped.
     """
+    from .soft_metrics import soft_metrics
+
     claims = list(claims)
     R = _n_rounds(claims)
     pop, n_nei = fae_claims(claims)
@@ -511,6 +514,7 @@ def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[
         "truncated_rate": per_round(truncated_rate),
         "hallucinated_id_rate": per_round(hallucinated_id_rate),
         **call_counts(pop),
+        "soft": soft_metrics(pop),  # soft FAE (fae.soft_metrics): label-probability metrics
     }
     assert tuple(out) == METRIC_KEYS
     return out

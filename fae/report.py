@@ -10,6 +10,11 @@ the reason when ``a_0`` is 0 or undefined; a run with cut-off answers gets a
 hint to raise ``--max-new-tokens``; NEI-gold claims left out are counted.
 ``trajectory.png`` plots a_r against r for every run with the ideal
 trajectory (a_0 = 1, then 0) dashed.
+
+Soft FAE (:mod:`fae.soft_metrics`): a table of soft IS, the P(NEI) area and
+round-0 ECE beside IS, and — when any run has label probabilities —
+``soft_trajectory.png`` (mean P(gold) and P(NEI) per round with 95%
+percentile-bootstrap bands over claims) and ``reliability.png`` (round 0).
 """
 
 from __future__ import annotations
@@ -58,10 +63,14 @@ def load_run(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
     from .metrics import compute_metrics
     from .runio import load_run as read_run
 
+    from .soft_metrics import soft_metrics
+
     data = read_run(run_dir)
     metrics = data.metrics if data.metrics is not None else compute_metrics(data.claims)
+    if "soft" not in metrics:  # metrics.json of a run made before soft FAE
+        metrics = {**metrics, "soft": soft_metrics(data.claims)}
     return {"name": name or data.path.resolve().name, "dir": str(data.path), "metrics": metrics,
-            "config": data.config}
+            "config": data.config, "claims": data.claims}
 
 
 def pct(x: float | None) -> str:
@@ -132,6 +141,7 @@ def render_markdown(runs: Sequence[dict]) -> str:
         m = run["metrics"]
         cells = [score_cell(m, k) if k in ("IS", "ER", "IO") else pct(m.get(k)) for _, k in TABLE_COLUMNS]
         lines.append("| " + " | ".join([run["name"]] + cells) + " |")
+    lines += soft_table(runs)
     lines += [
         "",
         "## Trajectory, flips, invalid answers",
@@ -173,7 +183,115 @@ def render_markdown(runs: Sequence[dict]) -> str:
             + (", constrained decoding: on" if c.get("constrained_decoding") else "")  # docs/structured.md
         )
     lines += ["", "![a_r against r](trajectory.png)", ""]
+    if has_soft(runs):
+        lines += ["![mean label probabilities against r](soft_trajectory.png)", "",
+                  "![round-0 reliability diagram](reliability.png)", ""]
     return "\n".join(lines)
+
+
+def has_soft(runs: Sequence[dict]) -> bool:
+    return any((r["metrics"].get("soft") or {}).get("n_with_probs") for r in runs)
+
+
+def soft_table(runs: Sequence[dict]) -> list[str]:
+    """Soft FAE beside IS (×100): soft IS, P(NEI) area, round-0 ECE and the mean curves."""
+    lines = [
+        "",
+        "## Soft FAE: label probabilities",
+        "",
+        "Mean probability of the gold label and of NOT_ENOUGH_INFO at the answer's label position "
+        "(×100, rounds 0 / 1 / ... / R); soft IS = 1 − E[P_1(gold)] / E[P_0(gold)]; NEI area = mean "
+        "P(NEI) over rounds 1..R; ECE at round 0 (10 bins, argmax correctness). n/a: no probabilities.",
+        "",
+        "| Model | IS | soft IS | NEI area | ECE r0 | P(gold) | P(NEI) | claims with probs |",
+        "|---|---:|---:|---:|---:|---|---|---:|",
+    ]
+    for run in runs:
+        m, soft = run["metrics"], run["metrics"].get("soft") or {}
+        lines.append(f"| {run['name']} | {score_cell(m, 'IS')} | {pct(soft.get('soft_IS'))} "
+                     f"| {pct(soft.get('nei_area'))} | {pct(soft.get('ece'))} | {per_round(soft.get('p_gold'))} "
+                     f"| {per_round(soft.get('p_nei'))} | {soft.get('n_with_probs', 0)} |")
+    for run in runs:
+        soft = run["metrics"].get("soft") or {}
+        if soft and soft.get("soft_IS") is None and soft.get("soft_IS_reason"):
+            lines.append(f"\n{run['name']}: soft metrics n/a: {soft['soft_IS_reason']}.")
+    return lines
+
+
+def bootstrap_band(curves: Sequence[Sequence[float | None]], n_resamples: int = 1000, seed: int = 0,
+                   confidence: float = 0.95):
+    """(mean, low, high) per round: percentile bootstrap over claims (claims with a value at that round)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    R1 = max((len(c) for c in curves), default=0)
+    mean, lo, hi = [], [], []
+    for r in range(R1):
+        xs = np.array([c[r] for c in curves if r < len(c) and c[r] is not None], dtype=float)
+        if xs.size == 0:
+            mean.append(None), lo.append(None), hi.append(None)
+            continue
+        draws = xs[rng.integers(0, xs.size, size=(n_resamples, xs.size))].mean(axis=1)
+        a = (1 - confidence) / 2
+        mean.append(float(xs.mean()))
+        lo.append(float(np.quantile(draws, a)))
+        hi.append(float(np.quantile(draws, 1 - a)))
+    return mean, lo, hi
+
+
+def plot_soft(runs: Sequence[dict], out: str | Path) -> tuple[Path, Path]:
+    """``soft_trajectory.png`` (P(gold), P(NEI) per round, bootstrap bands) and ``reliability.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .metrics import evidence_claims
+    from .soft_metrics import claim_curves
+
+    out = Path(out)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), dpi=120, sharey=True)
+    for k, run in enumerate(runs):
+        pop = evidence_claims(run.get("claims") or [])
+        R = max((len(c["rounds"]) for c in pop), default=1) - 1
+        curves = [claim_curves(c, R) for c in pop]
+        for ax, key in zip(axes, ("p_gold", "p_nei")):
+            mean, lo, hi = bootstrap_band([c[key] for c in curves], seed=k)
+            xs = [r for r, v in enumerate(mean) if v is not None]
+            if not xs:
+                continue
+            line, = ax.plot(xs, [mean[r] for r in xs], marker="o", lw=1.6, label=run["name"])
+            ax.fill_between(xs, [lo[r] for r in xs], [hi[r] for r in xs], color=line.get_color(), alpha=0.2)
+    for ax, title in zip(axes, ("mean P(gold label)", "mean P(NOT_ENOUGH_INFO)")):
+        ax.set_xlabel("ablation round r")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    traj = out / "soft_trajectory.png"
+    fig.savefig(traj)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(4.5, 4.2), dpi=120)
+    ax.plot([0, 1], [0, 1], "--", color="0.35", lw=1.2, label="perfectly calibrated")
+    for run in runs:
+        bins = [b for b in ((run["metrics"].get("soft") or {}).get("reliability") or []) if b["n"]]
+        if bins:
+            ece = run["metrics"]["soft"].get("ece")
+            ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], marker="o", lw=1.4,
+                    label=f"{run['name']} (ECE {pct(ece)})")
+    ax.set_xlabel("round-0 confidence (max label probability)")
+    ax.set_ylabel("accuracy (argmax = gold)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    rel = out / "reliability.png"
+    fig.savefig(rel)
+    plt.close(fig)
+    return traj, rel
 
 
 def plot_trajectories(runs: Sequence[dict], path: str | Path) -> Path:
@@ -212,4 +330,9 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     md = out / "report.md"
     md.write_text(render_markdown(runs), encoding="utf-8")
     png = plot_trajectories(runs, out / "trajectory.png")
+    if has_soft(runs):
+        plot_soft(runs, out)
+    else:  # figures of an earlier report must not pass for these runs'
+        for name in ("soft_trajectory.png", "reliability.png"):
+            (out / name).unlink(missing_ok=True)
     return md, png

@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "chunk_size": None,  # claims in flight; None = one backend batch (see chunk_size_for)
     "progress": True,
     "constrained_decoding": False,  # answers held to the JSON schema of their prompt (docs/structured.md)
+    "label_probs": True,  # soft FAE: label probabilities per round (fae.label_probs)
     # hf
     "batch_size": 8,
     "device": "auto",
@@ -92,6 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--constrained-decoding", action="store_true", default=S,
                    help="hold every answer to the JSON schema of its prompt (label enum, ids of the pool "
                         "shown); not the paper's protocol, see docs/structured.md (default: off)")
+    p.add_argument("--no-label-probs", dest="label_probs", action="store_false", default=S,
+                   help="skip the per-round label probabilities (soft FAE; hf: two extra forward passes "
+                        "per batch; openai: no logprobs request)")
     g = p.add_argument_group("hf backend")
     g.add_argument("--batch-size", type=_positive_int, default=S, help="prompts per generate call (default 8)")
     g.add_argument("--device", default=S, help="auto (default), cpu, cuda, cuda:1 ...")
@@ -145,7 +149,7 @@ def load_yaml_options(path: str, parser: argparse.ArgumentParser | None) -> dict
                 value = a.type(str(value))
             except (ValueError, argparse.ArgumentTypeError) as exc:
                 raise UserError(f"{path}: key {raw_key!r}: {exc}") from None
-        if key in ("progress", "constrained_decoding") and not isinstance(value, bool):
+        if key in ("progress", "constrained_decoding", "label_probs") and not isinstance(value, bool):
             raise UserError(f"{path}: key {raw_key!r}: must be true or false")
         out[key] = value
     return out
@@ -198,8 +202,8 @@ def command_line(given: dict[str, Any]) -> str:
     words = ["fae", "run"]
     for key, value in given.items():
         flag = "--" + key.replace("_", "-")
-        if key == "progress":
-            words += [] if value else ["--no-progress"]
+        if key in ("progress", "label_probs"):
+            words += [] if value else ["--no-" + key.replace("_", "-")]
         elif key == "constrained_decoding":
             words += [flag] if value else []
         elif value is not None:

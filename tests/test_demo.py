@@ -85,7 +85,7 @@ def test_build_base_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_reduced_demo_end_to_end(tmp_path, quick_base):
+def test_reduced_demo_end_to_end(tmp_path, quick_base, capsys):
     out = tmp_path / "demo"
     summary = run_demo(out, DemoSize(n_train=40, n_test=16, max_steps=6, bootstrap=100), seed=0, base=quick_base)
     for rel in ("runs/sft/claims.jsonl", "runs/real/metrics.json", "probes/sft/dirk.json", "probes/real/dirk.json",
@@ -110,3 +110,10 @@ def test_reduced_demo_end_to_end(tmp_path, quick_base):
         assert set(on_disk["pave"][v]) == {"entity", "semantic"}
         assert (out / "pave" / v / "pave.md").exists()
     assert "## PAVE: arbitration profile" in report and "| real | semantic |" in report
+    # soft FAE: the soft columns, both figures, label probabilities on every round, the printed lines
+    assert "| Model | IS | soft IS | NEI area | ECE r0 |" in report
+    assert (out / "soft_trajectory.png").exists() and (out / "reliability.png").exists()
+    for v in ("sft", "real"):
+        assert on_disk["variants"][v]["soft"]["n_with_probs"] == 16
+    assert {"soft_IS", "nei_area", "ece"} <= set(compare["metrics"])
+    assert "soft FAE (x100" in capsys.readouterr().out

@@ -126,7 +126,25 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(reference_run, cc_rec
     resumed = read_claims(claims_file)
     ids = [c["id"] for c in resumed]
     assert len(ids) == len(set(ids)) == 20  # every claim exactly once
-    assert resumed == read_claims(reference_run / "claims.jsonl")  # same answers as uninterrupted
+    assert_same_claims(resumed, read_claims(reference_run / "claims.jsonl"))  # same answers as uninterrupted
+
+
+def assert_same_claims(got, want):
+    """Same claims and answers; soft FAE's label probabilities equal up to fp32 rounding.
+
+    Another split into batches pads the prompts differently, which moves the
+    teacher-forced probabilities in the 7th digit but never the greedy answers.
+    """
+    soft = ("label_probs", "label_logprobs")
+    strip = lambda cs: [{**c, "rounds": [{k: v for k, v in r.items() if k not in soft} for r in c["rounds"]]}  # noqa: E731
+                        for c in cs]
+    assert strip(got) == strip(want)
+    for cg, cw in zip(got, want):
+        for rg, rw in zip(cg["rounds"], cw["rounds"]):
+            for key in soft:
+                assert (key in rg) == (key in rw)
+                if key in rg:
+                    assert rg[key] == pytest.approx(rw[key], abs=1e-4)
 
 
 def test_accelerate_two_cpu_processes_split_and_merge(reference_run, cc_records, noisy_llama, tmp_path):
@@ -138,7 +156,7 @@ def test_accelerate_two_cpu_processes_split_and_merge(reference_run, cc_records,
     assert res.returncode == 0, res.stderr[-3000:]
     assert "[rank 0/2] 10 claims to do" in res.stderr and "[rank 1/2] 10 claims to do" in res.stderr
     assert not list(out.glob("claims.rank*"))
-    assert read_claims(out / "claims.jsonl") == read_claims(reference_run / "claims.jsonl")
+    assert_same_claims(read_claims(out / "claims.jsonl"), read_claims(reference_run / "claims.jsonl"))
     log = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
     assert sorted((e["rank"], e["world"], e["claims"]) for e in log) == [(0, 2, 10), (1, 2, 10)]
 

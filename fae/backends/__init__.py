@@ -10,6 +10,9 @@ and the OpenAI API's ``finish_reason``) or a plain string: third-party
 backends that return strings keep working, their answers just do not say
 whether they were cut off (:func:`as_generation`).
 
+A backend may also attach the verifier's label probabilities (soft FAE,
+:mod:`fae.label_probs`); ``label_probs: false`` in the options turns that off.
+
 ``decoding_of(options)`` returns the decoding settings that identify the
 answers (for config.json and the resume check), ``stats`` counts backend events (retries, ...) for the run
 log, and ``close()`` frees resources. Built-ins are imported lazily on first
@@ -41,11 +44,21 @@ class Generation:
 
     text: str
     finish_reason: str | None = None
+    # soft FAE: label -> probability at the answer's label position (normalised over the three
+    # labels) and the unnormalised log-probabilities; None when not computed, with the reason
+    label_probs: dict | None = None
+    label_logprobs: dict | None = None
+    label_probs_skipped: str | None = None
 
     @property
     def truncated(self) -> bool | None:
         """Cut off at ``max_new_tokens``; None when the backend did not say."""
         return None if self.finish_reason is None else self.finish_reason == "length"
+
+
+def wants_label_probs(options: dict[str, Any]) -> bool:
+    """Soft FAE is on unless the run says ``label_probs: false`` (``--no-label-probs``)."""
+    return options.get("label_probs", True) is not False
 
 
 def as_generation(answer: Any) -> Generation:

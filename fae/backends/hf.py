@@ -18,7 +18,7 @@ from typing import Any, Callable
 from data_prep._dispatch import UserError
 from data_prep.prompts import encode_chat
 
-from . import Backend, Generation, register
+from . import Backend, Generation, register, wants_label_probs
 
 
 def resolve_device(device: str | None = "auto") -> str:
@@ -146,17 +146,27 @@ def finish_reasons(new_tokens, eos_ids, max_new_tokens: int) -> list[str]:
 
 def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
                      callback: Callable[[int], None] | None = None,
-                     schemas: list | None = None, constraint=None) -> list[Generation]:
+                     schemas: list | None = None, constraint=None,
+                     label_probs: bool = False) -> list[Generation]:
     """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order.
 
     With ``constraint`` (:class:`fae.constrained.HFConstraint`) each prompt's
     answer is held to its JSON schema in ``schemas`` (one matcher per row).
+    ``label_probs``: also teacher-force the three labels after the prompt
+    (:func:`fae.label_probs.teacher_forced_label_probs`, separate forward
+    passes that leave the greedy answers untouched; always the model's own,
+    unconstrained distribution).
     """
     import torch
+
+    from ..label_probs import teacher_forced_label_probs
 
     order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
     out: list[Generation] = [Generation("")] * len(token_ids)
     device = lm.device
+    if label_probs:  # keep generate's KV cache: its prompt part is reused for the label probabilities
+        gc = copy.copy(gc)
+        gc.return_dict_in_generate = True
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         ids, mask = left_pad([token_ids[i] for i in idx], gc.pad_token_id)
@@ -166,11 +176,23 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
                               generation_config=gc, **extra)
         if extra:
             constraint.done()
+        cache = None
+        if label_probs:
+            cache = getattr(gen, "cache", None) or getattr(gen, "past_key_values", None)
+            gen = gen.sequences
+            if not hasattr(cache, "crop") or not hasattr(cache, "batch_repeat_interleave"):
+                cache = None  # a cache type that cannot be cut back to the prompt: run the prompt again
+            else:
+                n_answer = cache.get_seq_length() - ids.shape[1]  # rows are left-padded: prompts end together
+                if n_answer > 0:
+                    cache.crop(-n_answer)  # drop the answer tokens, keep the prompt
         new = gen[:, ids.shape[1]:]
         texts = tok.batch_decode(new, skip_special_tokens=True)
         reasons = finish_reasons(new, gc.eos_token_id, gc.max_new_tokens)
-        for i, t, why in zip(idx, texts, reasons):
-            out[i] = Generation(t, why)
+        soft = (teacher_forced_label_probs(lm, tok, [token_ids[i] for i in idx], gc.pad_token_id, cache)
+                if label_probs else [(None, None)] * len(idx))
+        for i, t, why, (probs, logprobs) in zip(idx, texts, reasons, soft):
+            out[i] = Generation(t, why, probs, logprobs)
         if callback:
             callback(len(idx))
     return out
@@ -207,17 +229,28 @@ class HFBackend(Backend):
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
         self.stats = {"generate_calls": 0, "prompts": 0}
         self.constraint = open_constraint(options, self.lm, self.tok, self.gc.eos_token_id)
+        self.label_probs = wants_label_probs(options)
+        if self.label_probs:
+            from ..label_probs import label_continuations
+
+            try:
+                label_continuations(self.tok)
+            except ValueError as exc:  # e.g. a word-level tokenizer without the label words
+                self.label_probs = False
+                self.stats["label_probs_skipped"] = str(exc)
 
     def generate(self, prompts, callback=None):
         ids = [encode_chat(self.tok, m) for m in prompts]
         self.stats["generate_calls"] += (len(ids) + self.batch_size - 1) // self.batch_size
         self.stats["prompts"] += len(ids)
         if self.constraint is None:  # the call as before the option (wrappers such as gpu_check rely on it)
-            return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback)
+            return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
+                                    label_probs=self.label_probs)
         from data_prep.schemas import schema_for_prompt
 
         out = generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
-                               schemas=[schema_for_prompt(m) for m in prompts], constraint=self.constraint)
+                               schemas=[schema_for_prompt(m) for m in prompts], constraint=self.constraint,
+                               label_probs=self.label_probs)
         self.stats.update(self.constraint.stats_snapshot())
         return out
 

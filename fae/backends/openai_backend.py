@@ -6,6 +6,13 @@ with the client's own retries off (``max_retries=0``): this module retries 429,
 backoff and jitter, and counts every retry in ``stats`` (written to
 ``runs.jsonl``). Other HTTP errors (401, 400, 404) are not retried.
 
+Soft FAE: each request also asks for ``logprobs: true, top_logprobs: 5`` and
+the answer carries the label probabilities read at the label position
+(:func:`fae.label_probs.label_probs_from_top_logprobs`); a response without
+logprobs gives none (the reason goes to ``stats``, i.e. runs.jsonl). A server
+that rejects the logprobs fields (HTTP 400) is asked again without them, and
+not asked for them again in this run. ``label_probs: false`` turns the request off.
+
 A request that still fails after ``--max-retries`` retries stops the run with
 a :class:`BackendError`; no answer is invented. Claims of earlier chunks are
 already on disk, so rerunning the same command resumes.
@@ -30,13 +37,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from data_prep._dispatch import UserError
 from data_prep.secrets import read_key, register_secret, scrub
 
-from . import Backend, BackendError, Generation, register
+from ..label_probs import label_probs_from_top_logprobs, openai_token_list
+from . import Backend, BackendError, Generation, register, wants_label_probs
 
 
 class MalformedResponse(ValueError):
@@ -100,6 +109,9 @@ class OpenAIBackend(Backend):
         self.max_new_tokens = int(options.get("max_new_tokens") or 64)
         self.seed = options.get("seed")
         self._rng = random.Random(0)
+        # a subclass with its own parse_response (fae pave) handles logprobs itself
+        self.label_probs = (wants_label_probs(options)
+                            and type(self).parse_response is OpenAIBackend.parse_response)
         self.stats = {"requests": 0, "retries": 0, "429": 0, "5xx": 0, "timeout": 0,
                       "connection": 0, "malformed": 0}
         self.constrained = bool(options.get("constrained_decoding"))
@@ -174,8 +186,28 @@ class OpenAIBackend(Backend):
             raise MalformedResponse("response has no choices[0].message.content")
         return Generation(choices[0].message.content, getattr(choices[0], "finish_reason", None))
 
+    def with_label_probs(self, answer: Any, resp) -> Any:
+        """The answer with the label probabilities read from the response's logprobs (soft FAE).
+
+        A server that gives no logprobs at all is noted once in ``stats``
+        (``no_logprobs`` count, ``label_probs_skipped`` reason; both go to
+        runs.jsonl) rather than on every round; a reason specific to one
+        answer (no label in it, no label among the alternatives) goes on its round.
+        """
+        if not self.label_probs or not isinstance(answer, Generation):
+            return answer
+        tokens = openai_token_list(getattr(resp.choices[0], "logprobs", None))
+        if tokens is None:
+            self.stats["no_logprobs"] = self.stats.get("no_logprobs", 0) + 1
+            self.stats["label_probs_skipped"] = "the server returned no logprobs"
+            return answer
+        probs, logprobs, why = label_probs_from_top_logprobs(tokens)
+        return replace(answer, label_probs=probs, label_logprobs=logprobs, label_probs_skipped=why)
+
     async def _request(self, client, sem, messages) -> Any:
         kwargs = self.request_kwargs(messages)
+        if self.label_probs:
+            kwargs.update(logprobs=True, top_logprobs=5)
         last: BaseException | None = None
         attempt = 0
         while attempt <= self.max_retries:
@@ -183,7 +215,7 @@ class OpenAIBackend(Backend):
                 async with sem:
                     self.stats["requests"] += 1
                     resp = await client.chat.completions.create(**kwargs)
-                return self.parse_response(resp)
+                return self.with_label_probs(self.parse_response(resp), resp)
             except Exception as exc:  # noqa: BLE001 - classified below
                 if rejects_json_schema(exc, kwargs):
                     if not self.schema_rejected:
@@ -192,6 +224,16 @@ class OpenAIBackend(Backend):
                     kwargs = {**kwargs, "response_format": self.response_format_for(messages)}
                     continue  # at once, not counted as a retry
                 kind = _classify(exc)
+                if kind is None and "logprobs" in kwargs and getattr(exc, "status_code", None) == 400:
+                    # a server without logprobs support: ask again without them, for the whole run
+                    self.label_probs = False
+                    self.stats["label_probs_skipped"] = scrub(f"the server rejected logprobs: {_describe(exc)}")
+                    kwargs.pop("logprobs", None)
+                    kwargs.pop("top_logprobs", None)
+                    continue
+                if "logprobs" in kwargs and not self.label_probs:  # switched off by another request
+                    kwargs.pop("logprobs", None)
+                    kwargs.pop("top_logprobs", None)
                 if kind is None:
                     raise BackendError(scrub(f"{self.base_url or 'OpenAI API'}: request for model "
                                              f"{self.model!r} failed: {_describe(exc)}")) from None

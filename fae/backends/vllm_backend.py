@@ -6,6 +6,11 @@ the ``hf`` backend and passed as token ids, so both backends see identical
 inputs. A LoRA adapter is served unmerged through ``enable_lora`` with
 ``max_lora_rank`` read from its ``adapter_config.json``; models larger than
 one GPU use ``--tensor-parallel-size``.
+
+Soft FAE: ``SamplingParams(logprobs=5)`` returns the top-5 alternatives of
+every generated token; the label probabilities are read at the label position
+as on the openai backend (:func:`fae.label_probs.label_probs_from_top_logprobs`).
+Untested here (no GPU in CI).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from typing import Any
 from data_prep._dispatch import UserError
 from data_prep.prompts import encode_chat
 
-from . import Backend, Generation, register
+from ..label_probs import label_probs_from_top_logprobs
+from . import Backend, Generation, register, wants_label_probs
 
 # vLLM accepts these ranks for LoRA; round an adapter's rank up to one of them.
 _VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -73,8 +79,10 @@ class VLLMBackend(Backend):
         self.tok = self.llm.get_tokenizer()
         self.lora = LoRARequest("adapter", 1, str(adapter)) if adapter else None
         stop_ids = _eos_ids(options["model"], self.tok)
+        self.label_probs = wants_label_probs(options)
         self.params = vllm.SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens,
-                                          stop_token_ids=stop_ids or None)
+                                          stop_token_ids=stop_ids or None,
+                                          logprobs=5 if self.label_probs else None)
         self.stats = {"prompts": 0}
         self.constrained = bool(options.get("constrained_decoding"))
 
@@ -92,7 +100,23 @@ class VLLMBackend(Backend):
         if callback:
             callback(len(inputs))
         # vLLM's CompletionOutput.finish_reason: "length" when max_tokens cut the answer off
-        return [Generation(o.outputs[0].text, o.outputs[0].finish_reason) for o in outs]
+        return [self._answer(o.outputs[0]) for o in outs]
+
+    def _answer(self, out) -> Generation:
+        if not self.label_probs:
+            return Generation(out.text, out.finish_reason)
+        probs, logprobs, why = label_probs_from_top_logprobs(vllm_token_list(out))
+        return Generation(out.text, out.finish_reason, probs, logprobs, why)
+
+
+def vllm_token_list(out) -> list[tuple[str, list[tuple[str, float]]]]:
+    """(token text, alternatives) per generated token from a CompletionOutput with ``logprobs``."""
+    tokens = []
+    for tid, alts in zip(out.token_ids, out.logprobs or []):
+        chosen = alts.get(tid)
+        text = (chosen.decoded_token if chosen is not None else "") or ""
+        tokens.append((text, [(a.decoded_token or "", a.logprob) for a in alts.values()]))
+    return tokens
 
 
 def constrained_params(base, messages):

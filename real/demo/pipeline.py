@@ -186,4 +186,19 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
     _stage("done", t0)
     print()
     print((out / "report.md").read_text())
+    print(soft_lines(summary["variants"]))
     return summary
+
+
+def soft_lines(variants: dict[str, dict]) -> str:
+    """Soft FAE per variant (x100): how confidently each verifier abstains once evidence is gone."""
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.2f}"
+
+    lines = ["soft FAE (x100; figures: soft_trajectory.png, reliability.png):"]
+    for name, m in variants.items():
+        soft = m.get("soft") or {}
+        curve = " / ".join(pct(x) for x in soft.get("p_nei") or [])
+        lines.append(f"  {name:>5}: soft IS {pct(soft.get('soft_IS'))}, NEI area {pct(soft.get('nei_area'))}, "
+                     f"round-0 ECE {pct(soft.get('ece'))}, P(NEI) by round {curve or 'n/a'}")
+    return "\n".join(lines)
