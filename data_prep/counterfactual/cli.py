@@ -19,7 +19,6 @@ from pathlib import Path
 from data_prep._dispatch import UserError
 
 from . import KINDS
-from .runner import CounterfactualJob, run_counterfactual, summary_path
 
 
 def add_arguments(p) -> None:
@@ -41,6 +40,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from .runner import CounterfactualJob, run_counterfactual, summary_path  # the openai client: only when run
+
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
