@@ -21,7 +21,7 @@ from data_prep.pairs import (
     token_lengths,
 )
 from data_prep.atomicio import atomic_dir
-from data_prep.records import RecordError, iter_jsonl_lines, load_records
+from data_prep.records import iter_jsonl_lines, load_records_or_fail
 
 
 def add_arguments(p):
@@ -67,12 +67,7 @@ def run(args) -> int:
         raise UserError(f"output directory {str(out)!r} is not empty (pass --overwrite to replace it)")
     if args.max_length is not None and args.max_length <= 0:
         raise UserError("--max-length must be a positive number of tokens")
-    try:
-        records = load_records(args.records)
-    except FileNotFoundError:
-        raise UserError(f"records file {args.records!r} does not exist") from None
-    except RecordError as exc:
-        raise UserError(str(exc)) from None
+    records = load_records_or_fail(args.records)
     try:
         rows, info = build_pairs(records, args.variant, seed=None if args.no_shuffle else args.seed)
     except MissingEnhancedEvidence as exc:

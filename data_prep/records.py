@@ -399,6 +399,17 @@ def load_records(
     return records
 
 
+def load_records_or_fail(path: str | os.PathLike, **kwargs) -> list[ClaimRecord]:
+    """:func:`load_records` for a command: a missing file is bad input too (one line, exit 2).
+
+    Every other problem already is a :class:`RecordError`, itself a ``UserError``.
+    """
+    try:
+        return load_records(path, **kwargs)
+    except FileNotFoundError:
+        raise UserError(f"{path}: records file not found") from None
+
+
 class RecordFileError(RecordError):
     """The whole file is unreadable as records (a directory, compressed, UTF-16): always fatal."""
 

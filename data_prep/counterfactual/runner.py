@@ -24,7 +24,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from data_prep._dispatch import Terminated, UserError, set_interrupt_note
-from data_prep.records import REFUTE, SUPPORT, ClaimRecord, RecordError, load_records, save_records
+from data_prep.records import REFUTE, SUPPORT, ClaimRecord, save_records, load_records_or_fail
 from data_prep.runlock import RunLock
 from data_prep.secrets import scrub
 from data_prep.enhance.cache import OK, AnswerCache, request_key
@@ -74,12 +74,7 @@ def summary_path(output: Path) -> Path:
 
 
 def run_counterfactual(job: CounterfactualJob) -> tuple[int, dict]:
-    try:
-        records = load_records(job.records)
-    except FileNotFoundError:
-        raise UserError(f"{job.records}: records file not found") from None
-    except RecordError as exc:
-        raise UserError(str(exc)) from None
+    records = load_records_or_fail(job.records)
     targets = [i for i, r in enumerate(records) if r.label in (SUPPORT, REFUTE) and r.gold_ids]
     locks = [RunLock(job.output, "real-data counterfactual", is_dir=False)]
     if job.llm_kinds():

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from data_prep._dispatch import Terminated, UserError, set_interrupt_note
 from data_prep.runlock import RunLock
 from data_prep.secrets import scrub
-from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord, RecordError, _iter_with_lines, load_records, save_records
+from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord, RecordError, _iter_with_lines, save_records, load_records_or_fail
 
 from .cache import ABSTAIN, OK, AnswerCache, CachedAnswer, request_key
 from .client import AnnotatorClient, AnnotatorStats, TransportFailure
@@ -110,12 +110,7 @@ def _write_summary(summary: dict, output: Path) -> Path:
 
 
 def _load_inputs(job: EnhanceJob) -> tuple[list[ClaimRecord], list[AnnotatorConfig]]:
-    try:
-        records = load_records(job.records)
-    except FileNotFoundError:
-        raise UserError(f"{job.records}: records file not found") from None
-    except RecordError as exc:
-        raise UserError(str(exc)) from None
+    records = load_records_or_fail(job.records)
     try:
         annotators = load_annotators(job.annotators)
     except ConfigError as exc:
