@@ -1,7 +1,7 @@
 """Constrained vs free decoding: valid-answer rate, a_0 and seconds per claim, same model, same claims.
 
 Both passes run in this process on the same claims with the ``hf`` backend and
-the FAE engine (``fae.engine.ablate_chunk``, R rounds): first unconstrained,
+the FAE engine (``fae.ablation.engine.ablate_chunk``, R rounds): first unconstrained,
 then with ``constrained_decoding`` (xgrammar, docs/structured.md). Also prints
 the constraint's own cost: grammar compilation (once per pool shape) and the
 per-step masking, per prompt.
@@ -32,9 +32,9 @@ from fae_throughput import build_model, checkcovid  # noqa: E402
 
 
 def one_pass(records, model: Path, rounds: int, constrained: bool, args) -> dict:
+    from fae.ablation.engine import ablate_chunk
+    from fae.ablation.metrics import compute_metrics
     from fae.backends.hf import HFBackend
-    from fae.engine import ablate_chunk
-    from fae.metrics import compute_metrics
 
     backend = HFBackend({"model": str(model), "device": "cpu", "batch_size": args.batch_size,
                          "max_new_tokens": args.max_new_tokens, "constrained_decoding": constrained})

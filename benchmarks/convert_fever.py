@@ -25,7 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from data_prep.converters.fever import load_pages, needed_pages, norm_title, parse_lines, wiki_shards  # noqa: E402
+from data_prep.converters.fever import (  # noqa: E402
+    load_pages,
+    needed_pages,
+    norm_title,
+    parse_lines,
+    wiki_shards,
+)
 
 WORDS = ("the of and film actor born river city album band season series team player county "
          "released american british village station species football novel song school").split()

@@ -2,7 +2,7 @@
 
 The naive loop is what one writes first: one claim at a time, one
 ``model.generate`` per round (batch of 1, no padding), no reuse. The engine is
-``fae.engine.run_ablation`` with the ``hf`` backend: rounds batched across
+``fae.ablation.engine.run_ablation`` with the ``hf`` backend: rounds batched across
 claims, batches sorted by prompt length and left-padded, and a round whose pool
 did not change reuses the previous answer. Both use the same greedy generation
 config and ``max_new_tokens``.
@@ -86,7 +86,7 @@ def naive_loop(records, lm, tok, gc, rounds: int) -> list[list[str]]:
     """One claim at a time, one generate per round, no reuse."""
     import torch
 
-    from fae.engine import next_pool
+    from fae.ablation.engine import next_pool
 
     outs = []
     for rec in records:
@@ -120,8 +120,8 @@ def main(argv=None) -> int:
 
     import torch
 
+    from fae.ablation.engine import run_ablation
     from fae.backends.hf import HFBackend
-    from fae.engine import run_ablation
 
     if args.threads:
         torch.set_num_threads(args.threads)

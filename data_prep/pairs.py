@@ -29,8 +29,8 @@ import random
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .prompts import format_answer, render_evidence_prompt
-from .records import NOT_ENOUGH_INFO, ClaimRecord
+from data_prep.prompts import format_answer, render_evidence_prompt
+from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord
 
 
 @dataclass(frozen=True)

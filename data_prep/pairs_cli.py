@@ -11,7 +11,9 @@ import json
 import os
 from pathlib import Path
 
-from data_prep._dispatch import UserError
+from data_prep.core.atomicio import atomic_dir
+from data_prep.core.errors import UserError
+from data_prep.core.jsonl import iter_jsonl_lines
 from data_prep.pairs import (
     VARIANTS,
     MissingEnhancedEvidence,
@@ -20,8 +22,7 @@ from data_prep.pairs import (
     pair_stats,
     token_lengths,
 )
-from data_prep.atomicio import atomic_dir
-from data_prep.records import iter_jsonl_lines, load_records_or_fail
+from data_prep.records import load_records_or_fail
 
 
 def add_arguments(p):

@@ -12,7 +12,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from .records import LABELS, MAX_SENTENCE_ID, NOT_ENOUGH_INFO, ClaimRecord, short_repr
+from data_prep.core.jsonl import short_repr
+from data_prep.records import LABELS, MAX_SENTENCE_ID, NOT_ENOUGH_INFO, ClaimRecord
 
 # Version of the prompt layout and answer format, stored with every run so a
 # run made with another format is never resumed as if it were the same.
@@ -49,10 +50,10 @@ def format_pool(record: ClaimRecord, pool_ids: Iterable[int] | None = None) -> s
                 f"record {record.id!r}: pool ids {sorted(unknown)} are not sentences of the record"
             )
         sents = [s for s in record.sentences if s.id in keep]
-    return "\n".join(f"line{s.id}: {_one_line(s.text)}" for s in sents)
+    return "\n".join(f"line{s.id}: {one_line(s.text)}" for s in sents)
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     # A newline inside a sentence would fake a new "lineN:" row.
     return " ".join(text.split())
 
@@ -61,7 +62,7 @@ def render_evidence_prompt(
     record: ClaimRecord, pool_ids: Iterable[int] | None = None
 ) -> list[Message]:
     """Evidence-based chat messages for the pool ``pool_ids`` (default: full pool)."""
-    user = f"Claim: {_one_line(record.claim)}\nDocument:\n{format_pool(record, pool_ids)}"
+    user = f"Claim: {one_line(record.claim)}\nDocument:\n{format_pool(record, pool_ids)}"
     return [
         {"role": "system", "content": EVIDENCE_SYSTEM_PROMPT},
         {"role": "user", "content": user.rstrip("\n")},
@@ -72,7 +73,7 @@ def render_knowledge_prompt(record: ClaimRecord) -> list[Message]:
     """Claim-only (parametric knowledge) chat messages, used by the probes."""
     return [
         {"role": "system", "content": KNOWLEDGE_SYSTEM_PROMPT},
-        {"role": "user", "content": f"Claim: {_one_line(record.claim)}"},
+        {"role": "user", "content": f"Claim: {one_line(record.claim)}"},
     ]
 
 
@@ -180,7 +181,7 @@ def _json_objects(text: str) -> list[Any]:
         i = end
 
 
-def _coerce_id(x: Any) -> int | None:
+def coerce_id(x: Any) -> int | None:
     """A sentence id from an int, an ASCII digit string or ``"lineN"``; else None."""
     if isinstance(x, bool):
         return None
@@ -250,7 +251,7 @@ def parse_answer(text: str, pool_ids: Iterable[int]) -> ParsedAnswer:
         return _invalid(f"evidence is not a list: {short_repr(raw_ev)}")
     ids: list[int] = []
     for x in raw_ev:
-        i = _coerce_id(x)
+        i = coerce_id(x)
         if i is None:
             return _invalid(f"evidence item {short_repr(x)} is not a sentence id")
         if i not in ids:

@@ -10,17 +10,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ._dispatch import UserError
-
-SUPPORT = "SUPPORT"
-REFUTE = "REFUTE"
-NOT_ENOUGH_INFO = "NOT_ENOUGH_INFO"
-LABELS: tuple[str, ...] = (SUPPORT, REFUTE, NOT_ENOUGH_INFO)
+from data_prep.core.errors import UserError
+from data_prep.core.jsonl import (
+    RecordError,
+    iter_decoded,
+    short_repr,
+)
+from data_prep.core.labels import LABELS, NOT_ENOUGH_INFO, REFUTE, SUPPORT  # noqa: F401 - records' public names
 
 # Fields the schema knows; anything else is kept verbatim in ``ClaimRecord.extra``
 # so a load/save round trip never loses data added by other tools.
@@ -39,70 +39,6 @@ _KNOWN_FIELDS = (
 # downstream tool store them as int64.
 MAX_SENTENCE_ID = 2**63 - 1
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_short_repr = reprlib.Repr()
-_short_repr.maxstring = 60
-_short_repr.maxother = 60
-_short_repr.maxlevel = 3
-
-
-def short_repr(value: Any) -> str:
-    """A bounded ``repr`` for error messages: never huge, never raises."""
-    try:
-        return _short_repr.repr(value)
-    except (ValueError, RecursionError):  # e.g. an int over Python's 4300-digit str limit
-        return f"<{type(value).__name__}>"
-
-
-class RecordError(ValueError, UserError):
-    """One bad record: where it is and what is wrong with it (bad input: exit 2)."""
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        field: str | None = None,
-        path: str | os.PathLike | None = None,
-        line: int | None = None,
-        record_id: str | None = None,
-    ):
-        self.reason = reason
-        self.field = field
-        self.path = str(path) if path is not None else None
-        self.line = line
-        self.record_id = record_id
-        super().__init__(self._message())
-
-    def _message(self) -> str:
-        where = self.path or "<records>"
-        if self.line is not None:
-            where += f":{self.line}"
-        parts = [where]
-        if self.record_id is not None:
-            parts.append(f"record {self.record_id!r}")
-        if self.field is not None:
-            parts.append(f"field {self.field!r}")
-        return ": ".join(parts) + f": {self.reason}"
-
-    def located(self, path, line, record_id=None) -> "RecordError":
-        return RecordError(
-            self.reason,
-            field=self.field,
-            path=path,
-            line=line,
-            record_id=self.record_id if self.record_id is not None else record_id,
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "path": self.path,
-            "line": self.line,
-            "record_id": self.record_id,
-            "field": self.field,
-            "reason": self.reason,
-        }
-
-
 @dataclass
 class Sentence:
     id: int
@@ -353,7 +289,7 @@ def iter_records(
     Without ``on_error`` the first bad line raises RecordError; with it, bad
     lines are handed to the callback and skipped. Blank lines are ignored.
     """
-    for _, rec in _iter_with_lines(path, on_error):
+    for _, rec in iter_with_lines(path, on_error):
         yield rec
 
 
@@ -378,7 +314,7 @@ def load_records(
         report.n_lines += 1
         report.errors.append(err)
 
-    for lineno_rec in _iter_with_lines(path, collect if keep_going else None):
+    for lineno_rec in iter_with_lines(path, collect if keep_going else None):
         lineno, rec = lineno_rec
         report.n_lines += 1
         if rec.id in seen_ids:
@@ -410,107 +346,8 @@ def load_records_or_fail(path: str | os.PathLike, **kwargs) -> list[ClaimRecord]
         raise UserError(f"{path}: records file not found") from None
 
 
-class RecordFileError(RecordError):
-    """The whole file is unreadable as records (a directory, compressed, UTF-16): always fatal."""
-
-
-# Leading bytes of files that are not UTF-8 JSON lines, with what to do about them.
-_FILE_KINDS: tuple[tuple[bytes, str], ...] = (
-    (b"\x1f\x8b", "gzip-compressed: decompress it first (gunzip -k FILE)"),
-    (b"BZh", "bzip2-compressed: decompress it first (bunzip2 -k FILE)"),
-    (b"\xfd7zXZ\x00", "xz-compressed: decompress it first (unxz -k FILE)"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed: decompress it first (unzstd FILE)"),
-    (b"PK\x03\x04", "a zip archive: extract the JSONL file from it first"),
-    (b"\xff\xfe\x00\x00", "UTF-32 encoded: records files must be UTF-8 "
-                             "(convert with iconv -f UTF-32 -t UTF-8)"),
-    (b"\xff\xfe", "UTF-16 encoded (byte-order mark FF FE): records files must be UTF-8 "
-                  "(convert with iconv -f UTF-16 -t UTF-8)"),
-    (b"\xfe\xff", "UTF-16 encoded (byte-order mark FE FF): records files must be UTF-8 "
-                  "(convert with iconv -f UTF-16 -t UTF-8)"),
-)
-_UTF8_BOM = b"\xef\xbb\xbf"
-
-
-def iter_jsonl_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """``(line number, decoded JSON value or RecordError)`` for each non-blank line (see below)."""
-    for lineno, value, _ in _iter_decoded(path):
-        yield lineno, value
-
-
-def _iter_decoded(path: str | os.PathLike) -> Iterator[tuple[int, Any, bool]]:
-    """``(line number, JSON value or RecordError, whether the line escapes a surrogate)``.
-
-    Reads bytes and decodes each line as strict UTF-8 (a UTF-8 byte-order mark
-    is skipped), so an encoding problem names its line and byte offset instead
-    of surfacing as a bare UnicodeDecodeError. Whole-file problems (a directory,
-    a compressed or UTF-16 file) raise :class:`RecordFileError` at once.
-    A missing file raises FileNotFoundError as before.
-    """
-    path = Path(path)
-    if path.is_dir():
-        raise RecordFileError("is a directory, not a records file (give the .jsonl file inside it)",
-                              path=path)
-    with path.open("rb") as fh:
-        offset = 0
-        for lineno, raw in enumerate(_universal_lines(fh), start=1):
-            start = offset
-            offset += len(raw)
-            if lineno == 1:
-                for magic, what in _FILE_KINDS:
-                    if raw.startswith(magic):
-                        raise RecordFileError(f"the file is {what}", path=path, line=1)
-                if raw.startswith(_UTF8_BOM):
-                    raw = raw[len(_UTF8_BOM):]
-                    start += len(_UTF8_BOM)
-            if not raw.strip():
-                continue
-            yield lineno, _decode_line(raw, start), _SURROGATE_ESCAPE.search(raw) is not None
-
-
-# A lone CR (not part of CRLF) ends a line, as in Python's text mode and in
-# editors: old-Mac files (CR only) were read line by line before byte reading.
-_AFTER_LONE_CR = re.compile(rb"(?<=\r)(?!\n)")
-
-
-def _universal_lines(fh) -> Iterator[bytes]:
-    """Byte lines ending at LF, CRLF or a lone CR (universal newlines), ends kept."""
-    for raw in fh:
-        cr = raw.find(b"\r")
-        if cr < 0 or (cr == len(raw) - 2 and raw.endswith(b"\r\n")):
-            yield raw  # the common case: no CR, or only the CR of CRLF
-            continue
-        for piece in _AFTER_LONE_CR.split(raw):
-            if piece:
-                yield piece
-
-
-def _decode_line(raw: bytes, start: int) -> Any:
-    """One line's JSON value, or a RecordError (without location) saying what is wrong."""
-    if b"\x00" in raw:
-        col = raw.index(b"\x00") + 1
-        return RecordError(f"NUL byte at byte offset {start + col - 1} (column {col}): the file looks "
-                           "UTF-16 or binary; records files must be UTF-8 JSON lines")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return RecordError(
-            f"not valid UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {start + exc.start} "
-            f"(column {exc.start + 1}); records files must be UTF-8 "
-            "(re-encode it, e.g. iconv -f latin1 -t UTF-8)")
-    try:
-        return json.loads(text.rstrip("\r\n"))  # without the line end: errors at its real column
-    except json.JSONDecodeError as exc:
-        hint = (" (pretty-printed JSON? records files are JSON lines: one object per line)"
-                if text.strip() in ("{", "[") else "")
-        return RecordError(f"invalid JSON ({exc.msg} at column {exc.colno}){hint}")
-    except RecursionError:
-        return RecordError("invalid JSON (nested too deeply)")
-    except ValueError:  # Python's 4300-digit limit on integers
-        return RecordError("invalid JSON (a number has more than 4300 digits)")
-
-
-def _iter_with_lines(path, on_error) -> Iterator[tuple[int, ClaimRecord]]:
-    for lineno, obj, escaped_surrogate in _iter_decoded(path):
+def iter_with_lines(path, on_error) -> Iterator[tuple[int, ClaimRecord]]:
+    for lineno, obj, escaped_surrogate in iter_decoded(path):
         try:
             if isinstance(obj, RecordError):
                 raise obj
@@ -538,7 +375,7 @@ def save_records(records: Iterable[ClaimRecord | dict], path: str | os.PathLike)
     full disk never leaves a half-written records file under the final name
     (the temporary is removed).
     """
-    from .atomicio import atomic_open
+    from data_prep.core.atomicio import atomic_open
 
     path = Path(path)
     if path.parent and not path.parent.exists():

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 
-from data_prep._dispatch import UserError
-from data_prep.atomicio import atomic_write_text
-from data_prep.records import RecordError, RecordFileError, load_records, validate_file
+from data_prep.core.atomicio import atomic_write_text
+from data_prep.core.errors import UserError
+from data_prep.core.jsonl import RecordFileError
+from data_prep.records import RecordError, load_records, validate_file
 
 
 def add_arguments(p):

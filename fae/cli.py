@@ -6,16 +6,16 @@ and ``run(args) -> int``; this file only dispatches.
 
 from __future__ import annotations
 
-from data_prep._dispatch import dispatch
+from data_prep.core.cli import dispatch
 
 SUBCOMMANDS = {
-    "run": ("fae.run_cli", "run multi-round evidence ablation (SPEC §6) on a verifier"),
-    "report": ("fae.report", "Table-1 report and trajectory plot for one or more runs"),
-    "probe": ("fae.probe_cli", "DirK hidden-state probe over an FAE run (SPEC §7)"),
-    "probe-report": ("fae.probe_report", "DirK figure and table for one or more probe outputs"),
-    "neurons": ("fae.neurons", "MLP neuron overlap of evidence- vs knowledge-based prompts"),
-    "compare": ("fae.compare", "answer/evidence score accounting between two runs (SPEC §8)"),
-    "pave": ("fae.pave", "PAVE prior-state diagnostics (SPEC §9)"),
+    "run": ("fae.ablation.cli", "run multi-round evidence ablation (SPEC §6) on a verifier"),
+    "report": ("fae.ablation.report", "Table-1 report and trajectory plot for one or more runs"),
+    "probe": ("fae.probes.cli", "DirK hidden-state probe over an FAE run (SPEC §7)"),
+    "probe-report": ("fae.probes.report", "DirK figure and table for one or more probe outputs"),
+    "neurons": ("fae.probes.neurons", "MLP neuron overlap of evidence- vs knowledge-based prompts"),
+    "compare": ("fae.comparison.compare", "answer/evidence score accounting between two runs (SPEC §8)"),
+    "pave": ("fae.comparison.pave", "PAVE prior-state diagnostics (SPEC §9)"),
 }
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from data_prep._dispatch import UserError, set_interrupt_note
+from data_prep.core.cli import set_interrupt_note
+from data_prep.core.errors import UserError
 
 CALLBACK_NAME = "RunDefinition"
 # Files real-train / the Trainer write at the top of output_dir (start_over removes them).

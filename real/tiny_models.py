@@ -107,7 +107,12 @@ def build_tiny_model(
 ):
     """Build, save (safetensors) and return the path of a random tiny model."""
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Qwen2Config
+    from transformers import (
+        AutoModelForCausalLM,
+        GenerationConfig,
+        LlamaConfig,
+        Qwen2Config,
+    )
 
     output_dir = Path(output_dir)
     tok = build_tokenizer(arch, corpus, vocab_size)

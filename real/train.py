@@ -37,7 +37,9 @@ from pathlib import Path
 
 from trl import ModelConfig, ScriptArguments, SFTConfig
 
-from data_prep._dispatch import UserError, set_interrupt_note
+from data_prep.core.cli import set_interrupt_note
+from data_prep.core.errors import UserError
+from data_prep.core.modelref import is_hub_id
 from real import recipe_checks, resume_checks
 from real.pair_lengths import enforce_max_length
 
@@ -245,9 +247,6 @@ def data_fingerprint(path: str) -> str:
 # Model and tokenizer
 # ---------------------------------------------------------------------------
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
 def check_model_path(name: str | None) -> str:
     if not name:
         raise UserError("no base model: set model_name_or_path in the recipe or pass --model_name_or_path")
@@ -258,7 +257,7 @@ def check_model_path(name: str | None) -> str:
         if not (p / "config.json").is_file():
             raise UserError(f"base model path {name!r} has no config.json, so it is not a saved model")
         return str(p)
-    looks_like_path = name.startswith((".", "/", "~")) or not _HUB_ID.match(name)
+    looks_like_path = not is_hub_id(name)
     if looks_like_path or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         raise UserError(f"base model path {name!r} does not exist")
     return name
@@ -319,8 +318,8 @@ def load_tokenizer(model_args: ModelConfig, training_args: RealSFTConfig):
 
 def load_model(model_args: ModelConfig, training_args: RealSFTConfig):
     import torch
-    from transformers import AutoModelForCausalLM
     from accelerate import PartialState
+    from transformers import AutoModelForCausalLM
     from trl import get_quantization_config
 
     name = check_model_path(model_args.model_name_or_path)
@@ -617,7 +616,7 @@ def build_trainer(script_args: RealScriptArguments, training_args: RealSFTConfig
 def train(script_args: RealScriptArguments, training_args: RealSFTConfig, model_args: ModelConfig,
           argv: list[str] | None = None) -> dict:
     """Train under an exclusive lock on output_dir (main process; the other ranks wait for it)."""
-    from data_prep.runlock import RunLock
+    from data_prep.core.runlock import RunLock
 
     check_output_paths(training_args)
     lock = RunLock(training_args.output_dir, "real-train", is_dir=True)
@@ -693,7 +692,7 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from data_prep._dispatch import run_guarded
+    from data_prep.core.cli import run_guarded
 
     def body(argv: list[str]) -> int:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)

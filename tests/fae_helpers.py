@@ -51,7 +51,7 @@ def seal_run(run_dir: Path, *, metrics: dict | None = None) -> Path:
     config.json gains the claim set (the ids of claims.jsonl, in file order) and,
     when ``metrics`` is given, metrics.json records the claims.jsonl it describes.
     """
-    from fae import runio
+    from fae.ablation import runio
 
     run_dir = Path(run_dir)
     claims = runio.read_claims(run_dir / runio.CLAIMS)

@@ -1,11 +1,11 @@
-"""Score accounting formulas (fae/accounting.py): identities, hand-checked cases, bootstrap coverage."""
+"""Score accounting formulas (fae/comparison/accounting.py): identities, hand-checked cases, bootstrap coverage."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fae import accounting as acc
+from fae.comparison import accounting as acc
 
 
 def _ind(a0, a1, d0, d1):
@@ -259,8 +259,8 @@ def _random_claims(rng, n, R):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_run_metrics_agree_with_fae_metrics(seed):
-    """Per-claim columns reproduce metrics.json's definitions (fae.metrics) exactly."""
-    from fae.metrics import compute_metrics
+    """Per-claim columns reproduce metrics.json's definitions (fae.ablation.metrics) exactly."""
+    from fae.ablation.metrics import compute_metrics
 
     rng = np.random.default_rng(seed)
     R = int(rng.integers(1, 4))

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from data_prep.records import save_records
 from enhance_world import annotators_yaml, make_records, responder, write_records
 from openai_server import LocalOpenAIServer
+
+from data_prep.records import save_records
 from tests.conftest import make_record_dict
 
 REPO = Path(__file__).resolve().parents[1]

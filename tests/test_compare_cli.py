@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fae_helpers import seal_run
 
 from fae.cli import main
-from fae_helpers import seal_run
 
 REPO = Path(__file__).resolve().parents[1]
 

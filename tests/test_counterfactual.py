@@ -308,7 +308,12 @@ def test_fae_pave_rejects_bad_kind_pools_with_one_line(tmp_path, capsys, value, 
 
 
 def test_demo_world_counterfactuals_leave_the_world_and_records_unchanged(tmp_path):
-    from real.demo.world import add_counterfactuals, build_world, make_split, train_test_facts
+    from real.demo.world import (
+        add_counterfactuals,
+        build_world,
+        make_split,
+        train_test_facts,
+    )
 
     world = build_world(seed=0)
     _, facts = train_test_facts(world, 50, 30, seed=10)

@@ -1,16 +1,19 @@
 """The built-in demo: synthetic world, base-model builder, and a reduced end-to-end run."""
 
 import json
-from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
-from data_prep.prompts import format_answer, parse_answer, render_chat, render_evidence_prompt
-from data_prep.records import ClaimRecord, load_records
+from data_prep.prompts import (
+    format_answer,
+    render_chat,
+    render_evidence_prompt,
+)
+from data_prep.records import load_records
 from real.demo.base_model import build_base, build_word_tokenizer
 from real.demo.pipeline import BASE_DIR, DemoSize, run_demo, write_world_records
-from real.demo.world import ATTRIBUTES, build_world, make_split, train_test_facts
+from real.demo.world import build_world, make_split, train_test_facts
 
 
 def test_world_is_seeded_and_records_are_valid(tmp_path):

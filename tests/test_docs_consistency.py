@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep import _dispatch
+from data_prep.core import errors as core_errors
 from data_prep.records import ClaimRecord
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [ROOT / "README.md", *DOCS]
 ids = [p.relative_to(ROOT).as_posix() for p in PAGES]
 
-EXIT_CODES = {v for k, v in vars(_dispatch).items() if k.startswith("EXIT_") and isinstance(v, int)}
+EXIT_CODES = {v for k, v in vars(core_errors).items() if k.startswith("EXIT_") and isinstance(v, int)}
 
 
 def _text(page: Path) -> str:

@@ -13,13 +13,20 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from enhance_world import (
+    MODELS,
+    NEI_INDEX,
+    annotators_yaml,
+    make_records,
+    responder,
+    write_records,
+)
+from openai_server import LocalOpenAIServer, body_key
 
 from data_prep.cli import main
 from data_prep.enhance.cache import request_key
 from data_prep.enhance.prompt import render_annotator_prompt
 from data_prep.records import ClaimRecord
-from enhance_world import MODELS, NEI_INDEX, annotators_yaml, make_records, responder, write_records
-from openai_server import LocalOpenAIServer, body_key
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-resume"

@@ -9,10 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from data_prep.cli import main
-from data_prep.enhance.prompt import render_annotator_prompt
-from data_prep.records import ClaimRecord, load_records
 from enhance_world import (
     EXPECTED,
     EXPECTED_ANNOTATIONS,
@@ -29,6 +25,10 @@ from enhance_world import (
     write_records,
 )
 from openai_server import LocalOpenAIServer
+
+from data_prep.cli import main
+from data_prep.enhance.prompt import render_annotator_prompt
+from data_prep.records import ClaimRecord, load_records
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-0000"
@@ -290,7 +290,7 @@ def test_counts_add_up_on_a_complete_run(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("shared", ["output", "cache"])
 def test_second_enhance_on_the_same_output_or_cache_stops_naming_the_holder(shared, tmp_path, monkeypatch, capsys):
     """A live holder of the output's or the cache's lock: the second run stops at once, sends nothing."""
-    from data_prep.runlock import RunLock
+    from data_prep.core.runlock import RunLock
 
     monkeypatch.setenv("ENHANCE_TEST_KEY", KEY)
     inp = write_records(tmp_path / "in.jsonl", make_records(4))

@@ -5,12 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import make_record_dict
+
 from data_prep.enhance.cache import ABSTAIN, OK, AnswerCache, CachedAnswer, request_key
 from data_prep.enhance.config import ConfigError, load_annotators
 from data_prep.enhance.prompt import parse_annotation, render_annotator_prompt
-from data_prep.enhance.vote import annotator_agreement, enhanced_evidence, majority_picks, votes_needed
+from data_prep.enhance.vote import (
+    annotator_agreement,
+    enhanced_evidence,
+    majority_picks,
+    votes_needed,
+)
 from data_prep.prompts import render_evidence_prompt
 from data_prep.records import ClaimRecord
 
@@ -192,7 +197,7 @@ def test_revote_errors_name_file_line_and_field(tmp_path, capsys):
 
 
 def test_password_in_base_url_is_masked_in_errors(tmp_path):
-    from data_prep.secrets import scrub
+    from data_prep.core.secrets import scrub
 
     body = "annotators:\n" + ENTRY.format(name="a", model="m-a").replace(
         "http://127.0.0.1:8000/v1", "https://proxyuser:pw-LEAKCHECK-42@proxy.example/v1")

@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import free_port
-from data_prep.records import load_records
-from fae.cli import main
-from fae.engine import pool_after
-from fae.metrics import compute_metrics
-from fae.runio import read_claims
 from fae_helpers import write_checkcovid
+
+from data_prep.records import load_records
+from fae.ablation.engine import pool_after
+from fae.ablation.metrics import compute_metrics
+from fae.ablation.runio import read_claims
+from fae.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

@@ -4,10 +4,17 @@ import json
 import re
 
 import pytest
+from conftest import make_record_dict
 
 from data_prep.records import ClaimRecord
-from fae.engine import ablate_chunk, make_round, next_pool, pool_after, reuse_round, run_ablation
-from conftest import make_record_dict
+from fae.ablation.engine import (
+    ablate_chunk,
+    make_round,
+    next_pool,
+    pool_after,
+    reuse_round,
+    run_ablation,
+)
 
 
 def rec(rid, n=4, label="SUPPORT", groups=((0,),)):

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fae import metrics as M
+from fae.ablation import metrics as M
 
 NEI = "NOT_ENOUGH_INFO"
 

@@ -4,15 +4,15 @@ import json
 from pathlib import Path
 
 import pytest
-
-from data_prep.records import load_records
-from fae.backends import Generation
-from fae.cli import main
-from fae.engine import ablate_chunk
-from fae.metrics import compute_metrics
-from fae.runio import read_claims
 from fae_helpers import write_checkcovid
 from openai_server import LocalOpenAIServer, body_key, claim_of, overlap_verifier
+
+from data_prep.records import load_records
+from fae.ablation.engine import ablate_chunk
+from fae.ablation.metrics import compute_metrics
+from fae.ablation.runio import read_claims
+from fae.backends import Generation
+from fae.cli import main
 
 KEY = "sk-fae-TEST-4f1c9e-do-not-leak"
 ENV = "FAE_TEST_OPENAI_KEY"

@@ -2,10 +2,11 @@
 
 import json
 
-from fae.cli import main
-from fae.metrics import compute_metrics
 from fae_helpers import seal_run
 from test_fae_metrics import NEI, claim, ideal_claims, mixed_claims, rnd
+
+from fae.ablation.metrics import compute_metrics
+from fae.cli import main
 
 
 def write_run(d, claims, model):

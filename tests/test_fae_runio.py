@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from data_prep._dispatch import UserError
-from fae import run_cli, runio
+from data_prep.core.errors import UserError
+from fae.ablation import cli as run_cli
+from fae.ablation import runio
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 from fae.backends import available, get_backend
 from fae.backends.vllm_backend import adapter_rank
 
@@ -42,10 +42,11 @@ def test_without_vllm_the_backend_says_how_to_install_it():
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HAS_VLLM and _has_cuda()), reason="needs vLLM and a CUDA GPU")
 def test_vllm_matches_hf_greedy_answers(tiny_llama, tmp_path):
-    from data_prep.records import ClaimRecord
     from conftest import make_record_dict
-    from fae.backends.hf import HFBackend
+
     from data_prep.prompts import render_evidence_prompt
+    from data_prep.records import ClaimRecord
+    from fae.backends.hf import HFBackend
 
     rec = ClaimRecord.from_dict(make_record_dict())
     prompts = [render_evidence_prompt(rec), render_evidence_prompt(rec, [0, 1])]

@@ -6,15 +6,30 @@ import math
 import numpy as np
 import pytest
 import torch
+from probe_data import (  # noqa: F401  (tiny_gemma3 is a fixture)
+    make_lora_adapter,
+    make_records,
+    tiny_gemma3,
+    with_nonzero_pad,
+    write_jsonl,
+)
 from safetensors.torch import load_file
 
-from data_prep.prompts import encode_chat, render_evidence_prompt, render_knowledge_prompt
+from data_prep.prompts import (
+    encode_chat,
+    render_evidence_prompt,
+    render_knowledge_prompt,
+)
 from data_prep.records import ClaimRecord
-from fae.cli import main
 from fae.backends.hf import load_hf_model as load_model
-from fae.neurons import _lens_area, coverage_set, find_down_projs, overlap_stats, venn_distance
-from probe_data import (  # noqa: F401  (tiny_gemma3 is a fixture)
-    make_lora_adapter, make_records, tiny_gemma3, with_nonzero_pad, write_jsonl)
+from fae.cli import main
+from fae.probes.neurons import (
+    coverage_set,
+    find_down_projs,
+    lens_area,
+    overlap_stats,
+    venn_distance,
+)
 
 
 def test_coverage_set_smallest_prefix():
@@ -40,7 +55,7 @@ def test_overlap_stats():
 def test_venn_distance_gives_requested_overlap():
     r1, r2 = 1.0, 0.6
     for area in (0.05, 0.3, 0.9):
-        assert _lens_area(r1, r2, venn_distance(r1, r2, area)) == pytest.approx(area, rel=1e-6)
+        assert lens_area(r1, r2, venn_distance(r1, r2, area)) == pytest.approx(area, rel=1e-6)
 
 
 def _brute_force(model_path, records, coverage, adapter=None):

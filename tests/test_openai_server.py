@@ -4,7 +4,6 @@ import json
 
 import openai
 import pytest
-
 from openai_server import LocalOpenAIServer, overlap_annotator
 
 MSGS = [

@@ -6,8 +6,8 @@ import json
 import os
 
 import pytest
-
 from conftest import make_record_dict
+
 from data_prep.cli import main as real_data
 from data_prep.pairs import (
     VARIANTS,
@@ -230,9 +230,8 @@ def test_full_disk_keeps_the_previous_dataset_whole(tmp_path):
     import subprocess
     import sys
 
-    from datasets import load_from_disk
-
     from conftest import REPO
+    from datasets import load_from_disk
 
     recs = _write(tmp_path / "train.jsonl", [make_record_dict(id=f"r{i}") for i in range(300)])
     out = tmp_path / "pairs"

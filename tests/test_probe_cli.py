@@ -11,11 +11,11 @@ import json
 
 import numpy as np
 import pytest
-
-from fae.cli import main
-from fae.probe_cli import load_states
 from openai_server import LocalOpenAIServer, claim_of, pool_lines
 from probe_data import make_lora_adapter, make_records, make_run_dir, write_jsonl
+
+from fae.cli import main
+from fae.probes.cli import load_states
 
 SILENT_CLAIM = "Grass is green."  # claim of record c4: the scripted verifier never cites
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from fae.dirk import bootstrap_ci, dirk, dirk_values, summarize_rounds
+from fae.probes.dirk import bootstrap_ci, dirk, dirk_values, summarize_rounds
 
 
 def test_dirk_on_hand_built_vectors():

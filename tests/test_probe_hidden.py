@@ -2,13 +2,13 @@
 
 import pytest
 import torch
+from probe_data import make_lora_adapter, make_records, tiny_gemma3, with_nonzero_pad  # noqa: F401
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord
 from fae.backends.hf import load_hf_model as load_model
-from fae.hidden import capture_last_token_states, encode_prompts, left_pad_batch
-from probe_data import make_lora_adapter, make_records, tiny_gemma3, with_nonzero_pad  # noqa: F401
+from fae.probes.hidden import capture_last_token_states, encode_prompts, left_pad_batch
 
 
 @pytest.fixture(params=["llama", "qwen2", "gemma3"])

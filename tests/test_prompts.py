@@ -1,9 +1,9 @@
 import json
 
 import pytest
+from conftest import make_record_dict
 from transformers import AutoTokenizer
 
-from conftest import make_record_dict
 from data_prep.prompts import (
     EVIDENCE_SYSTEM_PROMPT,
     KNOWLEDGE_SYSTEM_PROMPT,

@@ -17,13 +17,20 @@ import string
 import tempfile
 from pathlib import Path
 
+from conftest import make_record_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import make_record_dict
+from data_prep.core.jsonl import RecordFileError
 from data_prep.enhance.prompt import parse_annotation
 from data_prep.prompts import format_answer, parse_answer
-from data_prep.records import LABELS, MAX_SENTENCE_ID, RecordError, RecordFileError, load_records, save_records
+from data_prep.records import (
+    LABELS,
+    MAX_SENTENCE_ID,
+    RecordError,
+    load_records,
+    save_records,
+)
 
 SETTINGS = settings(derandomize=True, max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -1,8 +1,8 @@
 import json
 
 import pytest
-
 from conftest import make_record_dict
+
 from data_prep.cli import main as real_data
 from data_prep.records import (
     ClaimRecord,
@@ -144,7 +144,7 @@ def test_save_is_atomic_on_failure(tmp_path):
 
 # -- encodings, file kinds, lone surrogates (issue #12) -------------------------------
 
-from data_prep.records import RecordFileError  # noqa: E402
+from data_prep.core.jsonl import RecordFileError
 
 
 def test_non_utf8_line_names_line_and_byte_offset(tmp_path):

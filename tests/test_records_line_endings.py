@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import make_record_dict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_record_dict
 from data_prep.cli import main as real_data
 from data_prep.records import RecordError, load_records
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 
 resume_checks = pytest.importorskip("real.resume_checks")
 

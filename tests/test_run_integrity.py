@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from fae import runio
-from fae.cli import main
-from fae.engine import RoundProgress
 from fae_helpers import write_checkcovid
 from openai_server import LocalOpenAIServer
+
+from fae.ablation import runio
+from fae.ablation.engine import RoundProgress
+from fae.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -200,8 +200,9 @@ def test_a_killed_rerun_leaves_no_old_numbers_and_readers_refuse(records_file, t
     with LocalOpenAIServer() as srv:
         assert main(openai_args(records_file, out, srv.base_url, "--limit", "3")) == 0
     assert (out / "metrics.json").is_file() and (out / "report.md").is_file()
-    from data_prep.records import load_records
     from openai_server import claim_of
+
+    from data_prep.records import load_records
 
     doomed = " ".join(load_records(records_file)[4].claim.split())
     with LocalOpenAIServer(faults=lambda body, attempt: "500" if claim_of(body) == doomed else None) as srv:
@@ -325,6 +326,7 @@ def test_tty_progress_keeps_tqdm_bars_named_by_round():
 def foreign_adapter(tmp_path_factory):
     """A LoRA adapter trained (saved) on a tiny Llama with hidden size 32, not the fixture's 64."""
     from probe_data import make_lora_adapter
+
     from real.tiny_models import build_tiny_model
 
     root = tmp_path_factory.mktemp("foreign")
@@ -371,13 +373,13 @@ def test_bad_run_inputs_are_one_line(name, extra, code, fragment, records_file, 
 
 
 def test_a_finished_claim_is_written_after_one_backend_call_not_after_its_chunk():
-    from test_fae_engine import Scripted, rec
-
-    from fae.engine import run_ablation
-
     # "quick" answers garbage once: its pool never changes, rounds 1..3 are reused -> done after 1 call.
     # Every other claim cites one line per round: 4 calls each.
     from dataclasses import replace
+
+    from test_fae_engine import Scripted, rec
+
+    from fae.ablation.engine import run_ablation
 
     gen = Scripted({"Quick claim.": lambda ids: "no idea"})
     recs = [replace(rec("quick"), claim="Quick claim."), rec("slow-1"), rec("slow-2"), rec("slow-3")]
@@ -407,8 +409,9 @@ def test_a_finished_claim_is_written_after_one_backend_call_not_after_its_chunk(
 
 @pytest.mark.parametrize("command", ["pave", "probe", "neurons"])
 def test_every_writer_command_stops_when_its_output_is_locked(command, records_file, tmp_path, capsys):
-    from data_prep.runlock import RunLock
     from probe_data import make_records, make_run_dir, write_jsonl
+
+    from data_prep.core.runlock import RunLock
 
     toy = write_jsonl(tmp_path / "toy.jsonl", make_records(4))
     run_dir = make_run_dir(tmp_path / "fae-run", toy, make_records(4))

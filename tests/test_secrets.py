@@ -19,12 +19,18 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from data_prep.records import save_records
-from enhance_world import annotators_yaml, claim_index, make_records, responder, write_records
-from fae.cli import main as fae_main
+from enhance_world import (
+    annotators_yaml,
+    claim_index,
+    make_records,
+    responder,
+    write_records,
+)
 from fae_helpers import write_checkcovid
 from openai_server import LocalOpenAIServer
+
+from data_prep.records import save_records
+from fae.cli import main as fae_main
 from tests.conftest import make_record_dict
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,9 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fae.label_probs import (LABELS, label_probs_from_top_logprobs, normalise,
-                             openai_token_list, teacher_forced_label_probs)
-
+from fae.backends.label_probs import (
+    LABELS,
+    label_probs_from_top_logprobs,
+    normalise,
+    openai_token_list,
+    teacher_forced_label_probs,
+)
 
 # ---------------------------------------------------------------------------
 # hf: teacher forcing against a plain forward pass
@@ -67,7 +71,7 @@ def test_word_level_tokenizer_scores_its_label_words():
     """The demo base model's word tokenizer has '"SUPPORT",' as one token: still three distinct labels."""
     from transformers import AutoTokenizer
 
-    from fae.label_probs import label_continuations
+    from fae.backends.label_probs import label_continuations
     from real.demo.pipeline import BASE_DIR
 
     tok = AutoTokenizer.from_pretrained(BASE_DIR)
@@ -174,8 +178,9 @@ def cc_records(shared_data, tmp_path_factory):
 
 
 def test_openai_label_probs_from_a_server_with_known_logprobs(cc_records, tmp_path):
-    from fae.runio import read_claims
     from openai_server import LocalOpenAIServer
+
+    from fae.ablation.runio import read_claims
 
     with LocalOpenAIServer(logprobs_fn=_known_logprobs) as srv:
         assert _openai_run(cc_records, tmp_path / "run", srv.base_url) == 0
@@ -200,8 +205,9 @@ def test_openai_label_probs_from_a_server_with_known_logprobs(cc_records, tmp_pa
 
 
 def test_openai_server_without_logprobs_records_why(cc_records, tmp_path):
-    from fae.runio import read_claims
     from openai_server import LocalOpenAIServer
+
+    from fae.ablation.runio import read_claims
 
     with LocalOpenAIServer() as srv:
         assert _openai_run(cc_records, tmp_path / "run", srv.base_url) == 0
@@ -224,7 +230,7 @@ def test_openai_server_without_logprobs_records_why(cc_records, tmp_path):
 
 
 def test_bootstrap_band_hand_values():
-    from fae.report import bootstrap_band
+    from fae.ablation.report import bootstrap_band
 
     mean, lo, hi = bootstrap_band([[1.0, 0.0, None], [1.0, 1.0, None]], n_resamples=200)
     assert mean == [1.0, 0.5, None] and lo[0] == hi[0] == 1.0 and lo[2] is None
@@ -248,7 +254,7 @@ def _claim(gold, probs_per_round):
 
 
 def test_soft_metrics_hand_values():
-    from fae.soft_metrics import soft_metrics
+    from fae.ablation.soft_metrics import soft_metrics
 
     claims = [
         _claim("SUPPORT", [(0.8, 0.1, 0.1), (0.4, 0.1, 0.5), (0.2, 0.0, 0.8)]),
@@ -270,7 +276,7 @@ def test_soft_metrics_hand_values():
 
 
 def test_calibration_wrong_argmax_and_top_bin():
-    from fae.soft_metrics import calibration
+    from fae.ablation.soft_metrics import calibration
 
     ece, bins = calibration([({"SUPPORT": 1.0, "REFUTE": 0.0, "NOT_ENOUGH_INFO": 0.0}, "SUPPORT"),
                              ({"SUPPORT": 0.25, "REFUTE": 0.35, "NOT_ENOUGH_INFO": 0.4}, "SUPPORT")])
@@ -281,7 +287,7 @@ def test_calibration_wrong_argmax_and_top_bin():
 
 
 def test_soft_metrics_null_with_reasons():
-    from fae.soft_metrics import soft_metrics
+    from fae.ablation.soft_metrics import soft_metrics
 
     old = soft_metrics([_claim("SUPPORT", [None, None])])  # a run made before soft FAE
     assert old["soft_IS"] is None and old["nei_area"] is None and old["ece"] is None
@@ -322,9 +328,9 @@ def _soft_run(path, which):
 
 
 def test_compare_adds_paired_soft_differences(tmp_path):
+    from fae.ablation.runio import read_claims
+    from fae.ablation.soft_metrics import soft_scalars
     from fae.cli import main
-    from fae.runio import read_claims
-    from fae.soft_metrics import soft_scalars
 
     a, b = _soft_run(tmp_path / "a", 0), _soft_run(tmp_path / "b", 1)
     assert main(["compare", str(a), str(b), "--output", str(tmp_path / "cmp"), "--bootstrap", "300"]) == 0
@@ -349,8 +355,9 @@ def test_compare_adds_paired_soft_differences(tmp_path):
 
 
 def test_openai_server_rejecting_logprobs_is_asked_again_without_them(cc_records, tmp_path):
-    from fae.runio import read_claims
     from openai_server import LocalOpenAIServer
+
+    from fae.ablation.runio import read_claims
 
     with LocalOpenAIServer(faults=lambda body, attempt: "400" if body.get("logprobs") else None) as srv:
         assert _openai_run(cc_records, tmp_path / "run", srv.base_url) == 0

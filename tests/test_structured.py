@@ -3,16 +3,26 @@
 import json
 
 import pytest
+from fae_helpers import write_checkcovid
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai_server import (
+    LocalOpenAIServer,
+    overlap_annotator,
+    overlap_verifier,
+    pool_lines,
+)
 
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import LABELS, load_records
-from data_prep.schemas import annotator_schema, answer_schema, schema_for_prompt, shown_pool_ids
+from data_prep.schemas import (
+    annotator_schema,
+    answer_schema,
+    schema_for_prompt,
+    shown_pool_ids,
+)
+from fae.ablation.runio import read_claims
 from fae.cli import main
-from fae.runio import read_claims
-from fae_helpers import write_checkcovid
-from openai_server import LocalOpenAIServer, overlap_annotator, overlap_verifier, pool_lines
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +107,7 @@ def test_compare_refuses_constrained_against_unconstrained_unless_allowed(tmp_pa
 
 
 def test_constrained_setting_is_in_the_fingerprint(tmp_path):
-    from fae import runio
+    from fae.ablation import runio
 
     old = {"claim_set_sha256": "x", "claim_ids": ["a"], "n_claims": 1}  # a run made before the option
     (tmp_path / "config.json").write_text(json.dumps(old))
@@ -219,9 +229,10 @@ def test_annotator_falls_back_to_json_object(cc_records, tmp_path):
 @pytest.mark.slow
 def test_pave_samples_under_the_constraint_are_all_valid(tmp_path, tiny_llama):
     """n sampled rows per prompt each get the prompt's schema (claim-only prompts: evidence [])."""
+    from conftest import make_record_dict
+
     from data_prep.prompts import parse_answer
     from data_prep.records import save_records
-    from conftest import make_record_dict
 
     recs = [make_record_dict(id=f"r{k}", claim=f"Claim number {k} holds.",
                              label="SUPPORT" if k % 2 == 0 else "REFUTE",
@@ -247,7 +258,7 @@ def test_yaml_option_must_be_a_boolean(cc_records, tmp_path, capsys):
     cfg.write_text(f"records: {cc_records}\noutput: {tmp_path / 'run'}\nmodel: m\nconstrained_decoding: 'on'\n")
     assert main(["run", "--config", str(cfg)]) == 2
     assert "key 'constrained_decoding': must be true or false" in capsys.readouterr().err
-    from fae.run_cli import command_line
+    from fae.ablation.cli import command_line
 
     assert command_line({"constrained_decoding": True, "rounds": 2}) == "fae run --constrained-decoding --rounds 2"
     assert command_line({"constrained_decoding": False}) == "fae run"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO, free_port, make_record_dict
+
 from data_prep.cli import main as real_data
 from data_prep.prompts import render_chat
 from real import train as rt

@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO
+from fae_helpers import write_checkcovid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
-from data_prep._dispatch import UserError
 from data_prep.cli import main as real_data
-from fae_helpers import write_checkcovid
+from data_prep.core.errors import UserError
 from real import recipe_checks
 from real import train as rt
 from real.merge import main as real_merge
@@ -329,7 +329,7 @@ def test_second_writer_stops_naming_the_holder(cc, tmp_path, capsys):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from data_prep.runlock import RunLock
+            from data_prep.core.runlock import RunLock
             RunLock({str(out)!r}, "real-train", is_dir=True).acquire()
             print("held", flush=True)
             time.sleep(60)
@@ -352,7 +352,7 @@ def test_two_process_launch_stops_on_every_rank_when_the_lock_is_held(cc, tmp_pa
 
     out = tmp_path / "o"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from data_prep.runlock import RunLock; "
+        [sys.executable, "-c", "import time; from data_prep.core.runlock import RunLock; "
          f"RunLock({str(out)!r}, 'real-train', is_dir=True).acquire(); print('held', flush=True); time.sleep(120)"],
         cwd=REPO, env=ENV, stdout=subprocess.PIPE, text=True)
     try:
@@ -405,7 +405,9 @@ def test_signal_mid_training_says_what_was_kept(sig, code, word, cc, tmp_path, c
     m = re.fullmatch(rf"real-train: {word}; kept checkpoint (\S+) \(step (\d+)\); resume with: real-train (.+)", line)
     assert m, line
     kept, step = Path(m.group(1)), int(m.group(2))
-    assert kept.parent == out and json.loads((kept / "trainer_state.json").read_text())["global_step"] == step >= 2
+    # The signal may land while checkpoint-2 is being written: the kept one is then the last
+    # complete checkpoint (step 1), which is the honest answer.
+    assert kept.parent == out and json.loads((kept / "trainer_state.json").read_text())["global_step"] == step >= 1
     assert f"--output_dir {out}" in m.group(3) and "--max_steps 400" in m.group(3)
 
 

@@ -7,7 +7,7 @@ adding a dataset is one module plus one line here.
 from __future__ import annotations
 
 from . import check_covid, climate_fever, fever, scifact
-from .base import ConvertInputs, ConvertStats, Converter, InputError
+from .base import Converter, ConvertInputs, ConvertStats, InputError
 
 CONVERTERS: dict[str, Converter] = {
     c.name: c

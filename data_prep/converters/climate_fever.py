@@ -13,8 +13,17 @@ from typing import Iterator
 
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
-from .base import (NEI_REASON, ConvertInputs, ConvertStats, Converter, Emitted, InputError,
-                   get_field, get_label, read_jsonl)
+from .base import (
+    NEI_REASON,
+    Converter,
+    ConvertInputs,
+    ConvertStats,
+    Emitted,
+    InputError,
+    get_field,
+    get_label,
+    read_jsonl,
+)
 
 NAME = "climate-fever"
 CLAIM_LABELS = {"SUPPORTS": SUPPORT, "REFUTES": REFUTE, "NOT_ENOUGH_INFO": NOT_ENOUGH_INFO,

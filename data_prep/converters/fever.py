@@ -21,11 +21,20 @@ from json.decoder import scanstring
 from pathlib import Path
 from typing import Iterator
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
-from .base import (NEI_REASON, ConvertInputs, ConvertStats, Converter, Emitted, InputError,
-                   get_field, get_label, read_jsonl)
+from .base import (
+    NEI_REASON,
+    Converter,
+    ConvertInputs,
+    ConvertStats,
+    Emitted,
+    InputError,
+    get_field,
+    get_label,
+    read_jsonl,
+)
 
 NAME = "fever"
 LABELS = {"SUPPORTS": SUPPORT, "REFUTES": REFUTE, "NOT ENOUGH INFO": NOT_ENOUGH_INFO}

@@ -14,8 +14,17 @@ from typing import Iterator
 
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
-from .base import (NEI_REASON, ConvertInputs, ConvertStats, Converter, Emitted, InputError,
-                   get_field, load_abstract_corpus, read_jsonl)
+from .base import (
+    NEI_REASON,
+    Converter,
+    ConvertInputs,
+    ConvertStats,
+    Emitted,
+    InputError,
+    get_field,
+    load_abstract_corpus,
+    read_jsonl,
+)
 
 NAME = "scifact"
 RATIONALE_LABELS = {"SUPPORT": SUPPORT, "CONTRADICT": REFUTE}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 
 from . import KINDS
 
@@ -40,7 +40,11 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from .runner import CounterfactualJob, run_counterfactual, summary_path  # the openai client: only when run
+    from .runner import (  # the openai client: only when run
+        CounterfactualJob,
+        run_counterfactual,
+        summary_path,
+    )
 
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     bad = [k for k in kinds if k not in KINDS]

@@ -12,9 +12,8 @@ send nothing twice) and its token counts. Files next to ``--output OUT``:
 
 from __future__ import annotations
 
-import dataclasses
-
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -23,14 +22,21 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from data_prep._dispatch import Terminated, UserError, set_interrupt_note
-from data_prep.records import REFUTE, SUPPORT, ClaimRecord, save_records, load_records_or_fail
-from data_prep.runlock import RunLock
-from data_prep.secrets import scrub
+from data_prep.core.cli import set_interrupt_note
+from data_prep.core.errors import Terminated, UserError
+from data_prep.core.runlock import RunLock
+from data_prep.core.secrets import scrub
 from data_prep.enhance.cache import OK, AnswerCache, request_key
 from data_prep.enhance.client import AnnotatorClient, TransportFailure
 from data_prep.enhance.config import ConfigError, load_annotators
 from data_prep.enhance.runner import TERMINATED, cancel_on_sigterm
+from data_prep.records import (
+    REFUTE,
+    SUPPORT,
+    ClaimRecord,
+    load_records_or_fail,
+    save_records,
+)
 
 from .entity import SpanCorpus, entity_swap
 from .rewrite import MIN_OVERLAP, parse_rewrite, rewrite_messages, rewrite_problem

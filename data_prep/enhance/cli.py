@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 
 
 def add_arguments(p) -> None:
@@ -62,7 +62,14 @@ def resume_command(args) -> str:
 def run(args) -> int:
     # lazy: the runner imports the openai client (~1 s), which `real-data --help` and the other
     # subcommands do not need
-    from .runner import EnhanceJob, dry_run, enhance, format_summary, revote, summary_path
+    from .runner import (
+        EnhanceJob,
+        dry_run,
+        enhance,
+        format_summary,
+        revote,
+        summary_path,
+    )
 
     if args.min_votes is not None and args.min_votes < 1:
         raise UserError(f"--min-votes must be >= 1, got {args.min_votes}")

@@ -19,7 +19,7 @@ here and the retry policy is explicit:
   again at once, not counted as a retry).
 
 Error texts name the endpoint (base URL and model, never the key) and go
-through :func:`data_prep.secrets.scrub` before they are stored or printed:
+through :func:`data_prep.core.secrets.scrub` before they are stored or printed:
 servers echo the ``Authorization`` header in error bodies, and the openai
 client puts those bodies in its exception messages.
 """
@@ -34,7 +34,7 @@ from typing import Callable
 
 import openai
 
-from data_prep.secrets import register_secret, scrub
+from data_prep.core.secrets import register_secret, scrub
 
 from .cache import ABSTAIN, OK, CachedAnswer
 from .config import NO_KEY, AnnotatorConfig
@@ -131,7 +131,11 @@ class AnnotatorClient:
 
     def request_options(self, pool_ids) -> dict:
         """Decoding settings as ``create`` kwargs: ``constrained_decoding`` becomes a response_format."""
-        from data_prep.schemas import JSON_OBJECT_FORMAT, annotator_schema, response_format
+        from data_prep.schemas import (
+            JSON_OBJECT_FORMAT,
+            annotator_schema,
+            response_format,
+        )
 
         kwargs = self.cfg.decoding()
         if kwargs.pop("constrained_decoding", False):

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from data_prep._dispatch import UserError
-from data_prep.secrets import read_key, register_secret
-from data_prep.yamlio import load_yaml
+from data_prep.core.errors import UserError
+from data_prep.core.secrets import read_key, register_secret
+from data_prep.core.yamlio import load_yaml
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Sent to keyless servers. Passing it explicitly also keeps the openai client from

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from data_prep.prompts import _coerce_id, _one_line, single_answer_object, format_pool
-from data_prep.records import ClaimRecord, short_repr
+from data_prep.core.jsonl import short_repr
+from data_prep.prompts import coerce_id, format_pool, one_line, single_answer_object
+from data_prep.records import ClaimRecord
 
 ANNOTATOR_SYSTEM_PROMPT = (
     "You are annotating evidence for fact-checking. You are given a claim and a document "
@@ -26,7 +27,7 @@ ANNOTATOR_SYSTEM_PROMPT = (
 
 def render_annotator_prompt(record: ClaimRecord) -> list[dict[str, str]]:
     """Chat messages asking an annotator for the evidence ids of ``record``."""
-    user = f"Claim: {_one_line(record.claim)}\nDocument:\n{format_pool(record)}"
+    user = f"Claim: {one_line(record.claim)}\nDocument:\n{format_pool(record)}"
     return [
         {"role": "system", "content": ANNOTATOR_SYSTEM_PROMPT},
         {"role": "user", "content": user.rstrip("\n")},
@@ -62,7 +63,7 @@ def parse_annotation(text: str | None, pool_ids: Iterable[int]) -> Annotation:
         return Annotation(False, error=f"evidence is not a list: {short_repr(raw)}")
     ids: list[int] = []
     for x in raw:
-        i = _coerce_id(x)
+        i = coerce_id(x)
         if i is None:
             return Annotation(False, error=f"evidence item {short_repr(x)} is not a sentence id")
         if i not in ids:

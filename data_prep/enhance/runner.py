@@ -10,7 +10,7 @@ Files next to ``--output OUT``:
 - ``OUT.summary.json``: request, token, agreement and vote statistics.
 - ``OUT.cache.sqlite`` (default ``--cache``): the answers; what makes a
   re-run or a resumed run send no request twice.
-- ``OUT.lock`` and ``CACHE.lock``: held (``data_prep.runlock.RunLock``) for the
+- ``OUT.lock`` and ``CACHE.lock``: held (``data_prep.core.runlock.RunLock``) for the
   whole run, so a second enhance on the same output or the same cache stops at
   once naming the holder instead of interleaving two runs.
 
@@ -37,10 +37,18 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from data_prep._dispatch import Terminated, UserError, set_interrupt_note
-from data_prep.runlock import RunLock
-from data_prep.secrets import scrub
-from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord, RecordError, _iter_with_lines, save_records, load_records_or_fail
+from data_prep.core.cli import set_interrupt_note
+from data_prep.core.errors import Terminated, UserError
+from data_prep.core.runlock import RunLock
+from data_prep.core.secrets import scrub
+from data_prep.records import (
+    NOT_ENOUGH_INFO,
+    ClaimRecord,
+    RecordError,
+    iter_with_lines,
+    load_records_or_fail,
+    save_records,
+)
 
 from .cache import ABSTAIN, OK, AnswerCache, CachedAnswer, request_key
 from .client import AnnotatorClient, AnnotatorStats, TransportFailure
@@ -487,7 +495,7 @@ def _revote_locked(records_path: Path, output: Path, min_votes: int | None) -> t
     names: list[str] | None = None
     need_seen: set[int] = set()
     try:
-        rows = list(_iter_with_lines(records_path, None))
+        rows = list(iter_with_lines(records_path, None))
     except FileNotFoundError:
         raise UserError(f"{records_path}: records file not found") from None
     except RecordError as exc:

@@ -11,7 +11,7 @@ backends that return strings keep working, their answers just do not say
 whether they were cut off (:func:`as_generation`).
 
 A backend may also attach the verifier's label probabilities (soft FAE,
-:mod:`fae.label_probs`); ``label_probs: false`` in the options turns that off.
+:mod:`fae.backends.label_probs`); ``label_probs: false`` in the options turns that off.
 
 ``decoding_of(options)`` returns the decoding settings that identify the
 answers (for config.json and the resume check), ``stats`` counts backend events (retries, ...) for the run
@@ -26,7 +26,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 
 Message = dict[str, str]
 

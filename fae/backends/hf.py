@@ -11,14 +11,13 @@ are ~100x slower). :func:`load_hf_model` is shared with the probes.
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any, Callable
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
+from data_prep.core.modelref import is_hub_id
 from data_prep.prompts import encode_chat
-
-from . import Backend, Generation, register, wants_label_probs
+from fae.backends import Backend, Generation, register, wants_label_probs
 
 
 def resolve_device(device: str | None = "auto") -> str:
@@ -42,14 +41,11 @@ def resolve_dtype(dtype: str | None, device: str):
     return table[dtype]
 
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
 def _check_exists(kind: str, name: str) -> None:
     """A missing local path is one clear error; a bare ``org/name`` is left to the hub cache."""
     if Path(name).expanduser().exists():
         return
-    if name.startswith((".", "/", "~")) or not _HUB_ID.match(name):
+    if not is_hub_id(name):
         raise UserError(f"{kind} path {name!r} does not exist")
 
 
@@ -150,16 +146,16 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
                      label_probs: bool = False) -> list[Generation]:
     """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order.
 
-    With ``constraint`` (:class:`fae.constrained.HFConstraint`) each prompt's
+    With ``constraint`` (:class:`fae.backends.constrained.HFConstraint`) each prompt's
     answer is held to its JSON schema in ``schemas`` (one matcher per row).
     ``label_probs``: also teacher-force the three labels after the prompt
-    (:func:`fae.label_probs.teacher_forced_label_probs`, separate forward
+    (:func:`fae.backends.label_probs.teacher_forced_label_probs`, separate forward
     passes that leave the greedy answers untouched; always the model's own,
     unconstrained distribution).
     """
     import torch
 
-    from ..label_probs import teacher_forced_label_probs
+    from fae.backends.label_probs import teacher_forced_label_probs
 
     order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
     out: list[Generation] = [Generation("")] * len(token_ids)
@@ -206,10 +202,10 @@ def constrained_kwargs(constraint, schemas: list | None, idx: list[int]) -> dict
 
 
 def open_constraint(options: dict[str, Any], lm, tok, eos_ids):
-    """The xgrammar constraint when ``constrained_decoding`` is on (else None); see fae/constrained.py."""
+    """The xgrammar constraint when ``constrained_decoding`` is on (else None); see fae/backends/constrained.py."""
     if not options.get("constrained_decoding"):
         return None
-    from fae.constrained import HFConstraint
+    from fae.backends.constrained import HFConstraint
 
     return HFConstraint(lm, tok, eos_ids)
 
@@ -231,7 +227,7 @@ class HFBackend(Backend):
         self.constraint = open_constraint(options, self.lm, self.tok, self.gc.eos_token_id)
         self.label_probs = wants_label_probs(options)
         if self.label_probs:
-            from ..label_probs import label_continuations
+            from fae.backends.label_probs import label_continuations
 
             try:
                 label_continuations(self.tok)

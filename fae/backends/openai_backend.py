@@ -8,7 +8,7 @@ backoff and jitter, and counts every retry in ``stats`` (written to
 
 Soft FAE: each request also asks for ``logprobs: true, top_logprobs: 5`` and
 the answer carries the label probabilities read at the label position
-(:func:`fae.label_probs.label_probs_from_top_logprobs`); a response without
+(:func:`fae.backends.label_probs.label_probs_from_top_logprobs`); a response without
 logprobs gives none (the reason goes to ``stats``, i.e. runs.jsonl). A server
 that rejects the logprobs fields (HTTP 400) is asked again without them, and
 not asked for them again in this run. ``label_probs: false`` turns the request off.
@@ -18,10 +18,10 @@ a :class:`BackendError`; no answer is invented. Claims of earlier chunks are
 already on disk, so rerunning the same command resumes.
 
 The API key is read from the environment variable named by ``--api-key-env``
-(through :func:`data_prep.secrets.read_key`) and is never stored: config.json
+(through :func:`data_prep.core.secrets.read_key`) and is never stored: config.json
 records only the variable's name. Servers echo the ``Authorization`` header in
 error bodies, so every error text is passed through
-:func:`data_prep.secrets.scrub` before it is raised, printed or written to
+:func:`data_prep.core.secrets.scrub` before it is raised, printed or written to
 ``runs.jsonl``.
 
 With ``constrained_decoding`` each request carries the JSON schema of its
@@ -41,11 +41,10 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from data_prep._dispatch import UserError
-from data_prep.secrets import read_key, register_secret, scrub
-
-from ..label_probs import label_probs_from_top_logprobs, openai_token_list
-from . import Backend, BackendError, Generation, register, wants_label_probs
+from data_prep.core.errors import UserError
+from data_prep.core.secrets import read_key, register_secret, scrub
+from fae.backends import Backend, BackendError, Generation, register, wants_label_probs
+from fae.backends.label_probs import label_probs_from_top_logprobs, openai_token_list
 
 
 class MalformedResponse(ValueError):
@@ -170,7 +169,11 @@ class OpenAIBackend(Backend):
 
     def response_format_for(self, messages) -> dict[str, Any]:
         """The prompt's JSON schema, or ``json_object`` once the endpoint has rejected schemas."""
-        from data_prep.schemas import JSON_OBJECT_FORMAT, response_format, schema_for_prompt
+        from data_prep.schemas import (
+            JSON_OBJECT_FORMAT,
+            response_format,
+            schema_for_prompt,
+        )
 
         if self.schema_rejected:
             return dict(JSON_OBJECT_FORMAT)

@@ -9,7 +9,7 @@ one GPU use ``--tensor-parallel-size``.
 
 Soft FAE: ``SamplingParams(logprobs=5)`` returns the top-5 alternatives of
 every generated token; the label probabilities are read at the label position
-as on the openai backend (:func:`fae.label_probs.label_probs_from_top_logprobs`).
+as on the openai backend (:func:`fae.backends.label_probs.label_probs_from_top_logprobs`).
 Untested here (no GPU in CI).
 """
 
@@ -19,11 +19,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 from data_prep.prompts import encode_chat
-
-from ..label_probs import label_probs_from_top_logprobs
-from . import Backend, Generation, register, wants_label_probs
+from fae.backends import Backend, Generation, register, wants_label_probs
+from fae.backends.label_probs import label_probs_from_top_logprobs
 
 # vLLM accepts these ranks for LoRA; round an adapter's rank up to one of them.
 _VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
@@ -129,7 +128,7 @@ def constrained_params(base, messages):
     backends admit the same answers (ids ascending and unique).
     """
     from data_prep.schemas import schema_for_prompt
-    from fae.constrained import answer_grammar
+    from fae.backends.constrained import answer_grammar
 
     grammar = answer_grammar(schema_for_prompt(messages))
     params = base.clone()

@@ -6,7 +6,7 @@ import argparse
 
 
 def main(argv: list[str] | None = None) -> int:
-    from data_prep._dispatch import run_guarded
+    from data_prep.core.cli import run_guarded
 
     return run_guarded("real-demo", _main, argv)
 

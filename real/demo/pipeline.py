@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 from data_prep.records import save_records
 
 from .world import add_counterfactuals, build_world, make_split, train_test_facts

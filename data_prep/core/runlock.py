@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 
 try:  # POSIX only; elsewhere the lock degrades to a no-op
     import fcntl

@@ -39,7 +39,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-LABELS = ("SUPPORT", "REFUTE", "NOT_ENOUGH_INFO")
+from data_prep.core.labels import LABELS
+
 STATES = ("KK", "KU", "UK", "UU")
 STATE_NAMES = {"KK": "Known-Knows", "KU": "Known-Unknows", "UK": "Unknown-Knows", "UU": "Unknown-Unknows"}
 
@@ -169,7 +170,9 @@ def jsd(probs) -> float:
     binary p(label 1)). ``H(mean p) - mean H(p)``: 0 when all runs agree on the
     same distribution, larger when runs disagree.
     """
-    from scipy.stats import entropy  # lazy: keeps scipy out of every `fae` command's startup
+    from scipy.stats import (
+        entropy,  # lazy: keeps scipy out of every `fae` command's startup
+    )
 
     p = np.asarray(probs, float)
     if p.ndim == 1:

@@ -29,9 +29,9 @@ import math
 import re
 from typing import Any, Callable
 
+from data_prep.core.labels import LABELS
 from data_prep.prompts import encode_chat
 
-LABELS = ("SUPPORT", "REFUTE", "NOT_ENOUGH_INFO")
 _LABEL_PREFIX = re.compile(r'"label"\s*:\s*"')
 DEFAULT_PREFIX = '{"label": "'
 
@@ -82,7 +82,9 @@ class HFSampler:
         torch.manual_seed(int(options.get("seed") or 0))
         gc = self.lm.generation_config
         self.eos = gc.eos_token_id if gc.eos_token_id is not None else self.tok.eos_token_id
-        from fae.backends.hf import open_constraint  # --constrained-decoding (docs/structured.md)
+        from fae.backends.hf import (
+            open_constraint,  # --constrained-decoding (docs/structured.md)
+        )
 
         self.constraint = open_constraint(options, self.lm, self.tok, self.eos)
 
@@ -210,6 +212,6 @@ def make_sampler(backend: str, options: dict[str, Any]):
         return HFSampler(options)
     if backend == "openai":
         return _openai_sampler_class()(options)
-    from data_prep._dispatch import UserError
+    from data_prep.core.errors import UserError
 
     raise UserError(f"fae pave supports --backend hf or openai, not {backend!r}")

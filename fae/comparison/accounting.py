@@ -32,11 +32,19 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .metrics import fae_claims, gold_union, is_flip, is_nei, named_ids, same_label
+from fae.ablation.metrics import (
+    fae_claims,
+    gold_union,
+    is_flip,
+    is_nei,
+    named_ids,
+    same_label,
+)
 
 SUPPORT = "SUPPORT"
 REFUTE = "REFUTE"
-NEI = "NOT_ENOUGH_INFO"
+from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
+
 METRICS = ("strict", "fever_score", "label_accuracy")
 FEVER_MAX_EVIDENCE = 5
 
@@ -67,7 +75,7 @@ DESCRIPTIONS = {
 def label_correct(label: str | None, gold_label: str) -> bool:
     """An answer is correct when its label equals gold; invalid answers (None) are wrong.
 
-    The one definition of ``fae.metrics`` (:func:`fae.metrics.same_label`), so
+    The one definition of ``fae.ablation.metrics`` (:func:`fae.ablation.metrics.same_label`), so
     accounting and metrics.json can never disagree on a claim.
     """
     return same_label(label, gold_label)
@@ -76,7 +84,7 @@ def label_correct(label: str | None, gold_label: str) -> bool:
 def fae_claim_order(order: Sequence[str], claims: Mapping[str, Mapping]) -> tuple[list[str], int]:
     """The claim ids of ``order`` that FAE evaluates (gold SUPPORT/REFUTE) and how many were left out.
 
-    The same claim set as ``metrics.json`` (:func:`fae.metrics.fae_claims`):
+    The same claim set as ``metrics.json`` (:func:`fae.ablation.metrics.fae_claims`):
     runs made before ``fae run`` skipped NOT_ENOUGH_INFO-gold claims still hold them.
     """
     kept, n_nei = fae_claims([{"id": cid, "gold_label": claims[cid]["gold_label"]} for cid in order])
@@ -334,7 +342,9 @@ def paired_bootstrap(
     handles ratios of means (IS, micro precision) and families of unequal size.
     Seeded with ``numpy.random.default_rng(seed)`` (PCG64).
     """
-    from scipy import stats  # lazy: scipy costs ~3 s at import and `fae --help` needs none of it
+    from scipy import (
+        stats,  # lazy: scipy costs ~3 s at import and `fae --help` needs none of it
+    )
 
     sums = np.asarray(sums, float)
     n_units = sums.shape[0]
@@ -393,7 +403,7 @@ def paired_bootstrap(
 # Run-level FAE metrics from per-claim contributions (SPEC §6), for paired comparison
 # ---------------------------------------------------------------------------
 #
-# Same definitions and populations as ``fae.metrics`` (which computes
+# Same definitions and populations as ``fae.ablation.metrics`` (which computes
 # metrics.json), but split into per-claim columns whose sums determine each
 # metric, so a bootstrap draw can recompute every metric — including ratios
 # of means such as IS = 1 - a_1/a_0 — from the drawn claims.
@@ -424,7 +434,7 @@ def run_metric_columns(claims: Sequence[Mapping], n_rounds: int) -> np.ndarray:
     strict_0, fever_0, |named ∩ E*|, |named|, |E*|, flips, transitions,
     any flip, invalid_r (R+1), hallucinated ids_r (R+1), named ids_r (R+1).
     A NOT_ENOUGH_INFO-gold claim (an old run's) gets a row of zeros: like
-    ``fae.metrics``, every metric leaves it out (SPEC §1).
+    ``fae.ablation.metrics``, every metric leaves it out (SPEC §1).
     """
     rows = []
     for c in claims:
@@ -463,7 +473,7 @@ def _ratio(num, den, empty=np.nan):
 def run_metrics_from_sums(sums: np.ndarray, n_rounds: int) -> np.ndarray:
     """Run metrics (``run_metric_names`` order, x100) from summed columns; vectorised over leading axes.
 
-    One population as in ``fae.metrics``: SUPPORT/REFUTE-gold claims.
+    One population as in ``fae.ablation.metrics``: SUPPORT/REFUTE-gold claims.
     IS = 1 - a_1/a_0, ER = 1 - a_R/a_0, IO = 1 - mean_{r>=1} a_r, all three
     undefined (NaN) when a_0 = 0 (or there are no claims).
     Precision/recall are micro over named ids (0 when nothing was named);

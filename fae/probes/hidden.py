@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 from data_prep.prompts import encode_chat
 
 

@@ -19,9 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep._dispatch import UserError
-from fae import accounting as acc
-from fae.soft_metrics import SOFT_COMPARE_NAMES, has_probs, soft_columns, soft_from_sums
+from data_prep.core.errors import UserError
+from fae.ablation.soft_metrics import (
+    SOFT_COMPARE_NAMES,
+    has_probs,
+    soft_columns,
+    soft_from_sums,
+)
+from fae.comparison import accounting as acc
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,9 +97,10 @@ def _check_claim(path: Path, line: int, obj) -> dict:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read a finished FAE run through :func:`fae.runio.load_run` (refuses unfinished or
+    """Read a finished FAE run through :func:`fae.ablation.runio.load_run` (refuses unfinished or
     inconsistent runs), then check every claim has the fields the accounting needs."""
-    from fae.runio import CLAIMS, load_run as read_run
+    from fae.ablation.runio import CLAIMS
+    from fae.ablation.runio import load_run as read_run
 
     data = read_run(path)
     if not data.claims:
@@ -165,7 +171,7 @@ def _round0(entry: dict) -> tuple[str | None, list[int]]:
     """Round-0 label (None if invalid) and every id it named, in citation order.
 
     Named ids include hallucinated ones: they never match gold at round 0, but
-    they take up slots of the FEVER scorer's first five, as in ``fae.metrics``.
+    they take up slots of the FEVER scorer's first five, as in ``fae.ablation.metrics``.
     """
     r0 = entry["rounds"][0]
     label = acc.round_label(r0)

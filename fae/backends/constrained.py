@@ -21,7 +21,7 @@ import json
 import time
 from typing import Any
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 from data_prep.schemas import schema_key
 
 

@@ -11,7 +11,7 @@ hint to raise ``--max-new-tokens``; NEI-gold claims left out are counted.
 ``trajectory.png`` plots a_r against r for every run with the ideal
 trajectory (a_0 = 1, then 0) dashed.
 
-Soft FAE (:mod:`fae.soft_metrics`): a table of soft IS, the P(NEI) area and
+Soft FAE (:mod:`fae.ablation.soft_metrics`): a table of soft IS, the P(NEI) area and
 round-0 ECE beside IS, and — when any run has label probabilities —
 ``soft_trajectory.png`` (mean P(gold) and P(NEI) per round with 95%
 percentile-bootstrap bands over claims) and ``reliability.png`` (round 0).
@@ -23,9 +23,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from data_prep._dispatch import UserError
-
-from .metrics import truncation_note
+from data_prep.core.errors import UserError
+from fae.ablation.metrics import truncation_note
 
 LOW_ACCURACY = 0.5
 TABLE_COLUMNS = (
@@ -55,15 +54,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_run(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
-    """Name, metrics and config of a finished run, read by :func:`fae.runio.load_run`.
+    """Name, metrics and config of a finished run, read by :func:`fae.ablation.runio.load_run`.
 
     An unfinished run, or one whose metrics.json was not computed from its
     claims.jsonl, is refused; a missing metrics.json is recomputed from the claims.
     """
-    from .metrics import compute_metrics
-    from .runio import load_run as read_run
-
-    from .soft_metrics import soft_metrics
+    from fae.ablation.metrics import compute_metrics
+    from fae.ablation.runio import load_run as read_run
+    from fae.ablation.soft_metrics import soft_metrics
 
     data = read_run(run_dir)
     metrics = data.metrics if data.metrics is not None else compute_metrics(data.claims)
@@ -79,7 +77,7 @@ def pct(x: float | None) -> str:
 
 def fae_reason(m: dict) -> str | None:
     """Why IS/ER/IO are n/a; for a metrics.json of older code (no ``IS_reason``) derived from a_r."""
-    from .metrics import undefined_reason
+    from fae.ablation.metrics import undefined_reason
 
     if "IS_reason" in m:
         return m["IS_reason"]
@@ -246,8 +244,8 @@ def plot_soft(runs: Sequence[dict], out: str | Path) -> tuple[Path, Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .metrics import evidence_claims
-    from .soft_metrics import claim_curves
+    from fae.ablation.metrics import evidence_claims
+    from fae.ablation.soft_metrics import claim_curves
 
     out = Path(out)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), dpi=120, sharey=True)

@@ -14,18 +14,17 @@ states that reproduce both).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
+from data_prep.core.hashing import sha256_file
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import RecordError, load_records
-
-from .dirk import dirk_values, summarize_rounds
+from fae.probes.dirk import dirk_values, summarize_rounds
 
 FP16_MAX = 65504.0
 STATES_FORMAT = "fae-probe-states/1"
@@ -56,14 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------
 # Reading an FAE run
 # ---------------------------------------------------------------------------
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def resolve_records(run_dir: Path, cfg: dict, override: str | None) -> Path:
     """The records file the run read; its sha256 must match when recorded."""
@@ -260,9 +251,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--bootstrap must be >= 0")
     if args.batch_size < 1:
         raise UserError("--batch-size must be >= 1")
-    from data_prep.runlock import RunLock
-
-    from .runio import load_run
+    from data_prep.core.runlock import RunLock
+    from fae.ablation.runio import load_run
 
     cfg = load_run(run_dir).config  # refuses unfinished runs and stale metrics.json
     out = Path(args.output)
@@ -282,8 +272,8 @@ def _probe(args: argparse.Namespace, run_dir: Path, cfg: dict, out: Path) -> int
     claims = read_claims(run_dir, args.limit)
     prompts = build_prompts(claims, records, run_dir / "claims.jsonl")
 
-    from .backends.hf import load_hf_model
-    from .hidden import capture_last_token_states, check_layer, encode_prompts
+    from fae.backends.hf import load_hf_model
+    from fae.probes.hidden import capture_last_token_states, check_layer, encode_prompts
 
     model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
                                trust_remote_code=args.trust_remote_code)

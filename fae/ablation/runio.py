@@ -24,7 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
+from data_prep.core.hashing import sha256_bytes, sha256_file, sha256_text
 
 CLAIMS = "claims.jsonl"
 CONFIG = "config.json"
@@ -151,14 +152,6 @@ def merge_claims(run_dir: str | os.PathLike, record_ids: Sequence[str]) -> list[
 # ---------------------------------------------------------------------------
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def package_versions(packages: Iterable[str] = _VERSION_PACKAGES) -> dict[str, str | None]:
     import platform
 
@@ -187,14 +180,14 @@ def adapter_sha256(adapter: str | os.PathLike | None) -> str | None:
     for name in _ADAPTER_FILES:
         f = Path(adapter) / name
         if f.is_file():
-            h.update(f"{name}\0{file_sha256(f)}\n".encode())
+            h.update(f"{name}\0{sha256_file(f)}\n".encode())
     return h.hexdigest()
 
 
 def claim_set(ids: Sequence[str]) -> dict:
     """The stored definition of a run's claim set (config.json): ordered ids, count and hash."""
     ids = [str(i) for i in ids]
-    digest = hashlib.sha256("\n".join(ids).encode("utf-8")).hexdigest()
+    digest = sha256_text("\n".join(ids))
     return {"n_claims": len(ids), "claim_set_sha256": digest, "claim_ids": ids}
 
 
@@ -262,7 +255,7 @@ def remove_derived(run_dir: str | os.PathLike) -> None:
 def stamp_metrics(metrics: dict, claims_path: str | os.PathLike, n_claims: int) -> dict:
     """``metrics`` plus what it was computed from (claim count, sha256 of claims.jsonl)."""
     return {**metrics, "computed_from": {"file": CLAIMS, "n_claims": n_claims,
-                                         "claims_sha256": file_sha256(claims_path)}}
+                                         "claims_sha256": sha256_file(claims_path)}}
 
 
 # ---------------------------------------------------------------------------
@@ -329,7 +322,7 @@ def load_run(run_dir: str | os.PathLike) -> RunData:
     lineno = 0
     if claims_path.is_file():
         raw = claims_path.read_bytes()
-        data.claims_sha256 = hashlib.sha256(raw).hexdigest()
+        data.claims_sha256 = sha256_bytes(raw)
         for c in read_claims(claims_path):
             lineno += 1
             cid = str(c["id"])

@@ -28,8 +28,12 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from data_prep._dispatch import UserError
-from data_prep.prompts import encode_chat, render_evidence_prompt, render_knowledge_prompt
+from data_prep.core.errors import UserError
+from data_prep.prompts import (
+    encode_chat,
+    render_evidence_prompt,
+    render_knowledge_prompt,
+)
 from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord, RecordError, iter_records
 
 PARADIGMS = ("evidence", "knowledge")
@@ -163,7 +167,7 @@ class ActivationAccumulator:
     def add(self, paradigm: str, token_seqs, pad_id: int) -> None:
         import torch
 
-        from .hidden import left_pad_batch
+        from fae.probes.hidden import left_pad_batch
 
         dev = next(self.model.parameters()).device
         enc = left_pad_batch(token_seqs, pad_id, dev)
@@ -252,7 +256,7 @@ def analyse(mean_ev: np.ndarray, mean_kn: np.ndarray, layers: list[int], coverag
 # Venn figure (two circles, area-proportional)
 # ---------------------------------------------------------------------------
 
-def _lens_area(r1: float, r2: float, d: float) -> float:
+def lens_area(r1: float, r2: float, d: float) -> float:
     if d >= r1 + r2:
         return 0.0
     if d <= abs(r1 - r2):
@@ -272,7 +276,7 @@ def venn_distance(r1: float, r2: float, area: float) -> float:
         return lo
     for _ in range(100):
         mid = 0.5 * (lo + hi)
-        if _lens_area(r1, r2, mid) > area:
+        if lens_area(r1, r2, mid) > area:
             lo = mid
         else:
             hi = mid
@@ -364,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--batch-size must be >= 1")
     if not Path(args.records).is_file():
         raise UserError(f"--records {args.records!r}: file not found")
-    from data_prep.runlock import RunLock
+    from data_prep.core.runlock import RunLock
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -374,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _neurons(args: argparse.Namespace, out: Path) -> int:
-    from .backends.hf import load_hf_model
+    from fae.backends.hf import load_hf_model
 
     model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
                                trust_remote_code=args.trust_remote_code)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .metrics import NEI, evidence_claims
+from fae.ablation.metrics import NEI, evidence_claims
 
 NO_PROBS = "no label probabilities in this run (backend gave no logprobs, or --no-label-probs)"
 ECE_BINS = 10
@@ -162,7 +162,7 @@ def soft_columns(claims: Sequence[Mapping], R: int):
     """
     import numpy as np
 
-    from .metrics import is_nei
+    from fae.ablation.metrics import is_nei
 
     rows = []
     for c in claims:

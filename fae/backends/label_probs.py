@@ -27,7 +27,8 @@ import math
 import re
 from typing import Any, Sequence
 
-LABELS = ("SUPPORT", "REFUTE", "NOT_ENOUGH_INFO")
+from data_prep.core.labels import LABELS
+
 ANSWER_PREFIX = '{"label": "'
 _LABEL_START = re.compile(r'"label"\s*:\s*"')
 
@@ -93,7 +94,7 @@ def teacher_forced_label_probs(lm, tok, prompt_ids: Sequence[Sequence[int]], pad
     """
     import torch
 
-    from .backends.hf import left_pad
+    from fae.backends.hf import left_pad
 
     shared, conts = label_continuations(tok)
     device = lm.device

@@ -29,12 +29,16 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep._dispatch import RunFailure, UserError
-from data_prep.prompts import parse_answer, render_evidence_prompt, render_knowledge_prompt
+from data_prep.core.errors import RunFailure, UserError
+from data_prep.core.secrets import scrub
+from data_prep.prompts import (
+    parse_answer,
+    render_evidence_prompt,
+    render_knowledge_prompt,
+)
 from data_prep.records import ClaimRecord, RecordError, Sentence, load_records
-from data_prep.secrets import scrub
-from fae import pave_metrics as pm
 from fae.backends import BackendError
+from fae.comparison import pave_metrics as pm
 
 CONDITIONS = ("claim_only", "gold_evidence", "counterfactual")  # + "counterfactual_<kind>" per kind
 LEGACY_KIND = "counterfactual"  # the kind of a plain list of counterfactual sentences
@@ -455,7 +459,7 @@ def run(args) -> int:
         raise UserError(str(exc.located(args.records, None) if exc.path is None else exc)) from None
     if not records:
         raise UserError(f"{args.records}: no SUPPORT/REFUTE records")
-    from data_prep.runlock import RunLock
+    from data_prep.core.runlock import RunLock
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -465,7 +469,7 @@ def run(args) -> int:
 
 
 def _pave(args, records: list, out: Path) -> int:
-    from fae.pave_sampling import make_sampler
+    from fae.comparison.pave_sampling import make_sampler
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"records": str(args.records), "backend": args.backend, "model": args.model, "adapter": args.adapter,

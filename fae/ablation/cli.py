@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from data_prep._dispatch import RunFailure, UserError
+from data_prep.core.errors import RunFailure, UserError
 
 # name -> (default, help). Defaults live here, not in argparse, so that a
 # value is "given on the command line" exactly when argparse saw it.
@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "chunk_size": None,  # claims in flight; None = one backend batch (see chunk_size_for)
     "progress": True,
     "constrained_decoding": False,  # answers held to the JSON schema of their prompt (docs/structured.md)
-    "label_probs": True,  # soft FAE: label probabilities per round (fae.label_probs)
+    "label_probs": True,  # soft FAE: label probabilities per round (fae.backends.label_probs)
     # hf
     "batch_size": 8,
     "device": "auto",
@@ -124,7 +124,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def load_yaml_options(path: str, parser: argparse.ArgumentParser | None) -> dict[str, Any]:
     """YAML options, keys normalised to ``snake_case`` and type-checked like the flags."""
-    from data_prep.yamlio import load_yaml
+    from data_prep.core.yamlio import load_yaml
 
     data = load_yaml(path)  # missing file, directory, duplicate keys: one UserError line
     if data is None:
@@ -287,9 +287,9 @@ def open_backend(backend_cls, opts: dict[str, Any]):
 
 def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[str, Any],
                  claim_ids: list[str] | None = None) -> dict[str, Any]:
+    from data_prep.core.hashing import sha256_file
     from data_prep.prompts import PROMPT_FORMAT_VERSION
-
-    from .runio import adapter_sha256, claim_set, file_sha256, package_versions
+    from fae.ablation.runio import adapter_sha256, claim_set, package_versions
 
     records = Path(opts["records"])
     settings = {k: v for k, v in opts.items() if k not in ("config", "progress")}
@@ -297,7 +297,7 @@ def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[
         "command": command_line(given),
         "config_file": opts.get("config"),
         "records": str(records),
-        "records_sha256": file_sha256(records),
+        "records_sha256": sha256_file(records),
         "backend": backend_cls.name,
         "model": opts["model"],
         "adapter": opts.get("adapter"),
@@ -314,11 +314,10 @@ def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[
 
 
 def run(args: argparse.Namespace) -> int:
+    from data_prep.core.runlock import RunLock
     from data_prep.records import RecordError, load_records
-    from data_prep.runlock import RunLock
-
-    from .backends import get_backend
-    from .metrics import fae_claims, nei_exclusion_note
+    from fae.ablation.metrics import fae_claims, nei_exclusion_note
+    from fae.backends import get_backend
 
     opts = merge_options(args)
     backend_cls = get_backend(opts["backend"])
@@ -348,11 +347,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, rank: int, world: int,
                 barrier) -> int:
-    from data_prep._dispatch import Terminated, set_interrupt_note
-
-    from . import runio
-    from .backends import BackendError
-    from .engine import run_ablation
+    from data_prep.core.cli import set_interrupt_note
+    from data_prep.core.errors import Terminated
+    from fae.ablation import runio
+    from fae.ablation.engine import run_ablation
+    from fae.backends import BackendError
 
     decoding = backend_cls.decoding_of(opts)
     claim_ids = [r.id for r in records]
@@ -402,7 +401,7 @@ def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, ran
                                      progress=bool(opts["progress"]) and rank == 0, desc=tag)
             stopped = None
         except BackendError as exc:
-            from data_prep.secrets import scrub
+            from data_prep.core.secrets import scrub
 
             error = exc
             stopped = scrub(str(exc))  # an error body may echo the key
@@ -433,8 +432,8 @@ def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, ran
     claims = runio.merge_claims(run_dir, claim_ids)
     if len(claims) != len(records):
         raise UserError(f"{run_dir}: {len(records) - len(claims)} claims missing after the run; rerun to resume")
-    from .metrics import compute_metrics, truncation_note
-    from .report import write_report
+    from fae.ablation.metrics import compute_metrics, truncation_note
+    from fae.ablation.report import write_report
 
     metrics = runio.stamp_metrics(compute_metrics(claims, n_excluded_nei=n_nei), run_dir / runio.CLAIMS, len(claims))
     runio.write_json_atomic(run_dir / runio.METRICS, metrics)

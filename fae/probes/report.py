@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from data_prep._dispatch import UserError
+from data_prep.core.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

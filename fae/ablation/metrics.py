@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-NEI = "NOT_ENOUGH_INFO"
+from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
+
 # The FEVER scorer's own spelling of NEI is the same label (exact strings, no case folding).
 _NEI_SPELLINGS = {"NOT_ENOUGH_INFO", "NOT ENOUGH INFO", "NEI"}
 
@@ -104,7 +105,7 @@ def fae_claims(items: Iterable[Any], source: str | None = None) -> tuple[list, i
         else:
             kept.append(item)
     if source is not None and n_nei and not kept:
-        from data_prep._dispatch import UserError
+        from data_prep.core.errors import UserError
 
         raise UserError(f"{source}: no SUPPORT/REFUTE record (all {n_nei} have gold label {NEI}); "
                         "FAE evaluates SUPPORT/REFUTE claims only (SPEC §1)")
@@ -471,7 +472,7 @@ def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[
     NEI-gold claims still in ``claims`` (runs made before ``fae run`` skipped
     them) are dropped here; ``n_excluded_nei`` adds the ones the run skipped.
     """
-    from .soft_metrics import soft_metrics
+    from fae.ablation.soft_metrics import soft_metrics
 
     claims = list(claims)
     R = _n_rounds(claims)
@@ -514,7 +515,7 @@ def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[
         "truncated_rate": per_round(truncated_rate),
         "hallucinated_id_rate": per_round(hallucinated_id_rate),
         **call_counts(pop),
-        "soft": soft_metrics(pop),  # soft FAE (fae.soft_metrics): label-probability metrics
+        "soft": soft_metrics(pop),  # soft FAE (fae.ablation.soft_metrics): label-probability metrics
     }
     assert tuple(out) == METRIC_KEYS
     return out

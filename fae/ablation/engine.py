@@ -28,8 +28,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 from data_prep.prompts import ParsedAnswer, parse_answer, render_evidence_prompt
 from data_prep.records import ClaimRecord
-
-from .backends import Generation, as_generation
+from fae.backends import Generation, as_generation
 
 Message = dict[str, str]
 

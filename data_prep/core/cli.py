@@ -1,13 +1,6 @@
 """Subcommand dispatcher and the one top-level error handler of every entry point.
 
-Exit codes (docs/errors.md):
-
-====  ==========================================================================
-0     success
-1     runtime failure: a server, a disk, a model, or an internal error
-2     bad input or usage: a wrong flag or value, a bad file, a refused run
-130   interrupted (Ctrl-C); 143 terminated (SIGTERM). Finished work is kept.
-====  ==========================================================================
+Exit codes: :mod:`data_prep.core.errors` (docs/errors.md).
 
 Every failure prints one line ``PROG: error: ...`` with secrets scrubbed. Set
 ``REAL_FAE_DEBUG=1`` (or pass ``--debug`` anywhere on the command line) to see
@@ -24,29 +17,16 @@ import signal
 import sys
 from typing import Callable
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
-DEBUG_ENV = "REAL_FAE_DEBUG"
-
-
-class UserError(Exception):
-    """A mistake in the user's input or settings: one clear sentence, no traceback (exit 2)."""
-
-    exit_code = EXIT_USAGE
-
-
-class RunFailure(UserError):
-    """The command could not finish for a reason outside the input (server, disk, model): exit 1."""
-
-    exit_code = EXIT_FAILURE
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that ``finally`` blocks flush finished work."""
-
+from data_prep.core.errors import (
+    DEBUG_ENV,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    Terminated,
+    UserError,
+)
 
 _interrupt_notes: list[str] = []
 
@@ -63,7 +43,7 @@ def _debug_enabled() -> bool:
 
 
 def _describe_os_error(exc: OSError) -> str:
-    from data_prep.secrets import scrub
+    from data_prep.core.secrets import scrub
 
     reason = exc.strerror or type(exc).__name__
     names = [n for n in (exc.filename, getattr(exc, "filename2", None)) if n]
@@ -106,7 +86,7 @@ def _sigterm_as_interrupt():
 
 def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
     """Call ``fn(argv)`` and turn every way it can fail into one line and an exit code."""
-    from data_prep.secrets import scrub
+    from data_prep.core.secrets import scrub
 
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debug_enabled()
