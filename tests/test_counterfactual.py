@@ -221,6 +221,28 @@ def test_llm_rewrites_go_through_the_server_and_a_rerun_makes_zero_requests(conv
         assert all(s["text"].startswith("Contrary to this report") for s in cf.get("semantic", []))
 
 
+def test_a_changed_min_overlap_asks_again_instead_of_replaying_the_cached_verdict(converted, tmp_path):
+    recs = _read(converted["check-covid"])[:2]
+    src = tmp_path / "in.jsonl"
+    save_records(recs, src)
+    first_gold = {s["id"]: s["text"] for s in recs[0]["sentences"]}[recs[0]["evidence"][0][0]]
+    out = tmp_path / "cf.jsonl"
+    with LocalOpenAIServer(responder=_rewriter({first_gold})) as srv:
+        ann = _yaml(tmp_path / "ann.yaml", srv.base_url)
+        argv = ["counterfactual", "--records", str(src), "--output", str(out), "--annotators", str(ann),
+                "--kinds", "semantic", "--no-progress"]
+        assert real_data(argv) == 0
+        failed = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())["kinds"]["semantic"]["failed_rewrites"]
+        assert failed and all("left the topic" in f["reason"] for f in failed)  # under the default threshold
+        made = srv.count()
+        assert real_data(argv) == 0 and srv.count() == made  # same threshold: all from the cache
+        assert real_data([*argv, "--min-overlap", "0"]) == 0
+        assert srv.count() > made  # a new threshold: asked again, not replayed from the cache
+    summary = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())
+    assert summary["kinds"]["semantic"]["failed_rewrites"] == []  # accepted under --min-overlap 0
+    assert OFF_TOPIC in out.read_text()
+
+
 def test_semantic_needs_annotators_and_failed_requests_exit_1_and_resume(converted, tmp_path, capsys):
     recs = _read(converted["check-covid"])[:3]
     src = tmp_path / "in.jsonl"

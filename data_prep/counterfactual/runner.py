@@ -215,7 +215,11 @@ def _ask(job: CounterfactualJob, ann, jobs):
     """One answer per job (CachedAnswer, or an error string for a transport failure)."""
     cache = AnswerCache(job.cache_path)
     try:
-        keys = [request_key(ann.model, rewrite_messages(kind, sent.text), ann.decoding()) for _, kind, sent in jobs]
+        # The topic check's threshold decides whether an answer was kept or abstained, so it is part of
+        # the key: a rerun with another --min-overlap asks again instead of replaying old verdicts.
+        keys = [request_key(ann.model, rewrite_messages(kind, sent.text),
+                            {**ann.decoding(), "rewrite_min_overlap": job.overlap(kind)})
+                for _, kind, sent in jobs]
         need_key = any(cache.get(k) is None for k in keys)
         try:
             api_key = ann.api_key() if need_key else None
