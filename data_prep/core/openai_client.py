@@ -40,9 +40,10 @@ import json
 import math
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from data_prep.core.errors import UserError
@@ -235,7 +236,7 @@ class RetryPolicy:
                 hooks.attempt()
             try:
                 return await send()
-            except Exception as exc:  # noqa: BLE001 - sorted by next_wait
+            except Exception as exc:  # sorted by next_wait
                 if again is not None and again(exc):
                     continue
                 wait = self.next_wait(exc, retries, hooks)
@@ -253,7 +254,7 @@ class RetryPolicy:
                 hooks.attempt()
             try:
                 return send()
-            except Exception as exc:  # noqa: BLE001 - sorted by next_wait
+            except Exception as exc:  # sorted by next_wait
                 if again is not None and again(exc):
                     continue
                 wait = self.next_wait(exc, retries, hooks)
@@ -264,8 +265,9 @@ class RetryPolicy:
 
 
 def options_policy(options: dict[str, Any], *, seed: int | None = None) -> RetryPolicy:
-    """A policy from ``max_retries`` / ``backoff_base`` / ``backoff_max`` options (None: the default)."""
-    base = RetryPolicy()
-    pick = lambda k, d: d if options.get(k) is None else options[k]  # noqa: E731
-    return RetryPolicy(int(pick("max_retries", base.max_retries)), float(pick("backoff_base", base.backoff_base)),
-                       float(pick("backoff_max", base.backoff_max)), random.Random(seed))
+    """A policy from ``max_retries`` / ``backoff_base`` / ``backoff_max`` options (absent or None: the default)."""
+    given = {k: options[k] for k in ("max_retries", "backoff_base", "backoff_max") if options.get(k) is not None}
+    policy = RetryPolicy(rng=random.Random(seed))
+    return RetryPolicy(int(given.get("max_retries", policy.max_retries)),
+                       float(given.get("backoff_base", policy.backoff_base)),
+                       float(given.get("backoff_max", policy.backoff_max)), policy.rng)
