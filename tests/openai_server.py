@@ -29,8 +29,8 @@ from typing import Callable
 # A fault is one of these strings (or None for a normal answer).
 # "bad_content" is a well-formed API response whose message content is not the
 # JSON answer asked for (a model's malformed answer, as opposed to a broken body).
-FAULTS = ("400", "401", "429", "500", "503", "timeout", "malformed_body", "disconnect", "bad_content")
-ERROR_STATUSES = {"400": 400, "401": 401, "429": 429, "500": 500, "503": 503}
+FAULTS = ("400", "401", "408", "409", "429", "500", "503", "timeout", "malformed_body", "disconnect", "bad_content")
+ERROR_STATUSES = {"400": 400, "401": 401, "408": 408, "409": 409, "429": 429, "500": 500, "503": 503}
 BAD_CONTENT = "Sure! The relevant evidence is in the first lines."
 
 Responder = Callable[[dict], str]
@@ -123,6 +123,7 @@ class RequestLog:
     outcome: str  # "ok" or the fault name
     authorization: str | None = None
     response_format: dict | None = None  # as the request sent it
+    at: float = 0.0  # time.monotonic() when the request arrived (retry waits are measured with it)
 
 
 @dataclass
@@ -148,6 +149,9 @@ class LocalOpenAIServer:
     # response_format fits the answer to the schema (as a grammar-constrained server
     # would). "json_object_only": a json_schema request gets a 400 naming response_format.
     response_format_mode: str = "ignore"
+    # Extra headers of every injected error response (400/401/408/409/429/5xx), e.g.
+    # {"Retry-After": "1"} or {"retry-after-ms": "250"}: how servers say how long to wait.
+    error_headers: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -217,11 +221,13 @@ class LocalOpenAIServer:
 
     # -- request handling -----------------------------------------------
     @staticmethod
-    def _send_json(handler, status: int, obj, raw: bytes | None = None) -> None:
+    def _send_json(handler, status: int, obj, raw: bytes | None = None, headers: dict | None = None) -> None:
         data = raw if raw is not None else json.dumps(obj).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
         handler.end_headers()
         handler.wfile.write(data)
 
@@ -235,6 +241,7 @@ class LocalOpenAIServer:
         except json.JSONDecodeError:
             self._send_json(handler, 400, {"error": {"message": "invalid JSON body"}})
             return
+        arrived = time.monotonic()
         auth = handler.headers.get("Authorization")
         key = body_key(body)
         with self._lock:
@@ -245,7 +252,7 @@ class LocalOpenAIServer:
             fault = "401"
         with self._lock:
             self.log.append(RequestLog(body.get("model", ""), key, attempt, fault or "ok", auth,
-                                       body.get("response_format")))
+                                       body.get("response_format"), arrived))
         fmt = (body.get("response_format") or {}).get("type")
         if fault is None and fmt == "json_schema" and self.response_format_mode == "json_object_only":
             self._send_json(handler, 400, {"error": {
@@ -255,7 +262,7 @@ class LocalOpenAIServer:
         if self.latency:
             time.sleep(self.latency)
         if fault in ERROR_STATUSES:
-            self._send_json(handler, ERROR_STATUSES[fault], self._error_body(fault, auth))
+            self._send_json(handler, ERROR_STATUSES[fault], self._error_body(fault, auth), headers=self.error_headers)
         elif fault == "timeout":
             time.sleep(self.slow_seconds)
             self._answer(handler, body)

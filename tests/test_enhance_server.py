@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -309,3 +310,62 @@ def test_second_enhance_on_the_same_output_or_cache_stops_naming_the_holder(shar
         # the holder is gone: the same command now runs
         assert main(["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(second_out),
                      "--cache", str(cache), "--no-progress"]) == 0
+
+
+def test_retry_after_is_waited_and_counted_once_in_the_summary(tmp_path, monkeypatch):
+    """429 + Retry-After: 1, then 200 (the shared policy, data_prep.core.openai_client)."""
+    monkeypatch.setenv("ENHANCE_TEST_KEY", KEY)
+    inp = write_records(tmp_path / "in.jsonl", make_records(1, nei=False))
+    out = tmp_path / "out.jsonl"
+    plan = lambda body, attempt: "429" if body["model"] == "ann-a" and attempt == 0 else None
+    with LocalOpenAIServer(responder=responder, faults=plan, api_key=KEY, error_headers={"Retry-After": "1"}) as srv:
+        ann = annotators_yaml(tmp_path / "ann.yaml", srv.base_url, max_retries=2)
+        ann.write_text(ann.read_text().replace("backoff_max: 0.05", "backoff_max: 5"))  # the hint's cap
+        assert main(["enhance", "--records", str(inp), "--annotators", str(ann), "--output", str(out),
+                     "--no-progress"]) == 0
+        first, second = [r for r in srv.log if r.model == "ann-a"]
+    assert (first.outcome, second.outcome) == ("429", "ok") and second.at - first.at >= 1.0
+    alpha = _summary(out)["annotators"]["alpha"]
+    assert (alpha["requests_made"], alpha["transport_retries"], alpha["errors"]) == (2, 1, {"http_429": 1})
+    assert _summary(out)["annotators"]["beta"]["transport_retries"] == 0
+
+
+def _annotate(plan, max_retries=2):
+    """One claim through an AnnotatorClient: (answer or the TransportFailure, stats, server outcomes)."""
+    from data_prep.enhance.client import AnnotatorClient, TransportFailure
+    from data_prep.enhance.config import AnnotatorConfig
+
+    srv = LocalOpenAIServer(responder=responder, faults=plan, api_key=KEY, echo_auth=True).start()
+    cfg = AnnotatorConfig(name="alpha", base_url=srv.base_url, model="ann-a", max_concurrency=1, temperature=0.0,
+                          max_tokens=64, api_key_env="ENHANCE_TEST_KEY", timeout=5, max_retries=max_retries,
+                          backoff_base=0.01, backoff_max=0.05)
+    rec = ClaimRecord.from_dict(make_records(1, nei=False)[0])
+
+    async def go():
+        client = AnnotatorClient(cfg, KEY)
+        try:
+            return await client.annotate(render_annotator_prompt(rec), [s.id for s in rec.sentences]), client.stats
+        except TransportFailure as exc:
+            return exc, client.stats
+        finally:
+            await client.close()
+
+    try:
+        got, stats = asyncio.run(go())
+        return got, stats, [r.outcome for r in srv.log]
+    finally:
+        srv.stop()
+
+
+def test_408_409_retried_400_not_and_exhausted_retries_give_a_clear_error():
+    steps = {0: "408", 1: "409"}
+    got, stats, log = _annotate(lambda b, a: steps.get(a))
+    assert got.status == "ok" and log == ["408", "409", "ok"]
+    assert stats.transport_retries == 2 and stats.errors == {"http_408": 1, "http_409": 1}
+    got, stats, log = _annotate(lambda b, a: "400")
+    assert log == ["400"] and stats.transport_retries == 0
+    assert str(got).startswith("HTTP 400 from http://127.0.0.1:") and KEY not in str(got)
+    got, stats, log = _annotate(lambda b, a: "429", max_retries=1)
+    assert log == ["429", "429"] and stats.transport_retries == 1 and stats.errors == {"http_429": 2}
+    assert "(model 'ann-a'): gave up after 2 attempts: RateLimitError: Error code: 429" in str(got)
+    assert KEY not in str(got)

@@ -155,3 +155,49 @@ def test_connection_error_names_endpoint_model_and_reason(tmp_path, monkeypatch)
     assert msg.startswith(f"{url}: request for model 'verifier' still failing after 0 retries")
     assert "APIConnectionError: Connection error. (" in msg and "ConnectError" in msg
     assert KEY not in msg and KEY not in repr(backend)
+
+
+def _backend(url, monkeypatch, **opts):
+    from fae.backends.openai_backend import OpenAIBackend
+
+    monkeypatch.setenv(ENV, KEY)
+    return OpenAIBackend({"model": "verifier", "base_url": url, "api_key_env": ENV, "request_timeout": 5,
+                          "backoff_base": 0.01, "label_probs": False, **opts})
+
+
+PROMPT = [{"role": "user", "content": "Claim: the red fox jumps\nDocument:\nline0: a red fox jumps high"}]
+
+
+def test_429_retry_after_is_waited_and_counted_once(monkeypatch):
+    """The shared policy (data_prep.core.openai_client): the server's hint, not the 0.01 s backoff."""
+    with LocalOpenAIServer(faults=lambda b, a: "429" if a == 0 else None, error_headers={"Retry-After": "1"},
+                           api_key=KEY) as srv:
+        backend = _backend(srv.base_url, monkeypatch, max_retries=2)
+        [answer] = backend.generate([PROMPT])
+        first, second = srv.log
+    assert json.loads(answer.text)["label"] == "SUPPORT"
+    assert second.at - first.at >= 1.0
+    assert backend.stats["retries"] == 1 and backend.stats["429"] == 1 and backend.stats["requests"] == 2
+
+
+def test_408_409_retried_400_not_and_exhaustion_is_one_clear_error(monkeypatch):
+    from fae.backends import BackendError
+
+    plan = {0: "408", 1: "409"}
+    with LocalOpenAIServer(faults=lambda b, a: plan.get(a), api_key=KEY) as srv:
+        backend = _backend(srv.base_url, monkeypatch, max_retries=2)
+        backend.generate([PROMPT])
+        assert [r.outcome for r in srv.log] == ["408", "409", "ok"]
+    assert backend.stats["retries"] == 2 and backend.stats["408"] == 1 and backend.stats["409"] == 1
+    with LocalOpenAIServer(faults=lambda b, a: "400", api_key=KEY, echo_auth=True) as srv:
+        backend = _backend(srv.base_url, monkeypatch, max_retries=2)
+        with pytest.raises(BackendError, match=r"request for model 'verifier' failed: HTTP 400") as info:
+            backend.generate([PROMPT])
+        assert srv.count() == 1 and backend.stats["retries"] == 0
+    assert KEY not in str(info.value)
+    with LocalOpenAIServer(faults=lambda b, a: "409", api_key=KEY, echo_auth=True) as srv:
+        backend = _backend(srv.base_url, monkeypatch, max_retries=1)
+        with pytest.raises(BackendError, match=r"still failing after 1 retries: HTTP 409") as info:
+            backend.generate([PROMPT])
+        assert srv.count() == 2
+    assert KEY not in str(info.value)

@@ -1,14 +1,15 @@
 """Async requests to one annotator: bounded concurrency, retries with backoff + jitter.
 
-One ``openai.AsyncOpenAI`` client per annotator with the library's own
-retries switched off (``max_retries=0``), so every HTTP request is counted
-here and the retry policy is explicit:
+One client per annotator under the project's one policy for OpenAI-compatible
+servers (:mod:`data_prep.core.openai_client`; the library's own retries are
+off, so every HTTP request is counted here). The annotator YAML's
+``max_retries``, ``backoff_base`` and ``backoff_max`` are that policy's:
 
 - transport faults (429, 408, 409, 5xx, timeouts, connection errors, a
-  truncated response body) are retried up to ``max_retries`` times after
-  ``U(0, min(backoff_max, backoff_base * 2**k))`` seconds (full jitter), or
-  the server's ``Retry-After`` when it sends one; then the claim *fails*
-  (not cached, retried by the next run);
+  truncated response body) are retried up to ``max_retries`` times per request
+  after ``U(0, min(backoff_max, backoff_base * 2**k))`` seconds (full jitter),
+  or the server's ``Retry-After`` (capped by ``backoff_max``) when it sends
+  one; then the claim *fails* (not cached, retried by the next run);
 - a malformed answer is re-asked up to ``malformed_retries`` times, then
   the annotator *abstains* for that claim (cached);
 - 401/403/404 stop the annotator: every later claim fails without a request;
@@ -27,21 +28,26 @@ client puts those bodies in its exception messages.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import openai
 
-from data_prep.core.secrets import register_secret, scrub
+from data_prep.core.openai_client import (
+    RetriesExhausted,
+    RetryPolicy,
+    open_client,
+)
+from data_prep.core.secrets import scrub
 
 from .cache import ABSTAIN, OK, CachedAnswer
-from .config import NO_KEY, AnnotatorConfig
+from .config import AnnotatorConfig
 from .prompt import parse_annotation
 
-_RETRY_STATUS = {408, 409, 429}
 _FATAL_STATUS = {401, 403, 404}
+# the summary's names for the policy's failure kinds (http_<status>, timeout, connection: as they are)
+_SUMMARY_KIND = {"malformed": "bad_response"}
 
 
 class TransportFailure(Exception):
@@ -71,26 +77,9 @@ class AnnotatorStats:
         self.errors[kind] = self.errors.get(kind, 0) + 1
 
 
-def _retry_after(exc: Exception) -> float | None:
-    resp = getattr(exc, "response", None)
-    value = resp.headers.get("retry-after") if resp is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Kind: message`` with the transport's own reason ("Connection refused") when the client hides it."""
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, (openai.APIConnectionError, openai.APITimeoutError)):
-        cause = exc.__cause__ or exc.__context__
-        if cause is not None and str(cause):
-            text = f"{text.rstrip('.')} ({type(cause).__name__}: {cause})"
-    return f"{type(exc).__name__}: {text}"
-
-
 class AnnotatorClient:
+    """One annotator's requests; also the policy's :class:`~data_prep.core.openai_client.CallHooks`."""
+
     def __init__(
         self,
         cfg: AnnotatorConfig,
@@ -101,26 +90,23 @@ class AnnotatorClient:
     ):
         self.cfg = cfg
         self.stats = AnnotatorStats()
-        if api_key != NO_KEY:  # however the key reached us, scrub() masks it
-            register_secret(api_key)
-        self._client = openai.AsyncOpenAI(
-            base_url=cfg.base_url, api_key=api_key, timeout=cfg.timeout, max_retries=0
-        )
+        self._client = open_client(cfg.base_url, api_key, timeout=cfg.timeout)  # registers the key for scrub()
         self._limit = asyncio.Semaphore(cfg.max_concurrency)
         self._global = global_limit
-        self._rng = rng or random.Random()
+        self.policy = RetryPolicy(cfg.max_retries, cfg.backoff_base, cfg.backoff_max, rng or random.Random())
         self.dead: str | None = None  # set on 401/403/404: reason every later claim fails with
         self.schema_rejected = False  # the server refused json_schema: json_object from then on
 
     async def close(self) -> None:
         await self._client.close()
 
-    def _backoff(self, retry: int, exc: Exception) -> float:
-        hinted = _retry_after(exc)
-        if hinted is not None:
-            return min(self.cfg.backoff_max, max(0.0, hinted))
-        cap = min(self.cfg.backoff_max, self.cfg.backoff_base * 2 ** (retry - 1))
-        return self._rng.uniform(0, cap)
+    def attempt(self) -> None:
+        """Hook: requests are counted where they are sent (:meth:`_send_now`), after the slot wait."""
+
+    def failure(self, kind: str, retrying: bool) -> None:
+        """Hook: every failed request by kind; the retries among them."""
+        self.stats.note_error(_SUMMARY_KIND.get(kind, kind))
+        self.stats.transport_retries += int(retrying)
 
     async def _send(self, messages: list[dict[str, str]], pool_ids=()) -> tuple[str | None, int, int]:
         async with self._limit:
@@ -177,21 +163,28 @@ class AnnotatorClient:
             def check(content):
                 parsed = parse_annotation(content, pool_ids)
                 return None if parsed.valid else parsed.error
-        retries = malformed = 0
+        malformed = 0
         pt_sum = ct_sum = 0
         fell_back = False
+
+        def again(exc: Exception) -> bool:  # a server that knows only json_object: once per claim, no loop
+            nonlocal fell_back
+            if fell_back or not isinstance(exc, openai.APIStatusError) or not self.rejects_json_schema(exc):
+                return False
+            fell_back = self.schema_rejected = True
+            self.stats.json_object_fallback = 1
+            return True
+
         while True:
             if self.dead:
                 raise TransportFailure(self.dead)
             try:
-                content, pt, ct = await self._send(messages, pool_ids)
-            except openai.APIStatusError as exc:
+                content, pt, ct = await self.policy.acall(lambda: self._send(messages, pool_ids),
+                                                          hooks=self, again=again)
+            except RetriesExhausted as exc:
+                raise TransportFailure(scrub(f"{self.cfg.endpoint}: {exc}")) from None
+            except openai.APIStatusError as exc:  # not retryable
                 code = exc.status_code
-                if not fell_back and self.rejects_json_schema(exc):  # once per claim: no loop
-                    fell_back = self.schema_rejected = True
-                    self.stats.json_object_fallback = 1
-                    continue
-                self.stats.note_error(f"http_{code}")
                 if code in _FATAL_STATUS:
                     hint = f"{self.cfg.api_key_env}, base_url and model" if self.cfg.api_key_env \
                         else "base_url and model (no api_key_env is set: does the server want a key?)"
@@ -199,29 +192,13 @@ class AnnotatorClient:
                         f"HTTP {code} from {self.cfg.endpoint}: {exc.message} (check {hint})"
                     )
                     raise TransportFailure(self.dead) from None
-                if code not in _RETRY_STATUS and code < 500:
-                    raise TransportFailure(scrub(f"HTTP {code} from {self.cfg.endpoint}: {exc.message}")) from None
-                err = exc
-            except (openai.APITimeoutError, openai.APIConnectionError, json.JSONDecodeError,
-                    openai.APIResponseValidationError) as exc:
-                kind = "timeout" if isinstance(exc, openai.APITimeoutError) else (
-                    "connection" if isinstance(exc, openai.APIConnectionError) else "bad_response")
-                self.stats.note_error(kind)
-                err = exc
-            else:
-                pt_sum += pt
-                ct_sum += ct
-                error = check(content)
-                if error is None:
-                    return CachedAnswer(OK, content, pt_sum, ct_sum)
-                self.stats.malformed_answers += 1
-                malformed += 1
-                if malformed > self.cfg.malformed_retries:
-                    return CachedAnswer(ABSTAIN, content, pt_sum, ct_sum, error=error)
-                continue
-            retries += 1
-            if retries > self.cfg.max_retries:
-                raise TransportFailure(scrub(
-                    f"{self.cfg.endpoint}: gave up after {retries} attempts: {describe_error(err)}")) from None
-            self.stats.transport_retries += 1
-            await asyncio.sleep(self._backoff(retries, err))
+                raise TransportFailure(scrub(f"HTTP {code} from {self.cfg.endpoint}: {exc.message}")) from None
+            pt_sum += pt
+            ct_sum += ct
+            error = check(content)
+            if error is None:
+                return CachedAnswer(OK, content, pt_sum, ct_sum)
+            self.stats.malformed_answers += 1
+            malformed += 1
+            if malformed > self.cfg.malformed_retries:
+                return CachedAnswer(ABSTAIN, content, pt_sum, ct_sum, error=error)

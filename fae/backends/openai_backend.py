@@ -1,10 +1,12 @@
 """OpenAI-compatible chat backend: GPT-4o-mini, Gemini (OpenAI endpoint), a vLLM server.
 
-Requests run concurrently (``--concurrency``) through ``openai.AsyncOpenAI``
-with the client's own retries off (``max_retries=0``): this module retries 429,
-5xx, timeouts, connection errors and malformed bodies itself, with exponential
-backoff and jitter, and counts every retry in ``stats`` (written to
-``runs.jsonl``). Other HTTP errors (401, 400, 404) are not retried.
+Requests run concurrently (``--concurrency``) under the project's one policy for
+OpenAI-compatible servers (:mod:`data_prep.core.openai_client`): 408, 409, 429,
+5xx, timeouts, connection errors and malformed bodies are retried with
+exponential backoff and jitter (or the server's ``Retry-After``), and every
+request and retry is counted in ``stats`` (written to ``runs.jsonl``; keys
+``429``, ``5xx``, ``timeout``, ``connection``, ``malformed``, plus ``408`` /
+``409`` when they occur). Other HTTP errors (401, 400, 404) are not retried.
 
 Soft FAE: each request also asks for ``logprobs: true, top_logprobs: 5`` and
 the answer carries the label probabilities read at the label position
@@ -18,7 +20,7 @@ a :class:`BackendError`; no answer is invented. Claims of earlier chunks are
 already on disk, so rerunning the same command resumes.
 
 The API key is read from the environment variable named by ``--api-key-env``
-(through :func:`data_prep.core.secrets.read_key`) and is never stored: config.json
+(through :func:`data_prep.core.openai_client.key_from_env`) and is never stored: config.json
 records only the variable's name. Servers echo the ``Authorization`` header in
 error bodies, so every error text is passed through
 :func:`data_prep.core.secrets.scrub` before it is raised, printed or written to
@@ -35,45 +37,46 @@ the run (``stats["json_object_fallback"]``).
 from __future__ import annotations
 
 import asyncio
-import json
-import random
 from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from data_prep.core.errors import UserError
-from data_prep.core.secrets import read_key, register_secret, scrub
+from data_prep.core.openai_client import (
+    BadResponse,
+    RetriesExhausted,
+    describe_error,
+    failure_kind,
+    is_retryable,
+    key_from_env,
+    open_client,
+    options_policy,
+)
+from data_prep.core.secrets import register_secret, scrub
 from fae.backends import Backend, BackendError, Generation, register, wants_label_probs
 from fae.backends.label_probs import label_probs_from_top_logprobs, openai_token_list
 
 
-class MalformedResponse(ValueError):
-    """A 200 response without a usable ``choices[0].message.content``."""
+class MalformedResponse(BadResponse):
+    """A 200 response without a usable ``choices[0].message.content`` (retried)."""
 
 
-def _classify(exc: BaseException) -> str | None:
-    """Retry kind for a transient failure, None for a permanent one."""
-    import openai
+class _StatsHooks:
+    """The policy's counts, written into the backend's ``stats`` under the keys runs.jsonl has always had."""
 
-    if isinstance(exc, openai.APITimeoutError):
-        return "timeout"
-    if isinstance(exc, openai.APIConnectionError):
-        return "connection"
-    if isinstance(exc, openai.RateLimitError):
-        return "429"
-    if isinstance(exc, openai.APIStatusError):
-        return "5xx" if exc.status_code >= 500 else None
-    if isinstance(exc, (MalformedResponse, json.JSONDecodeError, openai.APIResponseValidationError)):
-        return "malformed"
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return "timeout"
-    return None
+    def __init__(self, stats: dict[str, Any]):
+        self.stats = stats
 
+    def attempt(self) -> None:
+        self.stats["requests"] += 1
 
-def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
-    """Exponential backoff with 'equal jitter': half fixed, half random."""
-    d = min(cap, base * (2 ** attempt))
-    return d / 2 + rng.uniform(0, d / 2)
+    def failure(self, kind: str, retrying: bool) -> None:
+        if not is_retryable(kind):
+            return  # the run stops with its message
+        if kind.startswith("http_"):
+            kind = "5xx" if int(kind[5:]) >= 500 else kind[5:]
+        self.stats[kind] = self.stats.get(kind, 0) + 1
+        self.stats["retries"] += int(retrying)
 
 
 @register("openai")
@@ -92,27 +95,20 @@ class OpenAIBackend(Backend):
             register_secret(urlsplit(self.base_url or "").password)
         except ValueError:
             raise UserError("--base-url is not a valid URL (check the host part)") from None
-        env = options.get("api_key_env")
-        if env:
-            key = read_key(env)
-            if not key:
-                raise UserError(f"environment variable {env} (named by --api-key-env) is not set")
-        else:
-            key = "EMPTY"  # local servers (vLLM) that do not check keys
-        self._api_key = key
+        # no --api-key-env: local servers (vLLM) that do not check keys get NO_KEY
+        self._api_key = key_from_env(options.get("api_key_env"), "--api-key-env")
         self.concurrency = int(options.get("concurrency") or 8)
         self.timeout = float(options.get("request_timeout") or 60.0)
-        self.max_retries = int(options["max_retries"] if options.get("max_retries") is not None else 6)
-        self.backoff_base = float(options.get("backoff_base") or 1.0)
-        self.backoff_max = float(options.get("backoff_max") or 60.0)
+        self.policy = options_policy(options, seed=0)  # --max-retries, --backoff-base (backoff_max)
+        self.max_retries = self.policy.max_retries
         self.max_new_tokens = int(options.get("max_new_tokens") or 64)
         self.seed = options.get("seed")
-        self._rng = random.Random(0)
         # a subclass with its own parse_response (fae pave) handles logprobs itself
         self.label_probs = (wants_label_probs(options)
                             and type(self).parse_response is OpenAIBackend.parse_response)
         self.stats = {"requests": 0, "retries": 0, "429": 0, "5xx": 0, "timeout": 0,
                       "connection": 0, "malformed": 0}
+        self.logprobs_rejected = False  # the endpoint refused logprobs once: never asked again
         self.constrained = bool(options.get("constrained_decoding"))
         self.schema_rejected = False  # the endpoint refused json_schema once: json_object from then on
         if self.constrained:
@@ -133,10 +129,7 @@ class OpenAIBackend(Backend):
         return asyncio.run(self._generate_all(prompts, callback))
 
     async def _generate_all(self, prompts, callback):
-        import openai
-
-        client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key,
-                                    max_retries=0, timeout=self.timeout)
+        client = open_client(self.base_url, self._api_key, timeout=self.timeout)
         sem = asyncio.Semaphore(self.concurrency)
 
         async def one(messages):
@@ -211,44 +204,41 @@ class OpenAIBackend(Backend):
         kwargs = self.request_kwargs(messages)
         if self.label_probs:
             kwargs.update(logprobs=True, top_logprobs=5)
-        last: BaseException | None = None
-        attempt = 0
-        while attempt <= self.max_retries:
-            try:
-                async with sem:
-                    self.stats["requests"] += 1
-                    resp = await client.chat.completions.create(**kwargs)
-                return self.with_label_probs(self.parse_response(resp), resp)
-            except Exception as exc:  # noqa: BLE001 - classified below
-                if rejects_json_schema(exc, kwargs):
-                    if not self.schema_rejected:
-                        self.schema_rejected = True
-                        self.stats["json_object_fallback"] += 1
-                    kwargs = {**kwargs, "response_format": self.response_format_for(messages)}
-                    continue  # at once, not counted as a retry
-                kind = _classify(exc)
-                if kind is None and "logprobs" in kwargs and getattr(exc, "status_code", None) == 400:
-                    # a server without logprobs support: ask again without them, for the whole run
-                    self.label_probs = False
-                    self.stats["label_probs_skipped"] = scrub(f"the server rejected logprobs: {_describe(exc)}")
-                    kwargs.pop("logprobs", None)
-                    kwargs.pop("top_logprobs", None)
-                    continue
-                if "logprobs" in kwargs and not self.label_probs:  # switched off by another request
-                    kwargs.pop("logprobs", None)
-                    kwargs.pop("top_logprobs", None)
-                if kind is None:
-                    raise BackendError(scrub(f"{self.base_url or 'OpenAI API'}: request for model "
-                                             f"{self.model!r} failed: {_describe(exc)}")) from None
-                last = exc
-                self.stats[kind] += 1
-                if attempt == self.max_retries:
-                    break
-                self.stats["retries"] += 1
-                await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max, self._rng))
-                attempt += 1
-        raise BackendError(scrub(f"{self.base_url or 'OpenAI API'}: request for model {self.model!r} "
-                                 f"still failing after {self.max_retries} retries: {_describe(last)}")) from None
+
+        async def send():
+            if self.logprobs_rejected:  # perhaps by another request
+                kwargs.pop("logprobs", None)
+                kwargs.pop("top_logprobs", None)
+            async with sem:
+                resp = await client.chat.completions.create(**kwargs)
+            return self.with_label_probs(self.parse_response(resp), resp)
+
+        def again(exc) -> bool:
+            """Adapt the request to a refusal and ask at once (not a retry)."""
+            if rejects_json_schema(exc, kwargs):
+                if not self.schema_rejected:
+                    self.schema_rejected = True
+                    self.stats["json_object_fallback"] += 1
+                kwargs["response_format"] = self.response_format_for(messages)
+                return True
+            if "logprobs" in kwargs and failure_kind(exc) == "http_400":
+                # a server without logprobs support: ask again without them, for the whole run
+                self.label_probs = False
+                self.logprobs_rejected = True
+                self.stats["label_probs_skipped"] = scrub(f"the server rejected logprobs: {_describe(exc)}")
+                kwargs.pop("logprobs", None)
+                kwargs.pop("top_logprobs", None)
+                return True
+            return False
+
+        where = f"{self.base_url or 'OpenAI API'}: request for model {self.model!r}"
+        try:
+            return await self.policy.acall(send, hooks=_StatsHooks(self.stats), again=again)
+        except RetriesExhausted as exc:
+            raise BackendError(scrub(f"{where} still failing after {exc.retries} retries: "
+                                     f"{_describe(exc.last)}")) from None
+        except Exception as exc:  # noqa: BLE001 - not retryable: one clear line, no traceback
+            raise BackendError(scrub(f"{where} failed: {_describe(exc)}")) from None
 
 
 def rejects_json_schema(exc: BaseException, kwargs: dict[str, Any]) -> bool:
@@ -265,9 +255,7 @@ def _describe(exc: BaseException | None) -> str:
     if exc is None:
         return "unknown error"
     status = getattr(exc, "status_code", None)
-    text = scrub(exc)  # before cutting: a cut could split the key and defeat the mask
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and text in ("Connection error.", "Request timed out."):
-        text = f"{text} ({type(cause).__name__}: {scrub(cause)})"  # e.g. "ConnectError: [Errno 111] ..."
-    msg = text.splitlines()[0][:200] if text else type(exc).__name__
-    return f"HTTP {status}: {msg}" if status else f"{type(exc).__name__}: {msg}"
+    if status:
+        text = scrub(exc)  # before cutting: a cut could split the key and defeat the mask
+        return f"HTTP {status}: {text.splitlines()[0][:200] if text else type(exc).__name__}"
+    return describe_error(exc).splitlines()[0][:300]
