@@ -17,13 +17,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from data_prep.core.errors import UserError
+from data_prep.core.openai_client import NO_KEY
 from data_prep.core.secrets import read_key, register_secret
 from data_prep.core.yamlio import load_yaml
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Sent to keyless servers. Passing it explicitly also keeps the openai client from
-# falling back to $OPENAI_API_KEY, which would send a real key to a local server.
-NO_KEY = "EMPTY"
 
 
 class ConfigError(ValueError):
