@@ -32,7 +32,7 @@ def _heavy_after(module: str, argv: list[str], heavy: tuple[str, ...] = HEAVY) -
     return json.loads(proc.stderr.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["pave", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["compare", "--help"], ["pave", "--help"]])
 def test_fae_help_imports_no_heavy_library(argv):
     assert _heavy_after("fae.cli", argv) == []
 
@@ -44,3 +44,8 @@ def test_real_data_help_imports_no_heavy_library():
 def test_real_data_help_does_not_load_the_openai_client():
     """Only `real-data enhance` talks to servers; the openai package alone costs ~1 s at import."""
     assert _heavy_after("data_prep.cli", ["--help"], heavy=("openai",)) == []
+
+
+def test_fae_help_does_not_build_the_run_options_parser():
+    """`fae run` parses its options with TRL's parser; only `fae run` itself may pay for importing trl."""
+    assert _heavy_after("fae.cli", ["--help"], heavy=("trl",)) == []

@@ -99,8 +99,12 @@ def _cli_flags() -> dict[tuple[str, str], set[str]]:
     flags = {}
     for prog, table in (("fae", FAE), ("real-data", DATA)):
         for name, (module_name, _help) in table.items():
-            parser = argparse.ArgumentParser(prog=f"{prog} {name}")
-            importlib.import_module(module_name).add_arguments(parser)
+            module = importlib.import_module(module_name)
+            if hasattr(module, "parse_args"):  # parses its own arguments (`fae run`: a dataclass parser)
+                parser = module.make_parser(f"{prog} {name}")
+            else:
+                parser = argparse.ArgumentParser(prog=f"{prog} {name}")
+                module.add_arguments(parser)
             flags[prog, name] = {s for a in parser._actions for s in a.option_strings} | {"--debug"}
     return flags
 

@@ -1,6 +1,5 @@
 """claims.jsonl append/resume/merge, config.json resume checks, option merging, recipes."""
 
-import argparse
 import json
 from pathlib import Path
 
@@ -8,6 +7,7 @@ import pytest
 
 from data_prep.core.errors import UserError
 from fae.ablation import cli as run_cli
+from fae.ablation import options
 from fae.ablation import runio
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,50 +68,42 @@ def test_resume_refuses_a_run_with_other_settings(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# options: YAML < command line
+# options: YAML < command line (more in test_fae_run_options.py)
 # ---------------------------------------------------------------------------
-
-
-def parse(argv):
-    p = argparse.ArgumentParser()
-    run_cli.add_arguments(p)
-    return p.parse_args(argv)
 
 
 def test_cli_flags_override_yaml_and_yaml_overrides_defaults(tmp_path):
     cfg = tmp_path / "eval.yaml"
     cfg.write_text("backend: openai\nmodel: from-yaml\nbatch-size: 3\nrounds: 2\nrequest_timeout: 5\n"
                    "progress: false\n")
-    opts = run_cli.merge_options(parse(["--config", str(cfg), "--records", "r.jsonl", "--output", "o",
-                                        "--model", "from-cli", "--rounds", "4"]))
-    assert opts["model"] == "from-cli" and opts["rounds"] == 4  # CLI wins
-    assert opts["backend"] == "openai" and opts["batch_size"] == 3 and opts["request_timeout"] == 5.0
-    assert opts["progress"] is False
-    assert opts["max_new_tokens"] == run_cli.DEFAULTS["max_new_tokens"]  # default kept
+    opts, _config, _given = options.parse_run_args(["--config", str(cfg), "--records", "r.jsonl", "--output", "o",
+                                                    "--model", "from-cli", "--rounds", "4"])
+    assert opts.model == "from-cli" and opts.rounds == 4  # CLI wins
+    assert opts.backend == "openai" and opts.batch_size == 3 and opts.request_timeout == 5.0
+    assert opts.progress is False
+    assert opts.max_new_tokens == options.FaeRunArguments().max_new_tokens  # default kept
 
 
 def test_unknown_or_bad_yaml_keys_name_file_and_key(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("model: m\nbatchsize: 4\n")
     with pytest.raises(UserError, match=r"bad\.yaml: unknown key 'batchsize'"):
-        run_cli.merge_options(parse(["--config", str(cfg)]))
+        options.parse_run_args(["--config", str(cfg)])
     cfg.write_text("model: m\nrounds: many\n")
     with pytest.raises(UserError, match=r"bad\.yaml: key 'rounds'"):
-        run_cli.merge_options(parse(["--config", str(cfg)]))
+        options.parse_run_args(["--config", str(cfg)])
     with pytest.raises(UserError, match="missing --records, --output"):
-        run_cli.merge_options(parse(["--model", "m"]))
+        options.parse_run_args(["--model", "m"])
 
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes" / "eval").glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_eval_recipes_are_valid(recipe):
-    p = argparse.ArgumentParser()
-    run_cli.add_arguments(p)
-    opts = run_cli.load_yaml_options(str(recipe), p)
+    opts = options.load_yaml_options(str(recipe))
     assert opts["backend"] in ("hf", "openai", "vllm") and opts["model"]
     assert "api_key" not in opts  # keys come from the environment only
 
 
 def test_command_line_is_recorded_from_the_given_flags():
-    args = parse(["--records", "r.jsonl", "--output", "o d", "--model", "m", "--no-progress"])
-    assert run_cli.command_line(run_cli.given_options(args)) == \
+    args = run_cli.parse_args(["--records", "r.jsonl", "--output", "o d", "--model", "m", "--no-progress"])
+    assert run_cli.command_line(args.given) == \
         "fae run --records r.jsonl --output 'o d' --model m --no-progress"

@@ -139,6 +139,12 @@ def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str
 
 
 def dispatch(prog: str, doc: str | None, subcommands: dict, argv: list[str] | None) -> int:
+    """Run ``prog COMMAND ...``: ``subcommands`` maps COMMAND to (module name, help line).
+
+    A module either fills its argparse subparser (``add_arguments(parser)``) or
+    parses its own arguments (``parse_args(argv, prog)``, e.g. a dataclass
+    parser); then ``run(args)`` gets what was parsed.
+    """
     def body(argv: list[str]) -> int:
         parser = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
         parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also {DEBUG_ENV}=1)")
@@ -146,14 +152,21 @@ def dispatch(prog: str, doc: str | None, subcommands: dict, argv: list[str] | No
         modules = {}
         for name, (module_name, help_text) in subcommands.items():
             module = importlib.import_module(module_name)
-            p = sub.add_parser(name, help=help_text, description=help_text)
-            module.add_arguments(p)
+            if hasattr(module, "parse_args"):  # its arguments, --help included, pass through untouched
+                sub.add_parser(name, help=help_text, add_help=False)
+            else:
+                module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
             modules[name] = module
-        args = parser.parse_args(argv)
+        args, rest = parser.parse_known_args(argv)
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
-        return int(modules[args.command].run(args) or 0)
+        module = modules[args.command]
+        if hasattr(module, "parse_args"):
+            args = module.parse_args(rest, prog=f"{prog} {args.command}")
+        elif rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")  # as parse_args would
+        return int(module.run(args) or 0)
 
     # The command's name in messages: "fae run", "real-data enhance".
     argv_list = list(sys.argv[1:] if argv is None else argv)

@@ -1,8 +1,8 @@
 """`fae run`: multi-round evidence ablation of a verifier (SPEC §6).
 
-Every option may also come from a YAML file (``--config recipes/eval/x.yaml``,
-keys spelled like the flags, ``-`` or ``_``); flags given on the command line
-win. The run directory gets ``claims.jsonl`` (appended chunk by chunk;
+The options are the dataclass :class:`~fae.ablation.options.FaeRunArguments`,
+parsed like training's recipes: defaults < YAML (``--config recipes/eval/x.yaml``,
+keys spelled like the flags, ``-`` or ``_``) < command line. The run directory gets ``claims.jsonl`` (appended chunk by chunk;
 rerunning the same command resumes), ``config.json``, ``metrics.json``,
 ``report.md`` and ``trajectory.png``.
 
@@ -14,6 +14,7 @@ merges them into ``claims.jsonl`` in record order.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -24,154 +25,22 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.core.errors import RunFailure, UserError
-
-# name -> (default, help). Defaults live here, not in argparse, so that a
-# value is "given on the command line" exactly when argparse saw it.
-DEFAULTS: dict[str, Any] = {
-    "config": None,
-    "records": None,
-    "output": None,
-    "backend": "hf",
-    "model": None,
-    "adapter": None,
-    "rounds": 4,
-    "max_new_tokens": 64,
-    "limit": None,
-    "chunk_size": None,  # claims in flight; None = one backend batch (see chunk_size_for)
-    "progress": True,
-    "constrained_decoding": False,  # answers held to the JSON schema of their prompt (docs/structured.md)
-    "label_probs": True,  # soft FAE: label probabilities per round (fae.backends.label_probs)
-    # hf
-    "batch_size": 8,
-    "device": "auto",
-    "dtype": "auto",
-    # openai
-    "base_url": None,
-    "api_key_env": None,
-    "concurrency": 8,
-    "request_timeout": 60.0,
-    "max_retries": 6,
-    "backoff_base": 1.0,
-    "seed": None,
-    # vllm
-    "tensor_parallel_size": 1,
-    "gpu_memory_utilization": None,
-    "max_model_len": None,
-}
-_REQUIRED = ("records", "output", "model")
+from fae.ablation.options import make_parser, parse_run_args  # noqa: F401 - make_parser: the whole parser
 
 
-def _positive_int(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
+def parse_args(argv: list[str], prog: str = "fae run") -> argparse.Namespace:
+    """``options`` (:class:`FaeRunArguments`), ``config`` (the YAML path) and ``given`` (the flags used).
+
+    Called by :func:`data_prep.core.cli.dispatch` instead of ``add_arguments``:
+    the options are a dataclass parsed by ``TrlParser`` (fae.ablation.options).
+    """
+    options, config, given = parse_run_args(argv, prog)
+    return argparse.Namespace(options=options, config=config, given=given)
 
 
-def _nonneg_int(text: str) -> int:
-    v = int(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    S = argparse.SUPPRESS  # absent flags stay absent, so YAML values can fill them
-    p.add_argument("--config", default=S, metavar="YAML", help="options from a YAML file (flags win)")
-    p.add_argument("--records", default=S, help="claim records (.jsonl, SPEC §2)")
-    p.add_argument("--output", default=S, metavar="RUN_DIR", help="run directory (created; resumed if present)")
-    p.add_argument("--backend", default=S, help="hf (default), openai or vllm")
-    p.add_argument("--model", default=S, help="model path / name (hf, vllm) or served model name (openai)")
-    p.add_argument("--adapter", default=S, help="PEFT LoRA adapter directory (hf, vllm)")
-    p.add_argument("--rounds", type=_nonneg_int, default=S, help="ablation rounds R after round 0 (default 4)")
-    p.add_argument("--max-new-tokens", type=_positive_int, default=S, help="answer length cap (default 64)")
-    p.add_argument("--limit", type=_positive_int, default=S, help="only the first N records")
-    p.add_argument("--chunk-size", type=_positive_int, default=S,
-                   help="claims in flight at once; each finished claim is written at once (default: one "
-                        "backend batch: --batch-size for hf, --concurrency for openai, 256 for vllm)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=S, help="no progress bars")
-    p.add_argument("--constrained-decoding", action="store_true", default=S,
-                   help="hold every answer to the JSON schema of its prompt (label enum, ids of the pool "
-                        "shown); not the paper's protocol, see docs/structured.md (default: off)")
-    p.add_argument("--no-label-probs", dest="label_probs", action="store_false", default=S,
-                   help="skip the per-round label probabilities (soft FAE; hf: two extra forward passes "
-                        "per batch; openai: no logprobs request)")
-    g = p.add_argument_group("hf backend")
-    g.add_argument("--batch-size", type=_positive_int, default=S, help="prompts per generate call (default 8)")
-    g.add_argument("--device", default=S, help="auto (default), cpu, cuda, cuda:1 ...")
-    g.add_argument("--dtype", default=S, help="auto (bf16 on CUDA, fp32 on CPU), bf16, fp16, fp32")
-    g = p.add_argument_group("openai backend")
-    g.add_argument("--base-url", default=S, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
-    g.add_argument("--api-key-env", default=S, metavar="VAR",
-                   help="environment variable holding the API key (the key itself is never stored)")
-    g.add_argument("--concurrency", type=_positive_int, default=S, help="requests in flight (default 8)")
-    g.add_argument("--request-timeout", type=float, default=S, help="seconds per request (default 60)")
-    g.add_argument("--max-retries", type=_nonneg_int, default=S,
-                   help="retries on 429/5xx/timeouts/bad bodies (default 6)")
-    g.add_argument("--backoff-base", type=float, default=S, help="first backoff in seconds (default 1, doubles)")
-    g.add_argument("--seed", type=int, default=S, help="sampling seed sent to the endpoint")
-    g = p.add_argument_group("vllm backend")
-    g.add_argument("--tensor-parallel-size", type=_positive_int, default=S, help="GPUs per model (default 1)")
-    g.add_argument("--gpu-memory-utilization", type=float, default=S)
-    g.add_argument("--max-model-len", type=_positive_int, default=S)
-    p.set_defaults(_run_parser=p)
-
-
-# ---------------------------------------------------------------------------
-# option merging
-# ---------------------------------------------------------------------------
-
-
-def load_yaml_options(path: str, parser: argparse.ArgumentParser | None) -> dict[str, Any]:
-    """YAML options, keys normalised to ``snake_case`` and type-checked like the flags."""
-    from data_prep.core.yamlio import load_yaml
-
-    data = load_yaml(path)  # missing file, directory, duplicate keys: one UserError line
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of option: value")
-    actions = {}
-    if parser is not None:
-        for a in parser._actions:
-            if a.dest and a.dest != "help":
-                actions[a.dest] = a
-    out = {}
-    for raw_key, value in data.items():
-        key = str(raw_key).replace("-", "_")
-        if key not in DEFAULTS or key == "config":
-            raise UserError(
-                f"{path}: unknown key {raw_key!r} (known: {', '.join(k for k in DEFAULTS if k != 'config')})"
-            )
-        a = actions.get(key)
-        if value is not None and a is not None and a.type is not None:
-            try:
-                value = a.type(str(value))
-            except (ValueError, argparse.ArgumentTypeError) as exc:
-                raise UserError(f"{path}: key {raw_key!r}: {exc}") from None
-        if key in ("progress", "constrained_decoding", "label_probs") and not isinstance(value, bool):
-            raise UserError(f"{path}: key {raw_key!r}: must be true or false")
-        out[key] = value
-    return out
-
-
-def given_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Options that were on the command line (absent flags are suppressed)."""
-    return {k: v for k, v in vars(args).items() if k in DEFAULTS}
-
-
-def merge_options(args: argparse.Namespace) -> dict[str, Any]:
-    """DEFAULTS < YAML file < command line."""
-    given = given_options(args)
-    opts = dict(DEFAULTS)
-    if given.get("config"):
-        opts.update(load_yaml_options(given["config"], getattr(args, "_run_parser", None)))
-    opts.update(given)
-    missing = [k for k in _REQUIRED if not opts.get(k)]
-    if missing:
-        raise UserError("missing " + ", ".join(f"--{k.replace('_', '-')}" for k in missing)
-                        + " (on the command line or in --config)")
-    return opts
+def merged_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Every option as a plain dict (what backends and config.json read), ``config`` first."""
+    return {"config": args.config, **dataclasses.asdict(args.options)}
 
 
 # ---------------------------------------------------------------------------
@@ -319,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     from fae.ablation.metrics import fae_claims, nei_exclusion_note
     from fae.backends import get_backend
 
-    opts = merge_options(args)
+    opts = merged_options(args)
     backend_cls = get_backend(opts["backend"])
     rank, world, barrier, dist_device = _dist_state()
     if world > 1:
@@ -355,7 +224,7 @@ def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, ran
 
     decoding = backend_cls.decoding_of(opts)
     claim_ids = [r.id for r in records]
-    given = given_options(args)
+    given = args.given
     config = build_config(opts, backend_cls, decoding, given, claim_ids)
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)

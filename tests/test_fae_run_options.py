@@ -1,0 +1,141 @@
+"""`fae run` options: the FaeRunArguments dataclass parsed like training's recipes (defaults < YAML < CLI)."""
+
+from pathlib import Path
+
+import pytest
+
+from data_prep.core.errors import UserError
+from fae.ablation import cli as run_cli
+from fae.ablation.options import FaeRunArguments, load_yaml_options, parse_run_args
+from fae.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+REQUIRED = ["--records", "r.jsonl", "--output", "out", "--model", "m"]
+
+# config.json "settings" keys, in order: a file format, so it must not drift with the dataclass.
+SETTINGS_KEYS = ["records", "output", "backend", "model", "adapter", "rounds", "max_new_tokens", "limit",
+                 "chunk_size", "constrained_decoding", "label_probs", "batch_size", "device", "dtype", "base_url",
+                 "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base", "seed",
+                 "tensor_parallel_size", "gpu_memory_utilization", "max_model_len"]
+
+
+def yaml_file(tmp_path, text, name="eval.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("key, flag, yaml_value, cli_value, expected_yaml, expected_cli", [
+    ("rounds", ["--rounds"], "2", ["7"], 2, 7),                          # int
+    ("limit", ["--limit"], "5", ["9"], 5, 9),                            # optional int
+    ("request_timeout", ["--request-timeout"], "5", ["2.5"], 5.0, 2.5),  # float
+    ("device", ["--device"], "cpu", ["cuda:1"], "cpu", "cuda:1"),         # string
+    ("progress", ["--no-progress"], "true", [], True, False),             # flag that turns a default off
+    ("progress", ["--progress"], "false", [], False, True),
+    ("constrained_decoding", ["--constrained-decoding"], "false", [], False, True),  # flag that turns one on
+    ("label_probs", ["--no-label-probs"], "true", [], True, False),
+])
+def test_defaults_then_yaml_then_command_line(tmp_path, key, flag, yaml_value, cli_value, expected_yaml,
+                                              expected_cli):
+    default = getattr(FaeRunArguments(), key)
+    assert getattr(parse_run_args(REQUIRED)[0], key) == default
+    cfg = yaml_file(tmp_path, f"{key}: {yaml_value}\n")
+    assert getattr(parse_run_args(["--config", cfg, *REQUIRED])[0], key) == expected_yaml
+    options, config, given = parse_run_args(["--config", cfg, *REQUIRED, *flag, *cli_value])
+    assert getattr(options, key) == expected_cli and config == cfg and given[key] == expected_cli
+
+
+def test_a_flag_equal_to_the_default_still_beats_the_yaml(tmp_path):
+    cfg = yaml_file(tmp_path, "rounds: 2\n")
+    options, _, given = parse_run_args(["--config", cfg, *REQUIRED, "--rounds", "4"])
+    assert options.rounds == 4 and given["rounds"] == 4
+
+
+def test_keys_may_be_spelled_like_flags_and_values_take_their_field_types(tmp_path):
+    cfg = yaml_file(tmp_path, "max-new-tokens: 12\nrequest_timeout: 5\nseed: '3'\nlimit: null\n")
+    assert load_yaml_options(cfg) == {"max_new_tokens": 12, "request_timeout": 5.0, "seed": 3, "limit": None}
+    assert isinstance(load_yaml_options(cfg)["request_timeout"], float)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("model: m\nmax_new_token: 8\n", "unknown key 'max_new_token' (did you mean 'max_new_tokens'?)"),
+    ("config: other.yaml\n", "unknown key 'config'"),
+    ("rounds: 1.5\n", "key 'rounds': must be an integer, got 1.5"),
+    ("rounds: -1\n", "key 'rounds': must be >= 0, got -1"),
+    ("rounds: true\n", "key 'rounds': must be an integer"),
+    ("rounds:\n", "key 'rounds': must not be empty (null)"),
+    ("no_progress: true\n", "unknown key 'no_progress'"),
+    ("progress: 'off'\n", "key 'progress': must be true or false"),
+    ("model: [a, b]\n", "key 'model': must be a string"),
+    ("rounds: 2\nrounds: 3\n", "key 'rounds' is given twice (lines 1 and 2)"),
+    ("- rounds\n", "expected a mapping of option: value"),
+])
+def test_bad_yaml_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, text, message):
+    cfg = yaml_file(tmp_path, text, "bad.yaml")
+    with pytest.raises(UserError) as err:
+        parse_run_args(["--config", cfg, *REQUIRED])
+    assert "bad.yaml" in str(err.value) and message in str(err.value)
+    assert main(["run", "--config", cfg, *REQUIRED]) == 2
+    out = capsys.readouterr().err
+    assert out.startswith("fae run: error: ") and message in out and len(out.splitlines()) == 1
+
+
+def test_a_typo_in_a_flag_is_argparse_s_usage_error(capsys):
+    assert main(["run", *REQUIRED, "--roundz", "2"]) == 2
+    assert "fae run: error: unrecognized arguments: --roundz 2" in capsys.readouterr().err
+    assert main(["run", *REQUIRED, "--rounds", "two"]) == 2
+    assert "argument --rounds: invalid int value: 'two'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--rounds", "-1", "argument --rounds: must be >= 0, got -1"),
+    ("--max-new-tokens", "0", "argument --max-new-tokens: must be >= 1, got 0"),
+    ("--chunk-size", "0", "argument --chunk-size: must be >= 1, got 0"),
+])
+def test_out_of_range_flags_are_usage_errors(capsys, flag, value, message):
+    assert main(["run", *REQUIRED, flag, value]) == 2
+    assert f"fae run: error: {message}" in capsys.readouterr().err
+
+
+def test_the_dataclass_checks_its_ranges_itself():
+    with pytest.raises(ValueError, match="rounds: must be >= 0"):
+        FaeRunArguments(rounds=-1)
+
+
+def test_missing_required_options_name_the_flags(tmp_path):
+    with pytest.raises(UserError, match=r"^missing --output \(on the command line or in --config\)$"):
+        parse_run_args(["--config", yaml_file(tmp_path, "model: m\nrecords: r.jsonl\n")])
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO / "recipes" / "eval").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_eval_recipe_parses_and_flags_override_it(recipe):
+    options, config, _ = parse_run_args(["--config", str(recipe), "--records", "r.jsonl", "--output", "o",
+                                         "--rounds", "2"])
+    assert config == str(recipe) and options.rounds == 2 and options.backend in ("hf", "openai", "vllm")
+    assert options.model == load_yaml_options(str(recipe))["model"]
+
+
+def test_help_lists_every_option(capsys):
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: fae run")
+    flags = {"--config", "--no-progress", "--no-label-probs"}
+    flags |= {"--" + name.replace("_", "-") for name in SETTINGS_KEYS}
+    missing = sorted(f for f in flags if f not in out)
+    assert not missing, missing
+    assert "(default: 4)" in out  # defaults shown from the dataclass, not a marker
+
+
+def test_the_recorded_command_keeps_the_given_flags_in_order(tmp_path):
+    cfg = yaml_file(tmp_path, "rounds: 2\n")
+    args = run_cli.parse_args(["--model", "m", "--config", cfg, "--records", "r.jsonl", "--output", "o d",
+                               "--max_new_tokens=8", "--no-progress"])
+    assert run_cli.command_line(args.given) == (f"fae run --model m --config {cfg} --records r.jsonl "
+                                                "--output 'o d' --max-new-tokens 8 --no-progress")
+
+
+def test_merged_options_keep_the_config_json_settings_format(tmp_path):
+    args = run_cli.parse_args(["--config", yaml_file(tmp_path, "rounds: 2\n"), *REQUIRED])
+    opts = run_cli.merged_options(args)
+    assert list(opts) == ["config", *SETTINGS_KEYS[:9], "progress", *SETTINGS_KEYS[9:]]
+    assert opts["rounds"] == 2 and opts["config"].endswith("eval.yaml")
