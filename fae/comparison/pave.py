@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.core.errors import RunFailure, UserError
+from data_prep.core.jsonl import read_appended
+from data_prep.core.labels import REFUTE, SUPPORT
 from data_prep.core.secrets import scrub
 from data_prep.prompts import (
     parse_answer,
@@ -154,21 +156,17 @@ def prompts_for(rec: ClaimRecord) -> dict[str, tuple[list, list[int]]]:
 # ---------------------------------------------------------------------------
 
 
-def _read_done(path: Path) -> dict[str, dict]:
+def read_samples(path: Path) -> dict[str, dict]:
+    """Finished claims of samples.jsonl by id; a line cut by a kill is dropped and cut from the file."""
     done = {}
-    if path.is_file():
-        data = path.read_text()
-        end = data.rfind("\n") + 1  # a line cut by a kill has no newline: drop it
-        for line_no, line in enumerate(data[:end].splitlines(), 1):
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"{path}:{line_no}: not a JSON line ({exc.msg})") from None
-                done[obj["id"]] = obj
-        if end < len(data):
-            with path.open("r+") as fh:
-                fh.truncate(end)
+    for line_no, obj in read_appended(path, repair=True):  # the caller holds the output's RunLock
+        if isinstance(obj, RecordError):
+            raise obj.located(path, line_no)
+        if not isinstance(obj, dict) or not isinstance(obj.get("id"), str) \
+                or not isinstance(obj.get("conditions"), dict):
+            raise UserError(f"{path}:{line_no}: not a samples line (needs 'id' and 'conditions'); "
+                            "use another --output")
+        done[obj["id"]] = obj
     return done
 
 
@@ -177,7 +175,7 @@ def collect(records: list[ClaimRecord], sampler, args, out_dir: Path) -> list[di
     from tqdm.auto import tqdm
 
     path = out_dir / SAMPLES
-    done = _read_done(path)
+    done = read_samples(path)
     # A claim whose record gained a counterfactual kind since it was sampled is sampled again.
     todo = [r for r in records if r.id not in done or not set(prompts_for(r)) <= set(done[r.id]["conditions"])]
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="pave", unit="claim",
@@ -450,7 +448,7 @@ def run(args) -> int:
         raise UserError("--tune-split must be a fraction in (0, 1)")
     try:
         records = load_records(args.records)
-        records = [r for r in records if r.label in ("SUPPORT", "REFUTE")]
+        records = [r for r in records if r.label in (SUPPORT, REFUTE)]
         if args.limit:
             records = records[: args.limit]
         for r in records:
