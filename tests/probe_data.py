@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
+
+from data_prep.core.hashing import sha256_file
 
 CLAIMS = [
     ("The vaccine reduces the risk of severe disease.", "SUPPORT"),
@@ -50,10 +51,6 @@ def write_jsonl(path: Path, rows) -> Path:
     return path
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def make_run_dir(run_dir: Path, records_path: Path, records: list[dict], *, rounds: int = 3,
                  silent: tuple[str, ...] = (), model: str = "tiny") -> Path:
     """A hand-built FAE run following the run contract (claims.jsonl + config.json).
@@ -81,7 +78,7 @@ def make_run_dir(run_dir: Path, records_path: Path, records: list[dict], *, roun
                      "rounds": entries})
     write_jsonl(run_dir / "claims.jsonl", rows)
     (run_dir / "config.json").write_text(json.dumps({
-        "records": str(records_path), "records_sha256": sha256(records_path),
+        "records": str(records_path), "records_sha256": sha256_file(records_path),
         "model": model, "adapter": None, "rounds": rounds,
     }))
     from fae_helpers import seal_run

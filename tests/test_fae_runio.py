@@ -107,3 +107,49 @@ def test_command_line_is_recorded_from_the_given_flags():
     args = run_cli.parse_args(["--records", "r.jsonl", "--output", "o d", "--model", "m", "--no-progress"])
     assert run_cli.command_line(args.given) == \
         "fae run --records r.jsonl --output 'o d' --model m --no-progress"
+
+
+# ---------------------------------------------------------------------------
+# the one torn-tail-tolerant reader of append-only JSONL (claims.jsonl, pave's samples.jsonl)
+# ---------------------------------------------------------------------------
+
+
+def test_read_appended_skips_a_torn_tail_and_repairs_only_when_asked(tmp_path):
+    from data_prep.core.jsonl import RecordError, read_appended
+
+    path = tmp_path / "out.jsonl"
+    assert read_appended(path) == []  # missing: nothing finished yet
+    path.write_bytes(b'{"a": 1}\n\n[2]\n{"b": ')
+    assert read_appended(path) == [(1, {"a": 1}), (3, [2])]
+    assert path.read_bytes().endswith(b'{"b": ')  # reading alone does not touch the file
+    assert read_appended(path, repair=True) == [(1, {"a": 1}), (3, [2])]
+    assert path.read_bytes() == b'{"a": 1}\n\n[2]\n'
+    path.write_bytes(b'{"a": 1}\n{oops\n\xff\n')
+    (n1, _), (n2, bad), (n3, enc) = read_appended(path)
+    assert (n2, n3) == (2, 3) and isinstance(bad, RecordError) and isinstance(enc, RecordError)
+    assert "invalid JSON" in str(bad.located(path, n2)) and f"{path}:2" in str(bad.located(path, n2))
+    assert "not valid UTF-8" in str(enc)
+
+
+def test_pave_samples_resume_cuts_a_torn_line_and_names_a_bad_one(tmp_path):
+    from fae.comparison.pave_io import read_samples
+
+    path = tmp_path / "samples.jsonl"
+    good = {"id": "r0", "gold_label": "SUPPORT", "conditions": {"claim_only": {"answers": ["SUPPORT"]}}}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(good)[:20])
+    assert read_samples(path) == {"r0": good}
+    assert path.read_text() == json.dumps(good) + "\n"  # the kill's half line is gone before appending
+    path.write_text(json.dumps(good) + "\n" + json.dumps(["not", "a", "line"]) + "\n")
+    with pytest.raises(UserError, match=r"samples.jsonl:2: not a samples line"):
+        read_samples(path)
+    path.write_text("{oops\n")
+    with pytest.raises(UserError, match=r"samples.jsonl:1: invalid JSON"):
+        read_samples(path)
+
+
+def test_run_data_names_the_line_claim_and_field(tmp_path):
+    (tmp_path / "claims.jsonl").write_text(json.dumps(line("a")) + "\n" + json.dumps(line("b")) + "\n")
+    runio.write_json_atomic(tmp_path / "config.json", {"command": "fae run x", **runio.claim_set(["a", "b"])})
+    data = runio.load_run(tmp_path)
+    err = data.claim_error(data.claims[1], "rounds[0].cited", "must be a list of sentence ids")
+    assert str(err) == f"{tmp_path / 'claims.jsonl'}:2: claim 'b': field 'rounds[0].cited': must be a list of sentence ids"

@@ -344,3 +344,39 @@ def test_nei_gold_claims_never_change_a_number_and_undefined_is_explained(claims
                 assert got[key] != got[key], key  # NaN: undefined there too
             else:
                 assert got[key] == pytest.approx(100 * m[key], abs=1e-9), key
+
+
+# ---------------------------------------------------------------------------
+# one metric definition (issue #14): metrics.json and score accounting read answers alike
+# ---------------------------------------------------------------------------
+
+
+def test_an_invalid_round_is_wrong_and_names_nothing_in_metrics_and_accounting():
+    # A round marked invalid but still carrying a label and ids: both modules must ignore them.
+    bad = {"round": 0, "pool_ids": [0, 1], "label": "SUPPORT", "cited": [0], "hallucinated": [],
+           "evidence": [0], "valid": False}
+    c = claim("x", "SUPPORT", [[0]], [bad])
+    assert M.round_label(bad) is None and M.named_ids(bad) == []
+    m = M.compute_metrics([c])
+    assert m["label_accuracy"] == m["strict_accuracy"] == m["fever_score"] == 0.0
+    assert m["evidence_precision"] == 0.0 and m["invalid_rate"] == [1.0]
+    cols = acc.run_metric_columns([c], 0)
+    got = acc.run_metrics_from_sums(cols.sum(0), 0) / 100
+    names = acc.run_metric_names(0)
+    for key in ("label_accuracy", "strict_accuracy", "fever_score", "evidence_precision"):
+        assert got[names.index(key)] == m[key], key
+    assert got[names.index("invalid_rate_0")] == 1.0
+    # hand-built rounds without "valid" are valid when they carry a label
+    assert M.is_valid({"label": "REFUTE"}) and not M.is_valid({"label": None})
+
+
+@given(cited=st.lists(st.integers(0, 7), max_size=8, unique=True),
+       groups=st.lists(st.lists(st.integers(0, 7), min_size=1, max_size=3, unique=True), min_size=1, max_size=3))
+@settings(max_examples=200, deadline=None)
+def test_accounting_evidence_rules_are_the_metrics_rules(cited, groups):
+    rec = {"id": "c", "label": "SUPPORT", "evidence": groups}
+    fever = M.fever_score([{"id": "c", "label": "SUPPORT", "evidence": cited}], [rec])["strict"]
+    assert acc.evidence_eligible(cited, groups, "SUPPORT", "fever_score") == (fever == 1.0)
+    r0 = {"round": 0, "label": "SUPPORT", "cited": cited, "hallucinated": [], "valid": True}
+    strict = M.strict_accuracy([claim("c", "SUPPORT", groups, [r0])])
+    assert acc.evidence_eligible(cited, groups, "SUPPORT", "strict") == (strict == 1.0)

@@ -23,13 +23,9 @@ from data_prep.prompts import (
 from data_prep.records import ClaimRecord
 from fae.backends.hf import load_hf_model as load_model
 from fae.cli import main
-from fae.probes.neurons import (
-    coverage_set,
-    find_down_projs,
-    lens_area,
-    overlap_stats,
-    venn_distance,
-)
+from fae.probes.neuron_activations import find_down_projs
+from fae.probes.neuron_overlap import coverage_set, overlap_stats
+from fae.probes.neuron_report import lens_area, venn_distance
 
 
 def test_coverage_set_smallest_prefix():

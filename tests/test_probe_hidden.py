@@ -32,6 +32,17 @@ def test_left_pad_batch_positions_ignore_padding():
     assert enc["position_ids"].tolist() == [[0, 1, 2], [0, 0, 0]]
 
 
+def test_left_pad_batch_is_the_generation_padding_plus_positions():
+    from fae.backends.hf import left_pad
+
+    seqs = [[3, 1, 4, 1, 5], [9], [2, 6]]
+    ids, mask = left_pad(seqs, 7)
+    enc = left_pad_batch(seqs, pad_id=7)
+    assert torch.equal(enc["input_ids"], ids) and torch.equal(enc["attention_mask"], mask)
+    with pytest.raises(ValueError, match="at least one token"):
+        left_pad_batch([[1], []], pad_id=0)
+
+
 def test_batching_is_invisible(any_model, tmp_path):
     model, tok = load_model(with_nonzero_pad(any_model, tmp_path / "m"))
     seqs = encode_prompts(tok, _prompts())

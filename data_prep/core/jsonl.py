@@ -180,3 +180,32 @@ def _decode_line(raw: bytes, start: int) -> Any:
         return RecordError("invalid JSON (nested too deeply)")
     except ValueError:  # Python's 4300-digit limit on integers
         return RecordError("invalid JSON (a number has more than 4300 digits)")
+
+
+def read_appended(path: str | os.PathLike, *, repair: bool = False) -> list[tuple[int, Any]]:
+    """``(line number, JSON value or RecordError)`` of each complete non-blank line of an append-only file.
+
+    Append-only outputs (``claims.jsonl``, pave's ``samples.jsonl``) are written
+    one whole line per ``write``: a process killed mid-write leaves at most one
+    last line without its newline. That line is skipped, and cut from the file
+    when ``repair`` (only the process that appends to the file may repair it).
+    A missing file has no lines. Bad complete lines come back as located-less
+    :class:`RecordError` values for the caller to word and raise.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data) and repair:
+        with path.open("r+b") as fh:
+            fh.truncate(end)
+            fh.flush()
+            os.fsync(fh.fileno())
+    out = []
+    offset = 0
+    for lineno, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        start, offset = offset, offset + len(raw) + 1
+        if raw.strip():
+            out.append((lineno, _decode_line(raw, start)))
+    return out

@@ -28,9 +28,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
+from data_prep.core.labels import REFUTE, SUPPORT
 
 # The FEVER scorer's own spelling of NEI is the same label (exact strings, no case folding).
-_NEI_SPELLINGS = {"NOT_ENOUGH_INFO", "NOT ENOUGH INFO", "NEI"}
+_NEI_SPELLINGS = {NEI, "NOT ENOUGH INFO", "NEI"}
+# The official FEVER scorer counts only the first five predicted sentences.
+FEVER_MAX_EVIDENCE = 5
 
 METRIC_KEYS = (
     "n_claims",
@@ -85,6 +88,30 @@ def same_label(pred: str | None, gold: str) -> bool:
     return pred == gold or (is_nei(pred) and is_nei(gold))
 
 
+def is_valid(rnd: Mapping) -> bool:
+    """Whether a round's answer parsed. Hand-built rounds without ``valid`` are valid when they have a label."""
+    return bool(rnd.get("valid", rnd.get("label") is not None))
+
+
+def round_label(rnd: Mapping) -> str | None:
+    """The round's label; None when the answer was invalid (wrong at every round)."""
+    return rnd.get("label") if is_valid(rnd) else None
+
+
+def cites_gold(cited: Iterable, gold_groups: Sequence[Sequence]) -> bool:
+    """Strict's evidence requirement: at least one gold sentence (of any group) cited."""
+    gold = {i for g in gold_groups for i in g}
+    return any(i in gold for i in cited)
+
+
+def has_complete_group(predicted: Sequence, gold_groups: Sequence[Sequence],
+                       max_evidence: int | None = FEVER_MAX_EVIDENCE) -> bool:
+    """The FEVER score's evidence requirement: one complete gold group among the first
+    ``max_evidence`` predicted ids (the official scorer's rule)."""
+    top = list(predicted) if max_evidence is None else list(predicted)[:max_evidence]
+    return any(all(i in top for i in g) for g in gold_groups)
+
+
 def _gold_label_of(item: Any) -> str:
     if hasattr(item, "label") and not isinstance(item, Mapping):  # a ClaimRecord
         return item.label
@@ -123,7 +150,8 @@ def evidence_claims(claims: Iterable[Mapping]) -> list[Mapping]:
     return fae_claims(claims)[0]
 
 
-def _mean(xs: Sequence[float]) -> float | None:
+def mean_or_none(xs: Sequence[float]) -> float | None:
+    """The mean, None for no values (metrics are None where undefined, never NaN)."""
     return sum(xs) / len(xs) if xs else None
 
 
@@ -139,11 +167,13 @@ def gold_union(claim: Mapping) -> set:
 
 
 def named_ids(rnd: Mapping) -> list:
-    """Every id an answer named, in citation order (cited + hallucinated).
+    """Every id an answer named, in citation order (cited + hallucinated); none for an invalid answer.
 
     Runs store this as ``evidence``; older hand-built rounds may only have
     ``cited``/``hallucinated``, in which case citation order is cited first.
     """
+    if not is_valid(rnd):
+        return []
     if "evidence" in rnd and rnd["evidence"] is not None:
         return list(rnd["evidence"])
     return list(rnd.get("cited") or []) + list(rnd.get("hallucinated") or [])
@@ -166,7 +196,7 @@ def label_accuracy(claims: Sequence[Mapping], r: int = 0) -> float | None:
     pop = evidence_claims(claims)
     if not pop:
         return None
-    return sum(same_label(c["rounds"][r]["label"], c["gold_label"]) for c in pop) / len(pop)
+    return sum(same_label(round_label(c["rounds"][r]), c["gold_label"]) for c in pop) / len(pop)
 
 
 def strict_accuracy(claims: Sequence[Mapping]) -> float | None:
@@ -180,7 +210,7 @@ def strict_accuracy(claims: Sequence[Mapping]) -> float | None:
     ok = 0
     for c in pop:
         r0 = c["rounds"][0]
-        if same_label(r0["label"], c["gold_label"]) and set(r0.get("cited") or []) & gold_union(c):
+        if same_label(round_label(r0), c["gold_label"]) and cites_gold(r0.get("cited") or [], c["gold_groups"]):
             ok += 1
     return ok / len(pop)
 
@@ -220,16 +250,16 @@ def evidence_prf(claims: Sequence[Mapping]) -> dict[str, float | None]:
         "precision": p,
         "recall": r,
         "f1": _f1(p, r),
-        "precision_macro": _mean(ps),
-        "recall_macro": _mean(rs),
-        "f1_macro": _mean(fs),
+        "precision_macro": mean_or_none(ps),
+        "recall_macro": mean_or_none(rs),
+        "f1_macro": mean_or_none(fs),
     }
 
 
 def fever_score(
     predictions: Sequence[Mapping],
     records: Sequence[Any],
-    max_evidence: int | None = 5,
+    max_evidence: int | None = FEVER_MAX_EVIDENCE,
 ) -> dict[str, float]:
     """The official FEVER scorer (``fever-scorer`` 2.0.39), over our ids.
 
@@ -263,16 +293,17 @@ def fever_score(
         label, groups = gold[pid]
         evidence = list(pred.get("evidence") or [])
         top = evidence if max_evidence is None else evidence[:max_evidence]
+        complete = has_complete_group(top, groups, None)
         label_ok = same_label(pred.get("label"), label)
         if label_ok:
             correct += 1
-            if is_nei(label) or any(all(i in top for i in g) for g in groups):
+            if is_nei(label) or complete:
                 strict += 1
         if not is_nei(label):
             all_gold = {i for g in groups for i in g}
             prec_sum += (sum(1 for i in top if i in all_gold) / len(top)) if top else 1.0
             prec_n += 1
-            if not groups or any(all(i in top for i in g) for g in groups):
+            if not groups or complete:
                 rec_sum += 1.0
             rec_n += 1
     missing = set(gold) - seen
@@ -303,7 +334,7 @@ def _gold_of(rec: Any) -> tuple[str, str, list[list]]:
 def round0_predictions(claims: Sequence[Mapping]) -> list[dict]:
     """FEVER-style predictions from round 0 (ids in citation order, invented ones included)."""
     return [
-        {"id": c["id"], "label": c["rounds"][0]["label"], "evidence": named_ids(c["rounds"][0])}
+        {"id": c["id"], "label": round_label(c["rounds"][0]), "evidence": named_ids(c["rounds"][0])}
         for c in claims
     ]
 
@@ -372,7 +403,7 @@ def fae_scores(acc: Sequence[float | None]) -> dict[str, Any]:
 
 def is_flip(a: str | None, b: str | None) -> bool:
     """A direct SUPPORT <-> REFUTE switch (not through NEI or an invalid answer)."""
-    return {a, b} == {"SUPPORT", "REFUTE"}
+    return {a, b} == {SUPPORT, REFUTE}
 
 
 def flip_rates(claims: Sequence[Mapping]) -> dict[str, float | None]:
@@ -388,7 +419,7 @@ def flip_rates(claims: Sequence[Mapping]) -> dict[str, float | None]:
         return {"flip_rate": None, "any_flip_rate": None}
     flips = anyf = 0
     for c in pop:
-        labels = [rd["label"] for rd in c["rounds"]]
+        labels = [round_label(rd) for rd in c["rounds"]]
         n = sum(is_flip(labels[r - 1], labels[r]) for r in range(1, R + 1))
         flips += n
         anyf += n > 0
@@ -406,12 +437,12 @@ def _round_share(claims: Sequence[Mapping], hit) -> list[float | None]:
 
 def invalid_rate(claims: Sequence[Mapping]) -> list[float | None]:
     """Per round: share of claims whose answer was invalid."""
-    return _round_share(claims, lambda rd: not rd["valid"])
+    return _round_share(claims, lambda rd: not is_valid(rd))
 
 
 def nei_answer_rate(claims: Sequence[Mapping]) -> list[float | None]:
     """Per round: share of claims answered NOT_ENOUGH_INFO (ideal: 0 at round 0, 1 after)."""
-    return _round_share(claims, lambda rd: rd["valid"] and is_nei(rd["label"]))
+    return _round_share(claims, lambda rd: is_nei(round_label(rd)))
 
 
 def truncated_rate(claims: Sequence[Mapping]) -> list[float | None]:

@@ -53,17 +53,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_run(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
-    """Name, metrics and config of a finished run, read by :func:`fae.ablation.runio.load_run`.
+def load_reported(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
+    """Name, metrics, config and claims of a finished run for the report, read by
+    :func:`fae.ablation.runio.load_run` (the one run reader).
 
     An unfinished run, or one whose metrics.json was not computed from its
     claims.jsonl, is refused; a missing metrics.json is recomputed from the claims.
     """
     from fae.ablation.metrics import compute_metrics
-    from fae.ablation.runio import load_run as read_run
+    from fae.ablation.runio import load_run
     from fae.ablation.soft_metrics import soft_metrics
 
-    data = read_run(run_dir)
+    data = load_run(run_dir)
     metrics = data.metrics if data.metrics is not None else compute_metrics(data.claims)
     if "soft" not in metrics:  # metrics.json of a run made before soft FAE
         metrics = {**metrics, "soft": soft_metrics(data.claims)}
@@ -322,7 +323,7 @@ def plot_trajectories(runs: Sequence[dict], path: str | Path) -> Path:
 
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,
                  names: Sequence[str] | None = None) -> tuple[Path, Path]:
-    runs = [load_run(d, names[i] if names else None) for i, d in enumerate(run_dirs)]
+    runs = [load_reported(d, names[i] if names else None) for i, d in enumerate(run_dirs)]
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     md = out / "report.md"

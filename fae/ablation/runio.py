@@ -16,7 +16,6 @@ and the main process merges every shard into ``claims.jsonl`` in record order
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -24,8 +23,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from data_prep.core.atomicio import atomic_write_text
 from data_prep.core.errors import UserError
 from data_prep.core.hashing import sha256_bytes, sha256_file, sha256_text
+from data_prep.core.jsonl import RecordError, read_appended
 
 CLAIMS = "claims.jsonl"
 CONFIG = "config.json"
@@ -55,32 +56,13 @@ def read_claims(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
     """Complete claim lines of ``path`` (missing file: none).
 
     A last line without its newline is the trace of a kill mid-write: it is
-    ignored, and cut from the file when ``repair`` (only the process that
-    appends to the file may repair it). A complete line that is not a claim
-    object is an error naming the file and line.
+    ignored, and cut from the file when ``repair`` (:func:`data_prep.core.jsonl.read_appended`).
+    A complete line that is not a claim object is an error naming the file and line.
     """
-    path = Path(path)
-    if not path.is_file():
-        return []
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end < len(data) and repair:
-        with path.open("r+b") as fh:
-            fh.truncate(end)
-            fh.flush()
-            os.fsync(fh.fileno())
     out = []
-    for lineno, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line.decode("utf-8"))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{lineno}: not a JSON claim line ({exc.msg})") from None
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{path}:{lineno}: not UTF-8 (byte {exc.start})") from None
-        except RecursionError:
-            raise UserError(f"{path}:{lineno}: not a claim line (JSON nested too deeply)") from None
+    for lineno, obj in read_appended(path, repair=repair):
+        if isinstance(obj, RecordError):
+            raise obj.located(path, lineno)
         if not isinstance(obj, dict) or "id" not in obj or "rounds" not in obj:
             raise UserError(f"{path}:{lineno}: not a claim line (needs 'id' and 'rounds')")
         out.append(obj)
@@ -165,10 +147,7 @@ def package_versions(packages: Iterable[str] = _VERSION_PACKAGES) -> dict[str, s
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 def adapter_sha256(adapter: str | os.PathLike | None) -> str | None:
@@ -176,12 +155,8 @@ def adapter_sha256(adapter: str | os.PathLike | None) -> str | None:
     adapter at the same path is a different run. None without a local adapter."""
     if not adapter or not Path(adapter).is_dir():
         return None
-    h = hashlib.sha256()
-    for name in _ADAPTER_FILES:
-        f = Path(adapter) / name
-        if f.is_file():
-            h.update(f"{name}\0{sha256_file(f)}\n".encode())
-    return h.hexdigest()
+    files = [(name, Path(adapter) / name) for name in _ADAPTER_FILES]
+    return sha256_text("".join(f"{name}\0{sha256_file(f)}\n" for name, f in files if f.is_file()))
 
 
 def claim_set(ids: Sequence[str]) -> dict:
@@ -273,6 +248,12 @@ class RunData:
     metrics: dict | None
     claims_sha256: str
     line_of: dict[str, int]  # claim id -> line in claims.jsonl (for messages)
+
+    def claim_error(self, claim: dict, field: str | None, reason: str) -> UserError:
+        """``claims.jsonl:LINE: claim 'ID': field 'F': reason`` for a claim of this run that a reader cannot use."""
+        cid = claim.get("id")
+        where = f"{self.path / CLAIMS}:{self.line_of.get(str(cid), '?')}: claim {cid!r}"
+        return UserError(where + (f": field {field!r}" if field else "") + f": {reason}")
 
     @property
     def resume_hint(self) -> str:

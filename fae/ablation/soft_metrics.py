@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from fae.ablation.metrics import NEI, evidence_claims
+from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
+from fae.ablation.metrics import evidence_claims, mean_or_none
 
 NO_PROBS = "no label probabilities in this run (backend gave no logprobs, or --no-label-probs)"
 ECE_BINS = 10
@@ -40,10 +41,6 @@ def _n_rounds(claims: Sequence[Mapping]) -> int:
     return max((len(c.get("rounds") or []) for c in claims), default=1) - 1
 
 
-def _mean(xs: Sequence[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
 def claim_curves(claim: Mapping, R: int) -> dict[str, list[float | None]]:
     """Per round ``P_r(gold)`` and ``P_r(NEI)`` of one claim (None where missing)."""
     gold = claim["gold_label"]
@@ -55,7 +52,7 @@ def claim_curves(claim: Mapping, R: int) -> dict[str, list[float | None]]:
 def mean_curve(curves: Sequence[Sequence[float | None]]) -> list[float | None]:
     """Mean per round over the claims that have a value there."""
     R1 = max((len(c) for c in curves), default=0)
-    return [_mean([c[r] for c in curves if r < len(c) and c[r] is not None]) for r in range(R1)]
+    return [mean_or_none([c[r] for c in curves if r < len(c) and c[r] is not None]) for r in range(R1)]
 
 
 def soft_is(p_gold: Sequence[Sequence[float | None]]) -> tuple[float | None, str | None]:

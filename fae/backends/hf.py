@@ -112,11 +112,12 @@ def greedy_config(lm, tok, max_new_tokens: int):
 
 
 def left_pad(batch: list[list[int]], pad_id: int):
-    """(input_ids, attention_mask) tensors, padded on the left."""
+    """(input_ids, attention_mask) tensors, padded on the left: the one padding of
+    generation, label probabilities and the probes (which add position ids)."""
     import torch
 
     width = max(len(x) for x in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    ids = torch.full((len(batch), width), int(pad_id), dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     for i, x in enumerate(batch):
         if x:

@@ -32,21 +32,25 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
+from data_prep.core.labels import REFUTE, SUPPORT
 from fae.ablation.metrics import (
+    cites_gold,
     fae_claims,
     gold_union,
+    has_complete_group,
     is_flip,
     is_nei,
+    is_valid,
     named_ids,
-    same_label,
+    round_label,
 )
 
-SUPPORT = "SUPPORT"
-REFUTE = "REFUTE"
-from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
+# An answer is correct when its label equals gold (invalid answers are wrong): the one
+# definition of metrics.json, so accounting and metrics can never disagree on a claim.
+from fae.ablation.metrics import same_label as label_correct
 
 METRICS = ("strict", "fever_score", "label_accuracy")
-FEVER_MAX_EVIDENCE = 5
 
 CELLS = ("S00", "S01", "S10", "S11")
 COMPONENTS = ("G", "E0", "A1", "A0", "E1", "I")
@@ -70,15 +74,6 @@ DESCRIPTIONS = {
 # ---------------------------------------------------------------------------
 # Per-claim indicators
 # ---------------------------------------------------------------------------
-
-
-def label_correct(label: str | None, gold_label: str) -> bool:
-    """An answer is correct when its label equals gold; invalid answers (None) are wrong.
-
-    The one definition of ``fae.ablation.metrics`` (:func:`fae.ablation.metrics.same_label`), so
-    accounting and metrics.json can never disagree on a claim.
-    """
-    return same_label(label, gold_label)
 
 
 def fae_claim_order(order: Sequence[str], claims: Mapping[str, Mapping]) -> tuple[list[str], int]:
@@ -112,10 +107,8 @@ def evidence_eligible(
     if metric == "label_accuracy" or is_nei(gold_label):
         return True
     if metric == "strict":
-        gold = {i for group in gold_groups for i in group}
-        return any(i in gold for i in cited)
-    first = set(list(cited)[:FEVER_MAX_EVIDENCE])
-    return any(len(group) > 0 and set(group) <= first for group in gold_groups)
+        return cites_gold(cited, gold_groups)
+    return has_complete_group(cited, gold_groups)
 
 
 def claim_score(label, cited, gold_label, gold_groups, metric) -> bool:
@@ -409,11 +402,6 @@ def paired_bootstrap(
 # of means such as IS = 1 - a_1/a_0 — from the drawn claims.
 
 
-def round_label(rnd: Mapping) -> str | None:
-    """The round's label, None when the answer was invalid."""
-    return rnd.get("label") if rnd.get("valid", rnd.get("label") is not None) else None
-
-
 def run_metric_names(n_rounds: int) -> list[str]:
     """Metrics computed by ``run_metrics_from_sums`` for runs with R = n_rounds rounds after round 0."""
     names = ["label_accuracy", "strict_accuracy", "fever_score",
@@ -447,7 +435,7 @@ def run_metric_columns(claims: Sequence[Mapping], n_rounds: int) -> np.ndarray:
         labels = [round_label(r) for r in rounds]
         acc = [float(label_correct(l, gold_label)) for l in labels]
         r0 = rounds[0]
-        named0 = named_ids(r0) if labels[0] is not None else []
+        named0 = named_ids(r0)
         gold = gold_union(c)
         flips = sum(is_flip(prev, cur) for prev, cur in zip(labels[:-1], labels[1:]))
         rows.append([e * x for x in (
@@ -456,7 +444,7 @@ def run_metric_columns(claims: Sequence[Mapping], n_rounds: int) -> np.ndarray:
              float(claim_score(labels[0], named0, gold_label, groups, "fever_score")),
              e * len(set(named0) & gold), e * len(set(named0)), e * len(gold),
              e * flips, e * n_rounds, e * float(flips > 0),
-             *(float(not r.get("valid", r.get("label") is not None)) for r in rounds),
+             *(float(not is_valid(r)) for r in rounds),
              *(float(len(r.get("hallucinated") or [])) for r in rounds),
              *(float(len(r.get("cited") or []) + len(r.get("hallucinated") or [])) for r in rounds))])
     width = 11 + 4 * (n_rounds + 1)

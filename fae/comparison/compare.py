@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.core.errors import UserError
+from fae.ablation.runio import CLAIMS, RunData, load_run
 from fae.ablation.soft_metrics import (
     SOFT_COMPARE_NAMES,
     has_probs,
@@ -62,52 +63,45 @@ class Run:
     order: list[str]
 
 
-def _fail(path, line, cid, field, reason):
-    where = f"{path}:{line}" + (f": claim {cid!r}" if cid is not None else "") + (f": field {field!r}" if field else "")
-    raise UserError(f"{where}: {reason}")
+def _check_claim(data: RunData, obj: dict) -> None:
+    """Refuse a claim without the fields the accounting needs, naming its line and field."""
+    def fail(field, reason):
+        raise data.claim_error(obj, field, reason)
 
-
-def _check_claim(path: Path, line: int, obj) -> dict:
-    if not isinstance(obj, dict):
-        _fail(path, line, None, None, "not a JSON object")
     cid = obj.get("id")
     if not isinstance(cid, str) or not cid:
-        _fail(path, line, None, "id", "missing or not a non-empty string")
+        fail("id", "missing or not a non-empty string")
     if not isinstance(obj.get("gold_label"), str):
-        _fail(path, line, cid, "gold_label", "missing or not a string")
+        fail("gold_label", "missing or not a string")
     groups = obj.get("gold_groups")
     if not isinstance(groups, list) or not all(isinstance(g, list) and all(isinstance(i, int) for i in g)
                                                for g in groups):
-        _fail(path, line, cid, "gold_groups", "must be a list of lists of sentence ids")
+        fail("gold_groups", "must be a list of lists of sentence ids")
     rounds = obj.get("rounds")
     if not isinstance(rounds, list) or not rounds:
-        _fail(path, line, cid, "rounds", "missing or empty")
+        fail("rounds", "missing or empty")
     for k, r in enumerate(rounds):
         if not isinstance(r, dict):
-            _fail(path, line, cid, f"rounds[{k}]", "not an object")
+            fail(f"rounds[{k}]", "not an object")
         if r.get("round", k) != k:
-            _fail(path, line, cid, f"rounds[{k}].round", f"expected {k}, got {r.get('round')!r}")
+            fail(f"rounds[{k}].round", f"expected {k}, got {r.get('round')!r}")
         if r.get("label") is not None and not isinstance(r.get("label"), str):
-            _fail(path, line, cid, f"rounds[{k}].label", "must be a label string or null")
+            fail(f"rounds[{k}].label", "must be a label string or null")
         for key in ("cited", "hallucinated", "evidence"):
             ids = r.get(key) or []
             if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-                _fail(path, line, cid, f"rounds[{k}].{key}", "must be a list of sentence ids")
-    return obj
+                fail(f"rounds[{k}].{key}", "must be a list of sentence ids")
 
 
-def load_run(path: str | Path) -> Run:
+def load_compared(path: str | Path) -> Run:
     """Read a finished FAE run through :func:`fae.ablation.runio.load_run` (refuses unfinished or
     inconsistent runs), then check every claim has the fields the accounting needs."""
-    from fae.ablation.runio import CLAIMS
-    from fae.ablation.runio import load_run as read_run
-
-    data = read_run(path)
+    data = load_run(path)
     if not data.claims:
         raise UserError(f"{data.path / CLAIMS}: no claims")
     claims: dict[str, dict] = {}
     for obj in data.claims:
-        _check_claim(data.path / CLAIMS, data.line_of.get(str(obj.get("id")), 0), obj)
+        _check_claim(data, obj)
         claims[obj["id"]] = obj
     return Run(path=data.path, config=data.config, metrics=data.metrics or {}, claims=claims,
                order=list(claims))
@@ -434,7 +428,7 @@ def run(args) -> int:
         raise UserError("--bootstrap must be at least 1")
     if not 0 < args.confidence < 1:
         raise UserError("--confidence must be between 0 and 1")
-    a, b = load_run(args.run_a), load_run(args.run_b)
+    a, b = load_compared(args.run_a), load_compared(args.run_b)
     check_same_decoding(a, b, getattr(args, "allow_mixed_decoding", False))
     families = load_families(args.families) if args.families else None
     try:

@@ -17,34 +17,28 @@ seed paper's counter-entity / counter-semantic columns); the top-level
 
 Answers are written to ``OUTPUT/samples.jsonl`` chunk by chunk; rerunning
 the same command resumes. ``pave.json`` and ``pave.md`` hold the results.
+
+This module is the command (options, checks, the run); the jobs live beside
+it: ``pave_prompts`` (conditions and prompts), ``pave_sampling`` (backends),
+``pave_io`` (samples.jsonl), ``pave_analysis`` + ``pave_metrics`` (numbers),
+``pave_report`` (pave.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 from pathlib import Path
 
-import numpy as np
-
 from data_prep.core.errors import RunFailure, UserError
+from data_prep.core.labels import REFUTE, SUPPORT
 from data_prep.core.secrets import scrub
-from data_prep.prompts import (
-    parse_answer,
-    render_evidence_prompt,
-    render_knowledge_prompt,
-)
-from data_prep.records import ClaimRecord, RecordError, Sentence, load_records
+from data_prep.records import RecordError, load_records
 from fae.backends import BackendError
-from fae.comparison import pave_metrics as pm
-
-CONDITIONS = ("claim_only", "gold_evidence", "counterfactual")  # + "counterfactual_<kind>" per kind
-LEGACY_KIND = "counterfactual"  # the kind of a plain list of counterfactual sentences
-KIND_ORDER = ("entity", "semantic")
-_KIND_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-SAMPLES = "samples.jsonl"
+from fae.comparison.pave_analysis import analyse
+from fae.comparison.pave_io import SAMPLES, collect
+from fae.comparison.pave_prompts import counterfactual_records
+from fae.comparison.pave_report import render_markdown, summary_lines
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,363 +78,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-retries", type=int, default=6)
 
 
-# ---------------------------------------------------------------------------
-# Prompts
-# ---------------------------------------------------------------------------
-
-
-def condition_name(kind: str) -> str:
-    """samples.jsonl condition of a kind ("counterfactual" for the single-list form)."""
-    return "counterfactual" if kind == LEGACY_KIND else f"counterfactual_{kind}"
-
-
-def kind_sort_key(kind: str) -> tuple:
-    return (KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER), kind)
-
-
-def _pool_record(rec: ClaimRecord, raw, field: str) -> ClaimRecord:
-    if not isinstance(raw, list) or not raw:
-        raise RecordError("must be a non-empty list of sentences", field=field, record_id=rec.id)
-    sents = []
-    for k, s in enumerate(raw):
-        if not isinstance(s, dict) or not isinstance(s.get("text"), str):
-            raise RecordError(f"item {k} needs a 'text' string", field=field, record_id=rec.id)
-        sid = s.get("id", k)
-        if not isinstance(sid, int) or isinstance(sid, bool):
-            raise RecordError(f"item {k} id must be an integer", field=field, record_id=rec.id)
-        sents.append(Sentence(id=sid, text=s["text"], doc=s.get("doc")))
-    if len({s.id for s in sents}) != len(sents):
-        raise RecordError("duplicate sentence ids", field=field, record_id=rec.id)
-    return ClaimRecord(id=rec.id, claim=rec.claim, label=rec.label, sentences=sents, evidence=[])
-
-
-def counterfactual_records(rec: ClaimRecord) -> dict[str, ClaimRecord]:
-    """Kind -> the record with its pool replaced by that kind's counterfactual sentences ({} when absent)."""
-    raw = rec.extra.get("counterfactual_sentences")
-    if raw is None:
-        return {}
-    if isinstance(raw, list):
-        return {LEGACY_KIND: _pool_record(rec, raw, "counterfactual_sentences")}
-    if not isinstance(raw, dict) or not raw:
-        raise RecordError("must be a non-empty list of sentences or an object {kind: [sentences]}",
-                          field="counterfactual_sentences", record_id=rec.id)
-    out = {}
-    for kind in sorted(raw, key=kind_sort_key):
-        if not _KIND_NAME.match(kind) or kind == LEGACY_KIND:
-            raise RecordError(f"kind {kind!r} must be a lower-case name such as 'entity' or 'semantic'",
-                              field="counterfactual_sentences", record_id=rec.id)
-        out[kind] = _pool_record(rec, raw[kind], f"counterfactual_sentences.{kind}")
-    return out
-
-
-def counterfactual_record(rec: ClaimRecord) -> ClaimRecord | None:
-    """The first kind's counterfactual record (None when absent); kept for callers of the one-pool API."""
-    return next(iter(counterfactual_records(rec).values()), None)
-
-
-def prompts_for(rec: ClaimRecord) -> dict[str, tuple[list, list[int]]]:
-    """Condition -> (chat messages, pool ids shown). Gold evidence = the union of the gold groups."""
-    out = {
-        "claim_only": (render_knowledge_prompt(rec), []),
-        "gold_evidence": (render_evidence_prompt(rec, rec.gold_ids), rec.gold_ids),
-    }
-    for kind, cf in counterfactual_records(rec).items():
-        out[condition_name(kind)] = (render_evidence_prompt(cf), cf.pool_ids)
-    return out
-
-
-# ---------------------------------------------------------------------------
-# Sampling (resumable)
-# ---------------------------------------------------------------------------
-
-
-def _read_done(path: Path) -> dict[str, dict]:
-    done = {}
-    if path.is_file():
-        data = path.read_text()
-        end = data.rfind("\n") + 1  # a line cut by a kill has no newline: drop it
-        for line_no, line in enumerate(data[:end].splitlines(), 1):
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"{path}:{line_no}: not a JSON line ({exc.msg})") from None
-                done[obj["id"]] = obj
-        if end < len(data):
-            with path.open("r+") as fh:
-                fh.truncate(end)
-    return done
-
-
-def collect(records: list[ClaimRecord], sampler, args, out_dir: Path) -> list[dict]:
-    """Sample every condition of every claim, appending finished claims to samples.jsonl."""
-    from tqdm.auto import tqdm
-
-    path = out_dir / SAMPLES
-    done = _read_done(path)
-    # A claim whose record gained a counterfactual kind since it was sampled is sampled again.
-    todo = [r for r in records if r.id not in done or not set(prompts_for(r)) <= set(done[r.id]["conditions"])]
-    bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="pave", unit="claim",
-               disable=not args.progress)
-    with path.open("a") as fh:
-        for start in range(0, len(todo), args.chunk_size):
-            chunk = todo[start:start + args.chunk_size]
-            jobs = [(rec, cond, msgs, pool) for rec in chunk for cond, (msgs, pool) in prompts_for(rec).items()]
-            results = sampler.sample([j[2] for j in jobs], args.samples)
-            lines: dict[str, dict] = {}
-            for (rec, cond, _msgs, pool), samples in zip(jobs, results):
-                line = lines.setdefault(rec.id, {"id": rec.id, "gold_label": rec.label, "conditions": {}})
-                parsed = [parse_answer(text, pool) for text, _ in samples]
-                line["conditions"][cond] = {
-                    "answers": [p.label if p.valid else None for p in parsed],
-                    "probs": [probs for _, probs in samples],
-                    "raw": [text for text, _ in samples],
-                }
-            for rec in chunk:
-                fh.write(json.dumps(lines[rec.id]) + "\n")
-                done[rec.id] = lines[rec.id]
-            fh.flush()
-            bar.update(len(chunk))
-    bar.close()
-    return [done[r.id] for r in records]
-
-
-# ---------------------------------------------------------------------------
-# Analysis (pure given the sampled lines)
-# ---------------------------------------------------------------------------
-
-
-def stability(cond: dict, mode: str) -> tuple[float, str]:
-    """JSD of the runs' label distributions, or vote entropy; returns (value, variant used)."""
-    probs = cond.get("probs") or []
-    have = bool(probs) and all(p is not None for p in probs)
-    if mode == "jsd" and not have:
-        raise UserError("--stability jsd needs label probabilities for every run; this backend/endpoint "
-                        "returned none (use --stability vote or auto)")
-    if mode != "vote" and have:
-        return pm.jsd(np.array(probs, float)), "jsd"
-    return pm.vote_entropy(cond["answers"]), "vote"
-
-
-def line_kinds(lines: list[dict]) -> list[str]:
-    """Counterfactual kinds present in the sampled lines, in report order."""
-    kinds = set()
-    for ln in lines:
-        for cond in ln["conditions"]:
-            if cond == "counterfactual":
-                kinds.add(LEGACY_KIND)
-            elif cond.startswith("counterfactual_"):
-                kinds.add(cond[len("counterfactual_"):])
-    return sorted(kinds, key=kind_sort_key)
-
-
-def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, definite_only: bool) -> dict:
-    notes = []
-    if definite_only:
-        kept = [ln for ln in lines if pm.prior_is_definite(ln["conditions"]["claim_only"]["answers"])]
-        notes.append(f"--definite-prior-only dropped {len(lines) - len(kept)} claims whose claim-only majority "
-                     "was NOT_ENOUGH_INFO or invalid")
-        lines = kept
-    if not lines:
-        raise UserError("no claims left to analyse")
-    kinds = line_kinds(lines)
-    per_kind = {}
-    for kind in kinds or [None]:
-        kind_notes: list[str] = []
-        profile, arbitration = _analyse_kind(lines, kind, tune_fraction=tune_fraction, seed=seed, mode=mode,
-                                             notes=kind_notes)
-        per_kind[kind] = {"profile": profile, "arbitration": arbitration}
-        prefix = f"{kind}: " if kind is not None and len(kinds) > 1 else ""
-        notes += [prefix + n for n in kind_notes if prefix + n not in notes]
-    first = per_kind[kinds[0] if kinds else None]
-    return pm.json_safe({
-        "n_claims": len(lines),
-        "profile": first["profile"],
-        "arbitration": first["arbitration"],
-        "primary_kind": kinds[0] if kinds else None,
-        "kinds": {k: v for k, v in per_kind.items() if k is not None},
-        "notes": notes,
-    })
-
-
-def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, seed: int, mode: str,
-                  notes: list[str]) -> tuple[dict, dict]:
-    """Arbitration profile and JSD rule with one kind of counterfactual evidence (None: none)."""
-    gold = [ln["gold_label"] for ln in lines]
-    co = [ln["conditions"]["claim_only"] for ln in lines]
-    ge = [ln["conditions"]["gold_evidence"] for ln in lines]
-    cond_name = condition_name(kind) if kind is not None else None
-    cf = [ln["conditions"].get(cond_name) if cond_name else None for ln in lines]
-    has_cf = [c is not None for c in cf]
-    states = [pm.knowledge_state(c["answers"], g) for c, g in zip(co, gold)]
-    profile = pm.arbitration_profile(
-        states,
-        [pm.correctness_rate(c["answers"], g) for c, g in zip(ge, gold)],
-        [pm.correctness_rate(c["answers"], g) if c is not None else None for c, g in zip(cf, gold)],
-    )
-    profile["n_with_counterfactual"] = int(sum(has_cf))
-
-    # JSD arbitration: claims with counterfactual evidence get CE and IE; others CE only.
-    variants = set()
-
-    def stab(c):
-        v, variant = stability(c, mode)
-        variants.add(variant)
-        return v
-
-    s_co = np.array([stab(c) for c in co])
-    d_ce = s_co - np.array([stab(c) for c in ge])
-    d_ie = np.array([s - stab(c) if c is not None else np.nan for s, c in zip(s_co, cf)])
-    maj = lambda c: pm.majority_label(c["answers"])  # noqa: E731
-    a_co = [maj(c) for c in co]
-    a_ce = [maj(c) for c in ge]
-    a_ie = [maj(c) if c is not None else None for c in cf]
-    tune = pm.split_tune([ln["id"] for ln in lines], tune_fraction, seed)
-    test = ~tune
-    if tune.sum() == 0 or test.sum() == 0:
-        notes.append("the tuning or the test split is empty (too few claims for --tune-split); "
-                     "τ is tuned and evaluated on all claims")
-        tune = test = np.ones(len(lines), bool)
-
-    def part(mask, with_ie):
-        idx = np.flatnonzero(mask & (np.array(has_cf) if with_ie else True))
-        g = [gold[i] for i in idx]
-        args = (g, [a_co[i] for i in idx], d_ce[idx], [a_ce[i] for i in idx])
-        if with_ie:
-            args += (d_ie[idx], [a_ie[i] for i in idx])
-        return idx, args
-
-    use_ie = bool(np.any(np.array(has_cf) & tune)) and bool(np.any(np.array(has_cf) & test))
-    _, tune_args = part(tune, use_ie)
-    tau, objective = pm.tune_tau(*tune_args)
-    test_idx, test_args = part(test, use_ie)
-    result = pm.ce_ie_oa(tau, *test_args)
-    baselines = {
-        "claim_only": pm.ce_ie_oa(math.inf, *test_args),  # τ = +inf: never take the evidence answer
-        "evidence_only": pm.ce_ie_oa(-math.inf, *test_args),  # τ = -inf: always take it
-    }
-    if not use_ie:
-        notes.append("no counterfactual_sentences on both splits: τ maximises CE only; IE and OA are undefined")
-    all_d = np.concatenate([d_ce, d_ie[~np.isnan(d_ie)]])
-    if "jsd" in variants and np.allclose(s_co, 0) and np.allclose(all_d, 0):
-        notes.append("every run of a prompt had the same label distribution (JSD = 0 everywhere): with a "
-                     "label-first answer format per-run probabilities do not vary; use --stability vote")
-    arbitration = {
-        "stability": sorted(variants),
-        "tau": tau,
-        "tune_objective": objective,
-        "n_tune": int(tune.sum()),
-        "n_test": int(len(test_idx)),
-        "rule": "answer with the evidence-run majority when JSD(claim only) - JSD(with evidence) > tau",
-        **result,
-        "baselines": baselines,
-    }
-    return profile, arbitration
-
-
-# ---------------------------------------------------------------------------
-# Report
-# ---------------------------------------------------------------------------
-
-
-def _p(x) -> str:
-    return "n/a" if x is None else f"{100 * x:.2f}%"
-
-
-def _f(x) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
-
-
-KIND_TITLES = {"entity": "counter-entity", "semantic": "counter-semantic"}
-
-
-def render_markdown(res: dict, cfg: dict) -> str:
-    pr = res["profile"]
-    kinds = {k: v for k, v in (res.get("kinds") or {}).items() if k != LEGACY_KIND}
-    lines = [
-        "# PAVE diagnostics",
-        "",
-        f"- model `{cfg['model']}`" + (f", adapter `{cfg['adapter']}`" if cfg.get("adapter") else "")
-        + f" ({cfg['backend']}); {cfg['samples']} samples per prompt at temperature {cfg['temperature']}",
-    ]
-    if not kinds:
-        lines.append(f"- {res['n_claims']} claims, {pr['n_with_counterfactual']} with counterfactual evidence")
-        lines += _kind_sections(pr, res["arbitration"], "")
-    else:
-        lines.append(f"- {res['n_claims']} claims; with counterfactual evidence: "
-                     + ", ".join(f"{k} {v['profile']['n_with_counterfactual']}" for k, v in kinds.items()))
-        lines += [
-            "",
-            "## By kind of counterfactual evidence",
-            "",
-            "| Kind | Claims | PR | CR | Margin | OI (KK) | OI (UK) | τ | IE | CE | OA |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for k, v in kinds.items():
-            p, a = v["profile"], v["arbitration"]
-            lines.append(f"| {KIND_TITLES.get(k, k)} | {p['n_with_counterfactual']} | {_p(p['PR'])} | {_p(p['CR'])} "
-                         f"| {_f(p['Margin'])} | {_f(p['states']['KK']['OI'])} | {_f(p['states']['UK']['OI'])} "
-                         f"| {_f(a['tau'])} | {_p(a['IE'])} | {_p(a['CE'])} | {_p(a['OA'])} |")
-        for k, v in kinds.items():
-            lines += _kind_sections(v["profile"], v["arbitration"], f": {KIND_TITLES.get(k, k)}")
-    if res["notes"]:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
-    return "\n".join(lines) + "\n"
-
-
-def _kind_sections(pr: dict, arb: dict, suffix: str) -> list[str]:
-    st = pr["states"]
-    lines = [
-        "",
-        f"## Arbitration profile{suffix}",
-        "",
-        "| State | Ratio | Rate | OI | Δ |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for s in pm.STATES:
-        r = st[s]
-        if s[1] == "K":
-            lines.append(f"| {r['name']} (persistence) | {_p(r['ratio'])} | PR {_p(r['PR'])} | {_f(r['OI'])} "
-                         f"| correct drop {_p(r['correct_drop'])} |")
-        else:
-            lines.append(f"| {r['name']} (correction) | {_p(r['ratio'])} | CR {_p(r['CR'])} | {_f(r['OI'])} "
-                         f"| wrong reduction {_p(r['wrong_reduction'])} |")
-    lines += [
-        "",
-        f"CR {_p(pr['CR'])}, PR {_p(pr['PR'])}, **Margin {_f(pr['Margin'])}** "
-        f"(Known {_f(pr['margin_known'])}, Unknown {_f(pr['margin_unknown'])}, sum {_f(pr['margin_sum'])}). "
-        f"Correct rate {_p(pr['correct_rate_prior'])} → {_p(pr['correct_rate_after'])} under counterfactual "
-        f"evidence; wrong rate {_p(pr['wrong_rate_prior'])} → {_p(pr['wrong_rate_after'])} with gold evidence.",
-        "",
-        f"## JSD arbitration{suffix}",
-        "",
-        f"Stability: {', '.join(arb['stability'])}; τ = {_f(arb['tau'])} tuned on {arb['n_tune']} claims, "
-        f"evaluated on {arb['n_test']}.",
-        "",
-        "| Method | IE | CE | OA |",
-        "| --- | --- | --- | --- |",
-        f"| JSD arbitration | {_p(arb['IE'])} | {_p(arb['CE'])} | {_p(arb['OA'])} |",
-        f"| claim only | {_p(arb['baselines']['claim_only']['IE'])} | {_p(arb['baselines']['claim_only']['CE'])} "
-        f"| {_p(arb['baselines']['claim_only']['OA'])} |",
-        f"| evidence only | {_p(arb['baselines']['evidence_only']['IE'])} "
-        f"| {_p(arb['baselines']['evidence_only']['CE'])} | {_p(arb['baselines']['evidence_only']['OA'])} |",
-    ]
-    return lines
-
-
-# ---------------------------------------------------------------------------
-
-
-def summary_lines(res: dict) -> list[str]:
-    """One printed line per kind of counterfactual evidence (one line when there is a single pool or none)."""
-    rows = [(k, v["profile"], v["arbitration"]) for k, v in (res.get("kinds") or {}).items() if k != LEGACY_KIND]
-    if not rows:
-        rows = [(None, res["profile"], res["arbitration"])]
-    return [(f"{k:<9}" if k else "") + f"Margin {_f(pr['Margin'])}  CR {_p(pr['CR'])}  PR {_p(pr['PR'])}  |  "
-            f"JSD rule τ={_f(arb['tau'])}: CE {_p(arb['CE'])} IE {_p(arb['IE'])} OA {_p(arb['OA'])}"
-            for k, pr, arb in rows]
-
-
 def run(args) -> int:
     if args.temperature <= 0:
         raise UserError("--temperature must be > 0: PAVE needs sampled answers")
@@ -450,7 +87,7 @@ def run(args) -> int:
         raise UserError("--tune-split must be a fraction in (0, 1)")
     try:
         records = load_records(args.records)
-        records = [r for r in records if r.label in ("SUPPORT", "REFUTE")]
+        records = [r for r in records if r.label in (SUPPORT, REFUTE)]
         if args.limit:
             records = records[: args.limit]
         for r in records:

@@ -32,14 +32,15 @@ rate (empty state) is NaN, an odds with a zero denominator is inf.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import Counter
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from data_prep.core.labels import LABELS
+from data_prep.core.hashing import sha256_text
+from data_prep.core.labels import LABELS, REFUTE, SUPPORT
+from fae.ablation.metrics import same_label
 
 STATES = ("KK", "KU", "UK", "UU")
 STATE_NAMES = {"KK": "Known-Knows", "KU": "Known-Unknows", "UK": "Unknown-Knows", "UU": "Unknown-Unknows"}
@@ -66,20 +67,20 @@ def majority_label(samples: Sequence[str | None]) -> str | None:
 def knowledge_state(samples: Sequence[str | None], gold: str) -> str:
     """KK/KU/UK/UU from N claim-only answers: Known = all identical, Knows = majority is gold."""
     known = len(set(samples)) == 1
-    knows = majority_label(samples) == gold
+    knows = same_label(majority_label(samples), gold)
     return ("K" if known else "U") + ("K" if knows else "U")
 
 
 def prior_is_definite(samples: Sequence[str | None]) -> bool:
     """Whether the claim-only majority is a verdict (not NEI, not invalid): the paper's refusal filter."""
-    return majority_label(samples) in ("SUPPORT", "REFUTE")
+    return majority_label(samples) in (SUPPORT, REFUTE)
 
 
 def correctness_rate(samples: Sequence[str | None], gold: str) -> float:
     """Share of sampled answers equal to gold (the per-claim rate averaged over runs)."""
     if not samples:
         raise ValueError("no samples")
-    return sum(1 for s in samples if s == gold) / len(samples)
+    return sum(1 for s in samples if same_label(s, gold)) / len(samples)
 
 
 # ---------------------------------------------------------------------------
@@ -247,8 +248,7 @@ def split_tune(ids: Sequence[str], fraction: float, seed: int = 0) -> np.ndarray
         raise ValueError("tune fraction must be in (0, 1)")
 
     def u(cid: str) -> float:
-        h = hashlib.sha256(f"{seed}:{cid}".encode()).digest()
-        return int.from_bytes(h[:8], "big") / 2**64
+        return int(sha256_text(f"{seed}:{cid}")[:16], 16) / 2**64  # the hash's first 8 bytes
 
     return np.array([u(c) < fraction for c in ids], bool)
 

@@ -31,9 +31,10 @@ from typing import Any, Callable
 
 from data_prep.core.labels import LABELS
 from data_prep.prompts import encode_chat
+from fae.backends.label_probs import ANSWER_PREFIX
 
 _LABEL_PREFIX = re.compile(r'"label"\s*:\s*"')
-DEFAULT_PREFIX = '{"label": "'
+DEFAULT_PREFIX = ANSWER_PREFIX  # the answer format's text before the label value (SPEC §3)
 
 Sample = tuple[str, "list[float] | None"]  # (raw text, label distribution or None)
 

@@ -20,10 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from data_prep.core.atomicio import atomic_write_text
 from data_prep.core.errors import UserError
 from data_prep.core.hashing import sha256_file
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import RecordError, load_records
+from fae.ablation.runio import CLAIMS, RunData, load_run
 from fae.probes.dirk import dirk_values, summarize_rounds
 
 FP16_MAX = 65504.0
@@ -85,71 +87,40 @@ def resolve_records(run_dir: Path, cfg: dict, override: str | None) -> Path:
     return path
 
 
-def read_claims(run_dir: Path, limit: int | None = None) -> list[dict]:
-    """claims.jsonl rows, checked for the fields the probe needs."""
-    path = run_dir / "claims.jsonl"
-    if not path.is_file():
-        raise UserError(f"{path}: not found (is {str(run_dir)!r} a finished FAE run?)")
-    rows: list[dict] = []
-    seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(obj, dict) or "id" not in obj:
-                raise UserError(f"{where}: field 'id': missing")
-            cid = str(obj["id"])
-            if cid in seen:
-                raise UserError(f"{where}: claim {cid!r}: duplicate (first on line {seen[cid]})")
-            seen[cid] = lineno
-            rounds = obj.get("rounds")
-            if not isinstance(rounds, list) or not rounds:
-                raise UserError(f"{where}: claim {cid!r}: field 'rounds': missing or empty")
-            for k, rd in enumerate(rounds):
-                pids = rd.get("pool_ids") if isinstance(rd, dict) else None
-                if not isinstance(pids, list) or not all(
-                    isinstance(i, int) and not isinstance(i, bool) for i in pids
-                ):
-                    raise UserError(
-                        f"{where}: claim {cid!r}: field 'rounds[{k}].pool_ids': "
-                        f"must be a list of sentence ids"
-                    )
-                if rd.get("round", k) != k:
-                    raise UserError(
-                        f"{where}: claim {cid!r}: field 'rounds[{k}].round': expected {k}, "
-                        f"got {rd.get('round')!r}"
-                    )
-            obj["_line"] = lineno
-            rows.append(obj)
-            if limit is not None and len(rows) >= limit:
-                break
-    if not rows:
-        raise UserError(f"{path}: no claims")
-    return rows
+def probe_claims(data: RunData, limit: int | None = None) -> list[dict]:
+    """The run's claims (the first ``limit``), checked for the fields the probe needs."""
+    claims = data.claims[:limit] if limit is not None else data.claims
+    if not claims:
+        raise UserError(f"{data.path / CLAIMS}: no claims")
+    for c in claims:
+        rounds = c.get("rounds")
+        if not isinstance(rounds, list) or not rounds:
+            raise data.claim_error(c, "rounds", "missing or empty")
+        for k, rd in enumerate(rounds):
+            pids = rd.get("pool_ids") if isinstance(rd, dict) else None
+            if not isinstance(pids, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in pids
+            ):
+                raise data.claim_error(c, f"rounds[{k}].pool_ids", "must be a list of sentence ids")
+            if rd.get("round", k) != k:
+                raise data.claim_error(c, f"rounds[{k}].round", f"expected {k}, got {rd.get('round')!r}")
+    return claims
 
 
-def build_prompts(claims: list[dict], records: dict, claims_path: Path):
+def build_prompts(claims: list[dict], records: dict, data: RunData):
     """Per claim: [knowledge prompt, round-0 prompt, ..., round-R prompt]."""
     out = []
     for c in claims:
         rec = records.get(str(c["id"]))
         if rec is None:
-            raise UserError(
-                f"{claims_path}:{c['_line']}: claim {c['id']!r} is not in the records file"
-            )
+            raise UserError(f"{data.path / CLAIMS}:{data.line_of.get(str(c['id']), '?')}: "
+                            f"claim {c['id']!r} is not in the records file")
         msgs = [render_knowledge_prompt(rec)]
         for k, rd in enumerate(c["rounds"]):
             try:
                 msgs.append(render_evidence_prompt(rec, rd["pool_ids"]))
             except ValueError as exc:
-                raise UserError(
-                    f"{claims_path}:{c['_line']}: field 'rounds[{k}].pool_ids': {exc}"
-                ) from None
+                raise data.claim_error(c, f"rounds[{k}].pool_ids", str(exc)) from None
         out.append(msgs)
     return out
 
@@ -233,12 +204,6 @@ def _warn_if_other_verifier(cfg: dict, args) -> None:
               f"adapter={args.adapter!r}", file=sys.stderr)
 
 
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 def _fmt(x) -> str:
     return "  n/a" if x is None else f"{x:+.3f}"
 
@@ -252,25 +217,25 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise UserError("--batch-size must be >= 1")
     from data_prep.core.runlock import RunLock
-    from fae.ablation.runio import load_run
 
-    cfg = load_run(run_dir).config  # refuses unfinished runs and stale metrics.json
+    data = load_run(run_dir)  # refuses unfinished runs and stale metrics.json
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
     with RunLock(out, "fae probe", is_dir=True):
-        return _probe(args, run_dir, cfg, out)
+        return _probe(args, data, out)
 
 
-def _probe(args: argparse.Namespace, run_dir: Path, cfg: dict, out: Path) -> int:
+def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
+    run_dir, cfg = data.path, data.config
     records_path = resolve_records(run_dir, cfg, args.records)
     try:
         records = {r.id: r for r in load_records(records_path)}
     except RecordError as exc:
         raise UserError(str(exc)) from None
     _warn_if_other_verifier(cfg, args)
-    claims = read_claims(run_dir, args.limit)
-    prompts = build_prompts(claims, records, run_dir / "claims.jsonl")
+    claims = probe_claims(data, args.limit)
+    prompts = build_prompts(claims, records, data)
 
     from fae.backends.hf import load_hf_model
     from fae.probes.hidden import capture_last_token_states, check_layer, encode_prompts
@@ -342,7 +307,7 @@ def _probe(args: argparse.Namespace, run_dir: Path, cfg: dict, out: Path) -> int
         "states": {"file": "states.safetensors", "dtype": saved_dtype},
         "rounds": rounds,
     }
-    _write_json(out / "dirk.json", summary)
+    atomic_write_text(out / "dirk.json", json.dumps(summary, indent=2) + "\n")
     print(f"fae probe: {n} claims, {n_unique} unique prompts, layer {args.layer} -> {out}")
     for r in rounds:
         print(f"  round {r['round']}: DirK {_fmt(r['mean'])} "

@@ -18,6 +18,7 @@ import torch
 
 from data_prep.core.errors import UserError
 from data_prep.prompts import encode_chat
+from fae.backends.hf import left_pad
 
 
 def model_device(model) -> torch.device:
@@ -34,17 +35,13 @@ def left_pad_batch(
 ) -> dict[str, torch.Tensor]:
     """``input_ids``, ``attention_mask`` and ``position_ids`` for a left-padded batch.
 
-    Position ids count real tokens only (``cumsum(mask) - 1``), exactly what
-    ``generate`` passes, so padding does not shift a row's positions.
+    Padding is :func:`fae.backends.hf.left_pad`, as in `fae run`; position ids
+    count real tokens only (``cumsum(mask) - 1``), exactly what ``generate``
+    passes, so padding does not shift a row's positions.
     """
     if not seqs or any(len(s) == 0 for s in seqs):
         raise ValueError("every prompt needs at least one token")
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), int(pad_id), dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.as_tensor(list(s), dtype=torch.long)
-        mask[i, width - len(s):] = 1
+    ids, mask = left_pad([list(s) for s in seqs], pad_id)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     return {
         "input_ids": ids.to(device),
