@@ -124,7 +124,6 @@ def _pave(args, records: list, out: Path) -> int:
                             "use another --output")
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     options = dict(vars(args))
-    options.pop("_run_parser", None)
     sampler = make_sampler(args.backend, options)
     try:
         lines = collect(records, sampler, args, out)
