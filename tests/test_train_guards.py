@@ -25,9 +25,10 @@ from hypothesis import strategies as st
 
 from data_prep.cli import main as real_data
 from data_prep.core.errors import UserError
-from real import recipe_checks
-from real import train as rt
+from real import training as rt
 from real.merge import main as real_merge
+from real.train import main as real_train
+from real.training import recipe_checks
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 REAL_TRAIN = str(Path(sys.executable).with_name("real-train"))
@@ -150,7 +151,7 @@ def test_guard_table(name, prog, args, edit, code, fragment, cc, tmp_path, capsy
         argv = _base(cc, tmp_path / "out", recipe=recipe) + args
         if "--config" in args:  # the row's own recipe replaces the base one
             argv = argv[2:]
-        rc = rt.main(argv)
+        rc = real_train(argv)
     else:
         rc = real_merge(args)
     line = _one_error_line(capsys.readouterr().err, prog)
@@ -162,7 +163,7 @@ def test_guard_table(name, prog, args, edit, code, fragment, cc, tmp_path, capsy
 def test_duplicate_key_names_the_file(cc, tmp_path, capsys):
     recipe = tmp_path / "twice.yaml"
     recipe.write_text("learning_rate: 1.0e-4\nlora_r: 8\nlearning_rate: 5.0\n")
-    line = _one_error_line((rt.main(["--config", str(recipe)]), capsys.readouterr().err)[1])
+    line = _one_error_line((real_train(["--config", str(recipe)]), capsys.readouterr().err)[1])
     assert f"{recipe}:3: key 'learning_rate' is given twice (lines 1 and 3)" in line
 
 
@@ -239,7 +240,7 @@ def test_any_recipe_value_parses_or_is_one_clear_error(key, value, tmp_path_fact
 # ---------------------------------------------------------------------------
 
 def test_pair_lengths_are_what_trl_trains_on(cc, tmp_path):
-    from real.pair_lengths import pair_lengths
+    from real.training.pair_lengths import pair_lengths
 
     run = rt.build_trainer(*rt.parse_args(_base(cc, tmp_path / "o")))  # max_length 4096: nothing cut
     rows = rt.load_pairs(str(cc["pairs"])).select_columns(["prompt", "completion"])
@@ -249,7 +250,7 @@ def test_pair_lengths_are_what_trl_trains_on(cc, tmp_path):
 @pytest.mark.slow
 def test_drop_overlong_trains_on_the_pairs_that_fit_and_says_so(cc, tmp_path, capsys):
     out = tmp_path / "o"
-    assert rt.main(_base(cc, out) + ["--max_length", str(SHORT), "--drop_overlong", "true", "--max_steps", "2",
+    assert real_train(_base(cc, out) + ["--max_length", str(SHORT), "--drop_overlong", "true", "--max_steps", "2",
                                      "--save_strategy", "no"]) == 0
     results = json.loads((out / "train_results.json").read_text())
     assert (results["train_samples"], results["pairs_in_dataset"], results["pairs_dropped_overlong"]) == (10, 24, 14)
@@ -266,33 +267,33 @@ def test_drop_overlong_trains_on_the_pairs_that_fit_and_says_so(cc, tmp_path, ca
 def test_resume_refuses_a_different_or_finished_run(cc, tmp_path, capsys):
     out = tmp_path / "o"
     steps = ["--max_steps", "4", "--save_steps", "2"]
-    assert rt.main(_base(cc, out) + steps) == 0
+    assert real_train(_base(cc, out) + steps) == 0
     capsys.readouterr()
 
     # finished at step 4: relaunching it has nothing left to train
-    assert rt.main(_base(cc, out) + steps) == 2
+    assert real_train(_base(cc, out) + steps) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "it is at step 4 and max_steps is 4" in line and "--start_over true" in line
 
     shutil.rmtree(out / "checkpoint-4")  # as if killed after step 2: resume from checkpoint-2
     # settings the checkpoint's optimizer and LR schedule would override: refused, even when asked
     for extra in ([], ["--resume_with_changes", "true"]):
-        assert rt.main(_base(cc, out) + ["--max_steps", "6", "--save_steps", "2", "--learning_rate", "1e-3",
+        assert real_train(_base(cc, out) + ["--max_steps", "6", "--save_steps", "2", "--learning_rate", "1e-3",
                                          *extra]) == 2
         line = _one_error_line(capsys.readouterr().err)
         assert "learning_rate 0.0001 -> 0.001; max_steps 4 -> 6" in line and "cannot change" in line
     # other settings: named, refused unless asked for
-    assert rt.main(_base(cc, out) + steps + ["--seed", "7"]) == 2
+    assert real_train(_base(cc, out) + steps + ["--seed", "7"]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "(seed 42 -> 7)" in line and "--resume_with_changes true" in line
-    assert rt.main(_base(cc, out) + steps + ["--seed", "7", "--resume_with_changes", "true"]) == 0
+    assert real_train(_base(cc, out) + steps + ["--seed", "7", "--resume_with_changes", "true"]) == 0
     results = json.loads((out / "train_results.json").read_text())
     assert results["resumed_from"] == str(out / "checkpoint-2")
     log = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
     assert [e["step"] for e in log] == [1, 2, 3, 4]
 
     # start over: the earlier checkpoints are gone, training restarts at step 1
-    assert rt.main(_base(cc, out) + ["--max_steps", "1", "--save_steps", "1", "--start_over", "true"]) == 0
+    assert real_train(_base(cc, out) + ["--max_steps", "1", "--save_steps", "1", "--start_over", "true"]) == 0
     results = json.loads((out / "train_results.json").read_text())
     assert "resumed_from" not in results
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
@@ -301,7 +302,7 @@ def test_resume_refuses_a_different_or_finished_run(cc, tmp_path, capsys):
 
 
 def test_resume_check_units(tmp_path):
-    from real.resume_checks import check_resume
+    from real.training.checkpoints import check_resume
 
     ck = tmp_path / "checkpoint-5"
     ck.mkdir()
@@ -337,7 +338,7 @@ def test_second_writer_stops_naming_the_holder(cc, tmp_path, capsys):
     try:
         assert holder.stdout.readline().strip() == "held"
         t0 = time.time()
-        assert rt.main(_base(cc, out, model=cc["hollow"])) == 2
+        assert real_train(_base(cc, out, model=cc["hollow"])) == 2
         line = _one_error_line(capsys.readouterr().err)
         assert f"is in use by real-train (pid {holder.pid} on host" in line
         assert time.time() - t0 < 5  # at once, before the data or a model loads
@@ -391,7 +392,7 @@ def test_signal_mid_training_says_what_was_kept(sig, code, word, cc, tmp_path, c
             assert time.time() < deadline, "no checkpoint within the time limit"
             time.sleep(0.05)
         if sig == signal.SIGINT:  # while it trains, a second writer is refused
-            assert rt.main(_base(cc, out, model=cc["hollow"])) == 2
+            assert real_train(_base(cc, out, model=cc["hollow"])) == 2
             assert f"in use by real-train (pid {proc.pid}" in _one_error_line(capsys.readouterr().err)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
@@ -413,9 +414,8 @@ def test_signal_mid_training_says_what_was_kept(sig, code, word, cc, tmp_path, c
 
 def test_merge_refuses_an_adapter_of_another_base(tiny_llama, tmp_path, capsys):
     from peft import LoraConfig, get_peft_model
+    from tiny_models import build_tiny_model
     from transformers import AutoModelForCausalLM
-
-    from real.tiny_models import build_tiny_model
 
     adapter = tmp_path / "adapter"
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
