@@ -270,10 +270,15 @@ def test_resume_refuses_a_different_or_finished_run(cc, tmp_path, capsys):
     assert real_train(_base(cc, out) + steps) == 0
     capsys.readouterr()
 
-    # finished at step 4: relaunching it has nothing left to train
-    assert real_train(_base(cc, out) + steps) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert "it is at step 4 and max_steps is 4" in line and "--start_over true" in line
+    # finished at step 4: relaunching the same run has nothing to do, and says so (exit 0, no training)
+    adapter = (out / "adapter_model.safetensors").read_bytes()
+    state = (out / "trainer_state.json").read_text()
+    assert real_train(_base(cc, out) + steps) == 0
+    captured = capsys.readouterr()
+    assert "already holds the finished model of this run" in captured.out and "--start_over true" in captured.out
+    assert "world size" not in captured.out and "Measuring pair lengths" not in captured.err
+    assert (out / "adapter_model.safetensors").read_bytes() == adapter
+    assert (out / "trainer_state.json").read_text() == state
 
     shutil.rmtree(out / "checkpoint-4")  # as if killed after step 2: resume from checkpoint-2
     # settings the checkpoint's optimizer and LR schedule would override: refused, even when asked
@@ -319,6 +324,91 @@ def test_resume_check_units(tmp_path):
         check_resume(str(ck), dict(settings_, data_sha256="x"), max_steps=10, allow_changes=False)
     assert check_resume(str(ck), dict(settings_, data_sha256="x"), max_steps=10, allow_changes=True) == (
         5, ["data_sha256 'a' -> 'x'"])
+
+
+def _policy_args(out, **flags):
+    from types import SimpleNamespace
+
+    script = SimpleNamespace(start_over=False, resume=False, resume_with_changes=False)
+    training = SimpleNamespace(output_dir=str(out), resume_from_checkpoint=None, max_steps=10)
+    for k, v in flags.items():
+        setattr(training if hasattr(training, k) else script, k, v)
+    return script, training
+
+
+def _fingerprinted_checkpoint(out, step: int, settings: dict | None):
+    ck = out / f"checkpoint-{step}"
+    ck.mkdir(parents=True)
+    state = {"global_step": step}
+    if settings is not None:
+        state["stateful_callbacks"] = {"RunDefinition": {"args": {"settings": settings}, "attributes": {}}}
+    (ck / "trainer_state.json").write_text(json.dumps(state))
+    return str(ck)
+
+
+RUN = {"model": "m", "data_sha256": "a", "learning_rate": 1e-4, "seed": 42, "lora_r": 16, "max_steps": 10}
+
+
+def test_resume_policy_matching_fingerprint_resumes(tmp_path):
+    from real.training.checkpoints import Start, choose_start
+
+    ck = _fingerprinted_checkpoint(tmp_path, 4, RUN)
+    assert choose_start(*_policy_args(tmp_path), dict(RUN)) == Start(ck, 4)
+
+
+def test_resume_policy_names_the_difference_and_the_deciding_flags(tmp_path):
+    from real.training.checkpoints import Start, choose_start
+
+    ck = _fingerprinted_checkpoint(tmp_path, 4, RUN)
+    # a setting the checkpoint's optimizer state fixes: refused even with --resume / --resume_with_changes
+    for flags in ({}, {"resume": True}, {"resume_with_changes": True}):
+        with pytest.raises(UserError, match=r"\(learning_rate 0\.0001 -> 0\.001\).*--start_over true") as exc:
+            choose_start(*_policy_args(tmp_path, **flags), dict(RUN, learning_rate=1e-3))
+        assert "\n" not in str(exc.value)
+    # another setting: refused naming both flags, resumed with --resume_with_changes
+    with pytest.raises(UserError, match=r"\(seed 42 -> 7\); pass --resume_with_changes true.*--start_over true"):
+        choose_start(*_policy_args(tmp_path), dict(RUN, seed=7))
+    assert choose_start(*_policy_args(tmp_path, resume_with_changes=True), dict(RUN, seed=7)) == Start(ck, 4)
+    # --start_over decides the other way: the checkpoint is gone, training starts from scratch
+    assert choose_start(*_policy_args(tmp_path, start_over=True), dict(RUN, seed=7)) == Start()
+    assert not Path(ck).exists()
+
+
+def test_resume_policy_checkpoint_without_fingerprint_needs_resume(tmp_path):
+    from real.training.checkpoints import Start, choose_start
+
+    ck = _fingerprinted_checkpoint(tmp_path, 3, None)  # written by an older real-train
+    with pytest.raises(UserError, match="stores no run fingerprint.*pass --resume true.*--start_over true"):
+        choose_start(*_policy_args(tmp_path), dict(RUN))
+    assert choose_start(*_policy_args(tmp_path, resume=True), dict(RUN)) == Start(ck, 3)
+    assert choose_start(*_policy_args(tmp_path, resume_from_checkpoint=ck), dict(RUN)) == Start(ck, 3)
+
+
+def test_resume_policy_flags_that_cannot_hold(tmp_path):
+    from real.training.checkpoints import Start, choose_start
+
+    with pytest.raises(UserError, match="--resume: .* holds no complete checkpoint to resume"):
+        choose_start(*_policy_args(tmp_path, resume=True), dict(RUN))
+    with pytest.raises(UserError, match="--start_over and --resume contradict each other"):
+        choose_start(*_policy_args(tmp_path, resume=True, start_over=True), dict(RUN))
+    assert choose_start(*_policy_args(tmp_path), dict(RUN)) == Start()  # nothing there: from scratch
+
+
+def test_finished_run_is_recognised_by_its_fingerprint(tmp_path):
+    from real.training.checkpoints import Start, choose_start, finished_start
+    from real.training.fingerprint import FINISHED_FILE, write_finished
+
+    write_finished(tmp_path, dict(RUN))
+    assert finished_start(*_policy_args(tmp_path), dict(RUN)) is None  # no saved model: not finished
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"weights")
+    assert finished_start(*_policy_args(tmp_path), dict(RUN)) == Start(finished=True)
+    assert finished_start(*_policy_args(tmp_path, start_over=True), dict(RUN)) is None
+    assert finished_start(*_policy_args(tmp_path), dict(RUN, seed=7)) is None
+    # training another run from scratch would overwrite the finished model: refused, the difference named
+    with pytest.raises(UserError, match=r"holds the finished model of a run with other settings \(seed 42 -> 7\)"):
+        choose_start(*_policy_args(tmp_path), dict(RUN, seed=7))
+    assert choose_start(*_policy_args(tmp_path, start_over=True), dict(RUN, seed=7)) == Start()
+    assert not (tmp_path / FINISHED_FILE).exists() and not (tmp_path / "adapter_model.safetensors").exists()
 
 
 # ---------------------------------------------------------------------------

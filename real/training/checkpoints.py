@@ -157,7 +157,7 @@ def check_start_flags(script_args, training_args) -> None:
 
 
 def finished_start(script_args, training_args, definition: dict) -> Start | None:
-    """``Start(finished=True)`` when ``output_dir`` already holds this run's final model (and no flag says otherwise)."""
+    """``Start(finished=True)`` when ``output_dir`` holds this run's final model (unless a flag says otherwise)."""
     if script_args.start_over or training_args.resume_from_checkpoint:
         return None
     return Start(finished=True) if already_trained(training_args.output_dir, definition) else None
