@@ -192,12 +192,13 @@ def _finished_results(script_args, training_args, plan: Plan) -> dict | None:
 
 
 def _train_locked(script_args, training_args, model_args, argv) -> dict:
+    again = resume_command(list(sys.argv[1:] if argv is None else argv))
+    note = InterruptNote(training_args.output_dir, again, None)  # sets the Ctrl-C line
     plan = plan_run(script_args, training_args, model_args)
     done = _finished_results(script_args, training_args, plan)
     if done is not None:
+        set_interrupt_note(None)
         return done
-    again = resume_command(list(sys.argv[1:] if argv is None else argv))
-    note = InterruptNote(training_args.output_dir, again, None)  # sets the Ctrl-C line
     run = build_trainer(script_args, training_args, model_args, callbacks=[note], plan=plan)
     trainer, resume = run.trainer, run.resume
     acc = trainer.accelerator
