@@ -9,7 +9,7 @@ per-step masking, per prompt.
     python benchmarks/constrained_decoding.py                 # 20 Check-COVID claims, R = 2
     python benchmarks/constrained_decoding.py --claims 50 --weight-scale 1
 
-The model is the random tiny Llama of ``real.tiny_models`` (weights scaled by
+The model is the random tiny Llama of ``tests/tiny_models.py`` (weights scaled by
 ``--weight-scale``, default 5, as in fae_throughput.py; at scale 1 it answers
 blank lines). A random model's labels are noise, so a_0 only shows that the
 constraint makes its answers count; valid-answer rate is the number to read.
@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests"))  # tests/tiny_models.py, tests/fae_helpers.py (test-only helpers)
 
 from fae_throughput import build_model, checkcovid  # noqa: E402
 

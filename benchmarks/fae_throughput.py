@@ -21,7 +21,7 @@ validly, so its pools never shrink: reuse gives 5x, length-sorted batching the
 rest (padded prefill costs ~3x a causal bs-1 prefill on CPU, batched decoding
 saves ~3x). On a GPU batching dominates instead.
 
-The model is the random tiny Llama of ``real.tiny_models`` with its weights
+The model is the random tiny Llama of ``tests/tiny_models.py`` with its weights
 scaled by ``--weight-scale`` (default 5): unscaled, it answers blank lines to
 every prompt, which would make the comparison of answers meaningless.
 """
@@ -29,7 +29,6 @@ every prompt, which would make the comparison of answers meaningless.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -37,39 +36,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+# The test-only model builders and the Check-COVID loader live with the tests (tests/tiny_models.py,
+# tests/fae_helpers.py); evaluation benchmarks never import the trainer package for them.
+sys.path.insert(0, str(REPO / "tests"))
+
+from fae_helpers import convert_checkcovid  # noqa: E402
 
 from data_prep.prompts import encode_chat, parse_answer, render_evidence_prompt  # noqa: E402
-from data_prep.records import ClaimRecord, Sentence  # noqa: E402
+from data_prep.records import ClaimRecord  # noqa: E402
 
 
 def checkcovid(data_dir: Path, n: int) -> list[ClaimRecord]:
-    """The first ``n`` SUPPORT/REFUTE Check-COVID claims (pool = the abstract, gold = sent_index)."""
-    corpus = {}
-    for line in (data_dir / "corpus.json").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            d = json.loads(line)
-            corpus[d["cord_id"]] = d["abstract"]
-    out = []
-    for line in (data_dir / "Check-COVID_all.json").read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        c = json.loads(line)
-        if c["label"] not in ("SUPPORT", "REFUTE"):
-            continue
-        sents = [Sentence(i, t, c["cord_id"]) for i, t in enumerate(corpus[c["cord_id"]])]
-        gold = sorted({e["sent_index"] for e in c["evidence_set"]})
-        out.append(ClaimRecord(id=c["id"], claim=c["claim"], label=c["label"], sentences=sents,
-                               evidence=[gold], dataset="check-covid").validate())
-        if len(out) == n:
-            break
-    return out
+    """The first ``n`` SUPPORT/REFUTE Check-COVID claims, read by the check-covid converter."""
+    return convert_checkcovid(data_dir, n, "Check-COVID_all.json")
 
 
 def build_model(workdir: Path, scale: float) -> Path:
     import torch
+    from tiny_models import build_tiny_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from real.tiny_models import build_tiny_model
 
     base = build_tiny_model(workdir / "tiny", "llama")
     lm = AutoModelForCausalLM.from_pretrained(base)

@@ -25,6 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+# The tiny word tokenizer with the real chat template is a test-only builder (tests/tiny_models.py);
+# gpu_check.py runs this helper in a full copy of the repository, so tests/ is there.
+if str(REPO / "tests") not in sys.path:
+    sys.path.insert(0, str(REPO / "tests"))
 
 # Llama shapes: "1b" is Llama-3.2-1B's body, "8b" is Llama-3.1-8B's body (vocabulary: the tiny
 # tokenizer's, ~600 tokens, so generated ids always decode); "tiny" is for the CPU dry run.
@@ -47,9 +51,8 @@ def linear_params(shape: dict) -> int:
 
 def build_llama(out: Path, shape_name: str, device: str = "auto", dtype: str = "auto", seed: int = 0) -> dict:
     import torch
+    from tiny_models import build_tokenizer
     from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig
-
-    from real.tiny_models import build_tokenizer
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

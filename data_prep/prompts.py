@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
 from data_prep.core.jsonl import short_repr
-from data_prep.records import LABELS, MAX_SENTENCE_ID, NOT_ENOUGH_INFO, ClaimRecord
+from data_prep.records import LABELS, MAX_SENTENCE_ID, ClaimRecord
 
 # Version of the prompt layout and answer format, stored with every run so a
 # run made with another format is never resumed as if it were the same.
@@ -261,7 +261,3 @@ def parse_answer(text: str, pool_ids: Iterable[int]) -> ParsedAnswer:
     cited = [i for i in ids if i in pool]
     hallucinated = [i for i in ids if i not in pool]
     return ParsedAnswer(valid=True, label=label, cited=cited, hallucinated=hallucinated)
-
-
-def is_abstention(label: str | None) -> bool:
-    return label == NOT_ENOUGH_INFO

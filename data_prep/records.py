@@ -387,8 +387,3 @@ def save_records(records: Iterable[ClaimRecord | dict], path: str | os.PathLike)
             fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
             n += 1
     return n
-
-
-def dump_record(rec: ClaimRecord) -> str:
-    """One JSONL line (for tools that append records incrementally)."""
-    return json.dumps(rec.to_dict(), ensure_ascii=False)

@@ -10,7 +10,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # CI lays shared/ beside the clone; REAL_SHARED_DATA overrides.
 SHARED_DATA = Path(os.environ.get("REAL_SHARED_DATA", REPO.parent / "shared" / "data"))
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +22,7 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory) -> Path:
     """A random 2-layer Llama with the real Llama-3.1-Instruct chat template."""
-    from real.tiny_models import build_tiny_model
+    from tiny_models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
 
@@ -31,7 +30,7 @@ def tiny_llama(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_qwen(tmp_path_factory) -> Path:
     """A random 2-layer Qwen2 with the real Qwen2.5-Instruct chat template."""
-    from real.tiny_models import build_tiny_model
+    from tiny_models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen"), "qwen2")
 

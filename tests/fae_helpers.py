@@ -5,36 +5,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from data_prep.records import ClaimRecord, Sentence, save_records
-
-_LABELS = {"SUPPORT": "SUPPORT", "REFUTE": "REFUTE"}
+from data_prep.converters import CONVERTERS, ConvertInputs, ConvertStats
+from data_prep.records import save_records
 
 
 def checkcovid_records(shared_data: Path, n: int = 20, split: str = "covidCheck_test_composed.json"):
-    """The first ``n`` SUPPORT/REFUTE claims of a Check-COVID split as ClaimRecords.
+    """The first ``n`` SUPPORT/REFUTE claims of a Check-COVID split of the shared data as ClaimRecords."""
+    return convert_checkcovid(Path(shared_data) / "check-covid", n, split)
 
-    Pool = the abstract of the claim's ``cord_id``; gold = its ``sent_index``
-    values, one group (all of them together), as the upstream data defines it.
+
+def convert_checkcovid(data_dir: Path, n: int, claims_file: str) -> list:
+    """The first ``n`` records `real-data convert --dataset check-covid` makes of ``data_dir/claims_file``.
+
+    The converter itself reads them (pool = the abstract of the claim's ``cord_id``, gold = one group of its
+    ``sent_index`` values; NOT_ENOUGH_INFO claims dropped), so tests and benchmarks see what users get.
     """
-    root = Path(shared_data) / "check-covid"
-    corpus = {}
-    for line in (root / "corpus.json").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            doc = json.loads(line)
-            corpus[doc["cord_id"]] = doc
+    inputs = ConvertInputs(claims=[Path(data_dir) / claims_file], corpus=Path(data_dir) / "corpus.json")
     out = []
-    for line in (root / split).read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        c = json.loads(line)
-        if c["label"] not in _LABELS:
-            continue
-        doc = corpus[c["cord_id"]]
-        sents = [Sentence(id=i, text=t, doc=c["cord_id"]) for i, t in enumerate(doc["abstract"])]
-        gold = sorted({e["sent_index"] for e in c["evidence_set"]})
-        rec = ClaimRecord(id=c["id"], dataset="check-covid", claim=c["claim"], label=_LABELS[c["label"]],
-                          sentences=sents, evidence=[gold]).validate()
-        out.append(rec)
+    for rec, _, _ in CONVERTERS["check-covid"].convert(inputs, ConvertStats()):
+        out.append(rec.validate())
         if len(out) == n:
             break
     return out

@@ -132,9 +132,8 @@ def build_tiny_gemma3(out: Path) -> Path:
     from importlib import resources
 
     import torch
+    from tiny_models import build_tokenizer
     from transformers import AutoModelForCausalLM, Gemma3TextConfig
-
-    from real.tiny_models import build_tokenizer
 
     if out.exists():
         return out

@@ -364,7 +364,7 @@ def test_select_pool_nearest_first_ties_lower_id():
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
-    from real.tiny_models import build_tokenizer
+    from tiny_models import build_tokenizer
 
     path = tmp_path_factory.mktemp("tok")
     build_tokenizer("llama").save_pretrained(path)

@@ -13,14 +13,15 @@ import pytest
 
 from data_prep.core.errors import UserError
 
-resume_checks = pytest.importorskip("real.resume_checks")
+resume_checks = pytest.importorskip("real.training.checkpoints")
+fingerprint = pytest.importorskip("real.training.fingerprint")
 
 
 def _checkpoint(tmp_path, step: int, settings: dict):
     ckpt = tmp_path / f"checkpoint-{step}"
     ckpt.mkdir()
     state = {"global_step": step, "stateful_callbacks": {
-        resume_checks.CALLBACK_NAME: {"args": {"settings": settings}, "attributes": {}}}}
+        fingerprint.CALLBACK_NAME: {"args": {"settings": settings}, "attributes": {}}}}
     (ckpt / "trainer_state.json").write_text(json.dumps(state), encoding="utf-8")
     return str(ckpt)
 

@@ -326,8 +326,7 @@ def test_tty_progress_keeps_tqdm_bars_named_by_round():
 def foreign_adapter(tmp_path_factory):
     """A LoRA adapter trained (saved) on a tiny Llama with hidden size 32, not the fixture's 64."""
     from probe_data import make_lora_adapter
-
-    from real.tiny_models import build_tiny_model
+    from tiny_models import build_tiny_model
 
     root = tmp_path_factory.mktemp("foreign")
     base = build_tiny_model(root / "base32", "llama", hidden_size=32, intermediate_size=64)

@@ -17,8 +17,10 @@ import yaml
 from conftest import REPO, free_port, make_record_dict
 
 from data_prep.cli import main as real_data
+from data_prep.core.errors import UserError
 from data_prep.prompts import render_chat
-from real import train as rt
+from real import training as rt
+from real.train import main as real_train
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 # Training recipes: every YAML under recipes/ except the non-training ones
@@ -95,7 +97,7 @@ def test_every_recipe_parses_with_installed_trl(recipe):
         assert raw["bf16"] is True and raw["dtype"] == "bfloat16"
         assert training.num_train_epochs == 2 and training.global_batch_size == 32
         assert raw["per_device_train_batch_size"] * raw["gradient_accumulation_steps"] == 32
-    if not rt._accelerator_available():
+    if not rt.accelerator_available():
         assert training.bf16 is False and training.use_cpu is True  # forced off on CPU
 
 
@@ -121,12 +123,12 @@ def test_global_batch_size_derives_accumulation():
     assert rt.derive_accumulation(32, 4, 1) == 8
     assert rt.derive_accumulation(32, 4, 4) == 2
     assert rt.derive_accumulation(32, 4, 8) == 1
-    with pytest.raises(rt.UserError, match="not a multiple"):
+    with pytest.raises(UserError, match="not a multiple"):
         rt.derive_accumulation(32, 3, 2)
 
 
 def _main_err(argv, capsys) -> str:
-    assert rt.main(argv) == 2
+    assert real_train(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = [ln for ln in err.strip().splitlines() if ln.startswith("real-train: error:")]

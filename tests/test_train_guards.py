@@ -25,9 +25,10 @@ from hypothesis import strategies as st
 
 from data_prep.cli import main as real_data
 from data_prep.core.errors import UserError
-from real import recipe_checks
-from real import train as rt
+from real import training as rt
 from real.merge import main as real_merge
+from real.train import main as real_train
+from real.training import recipe_checks
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 REAL_TRAIN = str(Path(sys.executable).with_name("real-train"))
@@ -150,7 +151,7 @@ def test_guard_table(name, prog, args, edit, code, fragment, cc, tmp_path, capsy
         argv = _base(cc, tmp_path / "out", recipe=recipe) + args
         if "--config" in args:  # the row's own recipe replaces the base one
             argv = argv[2:]
-        rc = rt.main(argv)
+        rc = real_train(argv)
     else:
         rc = real_merge(args)
     line = _one_error_line(capsys.readouterr().err, prog)
@@ -162,7 +163,7 @@ def test_guard_table(name, prog, args, edit, code, fragment, cc, tmp_path, capsy
 def test_duplicate_key_names_the_file(cc, tmp_path, capsys):
     recipe = tmp_path / "twice.yaml"
     recipe.write_text("learning_rate: 1.0e-4\nlora_r: 8\nlearning_rate: 5.0\n")
-    line = _one_error_line((rt.main(["--config", str(recipe)]), capsys.readouterr().err)[1])
+    line = _one_error_line((real_train(["--config", str(recipe)]), capsys.readouterr().err)[1])
     assert f"{recipe}:3: key 'learning_rate' is given twice (lines 1 and 3)" in line
 
 
@@ -239,7 +240,7 @@ def test_any_recipe_value_parses_or_is_one_clear_error(key, value, tmp_path_fact
 # ---------------------------------------------------------------------------
 
 def test_pair_lengths_are_what_trl_trains_on(cc, tmp_path):
-    from real.pair_lengths import pair_lengths
+    from real.training.pair_lengths import pair_lengths
 
     run = rt.build_trainer(*rt.parse_args(_base(cc, tmp_path / "o")))  # max_length 4096: nothing cut
     rows = rt.load_pairs(str(cc["pairs"])).select_columns(["prompt", "completion"])
@@ -249,7 +250,7 @@ def test_pair_lengths_are_what_trl_trains_on(cc, tmp_path):
 @pytest.mark.slow
 def test_drop_overlong_trains_on_the_pairs_that_fit_and_says_so(cc, tmp_path, capsys):
     out = tmp_path / "o"
-    assert rt.main(_base(cc, out) + ["--max_length", str(SHORT), "--drop_overlong", "true", "--max_steps", "2",
+    assert real_train(_base(cc, out) + ["--max_length", str(SHORT), "--drop_overlong", "true", "--max_steps", "2",
                                      "--save_strategy", "no"]) == 0
     results = json.loads((out / "train_results.json").read_text())
     assert (results["train_samples"], results["pairs_in_dataset"], results["pairs_dropped_overlong"]) == (10, 24, 14)
@@ -266,33 +267,38 @@ def test_drop_overlong_trains_on_the_pairs_that_fit_and_says_so(cc, tmp_path, ca
 def test_resume_refuses_a_different_or_finished_run(cc, tmp_path, capsys):
     out = tmp_path / "o"
     steps = ["--max_steps", "4", "--save_steps", "2"]
-    assert rt.main(_base(cc, out) + steps) == 0
+    assert real_train(_base(cc, out) + steps) == 0
     capsys.readouterr()
 
-    # finished at step 4: relaunching it has nothing left to train
-    assert rt.main(_base(cc, out) + steps) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert "it is at step 4 and max_steps is 4" in line and "--start_over true" in line
+    # finished at step 4: relaunching the same run has nothing to do, and says so (exit 0, no training)
+    adapter = (out / "adapter_model.safetensors").read_bytes()
+    state = (out / "trainer_state.json").read_text()
+    assert real_train(_base(cc, out) + steps) == 0
+    captured = capsys.readouterr()
+    assert "already holds the finished model of this run" in captured.out and "--start_over true" in captured.out
+    assert "world size" not in captured.out and "Measuring pair lengths" not in captured.err
+    assert (out / "adapter_model.safetensors").read_bytes() == adapter
+    assert (out / "trainer_state.json").read_text() == state
 
     shutil.rmtree(out / "checkpoint-4")  # as if killed after step 2: resume from checkpoint-2
     # settings the checkpoint's optimizer and LR schedule would override: refused, even when asked
     for extra in ([], ["--resume_with_changes", "true"]):
-        assert rt.main(_base(cc, out) + ["--max_steps", "6", "--save_steps", "2", "--learning_rate", "1e-3",
+        assert real_train(_base(cc, out) + ["--max_steps", "6", "--save_steps", "2", "--learning_rate", "1e-3",
                                          *extra]) == 2
         line = _one_error_line(capsys.readouterr().err)
         assert "learning_rate 0.0001 -> 0.001; max_steps 4 -> 6" in line and "cannot change" in line
     # other settings: named, refused unless asked for
-    assert rt.main(_base(cc, out) + steps + ["--seed", "7"]) == 2
+    assert real_train(_base(cc, out) + steps + ["--seed", "7"]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "(seed 42 -> 7)" in line and "--resume_with_changes true" in line
-    assert rt.main(_base(cc, out) + steps + ["--seed", "7", "--resume_with_changes", "true"]) == 0
+    assert real_train(_base(cc, out) + steps + ["--seed", "7", "--resume_with_changes", "true"]) == 0
     results = json.loads((out / "train_results.json").read_text())
     assert results["resumed_from"] == str(out / "checkpoint-2")
     log = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in e]
     assert [e["step"] for e in log] == [1, 2, 3, 4]
 
     # start over: the earlier checkpoints are gone, training restarts at step 1
-    assert rt.main(_base(cc, out) + ["--max_steps", "1", "--save_steps", "1", "--start_over", "true"]) == 0
+    assert real_train(_base(cc, out) + ["--max_steps", "1", "--save_steps", "1", "--start_over", "true"]) == 0
     results = json.loads((out / "train_results.json").read_text())
     assert "resumed_from" not in results
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
@@ -301,7 +307,7 @@ def test_resume_refuses_a_different_or_finished_run(cc, tmp_path, capsys):
 
 
 def test_resume_check_units(tmp_path):
-    from real.resume_checks import check_resume
+    from real.training.checkpoints import check_resume
 
     ck = tmp_path / "checkpoint-5"
     ck.mkdir()
@@ -318,6 +324,91 @@ def test_resume_check_units(tmp_path):
         check_resume(str(ck), dict(settings_, data_sha256="x"), max_steps=10, allow_changes=False)
     assert check_resume(str(ck), dict(settings_, data_sha256="x"), max_steps=10, allow_changes=True) == (
         5, ["data_sha256 'a' -> 'x'"])
+
+
+def _policy_args(out, **flags):
+    from types import SimpleNamespace
+
+    script = SimpleNamespace(start_over=False, resume=False, resume_with_changes=False)
+    training = SimpleNamespace(output_dir=str(out), resume_from_checkpoint=None, max_steps=10)
+    for k, v in flags.items():
+        setattr(training if hasattr(training, k) else script, k, v)
+    return script, training
+
+
+def _fingerprinted_checkpoint(out, step: int, settings: dict | None):
+    ck = out / f"checkpoint-{step}"
+    ck.mkdir(parents=True)
+    state = {"global_step": step}
+    if settings is not None:
+        state["stateful_callbacks"] = {"RunDefinition": {"args": {"settings": settings}, "attributes": {}}}
+    (ck / "trainer_state.json").write_text(json.dumps(state))
+    return str(ck)
+
+
+RUN = {"model": "m", "data_sha256": "a", "learning_rate": 1e-4, "seed": 42, "lora_r": 16, "max_steps": 10}
+
+
+def test_resume_policy_matching_fingerprint_resumes(tmp_path):
+    from real.training.checkpoints import Start, choose_start
+
+    ck = _fingerprinted_checkpoint(tmp_path, 4, RUN)
+    assert choose_start(*_policy_args(tmp_path), dict(RUN)) == Start(ck, 4)
+
+
+def test_resume_policy_names_the_difference_and_the_deciding_flags(tmp_path):
+    from real.training.checkpoints import Start, choose_start
+
+    ck = _fingerprinted_checkpoint(tmp_path, 4, RUN)
+    # a setting the checkpoint's optimizer state fixes: refused even with --resume / --resume_with_changes
+    for flags in ({}, {"resume": True}, {"resume_with_changes": True}):
+        with pytest.raises(UserError, match=r"\(learning_rate 0\.0001 -> 0\.001\).*--start_over true") as exc:
+            choose_start(*_policy_args(tmp_path, **flags), dict(RUN, learning_rate=1e-3))
+        assert "\n" not in str(exc.value)
+    # another setting: refused naming both flags, resumed with --resume_with_changes
+    with pytest.raises(UserError, match=r"\(seed 42 -> 7\); pass --resume_with_changes true.*--start_over true"):
+        choose_start(*_policy_args(tmp_path), dict(RUN, seed=7))
+    assert choose_start(*_policy_args(tmp_path, resume_with_changes=True), dict(RUN, seed=7)) == Start(ck, 4)
+    # --start_over decides the other way: the checkpoint is gone, training starts from scratch
+    assert choose_start(*_policy_args(tmp_path, start_over=True), dict(RUN, seed=7)) == Start()
+    assert not Path(ck).exists()
+
+
+def test_resume_policy_checkpoint_without_fingerprint_needs_resume(tmp_path):
+    from real.training.checkpoints import Start, choose_start
+
+    ck = _fingerprinted_checkpoint(tmp_path, 3, None)  # written by an older real-train
+    with pytest.raises(UserError, match="stores no run fingerprint.*pass --resume true.*--start_over true"):
+        choose_start(*_policy_args(tmp_path), dict(RUN))
+    assert choose_start(*_policy_args(tmp_path, resume=True), dict(RUN)) == Start(ck, 3)
+    assert choose_start(*_policy_args(tmp_path, resume_from_checkpoint=ck), dict(RUN)) == Start(ck, 3)
+
+
+def test_resume_policy_flags_that_cannot_hold(tmp_path):
+    from real.training.checkpoints import Start, choose_start
+
+    with pytest.raises(UserError, match="--resume: .* holds no complete checkpoint to resume"):
+        choose_start(*_policy_args(tmp_path, resume=True), dict(RUN))
+    with pytest.raises(UserError, match="--start_over and --resume contradict each other"):
+        choose_start(*_policy_args(tmp_path, resume=True, start_over=True), dict(RUN))
+    assert choose_start(*_policy_args(tmp_path), dict(RUN)) == Start()  # nothing there: from scratch
+
+
+def test_finished_run_is_recognised_by_its_fingerprint(tmp_path):
+    from real.training.checkpoints import Start, choose_start, finished_start
+    from real.training.fingerprint import FINISHED_FILE, write_finished
+
+    write_finished(tmp_path, dict(RUN))
+    assert finished_start(*_policy_args(tmp_path), dict(RUN)) is None  # no saved model: not finished
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"weights")
+    assert finished_start(*_policy_args(tmp_path), dict(RUN)) == Start(finished=True)
+    assert finished_start(*_policy_args(tmp_path, start_over=True), dict(RUN)) is None
+    assert finished_start(*_policy_args(tmp_path), dict(RUN, seed=7)) is None
+    # training another run from scratch would overwrite the finished model: refused, the difference named
+    with pytest.raises(UserError, match=r"holds the finished model of a run with other settings \(seed 42 -> 7\)"):
+        choose_start(*_policy_args(tmp_path), dict(RUN, seed=7))
+    assert choose_start(*_policy_args(tmp_path, start_over=True), dict(RUN, seed=7)) == Start()
+    assert not (tmp_path / FINISHED_FILE).exists() and not (tmp_path / "adapter_model.safetensors").exists()
 
 
 # ---------------------------------------------------------------------------
@@ -337,7 +428,7 @@ def test_second_writer_stops_naming_the_holder(cc, tmp_path, capsys):
     try:
         assert holder.stdout.readline().strip() == "held"
         t0 = time.time()
-        assert rt.main(_base(cc, out, model=cc["hollow"])) == 2
+        assert real_train(_base(cc, out, model=cc["hollow"])) == 2
         line = _one_error_line(capsys.readouterr().err)
         assert f"is in use by real-train (pid {holder.pid} on host" in line
         assert time.time() - t0 < 5  # at once, before the data or a model loads
@@ -391,7 +482,7 @@ def test_signal_mid_training_says_what_was_kept(sig, code, word, cc, tmp_path, c
             assert time.time() < deadline, "no checkpoint within the time limit"
             time.sleep(0.05)
         if sig == signal.SIGINT:  # while it trains, a second writer is refused
-            assert rt.main(_base(cc, out, model=cc["hollow"])) == 2
+            assert real_train(_base(cc, out, model=cc["hollow"])) == 2
             assert f"in use by real-train (pid {proc.pid}" in _one_error_line(capsys.readouterr().err)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
@@ -413,9 +504,8 @@ def test_signal_mid_training_says_what_was_kept(sig, code, word, cc, tmp_path, c
 
 def test_merge_refuses_an_adapter_of_another_base(tiny_llama, tmp_path, capsys):
     from peft import LoraConfig, get_peft_model
+    from tiny_models import build_tiny_model
     from transformers import AutoModelForCausalLM
-
-    from real.tiny_models import build_tiny_model
 
     adapter = tmp_path / "adapter"
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")

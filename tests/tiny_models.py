@@ -1,10 +1,14 @@
-"""Tiny causal LMs built in code, with the real Llama-3.1 / Qwen2.5 chat templates.
+"""Test-only: tiny causal LMs built in code, with the real Llama-3.1 / Qwen2.5 chat templates.
 
 Tests and CPU smoke runs use these instead of hub weights: the loading code
 downstream is the same ``from_pretrained`` a user runs on
 ``meta-llama/Llama-3.1-8B-Instruct``. The chat templates are the upstream
 ones that TRL ships (``trl/chat_templates``), so prompt rendering, special
 tokens and completion-only loss behave as with the real models.
+
+It lives with the tests so that evaluation's tests need no trainer package:
+tests import it as ``tiny_models`` (pytest puts tests/ on ``sys.path``);
+benchmarks add tests/ to ``sys.path`` themselves.
 """
 
 from __future__ import annotations

@@ -1,0 +1,148 @@
+"""real-train's arguments: TRL's own dataclasses, parsed defaults < recipe YAML < command line.
+
+Subclasses of ``ScriptArguments`` / ``SFTConfig`` only add fields, so every
+TRL and transformers option keeps its name and meaning. The recipe is read
+strictly (:mod:`real.training.recipe_checks`) instead of by ``TrlParser``,
+whose ``yaml.safe_load`` keeps the last of two equal keys and never
+type-checks YAML values.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trl import ModelConfig, ScriptArguments, SFTConfig
+
+from data_prep.core.errors import UserError
+from real.training import recipe_checks
+
+logger = logging.getLogger("real.train")
+
+VARIANT_NAMES = ("sft", "no_ablation", "no_enhancement", "real")
+
+
+def accelerator_available() -> bool:
+    """A CUDA or XPU device is present (else training runs on CPU in fp32)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+@dataclass
+class RealScriptArguments(ScriptArguments):
+    variant: str | None = field(
+        default=None,
+        metadata={
+            "help": "Training variant the recipe is for (sft, no_ablation, no_enhancement, real); must match the "
+            "`variant` column of the pairs dataset. Also written to the model card.",
+            "choices": list(VARIANT_NAMES),
+        },
+    )
+    drop_overlong: bool = field(
+        default=False,
+        metadata={"help": "Train without the pairs longer than max_length tokens (counted in the model card) "
+                  "instead of refusing the dataset. TRL would otherwise truncate them and silently drop those "
+                  "whose answer is cut off."},
+    )
+    resume: bool = field(
+        default=False,
+        metadata={"help": "Continue the last complete checkpoint in output_dir (refused if there is none), even one "
+                  "written by an older real-train that stores no run fingerprint. Without it, a checkpoint is "
+                  "resumed only when its stored fingerprint matches the new run."},
+    )
+    start_over: bool = field(
+        default=False,
+        metadata={"help": "Do not resume: delete the checkpoints and results of the earlier run in output_dir "
+                  "and train from step 0 (also retrains a finished run)."},
+    )
+    resume_with_changes: bool = field(
+        default=False,
+        metadata={"help": "Resume the last checkpoint even though its data, variant, seed, max_length, "
+                  "drop_overlong or lora_dropout differ from the new settings. (Model, learning rate, schedule, "
+                  "batch, epochs/max_steps and LoRA shapes cannot change on resume: use start_over.)"},
+    )
+
+
+@dataclass
+class RealSFTConfig(SFTConfig):
+    global_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Target global batch (per_device_train_batch_size x gradient_accumulation_steps x processes). "
+            "When set, gradient_accumulation_steps is derived from it at launch; it must divide evenly."
+        },
+    )
+
+    def __post_init__(self):
+        # TRL turns bf16 on by default; without a GPU TrainingArguments refuses it, and bf16
+        # matmuls on a CPU without native bf16 are ~100x slower. Fall back to fp32 on CPU.
+        if not accelerator_available() and (self.bf16 is None or self.bf16 or not self.use_cpu):
+            if self.bf16 or self.bf16 is None:
+                logger.warning("no GPU found: training on CPU in fp32 (bf16=False, use_cpu=True)")
+            self.bf16 = False
+            self.fp16 = False
+            self.use_cpu = True
+        super().__post_init__()
+
+
+DATACLASSES = (RealScriptArguments, RealSFTConfig, ModelConfig)
+
+
+def make_parser():
+    from trl import TrlParser
+
+    parser = TrlParser(DATACLASSES, prog="real-train")
+
+    def error(message: str):  # argparse would print the whole (huge) usage first
+        raise UserError(message)
+
+    parser.error = error
+    return parser
+
+
+def known_keys() -> set[str]:
+    return recipe_checks.known_keys(DATACLASSES)
+
+
+def check_recipe(path: str | os.PathLike) -> dict:
+    """Strictly load a recipe YAML: unknown keys (did-you-mean), keys given twice, values of the wrong type."""
+    return recipe_checks.load_recipe(path, DATACLASSES)
+
+
+def parse_args(argv: list[str] | None = None):
+    """(script_args, training_args, model_args); defaults < YAML < CLI.
+
+    The recipe's values become the parser's defaults exactly as
+    ``TrlParser.parse_args_and_config`` does; its ``env`` mapping is exported.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = make_parser()
+    recipe, recipe_lines, rest = None, {}, argv
+    if "--config" in argv:
+        i = argv.index("--config")
+        if i + 1 >= len(argv):
+            raise UserError("--config needs a recipe path")
+        recipe, rest = argv[i + 1], argv[:i] + argv[i + 2:]
+        if "--config" in rest:
+            raise UserError("--config is given twice; pass one recipe and override values with --name value")
+        config = check_recipe(recipe)
+        recipe_lines = recipe_checks.key_lines(Path(recipe).read_text(encoding="utf-8"))
+        for key, value in (config.pop("env", None) or {}).items():
+            os.environ[str(key)] = str(value)
+        parser.set_defaults_with_config(**config)
+    try:
+        script_args, training_args, model_args = parser.parse_args_into_dataclasses(args=rest)
+    except ValueError as exc:  # dataclass __post_init__ checks (e.g. fp16 and bf16 together), unused arguments
+        raise UserError(str(exc).splitlines()[0]) from None
+    model_args.lora_target_modules = recipe_checks.normalize_target_modules(model_args.lora_target_modules)
+    cli_keys = {a[2:].split("=", 1)[0].replace("-", "_") for a in rest if a.startswith("--")}
+    recipe_checks.check_ranges(script_args, training_args, model_args, recipe=recipe, recipe_keys=recipe_lines,
+                               cli_keys=cli_keys)
+    return script_args, training_args, model_args

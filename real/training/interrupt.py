@@ -1,0 +1,41 @@
+"""What an interrupted real-train says: the last checkpoint kept and the command that resumes it."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from data_prep.core.cli import set_interrupt_note
+
+
+class InterruptNote(TrainerCallback):
+    """Keeps the Ctrl-C / SIGTERM line current: the last checkpoint saved and the command to resume."""
+
+    def __init__(self, output_dir: str, resume_command: str, start: str | None):
+        self.output_dir = output_dir
+        self.resume_command = resume_command
+        self.show(start)
+
+    def show(self, checkpoint: str | None, step: int | None = None):
+        if checkpoint:
+            kept = f"kept checkpoint {checkpoint}" + (f" (step {step})" if step is not None else "")
+            set_interrupt_note(f"{kept}; resume with: {self.resume_command}")
+        else:
+            set_interrupt_note(f"no checkpoint saved yet in {self.output_dir} (nothing kept); "
+                               f"start again with: {self.resume_command}")
+
+    def on_save(self, args, state, control, **kwargs):
+        self.show(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), state.global_step)
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command line to run again (same output_dir and settings: the checkpoint's fingerprint matches)."""
+    launched = "LOCAL_RANK" in os.environ or "ACCELERATE_MIXED_PRECISION" in os.environ
+    if launched:
+        return "the same `accelerate launch ... -m real.train " + shlex.join(argv) + "` command"
+    prog = "real-train" if Path(sys.argv[0]).name == "real-train" else f"{Path(sys.executable).name} -m real.train"
+    return f"{prog} {shlex.join(argv)}".strip()

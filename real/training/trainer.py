@@ -1,0 +1,265 @@
+"""One training run: cheap checks first, then the resume decision, the model, ``SFTTrainer``, the saved outputs.
+
+Under ``accelerate launch`` every rank runs this; decisions that read or
+change ``output_dir`` (the lock, the fingerprint of the data, resume or start
+over) are taken by the main process and shared, so no rank races ahead of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_prep.core.cli import set_interrupt_note
+from data_prep.core.errors import UserError
+from real.training import checkpoints, fingerprint
+from real.training.data import check_variant, data_fingerprint, load_pairs
+from real.training.interrupt import InterruptNote, resume_command
+from real.training.model import check_model_path, check_target_modules, load_model, load_tokenizer, set_generation_eos
+from real.training.model_card import model_card, resolved_config
+from real.training.pair_lengths import enforce_max_length
+
+logger = logging.getLogger("real.train")
+
+
+@dataclass
+class Plan:
+    """The run as known before any tokenizer or weights load: data, batch, fingerprint."""
+
+    train_ds: object  # prompt/completion columns only
+    data_info: dict
+    global_batch: int
+    data_sha: str
+    definition: dict
+
+
+@dataclass
+class Run:
+    """Everything ``train`` needs after set-up (also used by the tests to inspect labels)."""
+
+    trainer: object
+    model: object  # the base transformers model (PEFT wraps it)
+    tokenizer: object
+    data_info: dict
+    eos_ids: list
+    resume: str | None
+    global_batch: int
+    data_sha: str | None = None
+    definition: dict | None = None
+
+
+def on_main_then_share(training_args, fn):
+    """Run ``fn`` on the main process only and give its result (or its refusal) to every rank.
+
+    The other ranks wait at the broadcast, so none races ahead of the main
+    process's lock / resume decision; a refusal stops them too (quietly: the
+    main process prints the line).
+    """
+    import torch.distributed as dist
+
+    is_main = training_args.process_index == 0
+    outcome = [None, None]
+    if is_main:
+        try:
+            outcome = [fn(), None]
+        except UserError as exc:
+            outcome = [None, (str(exc), exc.exit_code)]
+            if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+                raise
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(outcome, src=0)
+    result, error = outcome
+    if error is not None:
+        if is_main:
+            raise UserError(error[0])
+        raise SystemExit(error[1])
+    return result
+
+
+def check_output_paths(training_args) -> None:
+    out = Path(training_args.output_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output_dir {str(out)!r} is a file; give a directory for the adapter and checkpoints")
+    resume = training_args.resume_from_checkpoint
+    if resume and not Path(resume).is_dir():
+        what = "a file" if Path(resume).exists() else "missing"
+        raise UserError(f"resume_from_checkpoint {resume!r} is {what}, not a checkpoint directory")
+
+
+def derive_accumulation(global_batch: int, per_device: int, world_size: int) -> int:
+    denom = per_device * world_size
+    if global_batch % denom:
+        raise UserError(
+            f"global_batch_size {global_batch} is not a multiple of per_device_train_batch_size {per_device} "
+            f"x {world_size} processes"
+        )
+    return global_batch // denom
+
+
+def plan_run(script_args, training_args, model_args) -> Plan:
+    """Paths, flags, data, variant, batch and LoRA targets checked; the run's fingerprint computed."""
+    check_model_path(model_args.model_name_or_path)
+    check_output_paths(training_args)
+    checkpoints.check_start_flags(script_args, training_args)
+    ds = load_pairs(script_args.dataset_name, script_args.dataset_train_split)
+    data_info = check_variant(ds, script_args.variant, script_args.dataset_name)
+    train_ds = ds.select_columns(["prompt", "completion"])
+
+    world_size = training_args.world_size
+    if training_args.global_batch_size:
+        acc = derive_accumulation(training_args.global_batch_size, training_args.per_device_train_batch_size,
+                                  world_size)
+        if acc != training_args.gradient_accumulation_steps:
+            logger.warning("global_batch_size %d: gradient_accumulation_steps %d -> %d for %d process(es)",
+                           training_args.global_batch_size, training_args.gradient_accumulation_steps, acc, world_size)
+        training_args.gradient_accumulation_steps = acc
+    global_batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * world_size
+    check_target_modules(model_args, training_args)
+    data_sha = on_main_then_share(training_args, lambda: data_fingerprint(script_args.dataset_name))
+    definition = fingerprint.run_definition(script_args=script_args, training_args=training_args,
+                                            model_args=model_args, data_sha=data_sha, global_batch=global_batch)
+    return Plan(train_ds, data_info, global_batch, data_sha, definition)
+
+
+def build_trainer(script_args, training_args, model_args, *, callbacks: list | None = None,
+                  plan: Plan | None = None) -> Run:
+    """Check inputs (cheap checks first), check lengths and decide the start, then load the model and SFTTrainer."""
+    from trl import SFTTrainer, get_peft_config
+
+    plan = plan or plan_run(script_args, training_args, model_args)
+    data_info = dict(plan.data_info)
+    tokenizer = load_tokenizer(model_args, training_args)
+    train_ds, lengths = enforce_max_length(plan.train_ds, tokenizer, training_args.max_length,
+                                           drop_overlong=script_args.drop_overlong,
+                                           data_path=str(script_args.dataset_name),
+                                           num_proc=training_args.dataset_num_proc)
+    data_info.update(longest_pair_tokens=lengths.longest, dropped_overlong=lengths.dropped)
+    if lengths.dropped:
+        logger.warning("drop_overlong: training on %d of %d pairs (%d longer than max_length %d tokens)",
+                       lengths.kept, lengths.pairs, lengths.dropped, training_args.max_length)
+
+    start = on_main_then_share(
+        training_args, lambda: checkpoints.choose_start(script_args, training_args, plan.definition))
+
+    model = load_model(model_args, training_args)
+    eos_ids = set_generation_eos(model, tokenizer)
+    trainer = SFTTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_ds,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=[fingerprint.RunDefinition(plan.definition), *(callbacks or [])],
+    )
+    if len(trainer.train_dataset) != lengths.kept:  # TRL dropped pairs our length check let through
+        raise UserError(f"TRL kept {len(trainer.train_dataset)} of the {lengths.kept} pairs to train on; "
+                        "some were dropped during its preparation (pass --debug and report it)")
+    return Run(trainer, model, tokenizer, data_info, eos_ids, start.checkpoint, plan.global_batch, plan.data_sha,
+               plan.definition)
+
+
+def train(script_args, training_args, model_args, argv: list[str] | None = None) -> dict:
+    """Train under an exclusive lock on output_dir (main process; the other ranks wait for it)."""
+    from data_prep.core.runlock import RunLock
+
+    check_output_paths(training_args)
+    lock = RunLock(training_args.output_dir, "real-train", is_dir=True)
+    on_main_then_share(training_args, lambda: lock.acquire() and None)
+    try:
+        return _train_locked(script_args, training_args, model_args, argv)
+    finally:
+        lock.release()
+
+
+def _finished_results(script_args, training_args, plan: Plan) -> dict | None:
+    """The saved metrics when output_dir already holds this run's final model (nothing to train), else None."""
+    done = on_main_then_share(training_args,
+                              lambda: checkpoints.finished_start(script_args, training_args, plan.definition))
+    if done is None:
+        return None
+    out = Path(training_args.output_dir)
+    if training_args.process_index == 0:
+        print(f"real-train: {out} already holds the finished model of this run (same base model, data and "
+              "hyper-parameters); nothing to train (pass --start_over true to train it again)", flush=True)
+    try:
+        return json.loads((out / "train_results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _train_locked(script_args, training_args, model_args, argv) -> dict:
+    again = resume_command(list(sys.argv[1:] if argv is None else argv))
+    note = InterruptNote(training_args.output_dir, again, None)  # sets the Ctrl-C line
+    plan = plan_run(script_args, training_args, model_args)
+    done = _finished_results(script_args, training_args, plan)
+    if done is not None:
+        set_interrupt_note(None)
+        return done
+    run = build_trainer(script_args, training_args, model_args, callbacks=[note], plan=plan)
+    trainer, resume = run.trainer, run.resume
+    acc = trainer.accelerator
+    acc.print(
+        f"real-train: world size {acc.num_processes} (rank {acc.process_index}), per-device batch "
+        f"{training_args.per_device_train_batch_size} x accumulation {training_args.gradient_accumulation_steps} "
+        f"x {acc.num_processes} processes = global batch {run.global_batch}; {len(trainer.train_dataset)} pairs; "
+        f"variant {script_args.variant}; device {acc.device}"
+    )
+    if resume:
+        step = json.loads((Path(resume) / "trainer_state.json").read_text()).get("global_step")
+        note.show(resume, step)
+        acc.print(f"real-train: resuming from {resume} (global step {step})")
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except KeyboardInterrupt:  # (and SIGTERM): end tqdm's bar line so the one-line note starts a line
+        print(file=sys.stderr, flush=True)
+        raise
+    set_interrupt_note(f"training finished but saving the final adapter to {training_args.output_dir} was cut "
+                       f"short; run again to resume from the last checkpoint: {again}")
+    metrics = save_outputs(run, result, script_args, training_args, model_args)
+    acc.print(f"real-train: saved to {training_args.output_dir}")
+    if hasattr(trainer, "end"):
+        trainer.end()
+    set_interrupt_note(None)
+    return metrics
+
+
+def save_outputs(run: Run, result, script_args, training_args, model_args) -> dict:
+    """The final adapter, metrics, state, tokenizer, resolved config, model card; the fingerprint last."""
+    import peft
+    import torch
+    import transformers
+    import trl
+    import yaml
+
+    trainer, data_info = run.trainer, run.data_info
+    out = Path(training_args.output_dir)
+    trainer.save_model(str(out))
+    metrics = dict(result.metrics)
+    metrics.update(train_samples=len(trainer.train_dataset), pairs_in_dataset=data_info["pairs"],
+                   pairs_dropped_overlong=data_info.get("dropped_overlong", 0),
+                   world_size=trainer.accelerator.num_processes, global_batch_size=run.global_batch)
+    if run.resume:
+        metrics["resumed_from"] = str(run.resume)
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    if trainer.is_world_process_zero():
+        run.model.generation_config.eos_token_id = run.eos_ids
+        run.model.generation_config.save_pretrained(str(out))
+        run.tokenizer.save_pretrained(str(out))
+        cfg = resolved_config(script_args, training_args, model_args)
+        (out / "resolved_config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=True), encoding="utf-8")
+        versions = {"torch": torch.__version__, "transformers": transformers.__version__,
+                    "trl": trl.__version__, "peft": peft.__version__}
+        card = model_card(base_model=model_args.model_name_or_path, variant=script_args.variant,
+                          data_path=os.path.abspath(script_args.dataset_name), data_info=data_info,
+                          data_sha=run.data_sha or data_fingerprint(script_args.dataset_name), args=training_args,
+                          model_args=model_args, metrics=metrics, versions=versions)
+        (out / "README.md").write_text(card, encoding="utf-8")
+        if run.definition is not None:
+            fingerprint.write_finished(out, run.definition)
+    return metrics
