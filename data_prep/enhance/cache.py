@@ -11,8 +11,6 @@ never stored, so a re-run retries exactly those.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sqlite3
 import time
@@ -20,13 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from data_prep.core.hashing import sha256_json
+
 OK = "ok"
 ABSTAIN = "abstain"
 
 
 def request_key(model: str, messages: list[dict[str, str]], decoding: dict[str, Any]) -> str:
     payload = {"model": model, "messages": messages, "decoding": decoding}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return sha256_json(payload)
 
 
 @dataclass
