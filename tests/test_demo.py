@@ -11,9 +11,10 @@ from data_prep.prompts import (
     render_evidence_prompt,
 )
 from data_prep.records import load_records
-from real.demo.base_model import build_base, build_word_tokenizer
-from real.demo.pipeline import BASE_DIR, DemoSize, run_demo, write_world_records
-from real.demo.world import build_world, make_split, train_test_facts
+from real.demo.annotators import ANNOTATORS, AnnotatorServer, annotate, write_annotators_yaml
+from real.demo.base_model import ExampleFactory, build_base, build_word_tokenizer, cosine_lambda, lr_lambda
+from real.demo.pipeline import BASE_DIR, VARIANTS, DemoSize, run_demo, write_world_records
+from real.demo.world import add_incomplete_gold, build_world, make_split, train_test_facts
 
 
 def test_world_is_seeded_and_records_are_valid(tmp_path):
@@ -34,6 +35,57 @@ def test_world_is_seeded_and_records_are_valid(tmp_path):
         assert sum(s.doc == fact.entity for s in r.sentences) >= 2
     train_path, test_path = write_world_records(tmp_path, DemoSize(n_train=30, n_test=10), seed=0)
     assert len(load_records(train_path)) == 30 and len(load_records(test_path)) == 10
+    # enhancement fills enhanced_evidence; the world never claims its gold is complete
+    assert all(r.enhanced_evidence is None for r in load_records(train_path) + load_records(test_path))
+
+
+def test_incomplete_gold_names_one_of_two_proving_lines_and_leaves_the_streams_alone():
+    w = build_world(seed=0)
+    facts, _ = train_test_facts(w, 300, 10, seed=10)
+    plain = make_split(w, facts, seed=11, prefix="t")
+    recs = add_incomplete_gold(make_split(w, facts, seed=11, prefix="t"), seed="train-0")
+    # own RNG: the split's stream is what it was (the base builder draws its data through make_record)
+    assert [r.claim for r in plain] == [r.claim for r in recs] and plain == make_split(w, facts, seed=11, prefix="t")
+    incomplete = [r for r in recs if r.extra["incomplete_gold"]]
+    assert 0.25 < len(incomplete) / len(recs) < 0.45
+    tok = build_word_tokenizer(w)
+    named_first = 0
+    for p, r in zip(plain, recs):
+        r.validate()
+        fact = w.facts[(r.extra["entity"], r.extra["attribute"])]
+        proving = r.extra["proving_ids"]
+        assert [s.id for s in r.sentences] == list(range(len(r.sentences)))
+        assert [s.id for s in r.sentences if s.text == fact.sentence()] == proving
+        if not r.extra["incomplete_gold"]:
+            assert (r.sentences, r.evidence, r.extra["proving_ids"]) == (p.sentences, p.evidence, p.gold_ids)
+            continue
+        assert len(proving) == 2 and len(r.sentences) == len(p.sentences) + 1
+        assert r.gold_ids[0] in proving and r.enhanced_evidence is None
+        named_first += r.gold_ids[0] == proving[0]
+        assert {s.doc for s in r.sentences if s.id in proving} == {fact.entity, "almanac"}
+        ids = tok(render_chat(tok, render_evidence_prompt(r)), add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids  # the second line is words the shipped tokenizer knows
+    assert 0.3 < named_first / len(incomplete) < 0.7  # which copy the gold names is a coin
+    again = add_incomplete_gold(make_split(w, facts, seed=11, prefix="t"), seed="train-0")
+    assert again == recs
+
+
+def test_base_builder_draws_the_same_records_as_before():
+    """The shipped base's rebuild draws its training data through make_record: its stream is pinned
+    (digest computed with the code the shipped base was built with)."""
+    import hashlib
+    import random
+
+    class _Tok:  # the factory needs only the eot id to draw records
+        def convert_tokens_to_ids(self, token):
+            return 0
+
+    factory = ExampleFactory(build_world(seed=0), _Tok(), random.Random(1))
+    recs = [factory.record() for _ in range(50)]
+    drawn = [[r.claim, r.label, [s.text for s in r.sentences], r.evidence] for r in recs]
+    assert hashlib.sha256(json.dumps(drawn).encode()).hexdigest() == (
+        "50bf567c4a343da3f8edb94ecc65745e81baf71a06a207e3cdb70b92935cba68")
+    assert all(r.enhanced_evidence is None for r in recs)
 
 
 def test_word_tokenizer_round_trips_answers_and_prompts():
