@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,14 +17,24 @@ def _main(argv: list[str]) -> int:
         p = argparse.ArgumentParser(prog="real-demo build-base",
                                     description="rebuild the demo base model from scratch (seeded, CPU)")
         p.add_argument("--output", required=True, help="directory for the model, tokenizer and build_log.jsonl")
-        p.add_argument("--steps", type=int, default=40000, help="maximum training steps (cosine schedule length)")
+        p.add_argument("--steps", type=int, default=18000,
+                       help="training steps; the final cosine phase ends here (default 18000, the shipped base)")
+        p.add_argument("--schedule-steps", type=int, default=40000,
+                       help="length of the first cosine, used up to --final-phase-from (default 40000)")
+        p.add_argument("--final-phase-from", type=int, default=17000,
+                       help="after this step the LR follows a cosine over --steps (default 17000); "
+                            "-1 = one cosine over --steps")
+        p.add_argument("--stop-after", type=int, help="end after this step (checkpointed: rerun to resume)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--target", type=float, default=0.97,
                        help="stop once this share of held-out full-pool answers is exact")
         args = p.parse_args(argv[1:])
         from .base_model import build_base
 
-        info = build_base(args.output, steps=args.steps, seed=args.seed, target=args.target)
+        final = None if args.final_phase_from < 0 else args.final_phase_from
+        info = build_base(args.output, steps=args.steps, schedule_steps=args.schedule_steps,
+                          final_phase_from=final, stop_after=args.stop_after, seed=args.seed,
+                          target=args.target, command=shlex.join(["real-demo", *argv]))
         print(info)
         return 0
     p = argparse.ArgumentParser(prog="real-demo", description="REAL vs standard SFT, end to end on a CPU "

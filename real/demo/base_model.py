@@ -232,7 +232,10 @@ def exact_answer_rate(model, tokenizer, records: list[ClaimRecord], pools=None, 
 def build_base(
     output_dir: str | Path,
     *,
-    steps: int = 40000,
+    steps: int = 18000,
+    schedule_steps: int | None = 40000,
+    final_phase_from: int | None = 17000,
+    stop_after: int | None = None,
     batch_size: int = 32,
     lr: float = 2e-3,
     hidden_size: int = 128,
@@ -242,12 +245,22 @@ def build_base(
     target: float = 0.97,
     abstain_from_step: int = 17000,
     abstain_share: float = 0.15,
+    command: str | None = None,
     log=print,
 ) -> dict:
     """Train the base from scratch; stops early once full-pool exact answers reach ``target``.
 
+    The defaults are the shipped base's schedule (:func:`lr_lambda`): cosine
+    over ``schedule_steps`` = 40,000 up to step ``final_phase_from`` = 17,000,
+    then cosine over ``steps`` = 18,000 to the end. That is what the shipped
+    build did by hand (a 40,000-step build stopped after step 17,000, resumed
+    with ``--steps 18000``), as one command. ``schedule_steps=None`` (or
+    ``final_phase_from=None``) is one cosine over ``steps``.
+
     Resumable: rerunning with the same ``output_dir`` continues from the last
-    evaluation (``resume_state.pt``), so a long CPU build survives interruptions.
+    evaluation (``resume_state.pt``), so a long CPU build survives interruptions;
+    the resumed run uses the schedule it is given. ``stop_after=K`` ends the run
+    after step K (evaluated and checkpointed), as stopping it by hand would.
     """
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
@@ -269,15 +282,12 @@ def build_base(
                              eval_rng.randint(3, 6), f"e{i}")
                  for i, f in enumerate(eval_rng.sample(list(world.facts.values()), 256))]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = min(500, steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
-    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(steps, schedule_steps, final_phase_from))
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     log_path = output_dir / "build_log.jsonl"
     resume_path = output_dir / "resume_state.pt"  # optimizer + RNG; not part of the shipped model
-    best, start, elapsed0, final_saved = -1.0, 1, 0.0, False
+    best, start, elapsed0, final_saved, running = -1.0, 1, 0.0, False, None
     if resume_path.exists():
         state = torch.load(resume_path, weights_only=False)
         model.load_state_dict(state["model"])
@@ -287,10 +297,10 @@ def build_base(
         torch.set_rng_state(state["torch_rng"])
         best, start, elapsed0 = state["best"], state["step"] + 1, state["elapsed"]
         final_saved = state.get("final_saved", False)
+        running = state.get("running")  # the loss curve continues (states of older builds lack it)
         log(f"resuming from step {state['step']} (best exact {best:.3f})")
     log_fh = log_path.open("a")
     step = start - 1
-    running = None
     for step in range(start, steps + 1):
         # Final phase: the base also learns the NOT_ENOUGH_INFO answer, used for a
         # minority of missing-line prompts (greedy still answers from memory), as an
@@ -305,7 +315,7 @@ def build_base(
         sched.step()
         opt.zero_grad(set_to_none=True)
         running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
-        if step % eval_every == 0 or step == steps:
+        if step % eval_every == 0 or step == steps or step == stop_after:
             model.eval()
             exact = exact_answer_rate(model, tok, eval_full)
             elapsed = elapsed0 + time.time() - t0
@@ -320,17 +330,50 @@ def build_base(
                 _save(model, tok, output_dir)
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                         "data_rng": factory.rng.getstate(), "torch_rng": torch.get_rng_state(), "best": best,
-                        "step": step, "elapsed": elapsed, "final_saved": final_saved}, resume_path)
-            if exact >= target and step > abstain_from_step:
+                        "step": step, "elapsed": elapsed, "final_saved": final_saved, "running": running}, resume_path)
+            if (exact >= target and step > abstain_from_step) or step == stop_after:
                 break
     log_fh.close()
-    info = {"seed": seed, "steps": step, "batch_size": batch_size, "lr": lr, "hidden_size": hidden_size,
+    info = {"seed": seed, "steps": step, "command": command or "(called from Python)",
+            "schedule": schedule_info(steps, schedule_steps, final_phase_from),
+            "batch_size": batch_size, "lr": lr, "hidden_size": hidden_size,
             "num_layers": num_layers, "abstain_from_step": abstain_from_step, "abstain_share": abstain_share,
             "best_exact_full_pool": best,
             "wall_seconds": round(elapsed0 + time.time() - t0, 1),
             "parameters": sum(p.numel() for p in model.parameters())}
     (output_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
+
+
+def cosine_lambda(length: int):
+    """Warm-up (500 steps, at most a tenth of ``length``), then cosine from 1 to 0.05 over ``length`` steps."""
+    warmup = max(1, min(500, length // 10))
+    return lambda s: min(1.0, (s + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / length))))
+
+
+def lr_lambda(steps: int, schedule_steps: int | None = None, final_phase_from: int | None = None):
+    """The LR multiplier at scheduler step ``s``: cosine over ``schedule_steps`` up to step
+    ``final_phase_from``, cosine over ``steps`` after it (one cosine over ``steps`` if either is None).
+
+    This is what stopping a ``schedule_steps`` build after ``final_phase_from`` and
+    resuming it with ``steps`` did: the resumed LambdaLR recomputes every later
+    multiplier with the new length, and the optimizer restores the last one used.
+    """
+    if schedule_steps is None or final_phase_from is None:
+        return cosine_lambda(steps)
+    first, final = cosine_lambda(schedule_steps), cosine_lambda(steps)
+    return lambda s: first(s) if s <= final_phase_from else final(s)
+
+
+def schedule_info(steps: int, schedule_steps: int | None, final_phase_from: int | None) -> dict:
+    """The schedule as build_info.json records it."""
+    if schedule_steps is None or final_phase_from is None:
+        return {"kind": "cosine", "length": steps, "warmup": max(1, min(500, steps // 10))}
+    return {"kind": "cosine, then a final cosine", "schedule_steps": schedule_steps,
+            "warmup": max(1, min(500, schedule_steps // 10)), "final_phase_from": final_phase_from,
+            "final_length": steps, "steps": steps,
+            "lr_lambda": f"cosine over {schedule_steps} steps for s <= {final_phase_from}, "
+                         f"cosine over {steps} steps after (base_model.lr_lambda)"}
 
 
 def _save(model, tok, output_dir: Path) -> None:

@@ -7,6 +7,11 @@ the gold line plus distractors: other facts about the same entity and the
 same attribute of other entities, so the verifier must really read the
 lines. The encyclopedia (every fact) is what the demo base model was
 pretrained on: it "knows" the world, as an LLM knows Wikipedia.
+
+Gold annotations are incomplete on purpose (:func:`add_incomplete_gold`): for
+a share of claims a second source repeats the proving fact and the gold names
+only one of the two lines, as FEVER's annotators stop at one sufficient set.
+No record carries ``enhanced_evidence``: ``real-data enhance`` fills it.
 """
 
 from __future__ import annotations
@@ -97,7 +102,6 @@ def make_record(world: World, fact: Fact, label: str, rng: random.Random, pool_s
         label=label,
         sentences=sentences,
         evidence=[[gold]],
-        enhanced_evidence=[gold],
         extra={"entity": fact.entity, "attribute": fact.attribute},
     )
 
@@ -123,6 +127,41 @@ def train_test_facts(world: World, n_train: int, n_test: int, seed: int) -> tupl
     return facts[:n_train], facts[n_train : n_train + n_test]
 
 
+SECOND_SOURCE = "almanac"  # the ``doc`` of the repeated proving line
+
+
+def add_incomplete_gold(records: list[ClaimRecord], seed: int | str, share: float = 0.35) -> list[ClaimRecord]:
+    """Make the gold annotation incomplete for about ``share`` of the claims (seeded).
+
+    Such a claim's pool gains a second line that proves it: the same fact
+    sentence from a second source (``doc`` = ``"almanac"``; the verifier sees
+    only the text, and the word-level demo tokenizer knows every word of it),
+    inserted at a random position; the pool is renumbered in reading order
+    and ``evidence`` names one of the two copies, chosen by a coin. Every
+    record gets ``extra["proving_ids"]`` (the lines that really prove or
+    refute it, for the enhancement and subset reports) and
+    ``extra["incomplete_gold"]``. Drawn from an RNG of its own, after the
+    records exist: ``make_record``/``make_split`` (which the base builder draws
+    its training data from) and their random stream are untouched.
+    """
+    rng = random.Random(f"demo-incomplete-gold-{seed}")  # str seeds are hashed (sha512): stable across runs
+    for rec in records:
+        (gold,) = rec.gold_ids
+        if rng.random() >= share:
+            rec.extra.update(incomplete_gold=False, proving_ids=[gold])
+            continue
+        sents = list(rec.sentences)
+        original = sents[gold]
+        copy = Sentence(id=-1, text=original.text, doc=SECOND_SOURCE)
+        sents.insert(rng.randint(0, len(sents)), copy)
+        proving = [k for k, s in enumerate(sents) if s is original or s is copy]
+        named = proving[rng.randrange(2)]
+        rec.sentences = [Sentence(id=k, text=s.text, doc=s.doc) for k, s in enumerate(sents)]
+        rec.evidence = [[named]]
+        rec.extra.update(incomplete_gold=True, proving_ids=proving)
+    return records
+
+
 def add_counterfactuals(world: World, records: list[ClaimRecord], seed: int) -> list[ClaimRecord]:
     """Give each claim ``counterfactual_sentences`` of both kinds for ``fae pave`` (SPEC §9).
 
@@ -130,9 +169,11 @@ def add_counterfactuals(world: World, records: list[ClaimRecord], seed: int) -> 
     ``entity`` swaps the gold line's value for another of the same attribute
     (one span, a fine-grained error); ``semantic`` contradicts the fact as a
     whole: the line gives the entity another value and says that the true
-    value belongs to a different entity. Drawn from an RNG of its own, after
-    the world and the records exist, so the world's random stream (and the
-    demo's numbers) are what they were without counterfactuals.
+    value belongs to a different entity. (``fae pave`` shows the
+    counterfactual line alone, as it shows the gold lines alone, so a second
+    proving copy never sits beside it.) Drawn from an RNG of its own, after the world and the records exist, so
+    the world's random stream (and the demo's numbers) are what they were
+    without counterfactuals.
     """
     rng = random.Random(f"demo-counterfactual-{seed}")  # str seeds are hashed (sha512): stable across runs
     for rec in records:
