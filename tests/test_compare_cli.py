@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fae_helpers import seal_run
 
+from data_prep.core.errors import UserError
 from fae.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,3 +160,23 @@ def test_console_entry_point(runs, tmp_path):
                            "--bootstrap", "100"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (out / "compare.json").is_file() and (out / "compare.md").is_file()
+
+
+def test_families_file_errors_name_their_line(tmp_path):
+    from fae.comparison.compare import load_families
+
+    p = tmp_path / "f.jsonl"
+    # one JSONL line is a JSONL file, not a map {"id": ..., "family": ...}
+    p.write_text(json.dumps({"id": "c1", "family": "x"}) + "\n")
+    assert load_families(p) == {"c1": "x"}
+    p.write_text('{"id": "c1", "family": "x"}\n{"id": "c2",\n')
+    with pytest.raises(UserError, match=r"f\.jsonl:2: invalid JSON"):
+        load_families(p)
+    p.write_bytes(b'{"id": "c1", "family": "\xff"}\n')
+    with pytest.raises(UserError, match=r"f\.jsonl:1: not valid UTF-8"):
+        load_families(p)
+    p.write_text('{"id": "c1"}\n')
+    with pytest.raises(UserError, match=r"f\.jsonl:1: expected an object with 'id' and 'family'"):
+        load_families(p)
+    p.write_text(json.dumps({"c1": "x", "c2": "y"}))
+    assert load_families(p) == {"c1": "x", "c2": "y"}

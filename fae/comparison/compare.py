@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.core.errors import UserError
+from data_prep.core.jsonl import RecordError, iter_jsonl_lines
 from fae.ablation.runio import CLAIMS, RunData, load_run
 from fae.ablation.soft_metrics import (
     SOFT_COMPARE_NAMES,
@@ -112,22 +113,17 @@ def load_families(path: str | Path) -> dict[str, str]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: families file not found")
-    text = path.read_text()
     try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
+        whole = json.loads(path.read_bytes())
+    except (ValueError, RecursionError):
         whole = None
-    if isinstance(whole, dict):
+    if isinstance(whole, dict) and not {"id", "family"} & set(whole):  # else one JSONL line
         return {str(k): str(v) for k, v in whole.items()}
     fams: dict[str, str] = {}
-    for line_no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{line_no}: invalid JSON ({exc.msg}); expected a JSON object "
-                            "{id: family} or JSONL lines {\"id\": ..., \"family\": ...}") from None
+    for line_no, obj in iter_jsonl_lines(path):
+        if isinstance(obj, RecordError):
+            raise UserError(f"{path}:{line_no}: {obj.reason}; expected a JSON object "
+                            "{id: family} or JSONL lines {\"id\": ..., \"family\": ...}")
         if not isinstance(obj, dict) or "id" not in obj or "family" not in obj:
             raise UserError(f"{path}:{line_no}: expected an object with 'id' and 'family' fields")
         fams[str(obj["id"])] = str(obj["family"])
