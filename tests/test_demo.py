@@ -1,6 +1,7 @@
 """The built-in demo: synthetic world, base-model builder, and a reduced end-to-end run."""
 
 import json
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
@@ -13,7 +14,10 @@ from data_prep.prompts import (
 from data_prep.records import load_records
 from real.demo.annotators import ANNOTATORS, AnnotatorServer, annotate, write_annotators_yaml
 from real.demo.base_model import ExampleFactory, build_base, build_word_tokenizer, cosine_lambda, lr_lambda
-from real.demo.pipeline import BASE_DIR, VARIANTS, DemoSize, run_demo, write_world_records
+from data_prep.core.errors import UserError
+from data_prep.core.runlock import RunLock
+from real.demo import main as real_demo
+from real.demo.pipeline import BASE_DIR, MARKER, VARIANTS, DemoSize, claim_output, run_demo, write_world_records
 from real.demo.world import add_incomplete_gold, build_world, make_split, train_test_facts
 
 
@@ -268,3 +272,106 @@ def test_real_data_enhance_runs_against_the_simulated_annotators(tmp_path):
     assert summary["requests"]["served_from_cache"] == 90 and summary["requests"]["made"] == 0
     recs = load_records(out)
     assert any(len(r.enhanced_evidence) > len(r.gold_ids) for r in recs if r.extra["incomplete_gold"])
+
+
+def test_demo_refuses_a_directory_it_did_not_write_and_deletes_nothing(tmp_path, capsys):
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "mine.jsonl").write_text("{}\n")
+    (project / "notes.md").write_text("keep\n")
+    assert real_demo(["--output", str(project)]) == UserError.exit_code
+    err = capsys.readouterr().err
+    assert "not a real-demo output" in err and str(project) in err and "data" in err
+    assert (project / "data" / "mine.jsonl").read_text() == "{}\n" and (project / "notes.md").exists()
+    assert not (project / MARKER).exists()
+
+
+def test_a_rerun_clears_the_previous_demo_results(tmp_path):
+    out = tmp_path / "demo_out"
+    claim_output(out).release()  # a first run: the marker is written
+    for rel in ("summary.json", "report.md", "dirk.png", "runs/sft/claims.jsonl", "models/real/x"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text("old run")
+    (out / "mine.txt").write_text("not a demo file")
+    claim_output(out).release()
+    # a run killed after this point cannot leave the old summary beside its partial runs
+    assert not any((out / rel).exists() for rel in ("summary.json", "report.md", "dirk.png", "runs", "models"))
+    assert (out / "mine.txt").exists()  # only what the demo writes is removed
+
+
+def test_an_older_demo_output_without_the_marker_is_still_a_demo_output(tmp_path):
+    out = tmp_path / "demo_out"
+    (out / "runs").mkdir(parents=True)
+    (out / "summary.json").write_text("{}")
+    claim_output(out).release()
+    assert not (out / "summary.json").exists() and not (out / "runs").exists() and (out / MARKER).exists()
+
+
+def test_two_demos_on_one_output_the_second_stops_and_deletes_nothing(tmp_path):
+    out = tmp_path / "demo_out"
+    first = claim_output(out)
+    try:
+        (out / "runs" / "sft").mkdir(parents=True)
+        (out / "runs" / "sft" / "claims.jsonl").write_text("first run's answers\n")
+        with pytest.raises(UserError, match="in use by real-demo"):
+            claim_output(out)
+        assert (out / "runs" / "sft" / "claims.jsonl").read_text() == "first run's answers\n"
+    finally:
+        first.release()
+
+
+def test_build_base_stops_when_another_build_holds_the_output(tmp_path):
+    out = tmp_path / "base"
+    with RunLock(out, "real-demo build-base", is_dir=True):
+        with pytest.raises(UserError, match="in use by real-demo build-base"):
+            build_base(out, steps=2, batch_size=2, eval_every=2, hidden_size=16, num_layers=1, log=lambda *_: None)
+    assert not (out / "build_log.jsonl").exists() and not (out / "resume_state.pt").exists()
+
+
+_STAGE_WITH_GRANDCHILD = """
+import subprocess, sys, time
+grand = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open(sys.argv[1], "w").write(str(grand.pid))
+time.sleep(120)
+"""
+
+_DEMO_RUNNING_A_STAGE = """
+import sys
+from pathlib import Path
+from data_prep.core.cli import run_guarded
+from real.demo.pipeline import run_stage
+stage = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
+sys.exit(run_guarded("real-demo", lambda argv: run_stage(stage, Path(sys.argv[3]))))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a zombie has stopped running
+
+
+def test_a_stopped_demo_stops_its_stage_and_the_stage_children(tmp_path):
+    """`accelerate launch` starts real.train as a grandchild: SIGTERM to real-demo must not orphan it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "grandchild.pid"
+    demo = subprocess.Popen([sys.executable, "-c", _DEMO_RUNNING_A_STAGE, _STAGE_WITH_GRANDCHILD, str(pid_file),
+                             str(tmp_path / "stage.log")], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    grandchild = int(pid_file.read_text())
+    assert _alive(grandchild)
+    demo.send_signal(signal.SIGTERM)
+    assert demo.wait(timeout=30) != 0
+    assert "terminated" in demo.stderr.read()
+    deadline = time.monotonic() + 15
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild)

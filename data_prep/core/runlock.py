@@ -3,7 +3,8 @@
 Two processes writing the same run directory interleave answers of two
 different runs and both exit 0. Every command that writes a run or output
 directory (``fae run``, ``fae pave``, ``fae probe``, ``fae neurons``,
-``real-data enhance`` and its cache, ``real-train``) holds a :class:`RunLock`
+``real-data enhance`` and its cache, ``real-train``, ``real-demo`` and its
+``build-base``) holds a :class:`RunLock`
 for its whole lifetime; a second writer stops at once with one line naming the
 holder (command, pid, host, start time).
 

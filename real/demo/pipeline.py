@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_prep.core.errors import UserError
+from data_prep.core.runlock import LOCK_NAME, RunLock
 from data_prep.records import load_records, save_records
 
 from .annotators import AnnotatorServer, enhancement_quality, write_annotators_yaml
@@ -54,6 +55,39 @@ class DemoSize:
     incomplete_share: float = 0.35  # claims whose gold names one of two proving lines (world.add_incomplete_gold)
 
 
+# What a demo run writes in its output directory; a rerun replaces all of it.
+OUTPUT_DIRS = ("data", "models", "runs", "probes", "compare", "logs", "pave")
+OUTPUT_FILES = ("summary.json", "report.md", "trajectory.png", "soft_trajectory.png", "reliability.png",
+                "dirk.png", "dirk.md")
+MARKER = ".real-demo"  # written first: this directory is a demo output, safe to replace
+
+
+def claim_output(out: Path) -> RunLock:
+    """Lock ``out`` for this run and clear the previous demo's results from it.
+
+    A second demo on the same output stops at once (the lock names the holder),
+    instead of deleting the first one's data under it. A directory that is not a
+    demo output (no marker, no summary.json, not empty) is refused rather than
+    cleared: ``--output .`` in a project must not delete its ``data/``. The
+    previous run's top-level files go too, so a run killed midway never leaves
+    an old ``summary.json`` beside new partial runs.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(out, "real-demo", is_dir=True).acquire()
+    entries = sorted(p.name for p in out.iterdir() if p.name not in (LOCK_NAME, MARKER))
+    if entries and not ((out / MARKER).exists() or (out / "summary.json").exists()):
+        lock.release()
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise UserError(f"{out} is not empty and not a real-demo output (holds {shown}); a demo run "
+                        "replaces its output directory: pass a new or empty --output")
+    (out / MARKER).write_text("written by real-demo; the directory is replaced by each demo run\n")
+    for sub in OUTPUT_DIRS:
+        shutil.rmtree(out / sub, ignore_errors=True)
+    for name in OUTPUT_FILES:
+        (out / name).unlink(missing_ok=True)
+    return lock
+
+
 def _stage(msg: str, t0: float) -> None:
     print(f"[real-demo {time.time() - t0:6.1f}s] {msg}", flush=True)
 
@@ -68,13 +102,45 @@ def _repo_file(rel: str) -> Path:
     return path
 
 
-def _run(cmd: list[str], log_path: Path, env: dict | None = None) -> None:
-    """Run one stage as a subprocess; its full output goes to a log file."""
+def run_stage(cmd: list[str], log_path: Path, env: dict | None = None) -> None:
+    """Run one stage as a subprocess; its full output goes to a log file.
+
+    The stage runs in its own process group, and if the demo stops (Ctrl-C,
+    SIGTERM, an error) the whole group is stopped with it: ``accelerate launch``
+    starts ``real.train`` as a grandchild, which would otherwise go on training
+    into a directory the next demo run deletes.
+    """
     with log_path.open("w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_DIR)
-    if proc.returncode != 0:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_DIR,
+                                start_new_session=True)
+        try:
+            returncode = proc.wait()
+        except BaseException:
+            _stop_group(proc)
+            raise
+    if returncode != 0:
         tail = "".join(log_path.read_text().splitlines(True)[-25:])
-        raise UserError(f"stage failed ({' '.join(cmd[:6])} ...), exit {proc.returncode}; log {log_path}:\n{tail}")
+        raise UserError(f"stage failed ({' '.join(cmd[:6])} ...), exit {returncode}; log {log_path}:\n{tail}")
+
+
+def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the stage's process group (the trainer exits cleanly on it), SIGKILL what is left after ``grace``."""
+    import signal
+
+    def signal_group(sig: int) -> bool:
+        proc.poll()  # reap the leader once it exits, so only live members count
+        try:
+            os.killpg(proc.pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    if signal_group(signal.SIGTERM):
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and signal_group(0):
+            time.sleep(0.2)
+        signal_group(signal.SIGKILL)
+    proc.wait()
 
 
 def _cli(module_main, argv: list[str]) -> None:
@@ -215,9 +281,15 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
     recipes = {v: _repo_file(f"recipes/demo/{v}.yaml") for v in VARIANTS}
     t0 = time.time()
     # A demo run always starts fresh: stale models must never be resumed into new runs.
-    for sub in ("data", "models", "runs", "probes", "compare", "logs", "pave"):
-        shutil.rmtree(out / sub, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    lock = claim_output(out)
+    try:
+        return _run_demo_locked(real_data, fae, out, base, size, seed, accelerate_cfg, recipes, t0)
+    finally:
+        lock.release()
+
+
+def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed: int, accelerate_cfg: Path,
+                     recipes: dict[str, Path], t0: float) -> dict:
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
 
@@ -241,7 +313,7 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
                "--dataset_name", str(pairs), "--output_dir", str(model_dir), "--seed", str(seed)]
         if size.max_steps:
             cmd += ["--max_steps", str(size.max_steps)]
-        _run(cmd, logs / f"train-{variant}.log", env)
+        run_stage(cmd, logs / f"train-{variant}.log", env)
 
     for variant in VARIANTS:
         _stage(f"{variant}: fae run (R = 4) on the test split", t0)
