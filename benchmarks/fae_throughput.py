@@ -24,11 +24,22 @@ saves ~3x). On a GPU batching dominates instead.
 The model is the random tiny Llama of ``tests/tiny_models.py`` with its weights
 scaled by ``--weight-scale`` (default 5): unscaled, it answers blank lines to
 every prompt, which would make the comparison of answers meaningless.
+
+A real model: ``--model DIR`` (e.g. SmolLM2-135M-Instruct after ``real-import-gguf``;
+``--adapter`` for a LoRA adapter) on real-length Check-COVID prompts. The run then
+also measures this CPU's fp32 matmul peak (torch, same threads) and prints the
+engine's achieved FLOP/s against it: 2 x (non-embedding parameters) per token of
+every prompt prefilled and every token generated, plus the output layer once per
+generated token (attention's own FLOPs left out, so the figure is a lower bound).
+
+    python benchmarks/fae_throughput.py --model models/smollm2-135m-instruct --claims 40 \
+        --threads 0 --json benchmarks/results/fae_throughput_smollm2.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -67,6 +78,37 @@ def build_model(workdir: Path, scale: float) -> Path:
     return out
 
 
+def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
+    """This CPU's fp32 matmul rate through torch (best of ``repeats``), the ceiling for dense inference."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def engine_flops(records, claims, lm, tok) -> tuple[float, int, int]:
+    """(FLOPs, prompt tokens, generated tokens) of the calls the engine made (reused rounds cost nothing)."""
+    cfg = lm.config
+    embed = cfg.vocab_size * cfg.hidden_size
+    body = sum(p.numel() for p in lm.parameters()) - embed * (1 if cfg.tie_word_embeddings else 2)
+    by_id = {r.id: r for r in records}
+    prompt_tokens = gen_tokens = 0
+    for c in claims:
+        rec = by_id[c["id"]]
+        for rd in c["rounds"]:
+            if rd["reused"]:
+                continue
+            prompt_tokens += len(encode_chat(tok, render_evidence_prompt(rec, rd["pool_ids"])))
+            gen_tokens += len(tok(rd["raw_output"], add_special_tokens=False)["input_ids"]) + 1
+    flops = 2 * body * (prompt_tokens + gen_tokens) + 2 * embed * gen_tokens
+    return flops, prompt_tokens, gen_tokens
+
+
 def naive_loop(records, lm, tok, gc, rounds: int) -> list[list[str]]:
     """One claim at a time, one generate per round, no reuse."""
     import torch
@@ -98,6 +140,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--weight-scale", type=float, default=5.0)
     p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "check-covid")
+    p.add_argument("--model", type=Path, help="a saved HF model directory instead of the tiny random model")
+    p.add_argument("--adapter", type=Path, help="a LoRA adapter for --model")
+    p.add_argument("--json", type=Path, help="write the measurements here")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared few-core machine more threads oversubscribe "
                         "and time the load, not the code; 0 = torch's default)")
@@ -114,9 +159,12 @@ def main(argv=None) -> int:
         p.error(f"Check-COVID not found in {args.data_dir} (pass --data-dir)")
     records = checkcovid(args.data_dir, args.claims)
     with tempfile.TemporaryDirectory() as tmp:
-        model = build_model(Path(tmp), args.weight_scale)
-        backend = HFBackend({"model": str(model), "batch_size": args.batch_size,
-                             "max_new_tokens": args.max_new_tokens, "device": "cpu", "dtype": "fp32"})
+        model = args.model or build_model(Path(tmp), args.weight_scale)
+        options = {"model": str(model), "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens,
+                   "device": "cpu", "dtype": "fp32", "label_probs": False}
+        if args.adapter:
+            options["adapter"] = str(args.adapter)
+        backend = HFBackend(options)
         lens = [len(encode_chat(backend.tok, render_evidence_prompt(r))) for r in records]
         print(f"{len(records)} Check-COVID claims, R={args.rounds}, prompt tokens {min(lens)}-{max(lens)} "
               f"(mean {sum(lens) / len(lens):.0f}), max_new_tokens={args.max_new_tokens}, "
@@ -147,6 +195,9 @@ def main(argv=None) -> int:
             print(f"  block {b}: {len(engine_claims)} claims, engine {t_engine:.1f} s, naive {t_naive:.1f} s",
                   flush=True)
 
+        flops, prompt_tokens, gen_tokens = engine_flops(records, engine_claims, backend.lm, backend.tok)
+        peak = matmul_peak_gflops() if args.model else None
+
     total = len(records) * (args.rounds + 1)
     differ = sum(
         c["rounds"][r]["raw_output"] != naive[k][r] for k, c in enumerate(engine_claims) for r in range(args.rounds + 1)
@@ -159,6 +210,22 @@ def main(argv=None) -> int:
     print(f"calls saved by reuse: {stats['reused_calls'] / total:.1%} of {total} claim-rounds")
     print(f"valid answers: {valid / total:.1%} of claim-rounds")
     print(f"claim-rounds differing from the naive loop: {differ} of {total} ({differ / total:.2%})")
+    achieved = flops / t_engine / 1e9
+    print(f"engine work: {prompt_tokens} prompt + {gen_tokens} generated tokens, {flops / 1e12:.2f} TFLOP "
+          f"(lower bound) -> {achieved:.1f} GFLOP/s")
+    if peak:
+        print(f"fp32 matmul peak of this CPU (torch, {torch.get_num_threads()} threads): {peak:.1f} GFLOP/s; "
+              f"the engine runs at {achieved / peak:.1%} of it")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "model": str(args.model or "tiny random llama"), "adapter": str(args.adapter) if args.adapter else None,
+            "claims": len(records), "rounds": args.rounds, "batch_size": args.batch_size,
+            "max_new_tokens": args.max_new_tokens, "threads": torch.get_num_threads(),
+            "naive_s": t_naive, "engine_s": t_engine, "speed_ratio": t_naive / t_engine,
+            "claim_rounds": total, "reused": stats["reused_calls"], "valid_share": valid / total,
+            "differing_claim_rounds": differ, "prompt_tokens": prompt_tokens, "generated_tokens": gen_tokens,
+            "engine_gflops": achieved, "matmul_peak_gflops": peak,
+            "share_of_peak": achieved / peak if peak else None}, indent=2) + "\n")
     return 0
 
 

@@ -134,17 +134,22 @@ def build_pairs(
     variant: str,
     *,
     seed: int | None = 42,
+    keep_pairs_together: bool = False,
 ) -> tuple[list[dict], dict]:
     """Training rows for ``variant`` and counts of what was skipped.
 
     NOT_ENOUGH_INFO records are skipped (SPEC §1). ``seed=None`` keeps record
     order (positive before negative); otherwise rows are shuffled with
     ``random.Random(seed)`` so the same input always gives the same file.
+    ``keep_pairs_together`` shuffles records instead of rows: each record's
+    positive stays right before its negative, so a sequentially sampled batch
+    (``train_sampling_strategy: sequential``) shows the same claim with and
+    without its evidence, the contrast REAL teaches.
     """
     v = get_variant(variant)
     records = list(records)
     check_records(records, v)
-    rows: list[dict] = []
+    units: list[list[dict]] = []  # one record's rows
     skipped_nei = 0
     dropped_empty = 0
     for rec in records:
@@ -152,14 +157,21 @@ def build_pairs(
             skipped_nei += 1
             continue
         e_train = train_evidence(rec, v)
-        rows.append(make_pair(rec, POSITIVE, v.name, e_train))
+        unit = [make_pair(rec, POSITIVE, v.name, e_train)]
+        units.append(unit)
         if v.negatives:
             if set(rec.pool_ids) <= set(e_train):
                 dropped_empty += 1
                 continue
-            rows.append(make_pair(rec, NEGATIVE, v.name, e_train))
-    if seed is not None:
-        random.Random(seed).shuffle(rows)
+            unit.append(make_pair(rec, NEGATIVE, v.name, e_train))
+    if keep_pairs_together:
+        if seed is not None:
+            random.Random(seed).shuffle(units)
+        rows = [row for unit in units for row in unit]
+    else:
+        rows = [row for unit in units for row in unit]
+        if seed is not None:
+            random.Random(seed).shuffle(rows)
     info = {
         "records": len(records),
         "skipped_not_enough_info_records": skipped_nei,

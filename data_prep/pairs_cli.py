@@ -32,6 +32,9 @@ def add_arguments(p):
     p.add_argument("--output", required=True, help="output directory (HF dataset + pairs.jsonl + stats.json)")
     p.add_argument("--seed", type=int, default=42, help="shuffling seed (default 42)")
     p.add_argument("--no-shuffle", action="store_true", help="keep record order (positive before negative)")
+    p.add_argument("--keep-pairs-together", action="store_true",
+                   help="shuffle records, not rows: each record's positive stays right before its negative (train "
+                        "with train_sampling_strategy: sequential so that one batch holds both)")
     p.add_argument("--tokenizer", help="tokenizer (local dir or hub id) to measure token lengths with its chat template")
     p.add_argument("--max-length", type=int, default=4096,
                    help="with --tokenizer: drop (and count) pairs longer than this many tokens (default 4096)")
@@ -70,7 +73,8 @@ def run(args) -> int:
         raise UserError("--max-length must be a positive number of tokens")
     records = load_records_or_fail(args.records)
     try:
-        rows, info = build_pairs(records, args.variant, seed=None if args.no_shuffle else args.seed)
+        rows, info = build_pairs(records, args.variant, seed=None if args.no_shuffle else args.seed,
+                                 keep_pairs_together=args.keep_pairs_together)
     except MissingEnhancedEvidence as exc:
         raise UserError(str(exc.located(args.records, _first_line_of(args.records, exc.missing[0])))) from None
     if not rows:
@@ -88,7 +92,7 @@ def run(args) -> int:
                        max_length=args.max_length if args.tokenizer else None,
                        tokenizer=args.tokenizer)
     stats.update({"variant": args.variant, "records_file": os.path.abspath(args.records),
-                  "seed": None if args.no_shuffle else args.seed})
+                  "seed": None if args.no_shuffle else args.seed, "keep_pairs_together": args.keep_pairs_together})
 
     from datasets import Dataset, DatasetDict
 

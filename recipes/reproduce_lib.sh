@@ -28,9 +28,21 @@ _reproduce_settings() {
     : "${NUM_PROCESSES:=8}"
     : "${MAX_LENGTH:=4096}"
     # extra arguments, appended to the commands (word-split; e.g. TRAIN_ARGS="--max_steps 10")
-    : "${TRAIN_ARGS:=}" "${FAE_ARGS:=}" "${PROBE_ARGS:=}"
+    : "${TRAIN_ARGS:=}" "${FAE_ARGS:=}" "${PROBE_ARGS:=}" "${PAIRS_ARGS:=}"
     # `fae run` runs as one process; with 8 GPUs: FAE="accelerate launch --num_processes 8 -m fae.cli"
     : "${FAE:=fae}"
+
+    # what is trained on and how: TRAIN_SET names the converted training split; ENHANCE=0 skips the
+    # annotator vote (then only sft and no_enhancement can be trained); CONVERT_ARGS go to every convert
+    : "${TRAIN_SET:=fever-train}"
+    : "${ENHANCE:=1}"
+    : "${CONVERT_ARGS:=}"
+    # extra `fae run` flags for the base model alone (e.g. --constrained-decoding for a base that writes prose)
+    : "${BASE_FAE_ARGS:=}"
+    # PAVE (`fae pave`) per system on these test sets (empty: none) and its flags
+    : "${PAVE_SETS:=}" "${PAVE_ARGS:=}"
+    # `fae checkpoints` (FAE of every saved checkpoint) for these variants on the first test set
+    : "${CHECKPOINT_VARIANTS:=}" "${CHECKPOINT_ARGS:=}"
 
     # official releases (downloaded by you; see recipes/README.md)
     : "${RAW:=raw}"
@@ -42,6 +54,11 @@ _reproduce_settings() {
     : "${CLIMATE_FEVER_CLAIMS:=$RAW/climate-fever/climate-fever.jsonl}"
     : "${CHECK_COVID_CLAIMS:=$RAW/check-covid/Check-COVID_all.json}"
     : "${CHECK_COVID_CORPUS:=$RAW/check-covid/corpus.json}"
+    # single splits (TRAIN_SET / TEST_SETS named <dataset>-<split>)
+    : "${CHECK_COVID_TRAIN:=$RAW/check-covid/covidCheck_train_composed+extracted.json}"
+    : "${CHECK_COVID_DEV:=$RAW/check-covid/covidCheck_dev_composed+extracted.json}"
+    : "${CHECK_COVID_TEST:=$RAW/check-covid/covidCheck_test_composed.json $RAW/check-covid/covidCheck_test_extracted.json}"
+    : "${SCIFACT_TRAIN:=$RAW/scifact/claims_train.jsonl}" "${SCIFACT_DEV:=$RAW/scifact/claims_dev.jsonl}"
     # FEVER train; out-of-domain sets: every split the paper uses (SciFact: train + dev)
     : "${TEST_SETS:=fever check-covid scifact climate-fever}"
     : "${NEURONS_SET:=${TEST_SETS%% *}}"
@@ -51,7 +68,9 @@ _reproduce_settings() {
 
     # output roots
     : "${DATA_DIR:=data}" "${OUTPUTS_DIR:=outputs}" "${RUNS_DIR:=runs}"
-    : "${PROBES_DIR:=probes}" "${REPORTS_DIR:=reports}"
+    : "${PROBES_DIR:=probes}" "${REPORTS_DIR:=reports}" "${PAVE_DIR:=pave}"
+    # one JSON line per step that ran: its command and wall seconds (the experiment's timing table)
+    : "${STEP_TIMES:=$REPORTS_DIR/$MODEL_ID/step_times.jsonl}"
 }
 
 # --- step runner ------------------------------------------------------------
@@ -70,13 +89,18 @@ step() {
     printf ' %q' "$@"
     printf '\n'
     [[ $DRY_RUN == 1 ]] && return 0
+    local t0=$SECONDS
     "$@"
+    mkdir -p "$(dirname "$STEP_TIMES")"
+    python3 -c 'import json, sys; print(json.dumps({"done": sys.argv[1], "seconds": int(sys.argv[2]), "command": sys.argv[3:]}))' \
+        "${done_files[0]}" "$((SECONDS - t0))" "$@" >> "$STEP_TIMES"
 }
 
 # records file of a test set (the split names what the paper evaluates on)
 records_of() {
     case $1 in
         fever) echo "$DATA_DIR/fever-test.jsonl" ;;
+        *-train | *-dev | *-test) echo "$DATA_DIR/$1.jsonl" ;;
         *) echo "$DATA_DIR/$1-all.jsonl" ;;
     esac
 }
@@ -85,12 +109,17 @@ records_of() {
 convert_set() {
     local out=$2
     case $1 in
-        fever-train) step "$out" -- real-data convert --dataset fever --claims $FEVER_TRAIN --wiki-pages "$FEVER_WIKI" --output "$out" ;;
-        fever) step "$out" -- real-data convert --dataset fever --claims $FEVER_TEST --wiki-pages "$FEVER_WIKI" --output "$out" ;;
-        scifact) step "$out" -- real-data convert --dataset scifact --claims $SCIFACT_CLAIMS --corpus "$SCIFACT_CORPUS" --output "$out" ;;
-        climate-fever) step "$out" -- real-data convert --dataset climate-fever --claims $CLIMATE_FEVER_CLAIMS --output "$out" ;;
-        check-covid) step "$out" -- real-data convert --dataset check-covid --claims $CHECK_COVID_CLAIMS --corpus "$CHECK_COVID_CORPUS" --output "$out" ;;
-        *) echo "reproduce: unknown test set '$1' (known: fever check-covid scifact climate-fever)" >&2; return 2 ;;
+        fever-train) step "$out" -- real-data convert --dataset fever --claims $FEVER_TRAIN --wiki-pages "$FEVER_WIKI" --output "$out" $CONVERT_ARGS ;;
+        fever) step "$out" -- real-data convert --dataset fever --claims $FEVER_TEST --wiki-pages "$FEVER_WIKI" --output "$out" $CONVERT_ARGS ;;
+        scifact) step "$out" -- real-data convert --dataset scifact --claims $SCIFACT_CLAIMS --corpus "$SCIFACT_CORPUS" --output "$out" $CONVERT_ARGS ;;
+        scifact-train) step "$out" -- real-data convert --dataset scifact --claims $SCIFACT_TRAIN --corpus "$SCIFACT_CORPUS" --output "$out" $CONVERT_ARGS ;;
+        scifact-dev) step "$out" -- real-data convert --dataset scifact --claims $SCIFACT_DEV --corpus "$SCIFACT_CORPUS" --output "$out" $CONVERT_ARGS ;;
+        climate-fever) step "$out" -- real-data convert --dataset climate-fever --claims $CLIMATE_FEVER_CLAIMS --output "$out" $CONVERT_ARGS ;;
+        check-covid) step "$out" -- real-data convert --dataset check-covid --claims $CHECK_COVID_CLAIMS --corpus "$CHECK_COVID_CORPUS" --output "$out" $CONVERT_ARGS ;;
+        check-covid-train) step "$out" -- real-data convert --dataset check-covid --claims $CHECK_COVID_TRAIN --corpus "$CHECK_COVID_CORPUS" --output "$out" $CONVERT_ARGS ;;
+        check-covid-dev) step "$out" -- real-data convert --dataset check-covid --claims $CHECK_COVID_DEV --corpus "$CHECK_COVID_CORPUS" --output "$out" $CONVERT_ARGS ;;
+        check-covid-test) step "$out" -- real-data convert --dataset check-covid --claims $CHECK_COVID_TEST --corpus "$CHECK_COVID_CORPUS" --output "$out" $CONVERT_ARGS ;;
+        *) echo "reproduce: unknown data set '$1' (known: fever-train fever check-covid[-train|-dev|-test] scifact[-train|-dev] climate-fever)" >&2; return 2 ;;
     esac
 }
 
@@ -112,21 +141,39 @@ reproduce_main() {
     _reproduce_settings
     local variant system set records run out
     local systems="base $VARIANTS"
-    local train_records="$DATA_DIR/fever-train.jsonl"
-    local enhanced="$DATA_DIR/fever-train.enhanced.jsonl"
+    local train_records="$DATA_DIR/$TRAIN_SET.jsonl"
+    local enhanced="$DATA_DIR/$TRAIN_SET.enhanced.jsonl"
+    if [[ $ENHANCE == 0 ]]; then
+        for variant in $VARIANTS; do
+            case $variant in sft | no_enhancement) ;; *)
+                echo "reproduce: variant '$variant' trains on enhanced evidence, but ENHANCE=0 (train sft or no_enhancement)" >&2
+                return 2 ;;
+            esac
+        done
+        enhanced=$train_records
+    fi
+    # a wrapper may define prepare_model: the base model's own set-up (e.g. a GGUF import)
+    if declare -F prepare_model > /dev/null; then
+        echo "# 0. the base model"
+        prepare_model
+    fi
 
     echo "# 1. data: official releases -> records"
-    convert_set fever-train "$train_records"
+    convert_set "$TRAIN_SET" "$train_records"
     for set in $TEST_SETS; do convert_set "$set" "$(records_of "$set")"; done
 
-    echo "# 2. evidence enhancement of the training claims (cached, resumable)"
-    step "$enhanced" -- real-data enhance --records "$train_records" --annotators "$ANNOTATORS" --output "$enhanced"
+    if [[ $ENHANCE != 0 ]]; then
+        echo "# 2. evidence enhancement of the training claims (cached, resumable)"
+        step "$enhanced" -- real-data enhance --records "$train_records" --annotators "$ANNOTATORS" --output "$enhanced"
+    else
+        echo "# 2. no evidence enhancement (ENHANCE=0): pairs from the gold evidence"
+    fi
 
     echo "# 3. training pairs and one LoRA adapter per variant"
     for variant in $VARIANTS; do
         out="$DATA_DIR/pairs/$MODEL_ID/$variant"
         step "$out/stats.json" -- real-data pairs --records "$enhanced" --variant "$variant" \
-            --tokenizer "$MODEL" --max-length "$MAX_LENGTH" --output "$out" --overwrite
+            --tokenizer "$MODEL" --max-length "$MAX_LENGTH" --output "$out" --overwrite $PAIRS_ARGS
     done
     for variant in $VARIANTS; do
         out="$OUTPUTS_DIR/$MODEL_ID/$variant"
@@ -141,15 +188,33 @@ reproduce_main() {
         for system in $systems; do
             run="$RUNS_DIR/$MODEL_ID/$system/$set"
             step "$run/metrics.json" -- $FAE run --config "$EVAL_CONFIG" --model "$MODEL" $(adapter_args "$system") \
-                --records "$records" --output "$run" $FAE_ARGS
+                --records "$records" --output "$run" $FAE_ARGS $([[ $system == base ]] && echo "$BASE_FAE_ARGS")
             out="$PROBES_DIR/$MODEL_ID/$system/$set"
             step "$out/dirk.json" -- fae probe --run "$run" --model "$MODEL" $(adapter_args "$system") \
                 --output "$out" $PROBE_ARGS
         done
     done
-    out="$PROBES_DIR/$MODEL_ID/base/neurons-$NEURONS_SET"
-    step "$out/neurons.md" -- fae neurons --records "$(records_of "$NEURONS_SET")" --model "$MODEL" \
-        --limit "$NEURONS_LIMIT" --output "$out"
+    if [[ $NEURONS_LIMIT != 0 ]]; then
+        out="$PROBES_DIR/$MODEL_ID/base/neurons-$NEURONS_SET"
+        step "$out/neurons.md" -- fae neurons --records "$(records_of "$NEURONS_SET")" --model "$MODEL" \
+            --limit "$NEURONS_LIMIT" --output "$out"
+    fi
+    if [[ -n $PAVE_SETS ]]; then
+        echo "# 4b. PAVE: prior states and arbitration per system"
+        for set in $PAVE_SETS; do
+            for system in $systems; do
+                out="$PAVE_DIR/$MODEL_ID/$system/$set"
+                step "$out/pave.json" -- fae pave --records "$(records_of "$set")" --model "$MODEL" $(adapter_args "$system") \
+                    --output "$out" $PAVE_ARGS $([[ $system == base ]] && echo "$BASE_FAE_ARGS" | grep -o -- --constrained-decoding)
+            done
+        done
+    fi
+    for variant in $CHECKPOINT_VARIANTS; do
+        set=${TEST_SETS%% *}
+        out="$REPORTS_DIR/$MODEL_ID/checkpoints-$variant-$set"
+        step "$out/checkpoints.json" -- fae checkpoints --training-output "$OUTPUTS_DIR/$MODEL_ID/$variant" \
+            --records "$(records_of "$set")" --config "$EVAL_CONFIG" --model "$MODEL" --output "$out" $CHECKPOINT_ARGS
+    done
 
     echo "# 5. reports: Table 1 + trajectories, DirK figure, score accounting against REAL"
     local runs probes last=$COMPARE_TO
@@ -168,5 +233,10 @@ reproduce_main() {
                 "$RUNS_DIR/$MODEL_ID/$last/$set" --output "$out/$system-vs-$last"
         done
     done
+    echo "# 6. one summary of the experiment (Table-1 columns, soft FAE, DirK, PAVE, step times)"
+    if [[ $DRY_RUN != 1 ]]; then
+        python3 "$REPO_ROOT/recipes/summarize.py" --model-id "$MODEL_ID" --systems $systems --sets $TEST_SETS \
+            --output "$REPORTS_DIR/$MODEL_ID/summary.json"
+    fi
     if [[ $DRY_RUN == 1 ]]; then echo "# dry run: nothing was executed"; else echo "# all steps done"; fi
 }

