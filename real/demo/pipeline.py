@@ -188,6 +188,28 @@ def enhance_step(real_data, out: Path, train_path: Path, seed: int, t0: float) -
     return enhanced, quality
 
 
+def dirk_lines(out: Path) -> list[str]:
+    """The report's DirK section: what each variant answers on the claim-only prompt (h(K)'s prompt),
+    and what DirK then measures, from each ``probes/<variant>/dirk.json``."""
+    from fae.probes.knowledge import shares_text
+
+    lines = ["", "## DirK: what h(K) stands for (`fae probe`)", "",
+             "DirK (dirk.md, dirk.png) measures drift toward h(K), the state on the claim-only prompt. It is a "
+             "direction toward parametric knowledge only where the verifier answers from knowledge there.", "",
+             "| Variant | claim-only answers (greedy) | correct (%) | abstaining reference |",
+             "| --- | --- | --- | --- |"]
+    notes = []
+    for variant in VARIANTS:
+        probe = json.loads((out / "probes" / variant / "dirk.json").read_text())
+        answers = probe["knowledge_answers"]["verifier"]
+        correct = answers.get("correct")
+        lines.append(f"| {variant} | {shares_text(answers)} | {_pct(correct)} "
+                     f"| {'**yes**' if probe['abstaining_reference'] else 'no'} |")
+        if probe["reference_note"]:
+            notes.append(f"- {variant}: {probe['reference_note']}")
+    return lines + ([""] + notes if notes else [])
+
+
 def subset_metrics(run_dir: Path, ids: set[str]) -> dict:
     """FAE metrics (fae.ablation.metrics.compute_metrics, the one definition) on the claims in ``ids``."""
     from fae.ablation.metrics import compute_metrics
@@ -332,6 +354,7 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
     _cli(fae, ["report", *runs, "--output", str(out), "--names", *VARIANTS])
     _cli(fae, ["probe-report", *[str(out / "probes" / v) for v in VARIANTS], "--output", str(out),
                "--labels", *VARIANTS])
+    _append(out / "report.md", dirk_lines(out))
     _cli(fae, ["compare", str(out / "runs" / "sft"), str(out / "runs" / "real"), "--output", str(out / "compare"),
                "--metric", "strict", "--bootstrap", str(size.bootstrap), "--seed", str(seed)])
 
