@@ -184,6 +184,12 @@ def _context(text: str, span: Span, width: int = 3) -> set[str]:
     return content_words(f"{before} {after}")
 
 
+def _unit(text: str, span: Span) -> str | None:
+    """The word right after a number ("days" in "5 days"): two numbers answer each other only with the same unit."""
+    words = _words(text[span.end:])
+    return words[0] if words else None
+
+
 def provable_value(text: str, span: Span) -> bool:
     """A span whose swap flips the verdict by rule: a value (not a name), standing alone (not "1–5",
     "PI(3,4)P2"), not a one-digit label ("type 2", "grade 3"), not bounded ("more than 5")."""
@@ -255,7 +261,9 @@ def claim_aware_swap(claim: str, label: str, text: str, corpus: SpanCorpus, *, s
             if key in in_claim or spans[0].kind != c.kind:
                 continue
             fit = len(_context(claim, c) & _context(text, spans[0]))
-            proved = (fit > 0 and provable_value(claim, c) and all(provable_value(text, sp) for sp in spans))
+            same_unit = c.kind != "number" or _unit(claim, c) == _unit(text, spans[0])  # "44 percent" != "77 pairs"
+            proved = (fit > 0 and same_unit and provable_value(claim, c)
+                      and all(provable_value(text, sp) for sp in spans))
             pairs.append((proved, fit, key, _fold(c.text), c, spans))
     if not pairs:
         return None, "the claim states no value or name that the sentence gives differently"
