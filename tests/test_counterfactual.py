@@ -482,7 +482,7 @@ def test_audit_sheets_round_trip_with_pass_rates_and_kappa(tmp_path, capsys):
     src = tmp_path / "cf.jsonl"
     save_records(recs, src)
     audit = tmp_path / "audit"
-    assert real_data(["counterfactual-audit", "sheets", "--records", str(src), "--output", str(audit),
+    assert real_data(["counterfactual-audit", "--records", str(src), "--output", str(audit),
                       "--size", "24"]) == 0
     sample = json.loads((audit / "audit.json").read_text())["sample"]
     assert len(sample) == 24 and len({(s["record_id"], s["kind"]) for s in sample}) == 24
@@ -513,7 +513,7 @@ def test_audit_sheets_round_trip_with_pass_rates_and_kappa(tmp_path, capsys):
             w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
             w.writeheader()
             w.writerows(rows)
-    assert real_data(["counterfactual-audit", "score", str(audit)]) == 0
+    assert real_data(["counterfactual-audit-score", str(audit)]) == 0
     res = json.loads((audit / "score.json").read_text())
     overall, entity, semantic = (res["groups"][g] for g in ("overall", "entity", "semantic"))
     assert semantic["pass_rate"]["label_consistency"] == 1.0  # 2 of 3 pass: the majority passes
@@ -533,7 +533,7 @@ def test_audit_sheets_round_trip_with_pass_rates_and_kappa(tmp_path, capsys):
         w.writeheader()
         w.writerows(rows)
     capsys.readouterr()
-    assert real_data(["counterfactual-audit", "score", str(audit)]) == 2
+    assert real_data(["counterfactual-audit-score", str(audit)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sheet-2.csv:4" in err[0] and "intervention_consistency" in err[0]
 

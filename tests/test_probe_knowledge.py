@@ -123,6 +123,23 @@ def test_an_always_abstaining_verifier_is_flagged_and_a_deciding_one_is_not(worl
     assert "| abstaining reference | **yes** | no |" in md
     assert "- **REAL-like**: abstaining reference" in md and "**credulous**:" not in md
 
+    # the demo's report section reads the same probe outputs and names each variant's answers
+    import shutil
+
+    from real.demo.pipeline import VARIANTS, dirk_lines
+
+    demo = tmp_path / "demo"
+    for variant in VARIANTS:
+        shutil.copytree(tmp_path / ("p-believer" if variant in ("sft", "no_ablation") else "p-abstainer"),
+                        demo / "probes" / variant)
+    lines = dirk_lines(demo)
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| ") and " | " in line}
+    assert "SUPPORT 100%" in rows["sft"] and rows["sft"].endswith("| no |")
+    assert "NEI 100%" in rows["real"] and rows["real"].endswith("| **yes** |")
+    notes = [line for line in lines if line.startswith("- ")]
+    assert [n.split(":")[0] for n in notes] == ["- no_enhancement", "- real"]
+    assert all("drift toward abstaining" in n for n in notes)
+
 
 @pytest.mark.slow
 def test_knowledge_reference_base_takes_hK_from_the_model_without_the_adapter(tiny_llama, tmp_path):

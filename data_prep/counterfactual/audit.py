@@ -1,14 +1,14 @@
 """`real-data counterfactual-audit`: PAVE's human validity audit of counterfactual evidence, as a tool.
 
-    real-data counterfactual-audit sheets --records cf.jsonl --output audit/    # sample + 3 blank sheets
-    real-data counterfactual-audit score audit/                                  # filled sheets -> rates, κ
+    real-data counterfactual-audit --records cf.jsonl --output audit/    # sample + 3 blank sheets
+    real-data counterfactual-audit-score audit/                           # filled sheets -> rates, κ
 
-``sheets`` draws M instances (default 100; one instance = one claim's
+``counterfactual-audit`` draws M instances (default 100; one instance = one claim's
 counterfactual pool of one kind, as ``fae pave`` shows it) stratified by
 source (the records' ``dataset``) × kind × gold label, as equal per stratum
 as the strata allow, and writes one CSV sheet per annotator (default three)
 with the paper's four binary criteria left blank, ``audit.json`` (the
-sample) and ``instructions.md``. ``score`` reads the filled sheets back and
+sample) and ``instructions.md``. ``counterfactual-audit-score`` reads the filled sheets back and
 reports, per kind and overall, each criterion's majority-vote pass rate,
 Fleiss' κ, and the instances valid by the paper's rule (a majority passes
 the first three criteria). Writes ``score.json`` and ``score.md`` in the
@@ -215,7 +215,7 @@ def write_sheets(out: Path, sample: list[dict], raters: int, settings: dict) -> 
         "counterfactual evidence (`counterfactual_evidence`), made from its gold evidence (`gold_evidence`) so that "
         "it should lead a reader to `intended_verdict`, the opposite of the claim's gold label.\n\n"
         "Write 1 (pass) or 0 (fail) in each criterion column:\n\n" + crit + "\n\n"
-        "Leave the other columns as they are. Then run `real-data counterfactual-audit score` on this directory.\n"))
+        "Leave the other columns as they are. Then run `real-data counterfactual-audit-score` on this directory.\n"))
     return paths
 
 
@@ -266,24 +266,15 @@ def read_sheet(path: Path, sample: list[dict]) -> dict[int, dict[str, bool]]:
 # ---------------------------------------------------------------------------
 
 def add_arguments(p) -> None:
-    sub = p.add_subparsers(dest="audit_command", metavar="{sheets,score}")
-    s = sub.add_parser("sheets", help="draw the stratified sample and write one blank sheet per annotator")
-    s.add_argument("--records", required=True, type=Path, help="records with counterfactual_sentences (JSONL)")
-    s.add_argument("--output", required=True, type=Path, help="audit directory")
-    s.add_argument("--size", type=int, default=100, help="instances M (default 100, as the paper)")
-    s.add_argument("--raters", type=int, default=3, help="annotators, one sheet each (default 3, as the paper)")
-    s.add_argument("--seed", type=int, default=0)
-    r = sub.add_parser("score", help="read the filled sheets back: pass rates, Fleiss' κ, valid instances")
-    r.add_argument("audit_dir", type=Path, help="the directory `sheets` wrote")
-    r.add_argument("--sheets", nargs="+", type=Path, help="the filled sheets (default AUDIT_DIR/sheet-*.csv)")
+    p.add_argument("--records", required=True, type=Path, help="records with counterfactual_sentences (JSONL)")
+    p.add_argument("--output", required=True, type=Path, help="audit directory")
+    p.add_argument("--size", type=int, default=100, help="instances M (default 100, as the paper)")
+    p.add_argument("--raters", type=int, default=3, help="annotators, one sheet each (default 3, as the paper)")
+    p.add_argument("--seed", type=int, default=0)
 
 
 def run(args) -> int:
-    if args.audit_command == "sheets":
-        return _run_sheets(args)
-    if args.audit_command == "score":
-        return _run_score(args)
-    raise UserError("choose `sheets` (write the sample) or `score` (read the filled sheets)")
+    return _run_sheets(args)
 
 
 def _run_sheets(args) -> int:
@@ -315,10 +306,15 @@ def _read_records(path: Path) -> list[dict]:
     return [r.to_dict() for r in load_records_or_fail(path)]
 
 
-def _run_score(args) -> int:
+def add_score_arguments(p) -> None:
+    p.add_argument("audit_dir", type=Path, help="the directory `real-data counterfactual-audit` wrote")
+    p.add_argument("--sheets", nargs="+", type=Path, help="the filled sheets (default AUDIT_DIR/sheet-*.csv)")
+
+
+def run_score(args) -> int:
     key = args.audit_dir / SAMPLE_FILE
     if not key.is_file():
-        raise UserError(f"{key}: not found (write the sample with `real-data counterfactual-audit sheets`)")
+        raise UserError(f"{key}: not found (write the sample with `real-data counterfactual-audit`)")
     try:
         sample = json.loads(key.read_text(encoding="utf-8"))["sample"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
