@@ -162,8 +162,8 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
     model = judge_model = None
     ann = judge = None
     if job.annotators is not None:
-        ann = _annotator(job, job.annotator)
-        judge = _annotator(job, job.judge) if job.judge else ann
+        ann = _annotator(job, job.annotator, "--annotator")
+        judge = _annotator(job, job.judge, "--judge") if job.judge else ann
         model = {"name": ann.name, "model": ann.model}
         judge_model = {"name": judge.name, "model": judge.model}
     if job.llm_kinds():
@@ -291,7 +291,7 @@ def _seed_note(*anns) -> str | None:
             "seeds (the same answers where the server honours seeds)")
 
 
-def _annotator(job: CounterfactualJob, name: str | None):
+def _annotator(job: CounterfactualJob, name: str | None, flag: str):
     try:
         anns = load_annotators(job.annotators)
     except ConfigError as exc:
@@ -301,7 +301,7 @@ def _annotator(job: CounterfactualJob, name: str | None):
     for a in anns:
         if a.name == name:
             return a
-    raise UserError(f"{name!r} is not in {job.annotators} (names: {', '.join(a.name for a in anns)})")
+    raise UserError(f"{flag} {name!r} is not in {job.annotators} (names: {', '.join(a.name for a in anns)})")
 
 
 def request_seed(seed: int, record_id: str, sentence_id: int, task: str, attempt: int) -> int:
