@@ -126,7 +126,7 @@ def test_an_always_abstaining_verifier_is_flagged_and_a_deciding_one_is_not(worl
     # the demo's report section reads the same probe outputs and names each variant's answers
     import shutil
 
-    from real.demo.pipeline import VARIANTS, dirk_lines
+    from real.demo.pipeline import VARIANTS, base_reference_dir, dirk_lines
 
     demo = tmp_path / "demo"
     for variant in VARIANTS:
@@ -139,6 +139,14 @@ def test_an_always_abstaining_verifier_is_flagged_and_a_deciding_one_is_not(worl
     notes = [line for line in lines if line.startswith("- ")]
     assert [n.split(":")[0] for n in notes] == ["- no_enhancement", "- real"]
     assert all("drift toward abstaining" in n for n in notes)
+    assert not any("knowledge-reference base" in line and "DirK with h(K)" in line for line in lines)
+    for variant in VARIANTS:  # the demo's second probe of each variant (here: any probe output will do)
+        shutil.copytree(tmp_path / "p-believer", demo / "probes" / base_reference_dir(variant))
+    lines = dirk_lines(demo)
+    start = next(k for k, line in enumerate(lines) if line.startswith("DirK with h(K) from the base model"))
+    assert lines[start + 2] == "| round | " + " | ".join(VARIANTS) + " |"
+    assert any(line.startswith("| 1 | ") for line in lines[start:]) and any(
+        line.startswith("| h(K) from | ") for line in lines[start:])
 
 
 @pytest.mark.slow

@@ -188,10 +188,16 @@ def enhance_step(real_data, out: Path, train_path: Path, seed: int, t0: float) -
     return enhanced, quality
 
 
+def base_reference_dir(variant: str) -> str:
+    """probes/<this>: the variant's DirK with h(K) from the base model (`--knowledge-reference base`)."""
+    return f"{variant}-base-hK"
+
+
 def dirk_lines(out: Path) -> list[str]:
     """The report's DirK section: what each variant answers on the claim-only prompt (h(K)'s prompt),
-    and what DirK then measures, from each ``probes/<variant>/dirk.json``."""
+    what DirK then measures, and DirK with h(K) from the base model, from ``probes/*/dirk.json``."""
     from fae.probes.knowledge import shares_text
+    from fae.probes.report import load_probe, markdown_table
 
     lines = ["", "## DirK: what h(K) stands for (`fae probe`)", "",
              "DirK (dirk.md, dirk.png) measures drift toward h(K), the state on the claim-only prompt. It is a "
@@ -207,7 +213,14 @@ def dirk_lines(out: Path) -> list[str]:
                      f"| {'**yes**' if probe['abstaining_reference'] else 'no'} |")
         if probe["reference_note"]:
             notes.append(f"- {variant}: {probe['reference_note']}")
-    return lines + ([""] + notes if notes else [])
+    lines += [""] + notes if notes else []
+    based = [out / "probes" / base_reference_dir(v) for v in VARIANTS]
+    if all((d / "dirk.json").is_file() for d in based):
+        lines += ["", "DirK with h(K) from the base model without the adapter (`fae probe --knowledge-reference "
+                  "base`): every variant's drift toward the same state, the base model's answer from its "
+                  "parametric knowledge; mean [95% bootstrap CI].", "",
+                  *markdown_table(list(VARIANTS), [load_probe(d) for d in based]).splitlines()]
+    return lines
 
 
 def subset_metrics(run_dir: Path, ids: set[str]) -> dict:
@@ -344,10 +357,11 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
                    "--model", str(base), "--adapter", str(out / "models" / variant), "--rounds", "4",
                    "--batch-size", "32", "--max-new-tokens", "16", "--no-progress",
                    "--chunk-size", "256"])  # all test claims in one window: the measured batches
-        _stage(f"{variant}: fae probe (DirK)", t0)
-        _cli(fae, ["probe", "--run", str(run_dir), "--model", str(base), "--adapter", str(out / "models" / variant),
-                   "--output", str(out / "probes" / variant), "--bootstrap", str(size.bootstrap),
-                   "--seed", str(seed), "--batch-size", "32"])
+        _stage(f"{variant}: fae probe (DirK; h(K) from the variant, then from the base model)", t0)
+        for reference, probe_dir in (("verifier", variant), ("base", base_reference_dir(variant))):
+            _cli(fae, ["probe", "--run", str(run_dir), "--model", str(base), "--adapter", str(out / "models" / variant),
+                       "--output", str(out / "probes" / probe_dir), "--bootstrap", str(size.bootstrap),
+                       "--seed", str(seed), "--batch-size", "32", "--knowledge-reference", reference])
 
     _stage("reports: fae report, fae probe-report, fae compare (sft vs real)", t0)
     runs = [str(out / "runs" / v) for v in VARIANTS]
