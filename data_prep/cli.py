@@ -1,4 +1,4 @@
-"""`real-data`: data preparation commands (convert, validate, pairs, enhance, counterfactual).
+"""`real-data`: data preparation commands (convert, validate, pairs, enhance, counterfactual, its audit).
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)``
 and ``run(args) -> int``; this file only dispatches, so commands can be
@@ -15,6 +15,10 @@ SUBCOMMANDS = {
     "pairs": ("data_prep.pairs_cli", "build REAL training pairs (SPEC §4) as a HF dataset"),
     "enhance": ("data_prep.enhance.cli", "enlarge gold evidence by a majority vote of annotator LLMs"),
     "counterfactual": ("data_prep.counterfactual.cli", "counter-entity / counter-semantic evidence for fae pave"),
+    "counterfactual-audit": ("data_prep.counterfactual.audit",
+                             "human audit of counterfactual evidence: a stratified sample as sheets for annotators"),
+    "counterfactual-audit-score": ("data_prep.counterfactual.audit_score",
+                                   "read the filled audit sheets back: pass rates, Fleiss' kappa, valid instances"),
 }
 
 

@@ -1,10 +1,17 @@
-"""Counterfactual evidence (issue 19): `real-data counterfactual` on the shared Check-COVID and
-SciFact files (rule-based counter-entity swaps; LLM rewrites through the local OpenAI-compatible
-server, cached), per-kind results in `fae pave`, and the demo world's native counterfactuals."""
+"""Counterfactual evidence: `real-data counterfactual` on the shared Check-COVID and SciFact files.
+
+Every counterfactual must carry the verdict opposite to its claim's gold
+label (PAVE's label consistency): claim-aware rule-based swaps, proved by
+rule; LLM rewrites (and unproved swaps) checked by an LLM judge through the
+local OpenAI-compatible server, cached, with request seeds derived from
+what is asked; per-kind results in `fae pave`; the demo world's native
+counterfactuals.
+"""
 
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -13,27 +20,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_prep.cli import main as real_data
-from data_prep.counterfactual.entity import SpanCorpus, entity_swap, find_spans
-from data_prep.counterfactual.rewrite import rewrite_problem, topic_overlap
+from data_prep.counterfactual.entity import VALUE_KINDS, SpanCorpus, claim_aware_swap, find_spans
+from data_prep.counterfactual.rewrite import OPPOSITE, rewrite_problem, topic_overlap
+from data_prep.counterfactual.runner import request_seed
 from data_prep.records import save_records
 from fae.cli import main as fae
 from tests.conftest import make_record_dict
 from tests.openai_server import LocalOpenAIServer, claim_of
 
-DATASETS = {
-    "check-covid": ("check-covid/covidCheck_dev_composed+extracted.json", "check-covid/corpus.json"),
-    "scifact": ("scifact/claims_dev.jsonl", "scifact/corpus_cited.jsonl"),
+DATASETS = {  # name -> (converter, claims file, corpus file) under the shared data
+    "check-covid": ("check-covid", "check-covid/covidCheck_dev_composed+extracted.json", "check-covid/corpus.json"),
+    "scifact": ("scifact", "scifact/claims_dev.jsonl", "scifact/corpus_cited.jsonl"),
+    # the train split has REFUTE claims whose value a rule can move to the claim's ("36.4%" -> "7.8%")
+    "check-covid-train": ("check-covid", "check-covid/covidCheck_train_composed+extracted.json",
+                          "check-covid/corpus.json"),
 }
+DEV = ("check-covid", "scifact")
 
 
 @pytest.fixture(scope="module")
 def converted(shared_data, tmp_path_factory) -> dict[str, Path]:
-    """Both shared datasets converted once to claim records (the real converters)."""
+    """The shared datasets converted once to claim records (the real converters)."""
     out = {}
     base = tmp_path_factory.mktemp("cf-records")
-    for name, (claims, corpus) in DATASETS.items():
+    for name, (converter, claims, corpus) in DATASETS.items():
         path = base / f"{name}.jsonl"
-        assert real_data(["convert", "--dataset", name, "--claims", str(shared_data / claims),
+        assert real_data(["convert", "--dataset", converter, "--claims", str(shared_data / claims),
                           "--corpus", str(shared_data / corpus), "--output", str(path)]) == 0
         out[name] = path
     return out
@@ -43,13 +55,42 @@ def _read(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+def _gold_texts(rec: dict) -> dict[int, str]:
+    gold = {i for g in rec["evidence"] for i in g}
+    return {s["id"]: s["text"] for s in rec["sentences"] if s["id"] in gold}
+
+
 # ---------------------------------------------------------------------------
-# counter-entity, rule-based, on the real files
+# counter-entity, rule-based and claim-aware, on the real files
 # ---------------------------------------------------------------------------
+
+
+def _values(text: str) -> set[str]:
+    """Numbers, percentages, years and months a text states (the spans a rule may prove a flip with)."""
+    return {s.text.casefold() for s in find_spans(text) if s.kind in VALUE_KINDS}
+
+
+def _masked(text: str) -> str:
+    out, pos = [], 0
+    for s in find_spans(text):
+        if s.kind in VALUE_KINDS:
+            out += [text[pos:s.start], "<V>"]
+            pos = s.end
+    return "".join(out) + text[pos:]
+
+
+def flips_by_rule(claim: str, label: str, original: str, new: str) -> bool:
+    """An independent reading of the rule: SUPPORT -> a value the claim and the evidence stated is gone;
+    REFUTE -> a value the claim states and the evidence lacked is now stated; nothing else moved."""
+    if _masked(original) != _masked(new):
+        return False
+    if label == "SUPPORT":
+        return bool((_values(claim) & _values(original)) - _values(new))
+    return bool((_values(claim) - _values(original)) & _values(new))
 
 
 @pytest.mark.parametrize("dataset", sorted(DATASETS))
-def test_entity_swaps_change_one_span_and_keep_the_rest(converted, dataset, tmp_path, capsys):
+def test_rule_swaps_carry_the_opposite_verdict_and_the_rest_is_counted(converted, dataset, tmp_path, capsys):
     src = converted[dataset]
     out = tmp_path / "cf.jsonl"
     assert real_data(["counterfactual", "--records", str(src), "--output", str(out), "--kinds", "entity",
@@ -57,45 +98,42 @@ def test_entity_swaps_change_one_span_and_keep_the_rest(converted, dataset, tmp_
     assert "entity (rules)" in capsys.readouterr().out
     before, after = _read(src), _read(out)
     assert len(before) == len(after)
-    n_pools = 0
+    kept = {"SUPPORT": 0, "REFUTE": 0}
     for old, new in zip(before, after):
         cf = new.pop("counterfactual_sentences", None)
         assert new == old  # every other field intact, same order
         if cf is None:
             continue
-        n_pools += 1
         assert set(cf) == {"entity"}
-        gold = {i for g in old["evidence"] for i in g}
-        texts = {s["id"]: s for s in old["sentences"]}
+        gold = _gold_texts(old)
+        docs = {s["id"]: s.get("doc") for s in old["sentences"]}
         for s in cf["entity"]:
-            assert s["id"] in gold and s.get("doc") == texts[s["id"]].get("doc")  # sentence ids kept
-            orig = texts[s["id"]]["text"]
-            assert s["text"] != orig
-            new = s["text"]
-            # one salient span of the original was replaced by something else; the rest is byte for byte kept
-            assert any(new.startswith(orig[:sp.start]) and new.endswith(orig[sp.end:])
-                       and len(new) >= sp.start + len(orig) - sp.end
-                       and new[sp.start:len(new) - (len(orig) - sp.end)] != sp.text
-                       for sp in find_spans(orig)), (orig, new)
-    assert n_pools >= 0.8 * len(before)
-    summary = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())
-    assert summary["kinds"]["entity"]["records_with_pool"] == n_pools
-    assert summary["requests"]["made"] == 0  # rules: no model, no request
+            assert s["id"] in gold and s.get("doc") == docs[s["id"]] and s["check"] == "rule"
+            assert flips_by_rule(old["claim"], old["label"], gold[s["id"]], s["text"]), (old["claim"], s["text"])
+            kept[old["label"]] += 1
+    summary = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())["kinds"]["entity"]
+    assert summary["kept"] == sum(kept.values()) == summary["label_check"]["rule"] > 0
+    assert summary["kept"] + summary["dropped"] == summary["sentences"]
+    assert sum(summary["dropped_by_reason"].values()) == summary["dropped"] == len(summary["dropped_sentences"])
+    # a name swap is not provable by rule: without a judge it is dropped, and counted as such
+    assert summary["dropped_by_reason"]["a name swap, not provable by rule, and no judge"] > 0
+    if dataset == "check-covid-train":
+        assert kept["REFUTE"] > 0 and kept["SUPPORT"] > 0
 
 
-def test_entity_swaps_are_seeded_and_independent_of_record_order(converted, tmp_path):
-    src = _read(converted["check-covid"])
-    shuffled = tmp_path / "reversed-input.jsonl"
+def test_rule_swaps_are_seeded_and_independent_of_record_order(converted, tmp_path):
+    src = _read(converted["check-covid-train"])
+    shuffled = tmp_path / "shuffled.jsonl"
     shuffled.write_text("".join(json.dumps(r) + "\n" for r in reversed(src)))
     runs = {}
-    for name, path, seed in (("a", converted["check-covid"], 0), ("b", converted["check-covid"], 0),
-                             ("rev", shuffled, 0), ("seed1", converted["check-covid"], 1)):
+    for name, path, seed in (("a", converted["check-covid-train"], 0), ("b", converted["check-covid-train"], 0),
+                             ("rev", shuffled, 0), ("seed1", converted["check-covid-train"], 1)):
         out = tmp_path / f"{name}.jsonl"
         assert real_data(["counterfactual", "--records", str(path), "--output", str(out), "--kinds", "entity",
                           "--seed", str(seed), "--no-progress"]) == 0
         runs[name] = {r["id"]: r.get("counterfactual_sentences") for r in _read(out)}
     assert runs["a"] == runs["b"] == runs["rev"]
-    assert runs["seed1"] != runs["a"]
+    assert runs["seed1"] != runs["a"]  # SUPPORT swaps draw their replacement value
 
 
 def test_spans_are_whole_tokens():
@@ -104,32 +142,60 @@ def test_spans_are_whole_tokens():
                      ("entity", "COVID-19"), ("month", "March"), ("year", "2020")]
 
 
-def test_replacements_come_from_the_corpus_and_keep_their_kind():
-    corpus = SpanCorpus.from_texts(["Cases rose 12% in March 2020 in Wuhan.", "About 30% of 450 patients in Italy."])
-    text, swaps = entity_swap("Deaths fell 5% in Spain.", corpus, seed=0, record_id="r", sentence_id=0, swaps=2)
-    for sw in swaps:
-        assert sw.replacement in corpus.by_kind[sw.kind] and sw.replacement != sw.original
-    assert entity_swap("no salient span here.", corpus, seed=0, record_id="r", sentence_id=0) is None
+CORPUS = SpanCorpus.from_texts(["Cases rose 12% in March 2020 in Wuhan.", "About 30% of 450 patients in Italy.",
+                                "Mortality was 45% in 2021 among 812 adults in Spain.", "A phase 3 trial."])
+
+
+def _swap(claim, label, text):
+    return claim_aware_swap(claim, label, text, CORPUS, seed=0, record_id="r", sentence_id=0)
+
+
+def test_support_claims_get_their_value_moved_away_and_refute_claims_get_their_own_value():
+    # SUPPORT: the claim's 45% leaves the evidence (every occurrence), replaced by a percentage of the corpus
+    swap, why = _swap("Mortality was 45% in Spain.", "SUPPORT", "Mortality reached 45% (45% of 812 adults).")
+    assert why is None and swap.proved and swap.direction.startswith("away")
+    assert "45%" not in swap.text and swap.text.count(swap.swaps[0].replacement) == 2
+    assert swap.swaps[0].replacement in CORPUS.by_kind["percent"]
+    # REFUTE: the evidence's differing value (same unit, matching neighbours) becomes the claim's
+    swap, why = _swap("The vaccine was 95% effective in adults.", "REFUTE",
+                      "In 2020 the vaccine was 70% effective in adults and 60% in children.")
+    assert why is None and swap.proved and swap.text == "In 2020 the vaccine was 95% effective in adults and 60% in children."
+    # a swapped name, a bounded value ("more than"), a one-digit label: returned, but not proved by rule
+    assert not _swap("ACE2 binds the spike.", "SUPPORT", "The spike binds ACE2 in Wuhan.")[0].proved
+    assert not _swap("More than 450 patients died.", "SUPPORT", "In all, 450 patients died.")[0].proved
+    assert not _swap("Type 2 diabetes was common.", "SUPPORT", "Type 2 diabetes was seen in 30% of cases.")[0].proved
+    assert not _swap("About 40 days passed.", "REFUTE", "About 12 patients were seen.")[0].proved  # days vs patients
+    # nothing to swap: no shared span (SUPPORT), no differing value (REFUTE)
+    assert _swap("Masks work.", "SUPPORT", "In Italy 30% wore masks.") == (None, "the sentence states none of the "
+                                                                          "claim's values or names")
+    assert _swap("Masks work.", "REFUTE", "In Italy 30% wore masks.")[1].startswith("the claim states no value")
 
 
 @settings(derandomize=True, max_examples=150, deadline=None)
-@given(st.lists(st.sampled_from(list("abcXYZ019 .,%-") + ["COVID-19", "March", " 2020", "The "]),
-                max_size=30).map("".join), st.integers(0, 3))
-def test_swap_replaces_exactly_the_chosen_spans(text, seed):
-    spans = find_spans(text)
-    assert all(text[s.start:s.end] == s.text for s in spans)
-    assert all(a.end <= b.start for a, b in zip(spans, spans[1:]))  # ordered, non-overlapping
-    corpus = SpanCorpus.from_texts([text, "Zed 7 44% April 1999 Qux-2"])
-    got = entity_swap(text, corpus, seed=seed, record_id="x", sentence_id=seed, swaps=2)
-    if got is None:
+@given(st.lists(st.sampled_from(list("abcXYZ019 .,%-") + ["COVID-19", "March", " 2020", "The ", " 45%", " 12 days"]),
+                max_size=30).map("".join),
+       st.lists(st.sampled_from(["COVID-19", "March", "2020", "45%", "12 days", "7 days", "Zed"]), max_size=4),
+       st.sampled_from(["SUPPORT", "REFUTE"]), st.integers(0, 3))
+def test_claim_aware_swap_replaces_exactly_the_chosen_spans(text, claim_words, label, seed):
+    claim = " ".join(["Claim"] + claim_words) + "."
+    corpus = SpanCorpus.from_texts([text, claim, "Zed 7 44% April 1999 Qux-2 13 days"])
+    swap, why = claim_aware_swap(claim, label, text, corpus, seed=seed, record_id="x", sentence_id=seed)
+    if swap is None:
+        assert why
         return
-    new, swaps = got
     rebuilt, pos = [], 0
-    for sw in swaps:
+    for sw in swap.swaps:
         assert text[sw.start:sw.start + len(sw.original)] == sw.original
         rebuilt += [text[pos:sw.start], sw.replacement]
         pos = sw.start + len(sw.original)
-    assert "".join(rebuilt) + text[pos:] == new
+    assert "".join(rebuilt) + text[pos:] == swap.text
+    claim_spans = {s.text.casefold() for s in find_spans(claim)}
+    if label == "SUPPORT":  # the claim's span leaves the sentence for one the claim does not state
+        assert all(sw.original.casefold() in claim_spans and sw.replacement.casefold() not in claim_spans
+                   for sw in swap.swaps)
+    else:  # the sentence's span gives way to the claim's own
+        assert all(sw.replacement.casefold() in claim_spans and sw.original.casefold() not in claim_spans
+                   for sw in swap.swaps)
 
 
 def test_rewrite_check_wants_a_different_sentence_on_the_same_topic():
@@ -143,108 +209,220 @@ def test_rewrite_check_wants_a_different_sentence_on_the_same_topic():
 
 
 # ---------------------------------------------------------------------------
-# counter-semantic (and LLM counter-entity) through the local server, cached
+# LLM rewrites and the LLM judge, through the local server, cached and seeded
 # ---------------------------------------------------------------------------
 
 OFF_TOPIC = "Bananas are yellow fruit grown in warm places."
 
 
-def _sentence_of(body: dict) -> str:
-    return re.search(r"^Sentence: (.*)$", body["messages"][-1]["content"], re.MULTILINE).group(1)
+def _field(body: dict, name: str) -> str | None:
+    m = re.search(rf"^{name}: (.*)$", body["messages"][-1]["content"], re.MULTILINE)
+    return m.group(1) if m else None
 
 
-def _rewriter(bad: set[str]):
-    """Contradicts a sentence (semantic) or swaps one word (entity); off-topic for sentences in ``bad``."""
+def _is_judge(body: dict) -> bool:
+    return _field(body, "Evidence") is not None
+
+
+def stated(claim: str, verdict: str) -> str:
+    """How the scripted rewriter makes a sentence give a verdict, and how the scripted judge reads one."""
+    return f"Hence it is {'false' if verdict == 'REFUTE' else 'true'} that {claim.strip()}"
+
+
+def scripted_llm(off_topic: set[str] = frozenset(), stubborn: set[str] = frozenset(), sampled: bool = False):
+    """Rewriter: appends a statement of the intended verdict ("Hence it is false that <claim>"), except
+    for claims in ``stubborn`` (always "true", whatever was asked) and sentences in ``off_topic``.
+    Judge: REFUTE / SUPPORT when the evidence says the claim is false / true, else NOT_ENOUGH_INFO.
+    ``sampled``: the rewrite's wording depends on the request seed, as a sampling server's would."""
 
     def respond(body):
-        text = _sentence_of(body)
-        if text in bad:
+        claim = _field(body, "Claim")
+        if _is_judge(body):
+            evidence = _field(body, "Evidence")
+            label = ("REFUTE" if stated(claim, "REFUTE") in evidence else
+                     "SUPPORT" if stated(claim, "SUPPORT") in evidence else "NOT_ENOUGH_INFO")
+            return json.dumps({"label": label})
+        text, verdict = _field(body, "Sentence"), _field(body, "Intended verdict")
+        if text in off_topic:
             return json.dumps({"sentence": OFF_TOPIC})
-        if "opposite" in body["messages"][0]["content"]:
-            return json.dumps({"sentence": f"Contrary to this report, it is not true that {text[0].lower()}{text[1:]}"})
-        words = text.split()
-        return json.dumps({"sentence": " ".join(words[:-1] + ["Atlantis."])})
+        said = "SUPPORT" if claim in stubborn else verdict
+        lead = random.Random(body["seed"]).choice(["Indeed,", "Notably,", "In short,"]) + " " if sampled else ""
+        return json.dumps({"sentence": f"{lead}{text} {stated(claim, said)}"})
 
     return respond
 
 
-def _yaml(path: Path, url: str) -> Path:
+def _yaml(path: Path, url: str, temperature: float = 0.0) -> Path:
     path.write_text(f"annotators:\n  - name: writer\n    base_url: {url}\n    model: writer-1\n"
-                    f"    max_concurrency: 4\n    temperature: 0.0\n    max_tokens: 200\n    max_retries: 1\n"
+                    f"    max_concurrency: 4\n    temperature: {temperature}\n    max_tokens: 200\n    max_retries: 1\n"
                     f"    malformed_retries: 1\n    backoff_base: 0.01\n")
     return path
 
 
-@pytest.mark.parametrize("dataset", sorted(DATASETS))
-def test_llm_rewrites_go_through_the_server_and_a_rerun_makes_zero_requests(converted, dataset, tmp_path, capsys):
-    recs = _read(converted[dataset])[:6]
+def _both_labels(path: Path, n: int) -> list[dict]:
+    """The first ``n`` SUPPORT and the first ``n`` REFUTE records, in file order."""
+    recs = _read(path)
+    keep = {r["id"] for lab in ("SUPPORT", "REFUTE") for r in [x for x in recs if x["label"] == lab][:n]}
+    return [r for r in recs if r["id"] in keep]
+
+
+@pytest.mark.parametrize("dataset", DEV)
+def test_llm_counterfactuals_carry_the_opposite_verdict_checked_by_the_judge(converted, dataset, tmp_path):
+    recs = _both_labels(converted[dataset], 3)
     src = tmp_path / "in.jsonl"
     save_records(recs, src)
-    first_gold = {s["id"]: s["text"] for s in recs[0]["sentences"]}[recs[0]["evidence"][0][0]]
+    supports = [r for r in recs if r["label"] == "SUPPORT"]
+    first_gold = next(iter(_gold_texts(supports[0]).values()))
+    stubborn = {supports[1]["claim"], [r for r in recs if r["label"] == "REFUTE"][1]["claim"]}
     out = tmp_path / "cf.jsonl"
-    with LocalOpenAIServer(responder=_rewriter({first_gold})) as srv:
+    llm = recording(scripted_llm({first_gold}, stubborn))
+    with LocalOpenAIServer(responder=llm) as srv:
         ann = _yaml(tmp_path / "ann.yaml", srv.base_url)
         argv = ["counterfactual", "--records", str(src), "--output", str(out), "--annotators", str(ann),
                 "--entity-method", "llm", "--no-progress"]
         assert real_data(argv) == 0
         made = srv.count()
-        gold_of = {r["id"]: [s["text"] for s in r["sentences"] if any(s["id"] in g for g in r["evidence"])]
-                   for r in recs}
-        n_gold = sum(map(len, gold_of.values()))
-        unique = {t for texts in gold_of.values() for t in texts}  # claims of one abstract share sentences
-        # one request per distinct sentence and kind; the off-topic one is re-asked once (malformed_retries: 1)
-        assert made == 2 * len(unique) + 2
+        bodies = list(llm.seen)
         first = out.read_text()
         summary = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())
         assert real_data(argv) == 0
         assert srv.count() == made  # everything from the cache
     assert out.read_text() == first
-    again = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())
-    assert again["requests"]["made"] == 0 and again["requests"]["served_from_cache"] == 2 * n_gold
-    assert summary["requests"]["made"] == made and summary["tokens"]["in"] > 0
-    assert again["tokens"]["in_incl_cache"] == summary["tokens"]["in_incl_cache"]  # cost of cached answers kept
-    for kind in ("entity", "semantic"):
-        failed = summary["kinds"][kind]["failed_rewrites"]
-        assert [(f["id"], "left the topic" in f["reason"]) for f in failed] == \
-            [(rid, True) for rid, texts in gold_of.items() for t in texts if t == first_gold]
+    label_of = {r["claim"]: r["label"] for r in recs}
+    rewrites = [b for b in bodies if not _is_judge(b)]
+    judged = [b for b in bodies if _is_judge(b)]
+    # the rewrite saw the claim and the verdict it must give; the judge never sees the intended verdict
+    assert rewrites and all(_field(b, "Intended verdict") == OPPOSITE[label_of[_field(b, "Claim")]] for b in rewrites)
+    assert judged and not any("Intended verdict" in b["messages"][-1]["content"] for b in judged)
+    n_gold = sum(len(_gold_texts(r)) for r in recs)
+    off_topic = sum(t == first_gold for r in recs for t in _gold_texts(r).values())
+    assert len(rewrites) == 2 * (n_gold + off_topic)  # one per gold sentence and kind; off-topic ones re-asked once
+    kept_by_label = {"SUPPORT": 0, "REFUTE": 0}
     for old, new in zip(recs, _read(out)):
         cf = new.pop("counterfactual_sentences", {})
         assert new == old
-        gold = {s["id"]: s["text"] for s in old["sentences"]}
+        gold = _gold_texts(old)
+        want = OPPOSITE[old["label"]]
         for kind, pool in cf.items():
             for s in pool:
-                assert s["text"] != gold[s["id"]] and OFF_TOPIC not in s["text"]
-        if set(gold_of[old["id"]]) != {first_gold}:
-            assert set(cf) == {"entity", "semantic"}
-        else:
-            assert cf == {}  # its only gold sentence failed both kinds: no pool rather than a bad one
-        assert all(s["text"].startswith("Contrary to this report") for s in cf.get("semantic", []))
+                assert s["check"] == "judge" and s["text"].startswith(gold[s["id"]])
+                assert s["text"].endswith(stated(old["claim"], want))  # the opposite verdict, every one kept
+                kept_by_label[old["label"]] += 1
+        if old["claim"] in stubborn and old["label"] == "SUPPORT":
+            assert cf == {}  # its rewrites still supported the claim: the judge dropped them
+    assert kept_by_label["SUPPORT"] > 0 and kept_by_label["REFUTE"] > 0
+    stubborn_support = sum(1 for r in recs if r["claim"] in stubborn and r["label"] == "SUPPORT"
+                           for t in _gold_texts(r).values() if t != first_gold)
+    assert stubborn_support > 0
+    for kind in ("entity", "semantic"):
+        k = summary["kinds"][kind]
+        reasons = k["dropped_by_reason"]
+        assert reasons["label check: the judge reads SUPPORT, not REFUTE"] == stubborn_support
+        assert reasons["rewrite failed: the rewrite left the topic"] == off_topic
+        assert k["kept"] + k["dropped"] == k["sentences"] == n_gold and k["label_check"]["judge"] == k["kept"]
+    assert summary["requests_by_task"]["judge"]["made"] == len(judged)
+
+
+def recording(respond):
+    """The responder, keeping every request body it answered (the server's log keeps no bodies)."""
+    def wrapped(body):
+        wrapped.seen.append(body)
+        return respond(body)
+
+    wrapped.seen = []
+    return wrapped
+
+
+def test_rule_swaps_that_no_rule_proves_go_to_the_judge(converted, tmp_path):
+    recs = _both_labels(converted["check-covid"], 15)
+    src = tmp_path / "in.jsonl"
+    save_records(recs, src)
+    out = tmp_path / "cf.jsonl"
+    llm = recording(scripted_llm())
+    with LocalOpenAIServer(responder=llm) as srv:
+        ann = _yaml(tmp_path / "ann.yaml", srv.base_url)
+        assert real_data(["counterfactual", "--records", str(src), "--output", str(out), "--annotators", str(ann),
+                          "--kinds", "entity", "--no-progress"]) == 0
+    k = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())["kinds"]["entity"]
+    # a swapped name leaves the claim's verdict to a reader: this judge reads NOT_ENOUGH_INFO and drops it
+    judged = [b for b in llm.seen if _is_judge(b)]
+    assert judged and k["method"] == "rules" and k["label_check"]["judge"] == 0
+    assert sum(n for reason, n in k["dropped_by_reason"].items()
+               if reason.startswith("label check: the judge reads NOT_ENOUGH_INFO")) == len(judged)
+    assert "a name swap, not provable by rule, and no judge" not in k["dropped_by_reason"]
+
+
+def test_sampled_requests_get_seeds_derived_from_what_is_asked(converted, tmp_path):
+    """At temperature > 0 each request's seed is a function of (seed, record, sentence, task, attempt):
+    records in another order, or a run resumed after failures, ask with the same seeds and get the same
+    answers from a server that honours them; a malformed answer's re-ask moves to the next attempt's seed."""
+    recs = _both_labels(converted["scifact"], 3)
+    straight, backwards = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    save_records(recs, straight)
+    save_records(list(reversed(recs)), backwards)
+    bad_rec = recs[0]
+    bad_sid, bad_text = next(iter(_gold_texts(bad_rec).items()))
+    bad_seed = request_seed(0, bad_rec["id"], bad_sid, "rewrite-semantic", 0)
+    base = scripted_llm(sampled=True)
+
+    def respond(body):  # the first attempt of one rewrite is malformed
+        return "no JSON here" if body.get("seed") == bad_seed and not _is_judge(body) else base(body)
+
+    outputs, seeds = {}, {}
+    for name, src, faults in (("straight", straight, None), ("backwards", backwards, None),
+                              ("resumed", straight, lambda body, attempt: "500" if attempt == 0 and
+                               not _is_judge(body) and len(body["messages"][-1]["content"]) % 3 == 0 else None)):
+        llm = recording(respond)
+        with LocalOpenAIServer(responder=llm, faults=faults) as srv:
+            ann = _yaml(tmp_path / f"{name}.yaml", srv.base_url, temperature=0.7)
+            ann.write_text(ann.read_text().replace("max_retries: 1", "max_retries: 0"))
+            argv = ["counterfactual", "--records", str(src), "--output", str(tmp_path / f"{name}-cf.jsonl"),
+                    "--annotators", str(ann), "--kinds", "semantic", "--no-progress"]
+            if faults is None:
+                assert real_data(argv) == 0
+            else:
+                assert real_data(argv) == 1  # some requests failed: nothing written, answers so far cached
+                assert real_data(argv) == 0  # resumed: only the failed ones are asked again
+        outputs[name] = {r["id"]: r.get("counterfactual_sentences") for r in _read(tmp_path / f"{name}-cf.jsonl")}
+        seeds[name] = sorted((_field(b, "Claim"), _field(b, "Sentence") or _field(b, "Evidence"), b["seed"])
+                             for b in llm.seen)
+        assert all(isinstance(b.get("seed"), int) for b in llm.seen)
+    assert outputs["straight"] == outputs["backwards"] == outputs["resumed"]
+    assert seeds["straight"] == seeds["backwards"]
+    assert set(seeds["resumed"]) == set(seeds["straight"])  # retried requests resent the same seed
+    asked = [s for c, t, s in seeds["straight"] if c == bad_rec["claim"] and t == bad_text]
+    assert bad_seed in asked and request_seed(0, bad_rec["id"], bad_sid, "rewrite-semantic", 1) in asked
+    assert bad_rec["id"] in outputs["straight"] and outputs["straight"][bad_rec["id"]]["semantic"]
+    wording = {s["text"].split()[0] for pools in outputs["straight"].values() if pools for s in pools["semantic"]}
+    assert len(wording) > 1  # the seeds really vary from request to request
 
 
 def test_a_changed_min_overlap_asks_again_instead_of_replaying_the_cached_verdict(converted, tmp_path):
-    recs = _read(converted["check-covid"])[:2]
+    recs = _both_labels(converted["check-covid"], 1)
     src = tmp_path / "in.jsonl"
     save_records(recs, src)
-    first_gold = {s["id"]: s["text"] for s in recs[0]["sentences"]}[recs[0]["evidence"][0][0]]
+    first_gold = next(iter(_gold_texts(recs[0]).values()))
     out = tmp_path / "cf.jsonl"
-    with LocalOpenAIServer(responder=_rewriter({first_gold})) as srv:
+    with LocalOpenAIServer(responder=scripted_llm(off_topic={first_gold})) as srv:
         ann = _yaml(tmp_path / "ann.yaml", srv.base_url)
         argv = ["counterfactual", "--records", str(src), "--output", str(out), "--annotators", str(ann),
                 "--kinds", "semantic", "--no-progress"]
         assert real_data(argv) == 0
-        failed = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())["kinds"]["semantic"]["failed_rewrites"]
-        assert failed and all("left the topic" in f["reason"] for f in failed)  # under the default threshold
+        summary = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())["kinds"]["semantic"]
+        assert summary["dropped_by_reason"]["rewrite failed: the rewrite left the topic"] >= 1  # default threshold
         made = srv.count()
         assert real_data(argv) == 0 and srv.count() == made  # same threshold: all from the cache
         assert real_data([*argv, "--min-overlap", "0"]) == 0
         assert srv.count() > made  # a new threshold: asked again, not replayed from the cache
-    summary = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())
-    assert summary["kinds"]["semantic"]["failed_rewrites"] == []  # accepted under --min-overlap 0
-    assert OFF_TOPIC in out.read_text()
+    summary = json.loads((tmp_path / "cf.jsonl.summary.json").read_text())["kinds"]["semantic"]
+    assert "rewrite failed: the rewrite left the topic" not in summary["dropped_by_reason"]
+    # accepted under --min-overlap 0, then dropped by the judge: the off-topic sentence gives no verdict
+    assert OFF_TOPIC not in out.read_text()
+    assert summary["dropped_by_reason"]["label check: the judge reads NOT_ENOUGH_INFO, not REFUTE"] >= 1
 
 
 def test_semantic_needs_annotators_and_failed_requests_exit_1_and_resume(converted, tmp_path, capsys):
-    recs = _read(converted["check-covid"])[:3]
+    recs = _both_labels(converted["check-covid"], 2)
     src = tmp_path / "in.jsonl"
     save_records(recs, src)
     out = tmp_path / "cf.jsonl"
@@ -256,7 +434,7 @@ def test_semantic_needs_annotators_and_failed_requests_exit_1_and_resume(convert
         calls["n"] += 1
         return "500" if calls["n"] <= 1 else None  # the very first request fails for good (max_retries 0)
 
-    with LocalOpenAIServer(responder=_rewriter(set()), faults=faults) as srv:
+    with LocalOpenAIServer(responder=scripted_llm(), faults=faults) as srv:
         ann = _yaml(tmp_path / "ann.yaml", srv.base_url)
         ann.write_text(ann.read_text().replace("max_retries: 1", "max_retries: 0"))
         argv = ["counterfactual", "--records", str(src), "--output", str(out), "--annotators", str(ann),
@@ -264,9 +442,100 @@ def test_semantic_needs_annotators_and_failed_requests_exit_1_and_resume(convert
         assert real_data(argv) == 1
         assert not out.exists() and "run the same command again" in capsys.readouterr().err
         n = srv.count()
-        assert real_data(argv) == 0  # only the failed request is sent again
-        assert srv.count() == n + 1
+        assert real_data(argv) == 0  # the failed rewrite and then its judgement are sent
+        assert srv.count() == n + 2
     assert all("semantic" in r["counterfactual_sentences"] for r in _read(out))
+
+
+# ---------------------------------------------------------------------------
+# the human validity audit
+# ---------------------------------------------------------------------------
+
+def test_fleiss_kappa_reproduces_the_textbook_example():
+    from data_prep.counterfactual.audit import fleiss_kappa
+
+    # Fleiss (1971) as tabulated on Wikipedia: 10 subjects, 14 raters, 5 categories; P = 0.378, Pe = 0.213, κ = 0.210
+    table = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
+             [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7]]
+    assert round(fleiss_kappa(table), 3) == 0.210
+    assert fleiss_kappa([[3, 0], [0, 3], [3, 0]]) == 1.0  # perfect agreement
+    assert fleiss_kappa([[0, 3], [0, 3]]) is None  # one category only: chance agreement is 1, κ undefined
+    # two raters: Fleiss' κ is Scott's π, by hand: agreement 4/5, chance 0.5² + 0.5² -> (0.8 - 0.5) / 0.5
+    assert fleiss_kappa([[2, 0], [0, 2], [2, 0], [0, 2], [1, 1]]) == pytest.approx((0.8 - 0.5) / 0.5)
+    with pytest.raises(ValueError):
+        fleiss_kappa([[2, 1], [1, 1]])
+
+
+def test_audit_sheets_round_trip_with_pass_rates_and_kappa(tmp_path, capsys):
+    import csv
+
+    from data_prep.counterfactual.audit import CRITERIA
+
+    recs = []
+    for k in range(40):
+        label = "SUPPORT" if k % 2 == 0 else "REFUTE"
+        recs.append(make_record_dict(id=f"r{k}", dataset="alpha" if k < 30 else "beta", claim=f"Claim {k}.",
+                                     label=label, counterfactual_sentences={
+                                         "entity": [{"id": 0, "text": f"Swapped {k}.", "check": "rule"}],
+                                         **({"semantic": [{"id": 0, "text": f"Rewritten {k}.", "check": "judge"}]}
+                                            if k % 4 < 2 else {})}))
+    src = tmp_path / "cf.jsonl"
+    save_records(recs, src)
+    audit = tmp_path / "audit"
+    assert real_data(["counterfactual-audit", "--records", str(src), "--output", str(audit),
+                      "--size", "24"]) == 0
+    sample = json.loads((audit / "audit.json").read_text())["sample"]
+    assert len(sample) == 24 and len({(s["record_id"], s["kind"]) for s in sample}) == 24
+    strata = {}
+    for s in sample:
+        key = (s["source"], s["kind"], s["gold_label"])
+        strata[key] = strata.get(key, 0) + 1
+    # 8 strata (alpha/beta x entity/semantic x SUPPORT/REFUTE), 3 each, but beta has only 2 semantic
+    # instances per label: those are all taken and the 2 left over go to other strata
+    assert len(strata) == 8 and strata[("beta", "semantic", "SUPPORT")] == strata[("beta", "semantic", "REFUTE")] == 2
+    assert sorted(strata.values()) == [2, 2, 3, 3, 3, 3, 4, 4]
+    n_entity = sum(s["kind"] == "entity" for s in sample)
+    assert all(s["intended_verdict"] == OPPOSITE[s["gold_label"]] for s in sample)
+    # three annotators: everyone passes everything, except that on semantic items rater 3 fails
+    # label consistency, and on the first two entity items raters 1 and 2 fail claim relevance
+    entity_items = [s["item"] for s in sample if s["kind"] == "entity"][:2]
+    for r in (1, 2, 3):
+        path = audit / f"sheet-{r}.csv"
+        rows = list(csv.DictReader(path.read_text().splitlines()))
+        for row in rows:
+            for crit, _ in CRITERIA:
+                row[crit] = "1"
+            if row["kind"] == "semantic" and r == 3:
+                row["label_consistency"] = "no"
+            if int(row["item"]) in entity_items and r in (1, 2):
+                row["claim_relevance"] = "0"
+        with path.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
+    assert real_data(["counterfactual-audit-score", str(audit)]) == 0
+    res = json.loads((audit / "score.json").read_text())
+    overall, entity, semantic = (res["groups"][g] for g in ("overall", "entity", "semantic"))
+    assert semantic["pass_rate"]["label_consistency"] == 1.0  # 2 of 3 pass: the majority passes
+    assert entity["pass_rate"]["claim_relevance"] == pytest.approx((n_entity - 2) / n_entity)
+    assert entity["valid"] == n_entity - 2 and semantic["valid"] == 24 - n_entity and overall["valid"] == 22
+    assert {i["item"] for i in res["invalid_items"]} == set(entity_items)
+    # κ by hand for semantic label consistency: every item splits 2/1, so P = 1/3, pe = (2/3)² + (1/3)² = 5/9
+    assert semantic["kappa"]["label_consistency"] == pytest.approx((1 / 3 - 5 / 9) / (1 - 5 / 9))
+    assert semantic["kappa"]["artifact_free"] is None  # all pass: κ undefined, not a number
+    assert "| claim_relevance |" in (audit / "score.md").read_text()
+    # a blank criterion is one clear error naming file, line and field
+    path = audit / "sheet-2.csv"
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    rows[2]["intervention_consistency"] = " "  # line 4: the header, then rows 0 and 1
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    capsys.readouterr()
+    assert real_data(["counterfactual-audit-score", str(audit)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sheet-2.csv:4" in err[0] and "intervention_consistency" in err[0]
 
 
 # ---------------------------------------------------------------------------
@@ -329,19 +598,26 @@ def test_fae_pave_rejects_bad_kind_pools_with_one_line(tmp_path, capsys, value, 
 # ---------------------------------------------------------------------------
 
 
-def test_demo_world_counterfactuals_leave_the_world_and_records_unchanged(tmp_path):
+# ---------------------------------------------------------------------------
+# the demo world
+# ---------------------------------------------------------------------------
+
+
+def test_demo_world_counterfactuals_carry_the_opposite_verdict_and_leave_the_records_unchanged(tmp_path):
     from real.demo.world import (
         add_counterfactuals,
         build_world,
+        claimed_value,
         make_split,
         train_test_facts,
     )
 
     world = build_world(seed=0)
-    _, facts = train_test_facts(world, 50, 30, seed=10)
+    _, facts = train_test_facts(world, 50, 60, seed=10)
     plain = make_split(world, facts, seed=12, prefix="t")
     with_cf = add_counterfactuals(world, make_split(world, facts, seed=12, prefix="t"), seed=13)
     assert build_world(seed=0).facts == world.facts
+    assert {r.label for r in plain} == {"SUPPORT", "REFUTE"}
     vocab = world.words()
     for a, b in zip(plain, with_cf):
         cf = b.extra.pop("counterfactual_sentences")
@@ -349,14 +625,18 @@ def test_demo_world_counterfactuals_leave_the_world_and_records_unchanged(tmp_pa
         fact = world.facts[(a.extra["entity"], a.extra["attribute"])]
         (gold,) = a.gold_ids
         (ent,), (sem,) = cf["entity"], cf["semantic"]
-        assert ent["id"] == sem["id"] == gold
-        # counter-entity: only the value differs, and it is another value of the same attribute
+        assert ent["id"] == sem["id"] == gold and ent["check"] == sem["check"] == "rule"
+        # counter-entity: only the value differs, another value of the same attribute; read against the
+        # claim (one value per entity and attribute) it gives the opposite verdict
         new_value = ent["text"].split()[-2]
         assert ent["text"] == fact.sentence(new_value) and new_value in world.values[fact.attribute]
         assert new_value != fact.value
-        # counter-semantic: the entity gets another value; the true value is said to belong elsewhere
+        verdict = "SUPPORT" if new_value == claimed_value(a) else "REFUTE"
+        assert verdict == OPPOSITE[a.label]
+        # counter-semantic: the entity gets that value too; the true value is said to belong elsewhere
         first, second = sem["text"].split(" . ")
         assert fact.value not in first.split() and second.endswith(f"is {fact.value} .")
+        assert ("SUPPORT" if first.split()[-1] == claimed_value(a) else "REFUTE") == OPPOSITE[a.label]
         assert set(sem["text"].split()) <= vocab and set(ent["text"].split()) <= vocab  # the word tokenizer knows them
     again = add_counterfactuals(world, make_split(world, facts, seed=12, prefix="t"), seed=13)
     assert [r.extra["counterfactual_sentences"] for r in again] == \

@@ -5,7 +5,8 @@
         --annotators recipes/annotators/local.yaml                                      # + LLM semantic
 
 Each SUPPORT/REFUTE record gains ``counterfactual_sentences: {"entity": [...],
-"semantic": [...]}``: its gold sentences transformed, ids and docs kept.
+"semantic": [...]}``: its gold sentences transformed so that they carry the
+opposite verdict (checked by rule or by an LLM judge), ids and docs kept.
 Re-running resumes from the answer cache. Exit codes: 0 done, 1 some
 requests failed (answers so far are cached; run again), 2 bad input,
 130/143 interrupted.
@@ -31,9 +32,10 @@ def add_arguments(p) -> None:
     p.add_argument("--annotators", type=Path,
                    help="annotators YAML, as for `real-data enhance` (needed for semantic and --entity-method llm)")
     p.add_argument("--annotator", metavar="NAME", help="which entry of --annotators to use (default: the first)")
+    p.add_argument("--judge", metavar="NAME",
+                   help="entry of --annotators that checks each counterfactual's verdict (default: --annotator)")
     p.add_argument("--cache", type=Path, help="SQLite answer cache (default OUTPUT.cache.sqlite)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the rule-based swaps")
-    p.add_argument("--swaps", type=int, default=1, help="spans swapped per sentence by the rules (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the rule-based swaps and of the requests' seeds at temperature > 0")
     p.add_argument("--min-overlap", type=float, metavar="FRACTION",
                    help="share of the original's content words a semantic rewrite must keep (default 0.3)")
     p.add_argument("--no-progress", action="store_true")
@@ -50,25 +52,28 @@ def run(args) -> int:
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
         raise UserError(f"--kinds: unknown kind {bad[0] if bad else '(none)'!r}; choose from {', '.join(KINDS)}")
-    if args.swaps < 1:
-        raise UserError(f"--swaps must be >= 1, got {args.swaps}")
     if args.min_overlap is not None and not 0 <= args.min_overlap <= 1:
         raise UserError(f"--min-overlap must be a fraction in [0, 1], got {args.min_overlap}")
     if Path(args.records).resolve() == Path(args.output).resolve():
         raise UserError("--output must differ from --records")
     job = CounterfactualJob(records=args.records, output=args.output, kinds=kinds,
                             entity_method=args.entity_method, annotators=args.annotators,
-                            annotator=args.annotator, cache=args.cache, seed=args.seed, swaps=args.swaps,
+                            annotator=args.annotator, judge=args.judge, cache=args.cache, seed=args.seed,
                             min_overlap=args.min_overlap, progress=not args.no_progress)
     job.resume_command = shlex.join(["real-data", "counterfactual", *_argv(args)])
+    if args.judge and args.annotators is None:
+        raise UserError("--judge needs --annotators")
     if job.llm_kinds() and args.annotators is None:
         raise UserError(f"--annotators is required for {', '.join(job.llm_kinds())} "
                         "(or use --kinds entity with the default --entity-method rules)")
     code, summary = run_counterfactual(job)
     for kind, k in summary["kinds"].items():
-        print(f"{kind} ({k['method']}): {k['rewritten']}/{k['sentences']} gold sentences rewritten, "
-              f"{k['failed']} failed; {k['records_with_pool']}/{summary['claims']} claims have a pool")
-    if job.llm_kinds():
+        why = "; ".join(f"{n} {reason}" for reason, n in k["dropped_by_reason"].items())
+        print(f"{kind} ({k['method']}): {k['kept']}/{k['sentences']} gold sentences kept with the opposite verdict "
+              f"({k['label_check']['rule']} by rule, {k['label_check']['judge']} by the judge), "
+              f"{k['dropped']} dropped{': ' + why if why else ''}; "
+              f"{k['records_with_pool']}/{summary['claims']} claims have a pool")
+    if summary["requests_by_task"]:
         r, t = summary["requests"], summary["tokens"]
         print(f"requests: {r['made']} made, {r['served_from_cache']} served from cache, {r['failed']} failed; "
               f"tokens in/out {t['in']}/{t['out']}")
@@ -85,8 +90,8 @@ def run(args) -> int:
 
 def _argv(args) -> list[str]:
     words = ["--records", str(args.records), "--output", str(args.output), "--kinds", args.kinds,
-             "--entity-method", args.entity_method, "--seed", str(args.seed), "--swaps", str(args.swaps)]
-    for flag, value in (("--annotators", args.annotators), ("--annotator", args.annotator),
+             "--entity-method", args.entity_method, "--seed", str(args.seed)]
+    for flag, value in (("--annotators", args.annotators), ("--annotator", args.annotator), ("--judge", args.judge),
                         ("--cache", args.cache), ("--min-overlap", args.min_overlap)):
         if value is not None:
             words += [flag, str(value)]

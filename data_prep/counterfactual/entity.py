@@ -1,12 +1,15 @@
-"""Rule-based counter-entity swaps: no model, seeded, drawn from the dataset's own sentences.
+"""Rule-based, claim-aware counter-entity swaps: no model, seeded, drawn from the dataset's own sentences.
 
 A gold sentence's salient spans (numbers, percentages, years, months, named
-entities) are found with regular expressions; one (or ``swaps``) of them is
-replaced by a different span of the same kind taken from the corpus of every
-sentence in the records, so replacements are plausible for the domain
-("ACE2" -> "TMPRSS2", "30%" -> "12%"). The rest of the sentence is kept byte
-for byte. The choice depends only on (seed, record id, sentence id), so the
-output does not change with the order or number of records processed.
+entities) are found with regular expressions and compared with the claim's.
+For a SUPPORT claim the span the claim states is replaced by a different
+span of the same kind taken from the corpus of every sentence in the records
+("30%" -> "12%"), so the sentence refutes the claim; for a REFUTE claim the
+sentence's differing span is replaced by the claim's own ("12%" -> "30%"),
+so it supports the claim (:func:`claim_aware_swap`). The rest of the
+sentence is kept byte for byte. The choice depends only on (seed, record
+id, sentence id), so the output does not change with the order or number of
+records processed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
+
+from data_prep.core.labels import REFUTE, SUPPORT
 
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December")
 # Kind -> pattern; earlier kinds win where spans overlap.
@@ -116,19 +121,157 @@ class Swap:
     start: int  # in the original text
 
 
-def entity_swap(text: str, corpus: SpanCorpus, *, seed: int, record_id: str, sentence_id: int,
-                swaps: int = 1) -> tuple[str, list[Swap]] | None:
-    """``text`` with up to ``swaps`` salient spans replaced; None when nothing can be swapped."""
-    rng = _rng(seed, record_id, sentence_id)
-    spans = [s for s in find_spans(text) if corpus.alternatives(s)]
-    if not spans:
-        return None
-    chosen = sorted(rng.sample(spans, min(swaps, len(spans))), key=lambda s: s.start)
-    out, done, pos = [], [], 0
-    for s in chosen:
-        new = rng.choice(corpus.alternatives(s))
+# ---------------------------------------------------------------------------
+# Claim-aware swaps: the counterfactual must carry the opposite verdict
+# ---------------------------------------------------------------------------
+
+# Span kinds whose swap makes the verdict flip by rule: a claim that states a value is refuted by
+# evidence that states another value of the same kind in its place, and supported once the evidence
+# states the claim's own value. A swapped name ("ACE2" -> "TMPRSS2") may instead change what the
+# sentence is about (not enough info rather than a refutation), so name swaps go to the judge.
+VALUE_KINDS = frozenset({"percent", "number", "year", "month"})
+SUPPORT_TO_REFUTE = "away from the claim's value"
+REFUTE_TO_SUPPORT = "to the claim's value"
+
+
+@dataclass(frozen=True)
+class ClaimSwap:
+    """A claim-aware swap: the new text, what was replaced, and whether the rule proves the flip."""
+
+    text: str
+    swaps: tuple[Swap, ...]
+    direction: str  # SUPPORT_TO_REFUTE or REFUTE_TO_SUPPORT
+    proved: bool  # True: the swapped spans are values (VALUE_KINDS), the verdict flips by rule
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def _spans_by_text(spans: Iterable[Span]) -> dict[str, list[Span]]:
+    out: dict[str, list[Span]] = defaultdict(list)
+    for s in spans:
+        out[_fold(s.text)].append(s)
+    return out
+
+
+def _replace_all(text: str, spans: list[Span], new: str) -> tuple[str, tuple[Swap, ...]]:
+    out, pos, done = [], 0, []
+    for s in sorted(spans, key=lambda s: s.start):
         out += [text[pos:s.start], new]
         done.append(Swap(s.kind, s.text, new, s.start))
         pos = s.end
     out.append(text[pos:])
-    return "".join(out), done
+    return "".join(out), tuple(done)
+
+
+_COMPARATIVES = frozenset("than least most over under above below up about approximately around nearly almost "
+                          "roughly within beyond exceeding".split())
+_OPENERS = " \t\n(\"'$~≈<>≥≤£€"
+_CLOSERS = " \t\n,.;:)\"'"
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _context(text: str, span: Span, width: int = 3) -> set[str]:
+    """Content words around a span: which sentence value answers which claim value ("days", "rate")."""
+    from .rewrite import content_words
+
+    before = " ".join(_words(text[:span.start])[-width:])
+    after = " ".join(_words(text[span.end:])[:width])
+    return content_words(f"{before} {after}")
+
+
+def _unit(text: str, span: Span) -> str | None:
+    """The word right after a number ("days" in "5 days"): two numbers answer each other only with the same unit."""
+    words = _words(text[span.end:])
+    return words[0] if words else None
+
+
+def provable_value(text: str, span: Span) -> bool:
+    """A span whose swap flips the verdict by rule: a value (not a name), standing alone (not "1–5",
+    "PI(3,4)P2"), not a one-digit label ("type 2", "grade 3"), not bounded ("more than 5")."""
+    if span.kind not in VALUE_KINDS:
+        return False
+    prev = text[span.start - 1] if span.start else " "
+    nxt = text[span.end] if span.end < len(text) else " "
+    if prev not in _OPENERS or nxt not in _CLOSERS:
+        return False
+    if prev == "(" and span.start >= 2 and text[span.start - 2].isalnum():
+        return False
+    if span.kind == "number" and sum(c.isdigit() for c in span.text) < 2:
+        return False
+    return not _COMPARATIVES.intersection(_words(text[:span.start])[-2:])
+
+
+def _shape(value: str) -> tuple:
+    """How a number is written (digits before the point, decimals, grouping): replacements keep it."""
+    digits = re.sub(r"[^\d.,]", "", value)
+    whole, _, decimals = digits.replace(",", "").partition(".")
+    return ("," in digits, len(whole), len(decimals))
+
+
+def claim_aware_swap(claim: str, label: str, text: str, corpus: SpanCorpus, *, seed: int, record_id: str,
+                     sentence_id: int) -> tuple[ClaimSwap | None, str | None]:
+    """(swap, None), or (None, why none) for one gold sentence of a SUPPORT or REFUTE claim.
+
+    SUPPORT claim (the sentence supports it): a span the claim itself states
+    is replaced, every occurrence, by another span of the same kind (and, for
+    numbers, the same written shape) from the corpus that neither the claim
+    nor the sentence states, so the sentence now refutes the claim. REFUTE
+    claim: a span of the sentence that the claim does not state is replaced
+    by the claim's own span of the same kind that the sentence lacks (the
+    pair whose neighbouring content words match best), so the sentence now
+    supports it. A swap of :func:`provable_value` spans proves the flip by
+    rule and is preferred; any other swap is returned unproved, for the judge.
+    """
+    rng = _rng(seed, record_id, sentence_id)
+    claim_spans = find_spans(claim)
+    sent_spans = find_spans(text)
+    in_claim = _spans_by_text(claim_spans)
+    in_sent = _spans_by_text(sent_spans)
+    if label == SUPPORT:
+        shared = [(key, spans) for key, spans in in_sent.items() if key in in_claim]
+        if not shared:
+            return None, "the sentence states none of the claim's values or names"
+        claimed = {_fold(s.text) for s in claim_spans}
+        options = []
+        for key, spans in shared:
+            proved = (all(provable_value(text, sp) for sp in spans)
+                      and any(provable_value(claim, c) for c in in_claim[key]))
+            alts = [v for v in corpus.alternatives(spans[0]) if _fold(v) not in claimed and _fold(v) not in in_sent]
+            if spans[0].kind in ("number", "percent"):
+                alts = [v for v in alts if _shape(v) == _shape(spans[0].text)]
+            if alts:
+                options.append((proved, key, spans, alts))
+        if not options:
+            return None, "no alternative of the same kind in the corpus for the claim's values"
+        best = max(o[0] for o in options)
+        _, _, spans, alts = rng.choice(sorted([o for o in options if o[0] == best], key=lambda o: o[1]))
+        new, swaps = _replace_all(text, spans, rng.choice(alts))
+        return ClaimSwap(new, swaps, SUPPORT_TO_REFUTE, best), None
+    if label != REFUTE:
+        return None, f"label {label} has no opposite verdict"
+    missing = [spans[0] for key, spans in in_claim.items() if key not in in_sent]
+    pairs = []
+    for c in missing:
+        for key, spans in in_sent.items():
+            if key in in_claim or spans[0].kind != c.kind:
+                continue
+            fit = len(_context(claim, c) & _context(text, spans[0]))
+            same_unit = c.kind != "number" or _unit(claim, c) == _unit(text, spans[0])  # "44 percent" != "77 pairs"
+            proved = (fit > 0 and same_unit and provable_value(claim, c)
+                      and all(provable_value(text, sp) for sp in spans))
+            pairs.append((proved, fit, key, _fold(c.text), c, spans))
+    if not pairs:
+        return None, "the claim states no value or name that the sentence gives differently"
+    best = max(p[:2] for p in pairs)
+    chosen = sorted([p for p in pairs if p[:2] == best], key=lambda p: (p[2], p[3]))
+    _, _, _, _, c, spans = rng.choice(chosen)
+    new, swaps = _replace_all(text, spans, c.text)
+    # proved only when every value the claim states now appears in the sentence
+    after = _spans_by_text(find_spans(new))
+    values_present = all(key in after for key, sp in in_claim.items() if sp[0].kind in VALUE_KINDS)
+    return ClaimSwap(new, swaps, REFUTE_TO_SUPPORT, best[0] and values_present), None

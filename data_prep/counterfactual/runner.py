@@ -1,24 +1,37 @@
-"""`real-data counterfactual` orchestration: rule-based swaps and LLM rewrites into records.
+"""`real-data counterfactual` orchestration: claim-aware swaps and LLM rewrites, each label-checked.
 
-LLM requests reuse the enhancement machinery unchanged: the annotator YAML
+Every counterfactual sentence must carry the verdict opposite to its
+claim's gold label (PAVE's label consistency): REFUTE for a SUPPORT claim,
+SUPPORT for a REFUTE claim. Rule-based swaps of a value the claim states
+prove it by rule; every other candidate (a name swap, an LLM rewrite) goes
+to an LLM judge that sees the claim and the new sentence, and is kept only
+when the judge reads the intended verdict. Dropped sentences are counted by
+reason in the summary.
+
+LLM requests reuse the enhancement machinery: the annotator YAML
 (``data_prep.enhance.config``), the async client with its concurrency limit,
-retries and backoff (``client.AnnotatorClient``, whose answer check is this
-package's topic check), the SQLite answer cache (re-runs and resumed runs
-send nothing twice) and its token counts. Files next to ``--output OUT``:
-``OUT`` (every input record, written atomically once no request failed),
-``OUT.summary.json`` (per-kind counts, failed rewrites, requests and tokens),
-``OUT.cache.sqlite`` (default ``--cache``), ``OUT.lock``/``CACHE.lock``.
+retries and backoff (``client.AnnotatorClient``, here sending each request a
+seed derived from what it asks when the temperature is above 0), the SQLite
+answer cache (re-runs and resumed runs send nothing twice) and its token
+counts. Files next to ``--output OUT``: ``OUT`` (every input record, written
+atomically once no request failed), ``OUT.summary.json`` (per-kind counts,
+dropped sentences by reason, requests and tokens), ``OUT.cache.sqlite``
+(default ``--cache``), ``OUT.lock``/``CACHE.lock``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
+import hashlib
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from tqdm.auto import tqdm
 
@@ -26,7 +39,7 @@ from data_prep.core.cli import set_interrupt_note
 from data_prep.core.errors import Terminated, UserError
 from data_prep.core.runlock import RunLock
 from data_prep.core.secrets import scrub
-from data_prep.enhance.cache import OK, AnswerCache, request_key
+from data_prep.enhance.cache import OK, AnswerCache, CachedAnswer, request_key
 from data_prep.enhance.client import AnnotatorClient, TransportFailure
 from data_prep.enhance.config import ConfigError, load_annotators
 from data_prep.enhance.runner import TERMINATED, cancel_on_sigterm
@@ -34,12 +47,22 @@ from data_prep.records import (
     REFUTE,
     SUPPORT,
     ClaimRecord,
+    Sentence,
     load_records_or_fail,
     save_records,
 )
 
-from .entity import SpanCorpus, entity_swap
-from .rewrite import MIN_OVERLAP, parse_rewrite, rewrite_messages, rewrite_problem
+from .entity import SpanCorpus, claim_aware_swap
+from .rewrite import (
+    MIN_OVERLAP,
+    OPPOSITE,
+    judge_messages,
+    parse_rewrite,
+    parse_verdict,
+    rewrite_messages,
+    rewrite_problem,
+    verdict_problem,
+)
 
 FIELD = "counterfactual_sentences"
 
@@ -52,9 +75,9 @@ class CounterfactualJob:
     entity_method: str = "rules"  # or "llm"
     annotators: Path | None = None
     annotator: str | None = None  # entry name; default the first
+    judge: str | None = None  # entry name of the label-consistency judge; default the annotator
     cache: Path | None = None
     seed: int = 0
-    swaps: int = 1
     min_overlap: float | None = None  # semantic rewrites; None = MIN_OVERLAP["semantic"]
     progress: bool = True
     resume_command: str | None = None
@@ -83,7 +106,7 @@ def run_counterfactual(job: CounterfactualJob) -> tuple[int, dict]:
     records = load_records_or_fail(job.records)
     targets = [i for i, r in enumerate(records) if r.label in (SUPPORT, REFUTE) and r.gold_ids]
     locks = [RunLock(job.output, "real-data counterfactual", is_dir=False)]
-    if job.llm_kinds():
+    if job.annotators is not None:
         locks.append(RunLock(job.cache_path, "real-data counterfactual", is_dir=False))
     try:
         for lock in locks:
@@ -94,53 +117,101 @@ def run_counterfactual(job: CounterfactualJob) -> tuple[int, dict]:
             lock.release()
 
 
+@dataclass
+class Candidate:
+    """One counterfactual sentence waiting for (or past) its label-consistency check."""
+
+    index: int  # into records
+    kind: str
+    sentence: Sentence
+    text: str
+    check: str | None = None  # "rule" when the swap proves the flip; "judge" once the judge agreed
+    swaps: tuple = ()
+
+
+def _reason_category(reason: str) -> str:
+    """A dropped sentence's reason without its particulars, for counting."""
+    return re.sub(r"\s*\([^()]*\)$", "", reason)
+
+
 def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: list[int]) -> tuple[int, dict]:
     t0 = time.monotonic()
-    pools: dict[int, dict[str, list[dict]]] = {i: {} for i in targets}
-    failed: dict[str, list[dict]] = {k: [] for k in job.kinds}
+    dropped: dict[str, list[dict]] = {k: [] for k in job.kinds}
+    checked: list[Candidate] = []
+    unchecked: list[Candidate] = []
     swapped_kinds: dict[str, int] = {}
 
-    def add(i, kind, sent, text):
-        s = {"id": sent.id, "text": text}
-        if sent.doc is not None:
-            s["doc"] = sent.doc
-        pools[i].setdefault(kind, []).append(s)
+    def drop(i, kind, sent, reason):
+        dropped[kind].append({"id": records[i].id, "sentence": sent.id, "reason": reason})
 
     if "entity" in job.kinds and job.entity_method == "rules":
         corpus = SpanCorpus.from_texts(s.text for r in records for s in r.sentences)
         for i in targets:
-            for sent in gold_sentences(records[i]):
-                got = entity_swap(sent.text, corpus, seed=job.seed, record_id=records[i].id,
-                                  sentence_id=sent.id, swaps=job.swaps)
-                if got is None:
-                    failed["entity"].append({"id": records[i].id, "sentence": sent.id,
-                                             "reason": "no salient span with an alternative in the corpus"})
+            rec = records[i]
+            for sent in gold_sentences(rec):
+                swap, why = claim_aware_swap(rec.claim, rec.label, sent.text, corpus, seed=job.seed,
+                                             record_id=rec.id, sentence_id=sent.id)
+                if swap is None:
+                    drop(i, "entity", sent, why)
                     continue
-                add(i, "entity", sent, got[0])
-                for sw in got[1]:
-                    swapped_kinds[sw.kind] = swapped_kinds.get(sw.kind, 0) + 1
+                cand = Candidate(i, "entity", sent, swap.text, "rule" if swap.proved else None, swap.swaps)
+                (checked if swap.proved else unchecked).append(cand)
 
-    requests = {"made": 0, "served_from_cache": 0, "failed": 0}
-    tokens = {"in": 0, "out": 0, "in_incl_cache": 0, "out_incl_cache": 0}
-    model = None
+    usage = _Usage()
     transport: list[str] = []
-    if job.llm_kinds():
-        ann = _annotator(job)
+    model = judge_model = None
+    ann = judge = None
+    if job.annotators is not None:
+        ann = _annotator(job, job.annotator, "--annotator")
+        judge = _annotator(job, job.judge, "--judge") if job.judge else ann
         model = {"name": ann.name, "model": ann.model}
-        jobs = [(i, kind, sent) for kind in job.llm_kinds() for i in targets for sent in gold_sentences(records[i])]
-        answers, stats = _ask(job, ann, jobs)
-        requests = {"made": stats.requests, "served_from_cache": stats.from_cache, "failed": stats.failed}
-        tokens = {"in": stats.tokens_in, "out": stats.tokens_out,
-                  "in_incl_cache": stats.tokens_in_all, "out_incl_cache": stats.tokens_out_all}
-        for (i, kind, sent), ans in zip(jobs, answers):
+        judge_model = {"name": judge.name, "model": judge.model}
+    if job.llm_kinds():
+        items, owners = [], []
+        for kind in job.llm_kinds():
+            for i in targets:
+                rec = records[i]
+                for sent in gold_sentences(rec):
+                    items.append(_rewrite_request(job, ann, kind, rec, sent))
+                    owners.append((i, kind, sent))
+        for (i, kind, sent), ans in zip(owners, _ask(job, ann, items, usage, "rewrite")):
             if isinstance(ans, str):
                 transport.append(ans)
                 continue
             problem = rewrite_problem(sent.text, ans.content, job.overlap(kind)) if ans.status == OK else ans.error
             if problem:
-                failed[kind].append({"id": records[i].id, "sentence": sent.id, "reason": problem})
+                drop(i, kind, sent, f"rewrite failed: {problem}")
             else:
-                add(i, kind, sent, parse_rewrite(ans.content)[0])
+                unchecked.append(Candidate(i, kind, sent, parse_rewrite(ans.content)[0]))
+
+    if unchecked and judge is None:
+        for c in unchecked:
+            drop(c.index, c.kind, c.sentence, "a name swap, not provable by rule, and no judge (give --annotators)")
+    elif unchecked:
+        items = [_judge_request(job, judge, c, records[c.index]) for c in unchecked]
+        for c, ans in zip(unchecked, _ask(job, judge, items, usage, "judge")):
+            if isinstance(ans, str):
+                transport.append(ans)
+                continue
+            verdict, problem = parse_verdict(ans.content) if ans.status == OK else (None, ans.error)
+            want = OPPOSITE[records[c.index].label]
+            if verdict is None:
+                drop(c.index, c.kind, c.sentence, f"label check: the judge's answer is unusable ({problem})")
+            elif verdict != want:
+                drop(c.index, c.kind, c.sentence, f"label check: the judge reads {verdict}, not {want}")
+            else:
+                c.check = "judge"
+                checked.append(c)
+
+    pools: dict[int, dict[str, list[dict]]] = {i: {} for i in targets}
+    for c in sorted(checked, key=lambda c: (c.index, job.kinds.index(c.kind), c.sentence.id)):
+        item = {"id": c.sentence.id, "text": c.text}
+        if c.sentence.doc is not None:
+            item["doc"] = c.sentence.doc
+        item["check"] = c.check
+        pools[c.index].setdefault(c.kind, []).append(item)
+        for sw in c.swaps:
+            swapped_kinds[sw.kind] = swapped_kinds.get(sw.kind, 0) + 1
 
     outputs = []
     for i, rec in enumerate(records):
@@ -159,16 +230,27 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
     complete = not transport
     if complete:
         save_records(outputs, job.output)
+    n_sent = sum(len(gold_sentences(records[i])) for i in targets)
     per_kind = {}
     for kind in job.kinds:
-        n_sent = sum(len(gold_sentences(records[i])) for i in targets)
+        kept = [c for c in checked if c.kind == kind]
+        reasons: dict[str, int] = {}
+        for d in dropped[kind]:
+            cat = _reason_category(d["reason"])
+            reasons[cat] = reasons.get(cat, 0) + 1
         per_kind[kind] = {
             "method": "llm" if kind in job.llm_kinds() else "rules",
             "sentences": n_sent,
-            "rewritten": sum(len(pools[i].get(kind, [])) for i in targets),
-            "failed": len(failed[kind]),
+            "kept": len(kept),
+            "label_check": {"rule": sum(c.check == "rule" for c in kept),
+                            "judge": sum(c.check == "judge" for c in kept)},
+            "dropped": len(dropped[kind]),
+            "dropped_by_reason": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
             "records_with_pool": sum(1 for i in targets if pools[i].get(kind)),
-            "failed_rewrites": failed[kind],
+            "records_with_pool_by_label": {
+                label: sum(1 for i in targets if pools[i].get(kind) and records[i].label == label)
+                for label in (SUPPORT, REFUTE)},
+            "dropped_sentences": dropped[kind],
         }
         if kind == "entity" and job.entity_method == "rules":
             per_kind[kind]["swapped_span_kinds"] = dict(sorted(swapped_kinds.items()))
@@ -178,12 +260,17 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
         "output": str(job.output) if complete else None,
         "records": len(records),
         "claims": len(targets),
+        "claims_by_label": {label: sum(1 for i in targets if records[i].label == label) for label in (SUPPORT, REFUTE)},
         "seed": job.seed,
+        "intended_verdict": {SUPPORT: OPPOSITE[SUPPORT], REFUTE: OPPOSITE[REFUTE]},
         "kinds": per_kind,
         "annotator": model,
-        "cache": str(job.cache_path) if job.llm_kinds() else None,
-        "requests": requests,
-        "tokens": tokens,
+        "judge": judge_model,
+        "request_seeds": _seed_note(ann, judge),
+        "cache": str(job.cache_path) if ann is not None else None,
+        "requests": usage.requests(),
+        "requests_by_task": usage.by_task,
+        "tokens": usage.tokens,
         "transport_failures": len(transport),
         "failure_examples": sorted(set(transport))[:5],
         "elapsed_s": round(time.monotonic() - t0, 3),
@@ -195,106 +282,188 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
     return (0 if complete else 1), summary
 
 
-def _annotator(job: CounterfactualJob):
-    if job.annotators is None:
-        raise UserError(f"--annotators is required for LLM kinds ({', '.join(job.llm_kinds())})")
+def _seed_note(*anns) -> str | None:
+    hot = sorted({a.name for a in anns if a is not None and a.temperature > 0})
+    if not hot:
+        return None
+    return (f"temperature > 0 ({', '.join(hot)}): each request's seed is derived from (--seed, record id, "
+            "sentence id, task, attempt), so a resumed or reordered run asks the same questions with the same "
+            "seeds (the same answers where the server honours seeds)")
+
+
+def _annotator(job: CounterfactualJob, name: str | None, flag: str):
     try:
         anns = load_annotators(job.annotators)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
-    if job.annotator is None:
+    if name is None:
         return anns[0]
     for a in anns:
-        if a.name == job.annotator:
+        if a.name == name:
             return a
-    raise UserError(f"--annotator {job.annotator!r} is not in {job.annotators} "
-                    f"(names: {', '.join(a.name for a in anns)})")
+    raise UserError(f"{flag} {name!r} is not in {job.annotators} (names: {', '.join(a.name for a in anns)})")
 
 
-def _ask(job: CounterfactualJob, ann, jobs):
-    """One answer per job (CachedAnswer, or an error string for a transport failure)."""
+def request_seed(seed: int, record_id: str, sentence_id: int, task: str, attempt: int) -> int:
+    """The ``seed`` of one request: a function of what is asked, never of the order of asking."""
+    digest = hashlib.sha256(f"{seed}\0{record_id}\0{sentence_id}\0{task}\0{attempt}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1  # 31 bits: every server's integer seed accepts it
+
+
+@dataclass
+class Request:
+    messages: list[dict[str, str]]
+    key: str
+    check: Callable[[str | None], str | None]
+    seed_of: Callable[[int], int] | None  # attempt -> request seed; None at temperature 0
+
+
+def _request(job, ann, messages, check, task: str, rec: ClaimRecord, sent: Sentence, key_extra: dict) -> Request:
+    seed_of = None
+    decoding = {**ann.decoding(), "malformed_retries": ann.malformed_retries, **key_extra}
+    if ann.temperature > 0:
+        def seed_of(attempt, _args=(job.seed, rec.id, sent.id, task)):
+            return request_seed(*_args, attempt)
+        decoding["seed"] = seed_of(0)  # later attempts' seeds follow from it
+    # Every setting that changes what is kept is in the key: a rerun with another one asks again.
+    return Request(messages, request_key(ann.model, messages, decoding), check, seed_of)
+
+
+def _rewrite_request(job, ann, kind: str, rec: ClaimRecord, sent: Sentence) -> Request:
+    messages = rewrite_messages(kind, sent.text, rec.claim, OPPOSITE[rec.label])
+    overlap = job.overlap(kind)
+    return _request(job, ann, messages, lambda c: rewrite_problem(sent.text, c, overlap), f"rewrite-{kind}",
+                    rec, sent, {"rewrite_min_overlap": overlap})
+
+
+def _judge_request(job, ann, cand: Candidate, rec: ClaimRecord) -> Request:
+    return _request(job, ann, judge_messages(rec.claim, cand.text), verdict_problem, f"judge-{cand.kind}",
+                    rec, cand.sentence, {"task": "label-check"})
+
+
+_ATTEMPT: contextvars.ContextVar[list | None] = contextvars.ContextVar("counterfactual_attempt", default=None)
+
+
+class SeededClient(AnnotatorClient):
+    """The enhancement client, sending each request the seed of its (record, sentence, task, attempt).
+
+    The seed rides in a context variable of the request's own task, so
+    concurrent requests never see each other's; a transport retry resends the
+    same attempt's seed, a malformed answer's re-ask moves to the next.
+    """
+
+    def request_options(self, pool_ids) -> dict:
+        kwargs = super().request_options(pool_ids)
+        state = _ATTEMPT.get()
+        if state is not None:
+            seed_of, attempt = state
+            kwargs["seed"] = seed_of(attempt)
+        return kwargs
+
+    async def annotate_seeded(self, req: Request) -> CachedAnswer:
+        if req.seed_of is None:
+            return await self.annotate(req.messages, [], check=req.check)
+        state = [req.seed_of, 0]
+        _ATTEMPT.set(state)
+
+        def check(content):
+            state[1] += 1  # an answer arrived: a re-ask is the next attempt
+            return req.check(content)
+
+        return await self.annotate(req.messages, [], check=check)
+
+
+class _Usage:
+    """Requests and tokens over the rewrite and judge phases."""
+
+    def __init__(self):
+        self.by_task: dict[str, dict[str, int]] = {}
+        self.tokens = {"in": 0, "out": 0, "in_incl_cache": 0, "out_incl_cache": 0}
+
+    def add(self, task: str, stats) -> None:
+        self.by_task[task] = {"made": stats.requests, "served_from_cache": stats.from_cache, "failed": stats.failed}
+        for key, value in (("in", stats.tokens_in), ("out", stats.tokens_out),
+                           ("in_incl_cache", stats.tokens_in_all), ("out_incl_cache", stats.tokens_out_all)):
+            self.tokens[key] += value
+
+    def requests(self) -> dict[str, int]:
+        return {k: sum(t[k] for t in self.by_task.values()) for k in ("made", "served_from_cache", "failed")}
+
+
+def _ask(job: CounterfactualJob, ann, items: list[Request], usage: _Usage, task: str):
+    """One answer per request (CachedAnswer, or an error string for a transport failure)."""
     cache = AnswerCache(job.cache_path)
     try:
-        # The topic check's threshold decides whether an answer was kept or abstained, so it is part of
-        # the key: a rerun with another --min-overlap asks again instead of replaying old verdicts.
-        keys = [request_key(ann.model, rewrite_messages(kind, sent.text),
-                            {**ann.decoding(), "rewrite_min_overlap": job.overlap(kind)})
-                for _, kind, sent in jobs]
-        need_key = any(cache.get(k) is None for k in keys)
+        need_key = any(cache.get(r.key) is None for r in items)
         try:
             api_key = ann.api_key() if need_key else None
         except ConfigError as exc:
             raise UserError(str(exc)) from None
         try:
-            state = asyncio.run(cancel_on_sigterm(_ask_async(job, ann, api_key, jobs, keys, cache)))
+            state = asyncio.run(cancel_on_sigterm(_ask_async(job, ann, api_key, items, cache, task)))
             if state is TERMINATED:
                 raise Terminated()
         except KeyboardInterrupt:
             set_interrupt_note(f"kept {len(cache)} answers in the cache {job.cache_path}; resume with: "
                                f"{job.resume_command or 'the same command'}")
             raise
-        return state
+        answers, stats = state
+        usage.add(task, stats)
+        return answers
     finally:
         cache.close()
 
 
-async def _ask_async(job, ann, api_key, jobs, keys, cache):
+async def _ask_async(job, ann, api_key, items: list[Request], cache, task: str):
     from data_prep.enhance.client import AnnotatorStats
 
     stats = AnnotatorStats()
-    # The annotator schema ({"evidence": [...]}) does not fit a rewrite ({"sentence": ...}):
-    # rewrites are never sent with the annotators' constrained decoding.
+    # The annotator schema ({"evidence": [...]}) fits neither a rewrite ({"sentence": ...}) nor a verdict:
+    # these requests are never sent with the annotators' constrained decoding.
     ann = dataclasses.replace(ann, constrained_decoding=False)
-    client = AnnotatorClient(ann, api_key) if api_key is not None else None
+    client = SeededClient(ann, api_key) if api_key is not None else None
     if client is not None:
         client.stats = stats
     inflight: dict[str, asyncio.Future] = {}
 
-    async def fetch(kind, sent, key):
-        msgs = rewrite_messages(kind, sent.text)
+    async def fetch(req: Request):
         try:
-            ans = await client.annotate(msgs, [], check=lambda c: rewrite_problem(sent.text, c, job.overlap(kind)))
+            ans = await client.annotate_seeded(req)
         except TransportFailure as exc:
             return scrub(f"{ann.name}: {exc}")
-        cache.put(key, ann.model, ans)
+        cache.put(req.key, ann.model, ans)
         if ans.status == OK:
             stats.answered += 1
         else:
             stats.abstained += 1
         return ans
 
-    async def one(job_item, key):
-        _, kind, sent = job_item
-        hit = cache.get(key)
-        if hit is None and key in inflight:
-            hit = await inflight[key]
-        elif hit is None:
-            inflight[key] = asyncio.ensure_future(fetch(kind, sent, key))
-            hit = await inflight[key]
-            if isinstance(hit, str):
-                stats.failed += 1
-                return hit
-            stats.tokens_in_all += hit.prompt_tokens
-            stats.tokens_out_all += hit.completion_tokens
-            return hit
+    async def one(req: Request):
+        hit = cache.get(req.key)
+        fresh = hit is None
+        if fresh:
+            if req.key not in inflight:
+                inflight[req.key] = asyncio.ensure_future(fetch(req))
+            hit = await inflight[req.key]
         if isinstance(hit, str):
             stats.failed += 1
             return hit
-        stats.from_cache += 1
+        if not fresh:
+            stats.from_cache += 1
         stats.tokens_in_all += hit.prompt_tokens
         stats.tokens_out_all += hit.completion_tokens
         return hit
 
     try:
-        with tqdm(total=len(jobs), desc="counterfactual", unit="sentence",
+        with tqdm(total=len(items), desc=f"counterfactual {task}", unit="sentence",
                   disable=None if job.progress else True) as bar:
-            async def tracked(item, key):
+            async def tracked(req):
                 try:
-                    return await one(item, key)
+                    return await one(req)
                 finally:
                     bar.update(1)
 
-            answers = await asyncio.gather(*(tracked(j, k) for j, k in zip(jobs, keys)))
+            answers = await asyncio.gather(*(tracked(r) for r in items))
     finally:
         if client is not None:
             await client.close()

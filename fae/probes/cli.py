@@ -6,9 +6,15 @@ hidden state at the last prompt token (right before the first generated
 token) and computes ``DirK(r) = cos(h(r) - h(0), h(K) - h(0))`` for r >= 1,
 with a percentile-bootstrap CI over claims.
 
-Outputs (in ``--output``): ``dirk.json`` (per-round mean, CI, counts),
-``dirk_claims.jsonl`` (per-claim values) and ``states.safetensors`` (the
-states that reproduce both).
+It also answers every claim-only prompt (greedy) and reports the label
+shares: when the reference mostly answers NOT_ENOUGH_INFO, ``h(K)`` is an
+abstention state and DirK measures drift toward abstaining; ``dirk.json``
+flags it. ``--knowledge-reference base`` takes ``h(K)`` from the base model
+without the adapter (the direction toward parametric knowledge).
+
+Outputs (in ``--output``): ``dirk.json`` (per-round mean, CI, counts, the
+knowledge-prompt answers), ``dirk_claims.jsonl`` (per-claim values) and
+``states.safetensors`` (the states that reproduce both).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import CLAIMS, RunData, load_run
 from fae.probes.dirk import dirk_values, summarize_rounds
+from fae.probes.knowledge import abstaining, label_shares, reference_note, shares_text
 
 FP16_MAX = 65504.0
 STATES_FORMAT = "fae-probe-states/1"
@@ -52,6 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--states-dtype", choices=("float16", "float32"), default="float16",
                    help="dtype of states.safetensors (default float16)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code")
+    p.add_argument("--knowledge-reference", choices=("verifier", "base"), default="verifier",
+                   help="whose state on the claim-only prompt is h(K): the probed verifier (default, SPEC §7) "
+                        "or the base model without --adapter (the direction toward parametric knowledge)")
+    p.add_argument("--knowledge-max-new-tokens", type=int, default=None,
+                   help="tokens of the greedy answer to each claim-only prompt (default: the run's "
+                        "max_new_tokens, else 64)")
 
 
 # ---------------------------------------------------------------------------
@@ -122,6 +135,19 @@ def build_prompts(claims: list[dict], records: dict, data: RunData):
             except ValueError as exc:
                 raise data.claim_error(c, f"rounds[{k}].pool_ids", str(exc)) from None
         out.append(msgs)
+    return out
+
+
+def knowledge_labels(model, tok, seqs: list[list[int]], batch_size: int, max_new_tokens: int) -> list[str | None]:
+    """The greedy label of each claim-only prompt (None for an answer that does not parse)."""
+    from data_prep.prompts import parse_answer
+    from fae.backends.hf import generate_batched, greedy_config
+
+    gens = generate_batched(model, tok, seqs, greedy_config(model, tok, max_new_tokens), batch_size)
+    out = []
+    for g in gens:
+        parsed = parse_answer(g.text, [])
+        out.append(parsed.label if parsed.valid else None)
     return out
 
 
@@ -216,6 +242,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--bootstrap must be >= 0")
     if args.batch_size < 1:
         raise UserError("--batch-size must be >= 1")
+    if args.knowledge_reference == "base" and args.adapter is None:
+        raise UserError("--knowledge-reference base needs --adapter: without one the verifier is the base model")
+    if args.knowledge_max_new_tokens is not None and args.knowledge_max_new_tokens < 1:
+        raise UserError("--knowledge-max-new-tokens must be >= 1")
     from data_prep.core.runlock import RunLock
 
     data = load_run(run_dir)  # refuses unfinished runs and stale metrics.json
@@ -250,6 +280,21 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
         model, seqs, pad_id=tok.pad_token_id, layers=args.layer,
         batch_size=args.batch_size, progress=True, desc="fae probe",
     ).double().numpy()
+    max_new = args.knowledge_max_new_tokens or (data.config.get("decoding") or {}).get("max_new_tokens") or 64
+    knowledge_seqs = encode_prompts(tok, [msgs[0] for msgs in prompts])
+    verifier_labels = knowledge_labels(model, tok, knowledge_seqs, args.batch_size, int(max_new))
+    reference_labels = verifier_labels
+    reference_states = None
+    if args.knowledge_reference == "base":
+        del model  # one model in memory at a time
+        base, base_tok = load_hf_model(args.model, None, device=args.device, dtype=args.dtype,
+                                       trust_remote_code=args.trust_remote_code)
+        base_seqs = encode_prompts(base_tok, [msgs[0] for msgs in prompts])
+        reference_states = capture_last_token_states(
+            base, base_seqs, pad_id=base_tok.pad_token_id, layers=args.layer,
+            batch_size=args.batch_size, progress=True, desc="fae probe (base h(K))",
+        ).double().numpy()
+        reference_labels = knowledge_labels(base, base_tok, base_seqs, args.batch_size, int(max_new))
 
     n = len(claims)
     max_rounds = max(len(c["rounds"]) for c in claims)
@@ -260,7 +305,7 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
     k = 0
     for i, c in enumerate(claims):
         nr = len(c["rounds"])
-        hK[i] = states[k]
+        hK[i] = states[k] if reference_states is None else reference_states[i]
         hr[i, :nr] = states[k + 1:k + 1 + nr]
         mask[i, :nr] = True
         k += 1 + nr
@@ -273,12 +318,29 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
         "model": str(args.model),
         "adapter": None if args.adapter is None else str(args.adapter),
         "layer": args.layer,
+        "knowledge_reference": args.knowledge_reference,
     }
+    gold = [c.get("gold_label") for c in claims]
+    knowledge = {
+        "knowledge_reference_model": (
+            "verifier: h(K) is the probed checkpoint's state on the claim-only prompt (SPEC §7)"
+            if reference_states is None else
+            "base: h(K) is the base model's state (without the adapter) on the claim-only prompt, "
+            "the direction toward parametric knowledge"),
+        "knowledge_answers": {
+            "decoding": {"greedy": True, "max_new_tokens": int(max_new)},
+            "verifier": label_shares(verifier_labels, gold),
+            **({"reference": label_shares(reference_labels, gold)} if reference_states is not None else {}),
+        },
+    }
+    ref_summary = label_shares(reference_labels, gold)
+    knowledge["abstaining_reference"] = abstaining(ref_summary)
+    knowledge["reference_note"] = reference_note(ref_summary, args.knowledge_reference)
     saved_dtype = save_states(out / "states.safetensors", [str(c["id"]) for c in claims],
                               hK, hr, mask, meta, args.states_dtype)
     tmp = out / "dirk_claims.jsonl.tmp"
     with tmp.open("w", encoding="utf-8") as fh:
-        for c, row in zip(claims, table):
+        for k, (c, row) in enumerate(zip(claims, table)):
             fh.write(json.dumps({
                 "id": str(c["id"]),
                 "gold_label": c.get("gold_label"),
@@ -286,6 +348,8 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
                 "undefined_rounds": [r for r in range(1, len(row)) if row[r] is None],
                 "pool_sizes": [len(rd["pool_ids"]) for rd in c["rounds"]],
                 "labels": [rd.get("label") for rd in c["rounds"]],
+                "knowledge_label": verifier_labels[k],
+                **({"reference_knowledge_label": reference_labels[k]} if reference_states is not None else {}),
             }) + "\n")
     tmp.replace(out / "dirk_claims.jsonl")
     summary = {
@@ -305,10 +369,17 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
                      "value null, counted in n_undefined, excluded from mean and CI; "
                      "round 0 is undefined by definition and not listed",
         "states": {"file": "states.safetensors", "dtype": saved_dtype},
+        **knowledge,
         "rounds": rounds,
     }
     atomic_write_text(out / "dirk.json", json.dumps(summary, indent=2) + "\n")
-    print(f"fae probe: {n} claims, {n_unique} unique prompts, layer {args.layer} -> {out}")
+    print(f"fae probe: {n} claims, {n_unique} unique prompts, layer {args.layer}, "
+          f"h(K) from the {args.knowledge_reference} -> {out}")
+    print(f"  claim-only answers of the verifier: {shares_text(knowledge['knowledge_answers']['verifier'])}")
+    if reference_states is not None:
+        print(f"  claim-only answers of the base (h(K)): {shares_text(knowledge['knowledge_answers']['reference'])}")
+    if knowledge["reference_note"]:
+        print(f"  warning: {knowledge['reference_note']}")
     for r in rounds:
         print(f"  round {r['round']}: DirK {_fmt(r['mean'])} "
               f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]  n={r['n']} "

@@ -2,7 +2,9 @@
 
 Reads the ``dirk.json`` of each probe directory and writes ``dirk.png`` (one
 line with a shaded 95% CI band per checkpoint) and ``dirk.md`` (rounds x
-checkpoints, ``mean [ci_low, ci_high]``).
+checkpoints, ``mean [ci_low, ci_high]``), with what each checkpoint answers
+on the claim-only prompt, where h(K) came from, and a flagged note for every
+abstaining reference (DirK then measures drift toward abstaining).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from pathlib import Path
 
 from data_prep.core.errors import UserError
+from fae.probes.knowledge import shares_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,7 +61,26 @@ def markdown_table(labels: list[str], probes: list[dict]) -> str:
         lines.append(f"| {rd} | " + " | ".join(_cell(b.get(rd)) for b in by) + " |")
     lines.append("| n claims | " + " | ".join(str(p.get("n_claims", "?")) for p in probes) + " |")
     lines.append("| layer | " + " | ".join(str(p.get("layer", "?")) for p in probes) + " |")
+    lines.append("| h(K) from | " + " | ".join(p.get("knowledge_reference", "verifier") for p in probes) + " |")
+    lines.append("| claim-only answers (verifier) | "
+                 + " | ".join(shares_text((p.get("knowledge_answers") or {}).get("verifier")) for p in probes) + " |")
+    if any((p.get("knowledge_answers") or {}).get("reference") for p in probes):
+        lines.append("| claim-only answers (base, h(K)) | "
+                     + " | ".join(shares_text((p.get("knowledge_answers") or {}).get("reference")) for p in probes)
+                     + " |")
+    lines.append("| abstaining reference | " + " | ".join(_flag(p) for p in probes) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _flag(probe: dict) -> str:
+    if "abstaining_reference" not in probe:
+        return "unknown (probe without claim-only answers)"
+    return "**yes**" if probe["abstaining_reference"] else "no"
+
+
+def reference_notes(labels: list[str], probes: list[dict]) -> list[str]:
+    """One line per checkpoint whose h(K) is an abstention state."""
+    return [f"- **{label}**: {p['reference_note']}" for label, p in zip(labels, probes) if p.get("reference_note")]
 
 
 def plot(labels: list[str], probes: list[dict], path: Path, title: str) -> None:
@@ -108,6 +130,12 @@ def run(args: argparse.Namespace) -> int:
     md = "# DirK per round: mean [95% bootstrap CI]\n\n" + markdown_table(labels, probes)
     if len(layers) > 1:
         md += "\nWarning: the probes use different layers, so their values are not comparable.\n"
+    if len({p.get("knowledge_reference", "verifier") for p in probes}) > 1:
+        md += ("\nWarning: h(K) comes from the verifier in some probes and from the base model in others: "
+               "their DirK values measure drift toward different states.\n")
+    notes = reference_notes(labels, probes)
+    if notes:
+        md += "\nWhat DirK measures here:\n\n" + "\n".join(notes) + "\n"
     (out / "dirk.md").write_text(md, encoding="utf-8")
     print(md, end="")
     print(f"fae probe-report: wrote {out / 'dirk.png'} and {out / 'dirk.md'}")

@@ -188,6 +188,41 @@ def enhance_step(real_data, out: Path, train_path: Path, seed: int, t0: float) -
     return enhanced, quality
 
 
+def base_reference_dir(variant: str) -> str:
+    """probes/<this>: the variant's DirK with h(K) from the base model (`--knowledge-reference base`)."""
+    return f"{variant}-base-hK"
+
+
+def dirk_lines(out: Path) -> list[str]:
+    """The report's DirK section: what each variant answers on the claim-only prompt (h(K)'s prompt),
+    what DirK then measures, and DirK with h(K) from the base model, from ``probes/*/dirk.json``."""
+    from fae.probes.knowledge import shares_text
+    from fae.probes.report import load_probe, markdown_table
+
+    lines = ["", "## DirK: what h(K) stands for (`fae probe`)", "",
+             "DirK (dirk.md, dirk.png) measures drift toward h(K), the state on the claim-only prompt. It is a "
+             "direction toward parametric knowledge only where the verifier answers from knowledge there.", "",
+             "| Variant | claim-only answers (greedy) | correct (%) | abstaining reference |",
+             "| --- | --- | --- | --- |"]
+    notes = []
+    for variant in VARIANTS:
+        probe = json.loads((out / "probes" / variant / "dirk.json").read_text())
+        answers = probe["knowledge_answers"]["verifier"]
+        correct = answers.get("correct")
+        lines.append(f"| {variant} | {shares_text(answers)} | {_pct(correct)} "
+                     f"| {'**yes**' if probe['abstaining_reference'] else 'no'} |")
+        if probe["reference_note"]:
+            notes.append(f"- {variant}: {probe['reference_note']}")
+    lines += [""] + notes if notes else []
+    based = [out / "probes" / base_reference_dir(v) for v in VARIANTS]
+    if all((d / "dirk.json").is_file() for d in based):
+        lines += ["", "DirK with h(K) from the base model without the adapter (`fae probe --knowledge-reference "
+                  "base`): every variant's drift toward the same state, the base model's answer from its "
+                  "parametric knowledge; mean [95% bootstrap CI].", "",
+                  *markdown_table(list(VARIANTS), [load_probe(d) for d in based]).splitlines()]
+    return lines
+
+
 def subset_metrics(run_dir: Path, ids: set[str]) -> dict:
     """FAE metrics (fae.ablation.metrics.compute_metrics, the one definition) on the claims in ``ids``."""
     from fae.ablation.metrics import compute_metrics
@@ -322,16 +357,18 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
                    "--model", str(base), "--adapter", str(out / "models" / variant), "--rounds", "4",
                    "--batch-size", "32", "--max-new-tokens", "16", "--no-progress",
                    "--chunk-size", "256"])  # all test claims in one window: the measured batches
-        _stage(f"{variant}: fae probe (DirK)", t0)
-        _cli(fae, ["probe", "--run", str(run_dir), "--model", str(base), "--adapter", str(out / "models" / variant),
-                   "--output", str(out / "probes" / variant), "--bootstrap", str(size.bootstrap),
-                   "--seed", str(seed), "--batch-size", "32"])
+        _stage(f"{variant}: fae probe (DirK; h(K) from the variant, then from the base model)", t0)
+        for reference, probe_dir in (("verifier", variant), ("base", base_reference_dir(variant))):
+            _cli(fae, ["probe", "--run", str(run_dir), "--model", str(base), "--adapter", str(out / "models" / variant),
+                       "--output", str(out / "probes" / probe_dir), "--bootstrap", str(size.bootstrap),
+                       "--seed", str(seed), "--batch-size", "32", "--knowledge-reference", reference])
 
     _stage("reports: fae report, fae probe-report, fae compare (sft vs real)", t0)
     runs = [str(out / "runs" / v) for v in VARIANTS]
     _cli(fae, ["report", *runs, "--output", str(out), "--names", *VARIANTS])
     _cli(fae, ["probe-report", *[str(out / "probes" / v) for v in VARIANTS], "--output", str(out),
                "--labels", *VARIANTS])
+    _append(out / "report.md", dirk_lines(out))
     _cli(fae, ["compare", str(out / "runs" / "sft"), str(out / "runs" / "real"), "--output", str(out / "compare"),
                "--metric", "strict", "--bootstrap", str(size.bootstrap), "--seed", str(seed)])
 

@@ -165,15 +165,20 @@ def add_incomplete_gold(records: list[ClaimRecord], seed: int | str, share: floa
 def add_counterfactuals(world: World, records: list[ClaimRecord], seed: int) -> list[ClaimRecord]:
     """Give each claim ``counterfactual_sentences`` of both kinds for ``fae pave`` (SPEC §9).
 
-    The world knows every entity and value, so no rule or model is needed:
-    ``entity`` swaps the gold line's value for another of the same attribute
-    (one span, a fine-grained error); ``semantic`` contradicts the fact as a
-    whole: the line gives the entity another value and says that the true
-    value belongs to a different entity. (``fae pave`` shows the
-    counterfactual line alone, as it shows the gold lines alone, so a second
-    proving copy never sits beside it.) Drawn from an RNG of its own, after the world and the records exist, so
-    the world's random stream (and the demo's numbers) are what they were
-    without counterfactuals.
+    Each counterfactual carries the verdict opposite to the claim's gold
+    label (PAVE's label consistency), provable here by rule because every
+    (entity, attribute) has exactly one value. ``entity`` changes the gold
+    line's value (one span, a fine-grained error): for a SUPPORT claim away
+    from the claim's (true) value, so the line refutes it; for a REFUTE claim
+    to the claim's own (false) value, so the line supports it. ``semantic``
+    contradicts the fact as a whole: the line gives the entity that value and
+    says that the true value belongs to a different entity. (``fae pave``
+    shows the counterfactual line alone, as it shows the gold lines alone,
+    so a second proving copy never sits beside it.) Drawn from an RNG of its
+    own, after the world and the records exist, so the world's random stream
+    (and the demo's FAE numbers) are what they were without counterfactuals;
+    the draws are the same for every claim, so SUPPORT claims get the lines
+    they got before counterfactuals were claim-aware.
     """
     rng = random.Random(f"demo-counterfactual-{seed}")  # str seeds are hashed (sha512): stable across runs
     for rec in records:
@@ -184,8 +189,17 @@ def add_counterfactuals(world: World, records: list[ClaimRecord], seed: int) -> 
         holder = rng.choice([e for e in world.entities
                              if e != fact.entity and world.facts[(e, fact.attribute)].value != fact.value])
         moved = Fact(holder, fact.attribute, fact.value).sentence()
+        contradicting = rng.choice(others)
+        if rec.label == REFUTE:  # the claim states a false value: the counterfactual states it too
+            swapped = contradicting = claimed_value(rec)
         rec.extra["counterfactual_sentences"] = {
-            "entity": [{"id": gold, "text": fact.sentence(swapped), "doc": fact.entity}],
-            "semantic": [{"id": gold, "text": f"{fact.sentence(rng.choice(others))} {moved}", "doc": fact.entity}],
+            "entity": [{"id": gold, "text": fact.sentence(swapped), "doc": fact.entity, "check": "rule"}],
+            "semantic": [{"id": gold, "text": f"{fact.sentence(contradicting)} {moved}", "doc": fact.entity,
+                          "check": "rule"}],
         }
     return records
+
+
+def claimed_value(rec: ClaimRecord) -> str:
+    """The value a claim states ("The capital of Zorvia is Brelon ." -> "Brelon")."""
+    return rec.claim.split()[-2]

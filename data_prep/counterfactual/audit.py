@@ -1,0 +1,332 @@
+"""`real-data counterfactual-audit`: PAVE's human validity audit of counterfactual evidence, as a tool.
+
+    real-data counterfactual-audit --records cf.jsonl --output audit/    # sample + 3 blank sheets
+    real-data counterfactual-audit-score audit/                           # filled sheets -> rates, κ
+
+``counterfactual-audit`` draws M instances (default 100; one instance = one claim's
+counterfactual pool of one kind, as ``fae pave`` shows it) stratified by
+source (the records' ``dataset``) × kind × gold label, as equal per stratum
+as the strata allow, and writes one CSV sheet per annotator (default three)
+with the paper's four binary criteria left blank, ``audit.json`` (the
+sample) and ``instructions.md``. ``counterfactual-audit-score`` reads the filled sheets back and
+reports, per kind and overall, each criterion's majority-vote pass rate,
+Fleiss' κ, and the instances valid by the paper's rule (a majority passes
+the first three criteria). Writes ``score.json`` and ``score.md`` in the
+audit directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+from collections import defaultdict
+from pathlib import Path
+from typing import Sequence
+
+from data_prep.core.atomicio import atomic_write_text
+from data_prep.core.errors import UserError
+
+from .rewrite import OPPOSITE
+
+# (column, the paper's wording): PAVE App. D, "Human validity audit".
+CRITERIA: tuple[tuple[str, str], ...] = (
+    ("claim_relevance", "the evidence still concerns the same claim or event"),
+    ("intervention_consistency", "it introduces the intended factual conflict"),
+    ("label_consistency", "it provides the intended misleading verification signal for the original claim "
+                          "(the intended verdict column)"),
+    ("artifact_free", "it is fluent and free of obvious generation artifacts"),
+)
+VALIDITY_CRITERIA = ("claim_relevance", "intervention_consistency", "label_consistency")
+INFO_COLUMNS = ("item", "record_id", "source", "kind", "gold_label", "intended_verdict", "claim",
+                "gold_evidence", "counterfactual_evidence", "check")
+COLUMNS = INFO_COLUMNS + tuple(c for c, _ in CRITERIA) + ("comment",)
+_YES = {"1", "y", "yes", "true", "pass", "x"}
+_NO = {"0", "n", "no", "false", "fail"}
+SAMPLE_FILE = "audit.json"
+
+
+# ---------------------------------------------------------------------------
+# Pure functions
+# ---------------------------------------------------------------------------
+
+def fleiss_kappa(counts: Sequence[Sequence[int]]) -> float | None:
+    """Fleiss' κ for ``counts[i][j]`` = raters who put subject i in category j (same raters per subject).
+
+    κ = (P̄ − P̄e) / (1 − P̄e) with P̄ the mean per-subject agreement and P̄e
+    the agreement expected from the category shares (Fleiss 1971). None when
+    it is undefined: no subjects, fewer than two raters, or every rating in
+    one category (P̄e = 1).
+    """
+    rows = [list(map(int, r)) for r in counts]
+    if not rows:
+        return None
+    n = sum(rows[0])
+    if any(sum(r) != n for r in rows):
+        raise ValueError("every subject needs the same number of ratings")
+    if n < 2:
+        return None
+    total = n * len(rows)
+    shares = [sum(r[j] for r in rows) / total for j in range(len(rows[0]))]
+    p_e = sum(p * p for p in shares)
+    if p_e >= 1.0:
+        return None
+    p_bar = sum((sum(c * c for c in r) - n) / (n * (n - 1)) for r in rows) / len(rows)
+    return (p_bar - p_e) / (1 - p_e)
+
+
+def binary_counts(ratings: Sequence[Sequence[bool]]) -> list[list[int]]:
+    """Per subject, [fails, passes] from each rater's pass/fail."""
+    return [[sum(not r for r in subject), sum(bool(r) for r in subject)] for subject in ratings]
+
+
+def majority(votes: Sequence[bool]) -> bool:
+    """Pass when more than half of the raters pass (2 of 3)."""
+    return 2 * sum(bool(v) for v in votes) > len(votes)
+
+
+def allocate(sizes: dict, m: int) -> dict:
+    """Stratum -> how many to draw: as equal as the strata allow, M in all (or everything, if fewer)."""
+    want = {k: 0 for k in sizes}
+    left = min(m, sum(sizes.values()))
+    open_ = sorted(k for k in sizes if sizes[k] > 0)
+    while left > 0 and open_:
+        share, extra = divmod(left, len(open_))
+        for i, k in enumerate(open_):
+            take = min(share + (1 if i < extra else 0), sizes[k] - want[k])
+            want[k] += take
+            left -= take
+        open_ = [k for k in open_ if want[k] < sizes[k]]
+    return want
+
+
+def audit_instances(records: list[dict]) -> list[dict]:
+    """Every (claim, kind) counterfactual pool of a records file, with what an annotator needs to judge it."""
+    out = []
+    for rec in records:
+        pools = rec.get("counterfactual_sentences")
+        if not isinstance(pools, dict) or rec.get("label") not in OPPOSITE:
+            continue
+        texts = {s.get("id"): s.get("text", "") for s in rec.get("sentences", []) if isinstance(s, dict)}
+        gold = sorted({i for group in rec.get("evidence") or [] for i in group})
+        for kind, pool in sorted(pools.items()):
+            if not isinstance(pool, list) or not pool:
+                continue
+            out.append({
+                "record_id": str(rec.get("id")),
+                "source": str(rec.get("dataset") or "unknown"),
+                "kind": kind,
+                "gold_label": rec["label"],
+                "intended_verdict": OPPOSITE[rec["label"]],
+                "claim": rec.get("claim", ""),
+                "gold_evidence": " ".join(f"[{i}] {texts.get(i, '')}" for i in gold),
+                "counterfactual_evidence": " ".join(f"[{s.get('id')}] {s.get('text', '')}" for s in pool),
+                "check": ",".join(sorted({str(s.get("check")) for s in pool if s.get("check")})),
+            })
+    return out
+
+
+def stratified_sample(instances: list[dict], m: int, seed: int) -> list[dict]:
+    """M instances, stratified by source × kind × gold label; the same for the same input and seed."""
+    strata: dict[tuple, list[dict]] = defaultdict(list)
+    for inst in instances:
+        strata[(inst["source"], inst["kind"], inst["gold_label"])].append(inst)
+    want = allocate({k: len(v) for k, v in strata.items()}, m)
+    picked = []
+    for key in sorted(strata):
+        pool = sorted(strata[key], key=lambda x: x["record_id"])
+        rng = random.Random(f"{seed}\0{key}")
+        picked += rng.sample(pool, want[key])
+    order = random.Random(f"{seed}\0order")
+    order.shuffle(picked)  # annotators see the strata mixed
+    return [{"item": k + 1, **inst} for k, inst in enumerate(picked)]
+
+
+def score(sample: list[dict], sheets: dict[str, dict[int, dict[str, bool]]]) -> dict:
+    """Pass rates (majority vote), Fleiss' κ and valid instances, per kind and overall (PAVE Table 10)."""
+    raters = sorted(sheets)
+    groups = {"overall": sample}
+    for kind in sorted({s["kind"] for s in sample}):
+        groups[kind] = [s for s in sample if s["kind"] == kind]
+    out = {"raters": raters, "instances": len(sample), "criteria": [c for c, _ in CRITERIA], "groups": {}}
+    for name, items in groups.items():
+        g: dict = {"instances": len(items), "pass_rate": {}, "kappa": {}}
+        pooled = []
+        for crit, _ in CRITERIA:
+            votes = [[sheets[r][s["item"]][crit] for r in raters] for s in items]
+            g["pass_rate"][crit] = sum(majority(v) for v in votes) / len(items) if items else None
+            g["kappa"][crit] = fleiss_kappa(binary_counts(votes))
+            pooled += votes
+        g["kappa_all_criteria"] = fleiss_kappa(binary_counts(pooled))
+        valid = [s for s in items
+                 if all(majority([sheets[r][s["item"]][c] for r in raters]) for c in VALIDITY_CRITERIA)]
+        g["valid"] = len(valid)
+        g["valid_rate"] = len(valid) / len(items) if items else None
+        out["groups"][name] = g
+    out["invalid_items"] = [{"item": s["item"], "record_id": s["record_id"], "kind": s["kind"]}
+                            for s in sample
+                            if not all(majority([sheets[r][s["item"]][c] for r in raters]) for c in VALIDITY_CRITERIA)]
+    return out
+
+
+def score_markdown(result: dict) -> str:
+    groups = [g for g in result["groups"] if g != "overall"] + ["overall"]
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
+    kap = lambda x: "undefined" if x is None else f"{x:.2f}"  # noqa: E731
+    lines = [f"# Counterfactual audit: {result['instances']} instances, {len(result['raters'])} annotators", "",
+             "Majority-vote pass rates (%) and Fleiss' κ, as PAVE's Table 10. An instance is valid when the "
+             "majority passes the first three criteria.", "",
+             "| Criterion | " + " | ".join(f"{g} (n={result['groups'][g]['instances']})" for g in groups) + " |",
+             "|---|" + "---|" * len(groups)]
+    for crit, _ in CRITERIA:
+        lines.append(f"| {crit} | " + " | ".join(pct(result["groups"][g]["pass_rate"][crit]) for g in groups) + " |")
+    lines.append("| valid (first three pass) | " + " | ".join(pct(result["groups"][g]["valid_rate"]) for g in groups)
+                 + " |")
+    lines.append("| Fleiss' κ (all criteria) | "
+                 + " | ".join(kap(result["groups"][g]["kappa_all_criteria"]) for g in groups) + " |")
+    for crit, _ in CRITERIA:
+        lines.append(f"| κ {crit} | " + " | ".join(kap(result["groups"][g]["kappa"][crit]) for g in groups) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------
+
+def write_sheets(out: Path, sample: list[dict], raters: int, settings: dict) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / SAMPLE_FILE, json.dumps({**settings, "criteria": dict(CRITERIA), "sample": sample},
+                                                   indent=2, ensure_ascii=False) + "\n")
+    paths = []
+    for r in range(1, raters + 1):
+        path = out / f"sheet-{r}.csv"
+        rows = [dict(inst, **{c: "" for c, _ in CRITERIA}, comment="") for inst in sample]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({k: row.get(k, "") for k in COLUMNS} for row in rows)
+        atomic_write_text(path, buf.getvalue())
+        paths.append(path)
+    crit = "\n".join(f"- `{c}`: {text}." for c, text in CRITERIA)
+    atomic_write_text(out / "instructions.md", (
+        "# Counterfactual evidence audit\n\n"
+        f"Each of the {raters} annotators fills one sheet (`sheet-N.csv`) alone. Every row is one claim's "
+        "counterfactual evidence (`counterfactual_evidence`), made from its gold evidence (`gold_evidence`) so that "
+        "it should lead a reader to `intended_verdict`, the opposite of the claim's gold label.\n\n"
+        "Write 1 (pass) or 0 (fail) in each criterion column:\n\n" + crit + "\n\n"
+        "Leave the other columns as they are. Then run `real-data counterfactual-audit-score` on this directory.\n"))
+    return paths
+
+
+def _truth(value: str | None) -> bool | None:
+    v = (value or "").strip().lower()
+    return True if v in _YES else False if v in _NO else None
+
+
+def read_sheet(path: Path, sample: list[dict]) -> dict[int, dict[str, bool]]:
+    """item -> criterion -> pass; one clear error naming file, line and field for anything else."""
+    by_item = {s["item"]: s for s in sample}
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet may save a BOM
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the sheet ({exc})") from None
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in ("item", "record_id", *[c for c, _ in CRITERIA]) if c not in (reader.fieldnames or [])]
+    if missing:
+        raise UserError(f"{path}:1: field {missing[0]!r}: column missing from the header")
+    out: dict[int, dict[str, bool]] = {}
+    for row in reader:
+        line = reader.line_num
+        try:
+            item = int(row["item"])
+        except (TypeError, ValueError):
+            raise UserError(f"{path}:{line}: field 'item': {row['item']!r} is not an item number") from None
+        inst = by_item.get(item)
+        if inst is None or str(row["record_id"]) != inst["record_id"]:
+            raise UserError(f"{path}:{line}: field 'record_id': item {item} is not "
+                            f"{row['record_id']!r} in {SAMPLE_FILE} (a sheet of another sample?)")
+        if item in out:
+            raise UserError(f"{path}:{line}: field 'item': item {item} appears twice")
+        marks = {}
+        for crit, _ in CRITERIA:
+            mark = _truth(row.get(crit))
+            if mark is None:
+                raise UserError(f"{path}:{line}: field {crit!r}: {row.get(crit)!r} is not 1/0 (yes/no, pass/fail)")
+            marks[crit] = mark
+        out[item] = marks
+    absent = sorted(set(by_item) - set(out))
+    if absent:
+        raise UserError(f"{path}: field 'item': {len(absent)} items of {SAMPLE_FILE} are missing (first: {absent[0]})")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------
+
+def add_arguments(p) -> None:
+    p.add_argument("--records", required=True, type=Path, help="records with counterfactual_sentences (JSONL)")
+    p.add_argument("--output", required=True, type=Path, help="audit directory")
+    p.add_argument("--size", type=int, default=100, help="instances M (default 100, as the paper)")
+    p.add_argument("--raters", type=int, default=3, help="annotators, one sheet each (default 3, as the paper)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args) -> int:
+    return _run_sheets(args)
+
+
+def _run_sheets(args) -> int:
+    if args.size < 1 or args.raters < 2:
+        raise UserError("--size must be >= 1 and --raters >= 2 (agreement needs two annotators)")
+    records = _read_records(args.records)
+    instances = audit_instances(records)
+    if not instances:
+        raise UserError(f"{args.records}: no record carries counterfactual_sentences "
+                        "(run `real-data counterfactual` first)")
+    sample = stratified_sample(instances, args.size, args.seed)
+    strata: dict[str, int] = defaultdict(int)
+    for s in sample:
+        strata[f"{s['source']} / {s['kind']} / {s['gold_label']}"] += 1
+    paths = write_sheets(args.output, sample, args.raters,
+                         {"records": str(args.records), "size": args.size, "seed": args.seed,
+                          "raters": args.raters, "instances_available": len(instances), "strata": dict(strata)})
+    print(f"counterfactual audit: {len(sample)} of {len(instances)} instances in {len(strata)} strata "
+          f"(source / kind / gold label):")
+    for key, n in sorted(strata.items()):
+        print(f"  {n:4d}  {key}")
+    print(f"sheets: {', '.join(str(p) for p in paths)}; criteria in {args.output / 'instructions.md'}")
+    return 0
+
+
+def _read_records(path: Path) -> list[dict]:
+    from data_prep.records import load_records_or_fail
+
+    return [r.to_dict() for r in load_records_or_fail(path)]
+
+
+def add_score_arguments(p) -> None:
+    p.add_argument("audit_dir", type=Path, help="the directory `real-data counterfactual-audit` wrote")
+    p.add_argument("--sheets", nargs="+", type=Path, help="the filled sheets (default AUDIT_DIR/sheet-*.csv)")
+
+
+def run_score(args) -> int:
+    key = args.audit_dir / SAMPLE_FILE
+    if not key.is_file():
+        raise UserError(f"{key}: not found (write the sample with `real-data counterfactual-audit`)")
+    try:
+        sample = json.loads(key.read_text(encoding="utf-8"))["sample"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise UserError(f"{key}: field 'sample': not an audit sample ({exc})") from None
+    paths = args.sheets or sorted(args.audit_dir.glob("sheet-*.csv"))
+    if len(paths) < 2:
+        raise UserError(f"{args.audit_dir}: {len(paths)} sheet(s); agreement needs at least two filled sheets")
+    sheets = {p.name: read_sheet(p, sample) for p in paths}
+    result = score(sample, sheets)
+    md = score_markdown(result)
+    atomic_write_text(args.audit_dir / "score.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(args.audit_dir / "score.md", md)
+    print(md, end="")
+    print(f"written: {args.audit_dir / 'score.json'}, {args.audit_dir / 'score.md'}")
+    return 0
