@@ -71,7 +71,7 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str]) ->
             dirk = _load(root / "probes" / model_id / system / s / "dirk.json")
             if dirk is not None:
                 entry["dirk"] = dirk_row(dirk)
-                for key in ("knowledge_answers", "reference"):
+                for key in ("knowledge_reference", "knowledge_answers", "abstaining_reference", "reference_note"):
                     if key in dirk:
                         entry[f"dirk_{key}"] = dirk[key]
             pave = _load(root / "pave" / model_id / system / s / "pave.json")
