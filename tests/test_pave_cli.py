@@ -65,7 +65,8 @@ def _logprobs(body, content):
 
 def _pave(records, out, url, *extra):
     return main(["pave", "--records", str(records), "--backend", "openai", "--model", "m", "--base-url", url,
-                 "--samples", str(N), "--temperature", "0.8", "--output", str(out), "--no-progress",
+                 "--samples", str(N), "--temperature", "0.8", "--jsd-samples", str(N), "--jsd-temperature", "0.8",
+                 "--output", str(out), "--no-progress",
                  "--tune-split", "0.5", "--max-retries", "0", *extra])
 
 
@@ -97,7 +98,7 @@ def test_pave_on_openai_server_with_logprobs(tmp_path, capsys):
     assert probs[0][0] == pytest.approx(0.55)  # r0 gold SUPPORT, first run p = .55
     md = (out / "pave.md").read_text()
     assert "| Known-Knows (persistence) |" in md and "| JSD arbitration |" in md
-    assert "Margin 0.000" in capsys.readouterr().out
+    assert "Margin +0.000" in capsys.readouterr().out
 
 
 def test_pave_vote_variant_without_logprobs_and_without_counterfactuals(tmp_path):
