@@ -151,6 +151,7 @@ def _pave(args, records: list, out: Path, fae_claims: list | None = None) -> int
            "samples": args.samples, "temperature": args.temperature, "jsd_samples": args.jsd_samples,
            "jsd_temperature": args.jsd_temperature, "max_new_tokens": args.max_new_tokens,
            "seed": args.seed, "sampling": SAMPLING_SCHEME, "base_url": args.base_url,
+           "tune_split": args.tune_split, "stability": args.stability,
            "constrained_decoding": bool(getattr(args, "constrained_decoding", False))}
     cfg_path = out / "config.json"
     if cfg_path.is_file() and (out / SAMPLES).is_file():
