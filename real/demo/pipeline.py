@@ -328,9 +328,9 @@ def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed
         if chk["disagree"]:
             lines += ["", f"**{variant}: PAVE and FAE disagree by {abs(100 * chk['difference']):.0f} points.** "
                       f"On gold-only pools {variant} answered NOT_ENOUGH_INFO "
-                      f"{100 * chk['pave_gold_evidence_abstain_share']:.0f}% of the time, while FAE round 0 "
-                      "(full pools, like every pool it was trained on) does not: the demo never shows a verifier a "
-                      "gold-only pool, so PAVE's CR and wrong-rate rows describe an input FAE does not, not the "
+                      f"{100 * chk['pave_gold_evidence_abstain_share']:.0f}% of the time; FAE round 0 reads "
+                      "full pools, like every pool it was trained on. The demo never shows a verifier a gold-only "
+                      "pool, so PAVE's CR and wrong-rate rows describe an input FAE never uses, not the "
                       f"verifier FAE scores. They cannot show how {variant} corrects a wrong prior from evidence "
                       "it would actually be given."]
     _append(out / "report.md", lines)
