@@ -247,6 +247,7 @@ def test_fae_run_cross_check_flags_a_verifier_that_abstains_on_gold_only_pools(t
     chk = json.loads((tmp_path / "p" / "pave.json").read_text())["fae_check"]
     assert chk["fae_round0_accuracy"] == 1.0 and chk["pave_gold_evidence_accuracy"] == 0.0
     assert chk["n_claims"] == 6 and chk["disagree"] and chk["pave_gold_evidence_abstain_share"] == 1.0
+    assert chk["same_verifier"]  # the same served model, no adapter
     assert "gold-only pool" in chk["explanation"]
     out = capsys.readouterr().out
     assert "DISAGREEMENT (> 10 points)" in out and "FAE round-0 accuracy 100.00%" in out

@@ -36,6 +36,7 @@ import argparse
 import json
 from pathlib import Path
 
+from data_prep.core.atomicio import atomic_write_text
 from data_prep.core.errors import RunFailure, UserError
 from data_prep.core.labels import REFUTE, SUPPORT
 from data_prep.core.secrets import scrub
@@ -122,18 +123,18 @@ def run(args) -> int:
         raise UserError(str(exc.located(args.records, None) if exc.path is None else exc)) from None
     if not records:
         raise UserError(f"{args.records}: no SUPPORT/REFUTE records")
-    fae_claims = None
+    fae_run = None
     if args.fae_run:
         from fae.ablation.runio import load_run
 
-        fae_claims = load_run(args.fae_run).claims  # refuses an unfinished or inconsistent run, one line
+        fae_run = load_run(args.fae_run)  # refuses an unfinished or inconsistent run, one line
     from data_prep.core.runlock import RunLock
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
     with RunLock(out, "fae pave", is_dir=True):  # one writer for the command's lifetime
-        return _pave(args, records, out, fae_claims)
+        return _pave(args, records, out, fae_run)
 
 
 # Compared on resume: a difference means the stored answers are not this command's answers.
@@ -143,7 +144,7 @@ FINGERPRINT = ("records", "backend", "model", "adapter", "samples", "temperature
                "jsd_temperature", "max_new_tokens", "seed", "sampling")
 
 
-def _pave(args, records: list, out: Path, fae_claims: list | None = None) -> int:
+def _pave(args, records: list, out: Path, fae_run=None) -> int:
     from fae.comparison.pave_sampling import make_sampler
 
     out.mkdir(parents=True, exist_ok=True)
@@ -162,7 +163,9 @@ def _pave(args, records: list, out: Path, fae_claims: list | None = None) -> int
         if diff:
             raise UserError(f"{out} holds samples made with different settings ({', '.join(diff)}); "
                             "use another --output")
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    atomic_write_text(cfg_path, json.dumps(cfg, indent=2) + "\n")
+    for derived in ("pave.json", "pave.md"):  # a stopped run never leaves an earlier run's numbers behind
+        (out / derived).unlink(missing_ok=True)
     options = dict(vars(args))
     sampler = make_sampler(args.backend, options)
     try:
@@ -175,16 +178,29 @@ def _pave(args, records: list, out: Path, fae_claims: list | None = None) -> int
     res = analyse(lines, tune_fraction=args.tune_split, seed=args.seed, mode=args.stability,
                   refusals=not args.keep_refusals, jsd_condition=lambda cond: jsd_condition(cond, args),
                   jsd_settings={"runs": args.jsd_samples, "temperature": args.jsd_temperature})
-    if fae_claims is not None:
-        res["fae_check"] = fae_round0_check(lines, fae_claims, fae_run=str(args.fae_run),
-                                            temperature=args.temperature)
-        if res["fae_check"]["disagree"]:
-            res["notes"].append("PAVE's gold-evidence accuracy and FAE's round-0 accuracy differ by more than "
-                                f"{FAE_GAP_POINTS:.0f} points: {res['fae_check']['explanation']}")
+    if fae_run is not None:
+        _fae_check(res, lines, fae_run, args)
     res["config"] = cfg
-    (out / "pave.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / "pave.md").write_text(render_markdown(res, cfg))
+    atomic_write_text(out / "pave.json", json.dumps(res, indent=2) + "\n")
+    atomic_write_text(out / "pave.md", render_markdown(res, cfg))
     for line in summary_lines(res):
         print(line)
     print(f"wrote {out / 'pave.json'} and {out / 'pave.md'}")
     return 0
+
+
+def _fae_check(res: dict, lines: list[dict], fae_run, args) -> None:
+    """--fae-run: the gold-evidence vs round-0 comparison, and a note when the run is of another verifier."""
+    from fae.ablation.runio import adapter_sha256
+
+    chk = res["fae_check"] = fae_round0_check(lines, fae_run.claims, fae_run=str(args.fae_run),
+                                              temperature=args.temperature)
+    same = (fae_run.config.get("model") == args.model
+            and fae_run.config.get("adapter_sha256") == adapter_sha256(args.adapter))
+    chk["same_verifier"] = same
+    if not same:
+        res["notes"].append(f"--fae-run {args.fae_run} was made with model {fae_run.config.get('model')!r} and "
+                            "another adapter or model than this PAVE run: the comparison is between two verifiers")
+    if chk["disagree"]:
+        res["notes"].append("PAVE's gold-evidence accuracy and FAE's round-0 accuracy differ by more than "
+                            f"{FAE_GAP_POINTS:.0f} points: {chk['explanation']}")
