@@ -65,7 +65,8 @@ def _logprobs(body, content):
 
 def _pave(records, out, url, *extra):
     return main(["pave", "--records", str(records), "--backend", "openai", "--model", "m", "--base-url", url,
-                 "--samples", str(N), "--temperature", "0.8", "--output", str(out), "--no-progress",
+                 "--samples", str(N), "--temperature", "0.8", "--jsd-samples", str(N), "--jsd-temperature", "0.8",
+                 "--output", str(out), "--no-progress",
                  "--tune-split", "0.5", "--max-retries", "0", *extra])
 
 
@@ -97,7 +98,7 @@ def test_pave_on_openai_server_with_logprobs(tmp_path, capsys):
     assert probs[0][0] == pytest.approx(0.55)  # r0 gold SUPPORT, first run p = .55
     md = (out / "pave.md").read_text()
     assert "| Known-Knows (persistence) |" in md and "| JSD arbitration |" in md
-    assert "Margin 0.000" in capsys.readouterr().out
+    assert "Margin +0.000" in capsys.readouterr().out
 
 
 def test_pave_vote_variant_without_logprobs_and_without_counterfactuals(tmp_path):
@@ -124,15 +125,130 @@ def test_pave_on_tiny_hf_model(tmp_path, tiny_llama):
     records, _ = _records(tmp_path, n=4)
     out = tmp_path / "pave"
     assert main(["pave", "--records", str(records), "--backend", "hf", "--model", str(tiny_llama),
-                 "--samples", "3", "--temperature", "1.0", "--max-new-tokens", "12", "--output", str(out),
-                 "--no-progress", "--tune-split", "0.5"]) == 0
+                 "--samples", "3", "--temperature", "1.0", "--jsd-samples", "3", "--max-new-tokens", "12",
+                 "--output", str(out), "--no-progress", "--tune-split", "0.5", "--keep-refusals"]) == 0
     res = json.loads((out / "pave.json").read_text())
-    assert res["n_claims"] == 4 and res["arbitration"]["stability"] == ["jsd"]
-    assert sum(res["profile"]["states"][s]["ratio"] for s in ("KK", "KU", "UK", "UU")) == pytest.approx(1.0)
+    assert res["n_claims"] == 4 and res["arbitration"]["variant"] in ("jsd", "vote")
     lines = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    # runs that share a label prefix share one distribution; the vote variant is chosen exactly then
+    identical = all(len({json.dumps(p) for p in c["probs"]}) == 1 for ln in lines for c in ln["conditions"].values())
+    assert res["arbitration"]["variant"] == ("vote" if identical else "jsd")
+    assert sum(res["profile"]["states"][s]["ratio"] for s in ("KK", "KU", "UK", "UU")) == pytest.approx(1.0)
     for line in lines:
         for cond in ("claim_only", "gold_evidence", "counterfactual"):
             c = line["conditions"][cond]
             assert len(c["answers"]) == 3 and len(c["raw"]) == 3
             assert all(len(p) == 3 and sum(p) == pytest.approx(1.0, abs=1e-5) for p in c["probs"])
     assert (out / "pave.md").is_file()
+
+
+def _flat_logprobs(body, content):
+    """Every run of every prompt gets the same label distribution (what label-first scoring gives)."""
+    label = json.loads(content)["label"]
+    head, tail = '{"label": "', content[len('{"label": "') + len(label):]
+    top = [{"token": x, "logprob": math.log(p), "bytes": None} for x, p in (("SUPPORT", 0.6), ("REFUTE", 0.4))]
+    tok = lambda t, lp, top=(): {"token": t, "logprob": lp, "bytes": None, "top_logprobs": list(top)}  # noqa: E731
+    return {"content": [tok(head, 0.0), tok(label, math.log(0.6), top), tok(tail, 0.0)], "refusal": None}
+
+
+def test_identical_run_distributions_switch_to_the_vote_variant_which_beats_evidence_only(tmp_path, capsys):
+    """Priors stable and right, gold evidence stable and right, counterfactual runs split 3:2 for the wrong
+    label: JSD is 0 everywhere (identical distributions), so only the vote-based variant can keep the prior
+    against the counterfactual, and its IE must beat always taking the evidence."""
+    records, golds = _records(tmp_path, n=16)
+
+    def respond(body):
+        gold, _ = golds[claim_of(body)]
+        user, i = body["messages"][-1]["content"], body["_choice_index"]
+        label = (OTHER[gold] if i % 2 == 0 else gold) if "FAKE" in user else gold
+        return json.dumps({"label": label, "evidence": [0] if "Document:" in user else []})
+
+    with LocalOpenAIServer(responder=respond, logprobs_fn=_flat_logprobs) as srv:
+        base = ["pave", "--records", str(records), "--backend", "openai", "--model", "m", "--base-url",
+                srv.base_url, "--samples", "4", "--temperature", "0.8", "--no-progress", "--tune-split", "0.5",
+                "--max-retries", "0"]  # JSD rule: the paper's defaults, K = 5 at temperature 1.0
+        assert main([*base, "--output", str(tmp_path / "auto")]) == 0
+        out = capsys.readouterr().out
+        assert main([*base, "--output", str(tmp_path / "jsd"), "--stability", "jsd"]) == 0
+    res = json.loads((tmp_path / "auto" / "pave.json").read_text())
+    arb = res["arbitration"]
+    assert arb["variant"] == "vote" and "same label distribution" in arb["variant_reason"]
+    assert (arb["runs"], arb["temperature"]) == (5, 1.0)
+    md = (tmp_path / "auto" / "pave.md").read_text()
+    assert "vote-based variant: binary entropy of k_true/K" in md and "K = 5 runs at temperature 1.0" in md
+    assert "JSD rule (vote, K=5, T=1.0)" in out
+    ev = arb["baselines"]["evidence_only"]
+    assert ev["IE"] == 0.0 and arb["IE"] == 1.0 and arb["CE"] == 1.0 and arb["OA"] > ev["OA"]
+    # a second measure: the JSD itself is 0 for every prompt here, so the rule collapses to one source
+    forced = json.loads((tmp_path / "jsd" / "pave.json").read_text())["arbitration"]
+    assert forced["variant"] == "jsd" and "WARNING" in forced["variant_reason"]
+    b = forced["baselines"]
+    assert (forced["IE"], forced["CE"]) in {(b[s]["IE"], b[s]["CE"]) for s in ("claim_only", "evidence_only")}
+    # the JSD rule's own runs: K = 5 at 1.0 beside the profile's N = 4 at 0.8
+    line = json.loads((tmp_path / "auto" / "samples.jsonl").read_text().splitlines()[0])
+    assert len(line["conditions"]["claim_only"]["answers"]) == 4
+    assert len(line["conditions"]["claim_only@jsd"]["answers"]) == 5
+
+
+def test_abstaining_priors_are_filtered_by_default_and_counted_per_state(tmp_path):
+    """A claim answered NOT_ENOUGH_INFO ten times out of ten leaves the analysis unless --keep-refusals."""
+    records, golds = _records(tmp_path, n=9)
+
+    def respond(body):
+        gold, k = golds[claim_of(body)]
+        user, i = body["messages"][-1]["content"], body["_choice_index"]
+        if "Document:" in user:
+            label = OTHER[gold] if "FAKE" in user else gold
+        elif k % 3 == 0:
+            label = "NOT_ENOUGH_INFO"  # abstains: 3 claims
+        elif k % 3 == 1:
+            label = "NOT_ENOUGH_INFO" if i < 6 else gold  # a NEI majority, not unanimous: filtered, UU
+        else:
+            label = gold
+        return json.dumps({"label": label, "evidence": [0] if "Document:" in user else []})
+
+    with LocalOpenAIServer(responder=respond) as srv:
+        args = ["pave", "--records", str(records), "--backend", "openai", "--model", "m", "--base-url",
+                srv.base_url, "--samples", "10", "--jsd-samples", "10", "--jsd-temperature", "0.3",
+                "--output", str(tmp_path / "p"), "--no-progress", "--tune-split", "0.5", "--max-retries", "0"]
+        assert main(args) == 0
+        n = srv.count()
+        res = json.loads((tmp_path / "p" / "pave.json").read_text())
+        md = (tmp_path / "p" / "pave.md").read_text()
+        assert main([*args, "--keep-refusals"]) == 0 and srv.count() == n  # analysis only, nothing resampled
+    kept = json.loads((tmp_path / "p" / "pave.json").read_text())
+    f = res["refusal_filter"]
+    assert f["on"] and f["removed"] == 6 and f["removed_by_state"] == {"KK": 0, "KU": 3, "UK": 0, "UU": 3}
+    assert res["n_claims"] == 3 and res["profile"]["states"]["KK"]["n"] == 3
+    assert "6 of 9 claims removed" in md and "KU 3, UU 3" in md
+    assert not kept["refusal_filter"]["on"] and kept["n_claims"] == 9
+    assert kept["profile"]["states"]["KU"]["n"] == 3 and kept["profile"]["states"]["UU"]["n"] == 3
+
+
+def test_fae_run_cross_check_flags_a_verifier_that_abstains_on_gold_only_pools(tmp_path, capsys):
+    """Right on full pools (FAE round 0), NOT_ENOUGH_INFO on the gold sentences alone (PAVE): flagged, explained."""
+    records, golds = _records(tmp_path, n=6)
+
+    def respond(body):
+        gold, _ = golds[claim_of(body)]
+        user = body["messages"][-1]["content"]
+        if "Grass is green" in user or "Document:" not in user:  # the full pool, or no evidence
+            label = gold
+        else:  # gold sentences only, or counterfactual
+            label = "NOT_ENOUGH_INFO"
+        return json.dumps({"label": label, "evidence": [0] if "Document:" in user else []})
+
+    with LocalOpenAIServer(responder=respond) as srv:
+        run = tmp_path / "run"
+        assert main(["run", "--backend", "openai", "--model", "m", "--base-url", srv.base_url, "--records",
+                     str(records), "--output", str(run), "--rounds", "1", "--no-progress"]) == 0
+        assert _pave(records, tmp_path / "p", srv.base_url, "--fae-run", str(run)) == 0
+        assert _pave(records, tmp_path / "q", srv.base_url, "--fae-run", str(tmp_path / "nope")) == 2
+    chk = json.loads((tmp_path / "p" / "pave.json").read_text())["fae_check"]
+    assert chk["fae_round0_accuracy"] == 1.0 and chk["pave_gold_evidence_accuracy"] == 0.0
+    assert chk["n_claims"] == 6 and chk["disagree"] and chk["pave_gold_evidence_abstain_share"] == 1.0
+    assert chk["same_verifier"]  # the same served model, no adapter
+    assert "gold-only pool" in chk["explanation"]
+    out = capsys.readouterr().out
+    assert "DISAGREEMENT (> 10 points)" in out and "FAE round-0 accuracy 100.00%" in out
+    assert "Gold-evidence accuracy beside FAE round 0" in (tmp_path / "p" / "pave.md").read_text()

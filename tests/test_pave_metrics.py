@@ -37,9 +37,10 @@ def test_arbitration_profile_hand_checked():
     assert st["UK"]["PR"] == 0.25 and st["UK"]["OI"] == pytest.approx(3.0)
     assert [st[s]["ratio"] for s in pm.STATES] == [0.4, 0.2, 0.2, 0.2]
     assert p["CR"] == 0.75 and p["PR"] == pytest.approx(3.5 / 6)
-    assert p["Margin"] == pytest.approx(0.75 + 3.5 / 6 - 1)
+    # the paper's Margin: Known (PR_KK + CR_KU - 1) + Unknown (PR_UK + CR_UU - 1); the pooled figure differs
     assert p["margin_known"] == pytest.approx(0.25) and p["margin_unknown"] == pytest.approx(0.25)
-    assert p["margin_sum"] == pytest.approx(0.5)
+    assert p["Margin"] == pytest.approx(0.5) and p["margin_undefined"] == []
+    assert p["pooled_margin"] == pytest.approx(0.75 + 3.5 / 6 - 1)
     assert st["KK"]["correct_drop"] == pytest.approx(0.1) and st["UK"]["correct_drop"] == pytest.approx(0.15)
     assert p["correct_rate_prior"] == pytest.approx(0.6) and p["correct_rate_after"] == pytest.approx(0.35)
     assert p["wrong_rate_prior"] == pytest.approx(0.4) and p["wrong_rate_after"] == pytest.approx(0.1)
@@ -48,6 +49,8 @@ def test_arbitration_profile_hand_checked():
 def test_profile_without_counterfactuals_leaves_persistence_undefined():
     p = pm.arbitration_profile(["KK", "KU", "UU"], [1, 1, 0], None)
     assert p["CR"] == 0.5 and math.isnan(p["PR"]) and math.isnan(p["Margin"])
+    assert p["margin_undefined"] == ["state KK has no claim with counterfactual evidence", "state UK is empty"]
+    assert p["margin_known_undefined"] == ["state KK has no claim with counterfactual evidence"]
     assert math.isnan(p["states"]["KK"]["PR"]) and p["states"]["UK"]["n"] == 0
     safe = pm.json_safe(p)
     assert safe["PR"] is None and safe["states"]["KU"]["OI"] is None  # CR = 1 -> odds inf -> null
@@ -70,6 +73,40 @@ def test_odds_and_table_bookkeeping_match_the_paper():
     assert p["states"]["KU"]["wrong_reduction"] == pytest.approx(0.1310, abs=1e-4)
     assert p["correct_rate_after"] == pytest.approx(0.4506, abs=2e-4)
     assert p["wrong_rate_after"] == pytest.approx(0.2026, abs=2e-4)
+
+
+# PAVE Table 1, Dimension 1 (counterfactual): published per-state rates (%) and Margins.
+#            PR_KK  CR_KU  PR_UK  CR_UU  Margin
+TABLE_1 = {
+    "Deepseek-v3": (71.70, 40.75, 44.05, 66.99, +0.235),
+    "Gemini-2.5": (56.33, 43.65, 48.50, 60.02, +0.085),
+    "Phi-4": (49.43, 42.76, 48.84, 58.57, -0.004),
+    "Qwen3-32B": (50.59, 29.75, 60.82, 47.37, -0.115),
+    "Mistral-7B": (71.59, 26.36, 55.76, 27.26, -0.190),
+    "GPT-4o-mini": (40.23, 24.73, 25.33, 57.59, -0.521),
+    "Llama3-8B": (29.95, 30.80, 33.00, 40.16, -0.661),
+}
+
+
+@pytest.mark.parametrize("model", TABLE_1)
+def test_margin_reproduces_the_papers_table_1(model):
+    pr_kk, cr_ku, pr_uk, cr_uu, published = TABLE_1[model]
+    assert round(pm.paper_margin(pr_kk / 100, cr_ku / 100, pr_uk / 100, cr_uu / 100), 3) == published
+    # and through the profile, from claims carrying those rates (one claim per state)
+    p = pm.arbitration_profile(["KK", "KU", "UK", "UU"], [0, cr_ku / 100, 0, cr_uu / 100],
+                               [pr_kk / 100, None, pr_uk / 100, None])
+    assert round(p["Margin"], 3) == published
+
+
+def test_pooled_margin_is_not_the_papers():
+    """The pooled CR + PR - 1 misses the paper's Margin (Llama3-8B: -0.356 vs -0.661 at Table 1's ratios)."""
+    ratios = {"KK": 46.38, "UK": 14.87, "KU": 26.73, "UU": 12.02}
+    pr_kk, cr_ku, pr_uk, cr_uu, published = TABLE_1["Llama3-8B"]
+    rate = {"KK": pr_kk, "KU": cr_ku, "UK": pr_uk, "UU": cr_uu}
+    states = sum(([s] * round(100 * r) for s, r in ratios.items()), [])
+    p = pm.arbitration_profile(states, [rate[s] / 100 for s in states], [rate[s] / 100 for s in states])
+    assert round(p["Margin"], 3) == published
+    assert p["pooled_margin"] == pytest.approx(-0.356, abs=2e-3)
 
 
 def _oriented(answers, probs):
@@ -100,10 +137,14 @@ def test_jsd_reproduces_the_paper_case_study():
 def test_jsd_and_vote_entropy_basics():
     assert pm.jsd([[0.2, 0.3, 0.5]] * 4) == pytest.approx(0.0, abs=1e-12)  # identical runs
     assert pm.jsd([[1, 0, 0], [0, 1, 0]]) == pytest.approx(1.0)
+    # the paper's vote-based variant: binary entropy of k_true/K, k_true = SUPPORT answers
     assert pm.vote_entropy([S, S, R, R]) == pytest.approx(1.0)
-    assert pm.vote_entropy([S, S, S]) == 0.0
-    assert pm.vote_entropy([S, R, N, None]) == pytest.approx(2.0)  # invalid is its own outcome
+    assert pm.vote_entropy([S, S, S]) == 0.0 and pm.vote_entropy([R, R, N]) == 0.0
+    assert pm.vote_entropy([S, R, N, None]) == pytest.approx(pm.binary_entropy(0.25))  # 1 of 4 true
     assert pm.vote_entropy([S, S, S, R]) == pytest.approx(-(0.75 * math.log2(0.75) + 0.25 * math.log2(0.25)))
+    # a second measure: the JSD of one-hot binary runs is the same entropy
+    assert pm.vote_entropy([S, S, S, R]) == pytest.approx(pm.jsd([1, 1, 1, 0]))
+    assert pm.identical_runs([[0.2, 0.3, 0.5]] * 3) and not pm.identical_runs([[0.2, 0.3, 0.5], [0.3, 0.2, 0.5]])
 
 
 def test_tau_tuning_and_ce_ie_oa():

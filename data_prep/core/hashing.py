@@ -24,6 +24,16 @@ def sha256_json(obj: Any) -> str:
     return sha256_text(json.dumps(obj, sort_keys=True, ensure_ascii=False))
 
 
+def derived_seed(*parts: Any) -> int:
+    """A 31-bit seed named by its parts (base seed, claim id, condition, ...).
+
+    Sampled answers seeded this way depend on what they are for, never on what
+    else ran before them in the process (batching, order, an interrupted run).
+    31 bits: every OpenAI-compatible server (vLLM, llama.cpp) accepts it.
+    """
+    return int(sha256_json([str(p) for p in parts])[:16], 16) % 2**31
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     """Hash of one file's bytes, read in 1 MiB blocks (model weights fit in no memory budget)."""
     h = hashlib.sha256()

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import openai
 
+from data_prep.core.hashing import derived_seed
 from data_prep.core.openai_client import (
     RetriesExhausted,
     RetryPolicy,
@@ -108,15 +109,22 @@ class AnnotatorClient:
         self.stats.note_error(_SUMMARY_KIND.get(kind, kind))
         self.stats.transport_retries += int(retrying)
 
-    async def _send(self, messages: list[dict[str, str]], pool_ids=()) -> tuple[str | None, int, int]:
+    async def _send(self, messages: list[dict[str, str]], pool_ids=(), reask: int = 0) -> tuple[str | None, int, int]:
         async with self._limit:
             if self._global is not None:
                 async with self._global:
-                    return await self._send_now(messages, pool_ids)
-            return await self._send_now(messages, pool_ids)
+                    return await self._send_now(messages, pool_ids, reask)
+            return await self._send_now(messages, pool_ids, reask)
 
-    def request_options(self, pool_ids) -> dict:
-        """Decoding settings as ``create`` kwargs: ``constrained_decoding`` becomes a response_format."""
+    def request_options(self, pool_ids, reask: int = 0) -> dict:
+        """Decoding settings as ``create`` kwargs: ``constrained_decoding`` becomes a response_format.
+
+        At temperature > 0 every request carries a seed, so its answer is a
+        function of (seed, model, messages) wherever the server honours seeds:
+        the annotator's ``seed`` (0 when unset) for the first ask, and one
+        derived from it and the re-ask number after a malformed answer (the
+        same seed would only sample the same malformed answer again).
+        """
         from data_prep.schemas import (
             JSON_OBJECT_FORMAT,
             annotator_schema,
@@ -124,17 +132,20 @@ class AnnotatorClient:
         )
 
         kwargs = self.cfg.decoding()
+        if self.cfg.temperature > 0:
+            base = kwargs.get("seed", 0)
+            kwargs["seed"] = base if reask == 0 else derived_seed(base, "re-ask", reask)
         if kwargs.pop("constrained_decoding", False):
             kwargs["response_format"] = (dict(JSON_OBJECT_FORMAT) if self.schema_rejected
                                          else response_format(annotator_schema(pool_ids), name="evidence"))
         return kwargs
 
-    async def _send_now(self, messages, pool_ids=()):
+    async def _send_now(self, messages, pool_ids=(), reask: int = 0):
         if self.dead:  # stopped while this request waited for a slot
             raise TransportFailure(self.dead)
         self.stats.requests += 1
         resp = await self._client.chat.completions.create(
-            model=self.cfg.model, messages=messages, **self.request_options(pool_ids)
+            model=self.cfg.model, messages=messages, **self.request_options(pool_ids, reask)
         )
         content = resp.choices[0].message.content if resp.choices else None
         usage = resp.usage
@@ -179,7 +190,7 @@ class AnnotatorClient:
             if self.dead:
                 raise TransportFailure(self.dead)
             try:
-                content, pt, ct = await self.policy.acall(lambda: self._send(messages, pool_ids),
+                content, pt, ct = await self.policy.acall(lambda: self._send(messages, pool_ids, malformed),
                                                           hooks=self, again=again)
             except RetriesExhausted as exc:
                 raise TransportFailure(scrub(f"{self.cfg.endpoint}: {exc}")) from None

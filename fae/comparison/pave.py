@@ -1,12 +1,18 @@
 """`fae pave`: PAVE prior-state diagnostics and JSD arbitration for a verifier (SPEC §9).
 
 Per SUPPORT/REFUTE claim: N sampled claim-only answers (knowledge prompt) ->
-knowledge-boundary state (KK/KU/UK/UU); N sampled answers with the gold
+knowledge-boundary state (KK/KU/UK/UU), claims with an abstaining prior
+filtered out (the paper's refusal filtering; ``--keep-refusals`` keeps them);
+N sampled answers with the gold
 evidence sentences -> correction rate CR on prior-wrong claims; where the
 record carries ``counterfactual_sentences`` (misleading evidence), N sampled
 answers with them -> persistence rate PR on prior-right claims; Margin and
-odds of influence per state. Then the JSD arbitration rule with τ tuned on a
-held-out split of the claims, reporting CE, IE and OA on the rest.
+odds of influence per state (Margin = the paper's Known + Unknown margins).
+Then the JSD arbitration rule on K further runs per prompt (the paper's K = 5
+at temperature 1.0), τ tuned on a held-out split of the claims, reporting CE,
+IE and OA on the rest; the vote-based variant (App. C.2) where per-run
+distributions are missing or identical by construction. ``--fae-run DIR``
+puts PAVE's gold-evidence accuracy beside that run's round-0 accuracy.
 
 ``counterfactual_sentences`` is either one pool (a list shaped like
 ``sentences``: one kind, "counterfactual") or one pool per kind, as written
@@ -30,13 +36,14 @@ import argparse
 import json
 from pathlib import Path
 
+from data_prep.core.atomicio import atomic_write_text
 from data_prep.core.errors import RunFailure, UserError
 from data_prep.core.labels import REFUTE, SUPPORT
 from data_prep.core.secrets import scrub
 from data_prep.records import RecordError, load_records
 from fae.backends import BackendError
-from fae.comparison.pave_analysis import analyse
-from fae.comparison.pave_io import SAMPLES, collect
+from fae.comparison.pave_analysis import FAE_GAP_POINTS, analyse, fae_round0_check
+from fae.comparison.pave_io import SAMPLES, collect, jsd_condition
 from fae.comparison.pave_prompts import counterfactual_records
 from fae.comparison.pave_report import render_markdown, summary_lines
 
@@ -49,25 +56,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="hf", choices=["hf", "openai"], help="hf (default) or openai")
     p.add_argument("--model", required=True, help="model path (hf) or served model name (openai)")
     p.add_argument("--adapter", help="PEFT LoRA adapter directory (hf)")
-    p.add_argument("--samples", type=int, default=10, help="sampled answers per prompt, N = K (default 10)")
-    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature, > 0 (default 0.7)")
+    p.add_argument("--samples", type=int, default=10,
+                   help="sampled answers per prompt for states, CR and PR, N (default 10, the paper's)")
+    p.add_argument("--temperature", type=float, default=0.3,
+                   help="their sampling temperature, > 0 (default 0.3, the paper's)")
+    p.add_argument("--jsd-samples", type=int, default=5,
+                   help="sampled answers per prompt for the JSD rule, K (default 5, the paper's)")
+    p.add_argument("--jsd-temperature", type=float, default=1.0,
+                   help="their sampling temperature, > 0 (default 1.0, the paper's); with the same K and "
+                        "temperature as the profile the rule reuses the profile's answers")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--stability", choices=["auto", "jsd", "vote"], default="auto",
-                   help="JSD over per-run label probabilities, or the vote-entropy variant; auto = JSD "
-                        "when every run has probabilities, else vote")
+                   help="JSD over per-run label probabilities, or the paper's vote-based variant (binary "
+                        "entropy of the SUPPORT share); auto = JSD when every run has its own distribution, "
+                        "vote when some are missing or all runs of every prompt share one")
     p.add_argument("--tune-split", type=float, default=0.3, metavar="FRACTION",
                    help="share of claims held out to tune τ (hash of id and --seed); the rest is the "
                         "test split for CE/IE/OA (default 0.3)")
+    p.add_argument("--keep-refusals", action="store_true",
+                   help="turn the paper's refusal filtering off: keep claims whose claim-only majority is "
+                        "NOT_ENOUGH_INFO or invalid (they count as wrong priors)")
     p.add_argument("--definite-prior-only", action="store_true",
-                   help="drop claims whose claim-only majority is NEI or invalid (the paper's refusal filter)")
-    p.add_argument("--seed", type=int, default=0, help="sampling and split seed")
+                   help="refusal filtering, now the default (kept so older commands run)")
+    p.add_argument("--fae-run", metavar="DIR",
+                   help="a finished `fae run` of the same verifier on these records: report PAVE's "
+                        "gold-evidence accuracy beside its round-0 accuracy and flag a gap > 10 points")
+    p.add_argument("--seed", type=int, default=0,
+                   help="sampling and split seed; each prompt's answers are seeded by (seed, claim id, condition)")
     p.add_argument("--limit", type=int, help="only the first N SUPPORT/REFUTE records")
-    p.add_argument("--chunk-size", type=int, default=32, help="claims per write to samples.jsonl")
+    p.add_argument("--chunk-size", type=int, default=32,
+                   help="claims per write to samples.jsonl (answers do not depend on it)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--constrained-decoding", action="store_true",
                    help="hold every sampled answer to its prompt's JSON schema (docs/structured.md)")
     g = p.add_argument_group("hf backend")
-    g.add_argument("--batch-size", type=int, default=8)
+    g.add_argument("--batch-size", type=int, default=8,
+                   help="accepted for symmetry with `fae run`; answers never depend on it: each prompt's N "
+                        "answers are one generate call, seeded by the prompt's key")
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="auto")
     g = p.add_argument_group("openai backend")
@@ -79,10 +104,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    if args.temperature <= 0:
-        raise UserError("--temperature must be > 0: PAVE needs sampled answers")
-    if args.samples < 2:
-        raise UserError("--samples must be at least 2")
+    if args.temperature <= 0 or args.jsd_temperature <= 0:
+        raise UserError("--temperature and --jsd-temperature must be > 0: PAVE needs sampled answers")
+    if args.samples < 2 or args.jsd_samples < 2:
+        raise UserError("--samples and --jsd-samples must be at least 2")
+    if args.keep_refusals and args.definite_prior_only:
+        raise UserError("--keep-refusals and --definite-prior-only contradict each other; give one")
     if not 0 < args.tune_split < 1:
         raise UserError("--tune-split must be a fraction in (0, 1)")
     try:
@@ -96,33 +123,49 @@ def run(args) -> int:
         raise UserError(str(exc.located(args.records, None) if exc.path is None else exc)) from None
     if not records:
         raise UserError(f"{args.records}: no SUPPORT/REFUTE records")
+    fae_run = None
+    if args.fae_run:
+        from fae.ablation.runio import load_run
+
+        fae_run = load_run(args.fae_run)  # refuses an unfinished or inconsistent run, one line
     from data_prep.core.runlock import RunLock
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
     with RunLock(out, "fae pave", is_dir=True):  # one writer for the command's lifetime
-        return _pave(args, records, out)
+        return _pave(args, records, out, fae_run)
 
 
-def _pave(args, records: list, out: Path) -> int:
+# Compared on resume: a difference means the stored answers are not this command's answers.
+# "sampling" names the seeding scheme (answers seeded per prompt by (seed, claim id, condition)).
+SAMPLING_SCHEME = "per-prompt-seed-1"
+FINGERPRINT = ("records", "backend", "model", "adapter", "samples", "temperature", "jsd_samples",
+               "jsd_temperature", "max_new_tokens", "seed", "sampling")
+
+
+def _pave(args, records: list, out: Path, fae_run=None) -> int:
     from fae.comparison.pave_sampling import make_sampler
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"records": str(args.records), "backend": args.backend, "model": args.model, "adapter": args.adapter,
-           "samples": args.samples, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-           "seed": args.seed, "base_url": args.base_url,
+           "samples": args.samples, "temperature": args.temperature, "jsd_samples": args.jsd_samples,
+           "jsd_temperature": args.jsd_temperature, "max_new_tokens": args.max_new_tokens,
+           "seed": args.seed, "sampling": SAMPLING_SCHEME, "base_url": args.base_url,
+           "tune_split": args.tune_split, "stability": args.stability,
            "constrained_decoding": bool(getattr(args, "constrained_decoding", False))}
     cfg_path = out / "config.json"
     if cfg_path.is_file() and (out / SAMPLES).is_file():
         old = json.loads(cfg_path.read_text())
-        diff = [k for k in ("records", "backend", "model", "adapter", "samples", "temperature") if old.get(k) != cfg[k]]
+        diff = [k for k in FINGERPRINT if old.get(k) != cfg[k]]
         if bool(old.get("constrained_decoding")) != cfg["constrained_decoding"]:
             diff.append("constrained_decoding")
         if diff:
             raise UserError(f"{out} holds samples made with different settings ({', '.join(diff)}); "
                             "use another --output")
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    atomic_write_text(cfg_path, json.dumps(cfg, indent=2) + "\n")
+    for derived in ("pave.json", "pave.md"):  # a stopped run never leaves an earlier run's numbers behind
+        (out / derived).unlink(missing_ok=True)
     options = dict(vars(args))
     sampler = make_sampler(args.backend, options)
     try:
@@ -133,11 +176,31 @@ def _pave(args, records: list, out: Path) -> int:
     finally:
         sampler.close()
     res = analyse(lines, tune_fraction=args.tune_split, seed=args.seed, mode=args.stability,
-                  definite_only=args.definite_prior_only)
+                  refusals=not args.keep_refusals, jsd_condition=lambda cond: jsd_condition(cond, args),
+                  jsd_settings={"runs": args.jsd_samples, "temperature": args.jsd_temperature})
+    if fae_run is not None:
+        _fae_check(res, lines, fae_run, args)
     res["config"] = cfg
-    (out / "pave.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / "pave.md").write_text(render_markdown(res, cfg))
+    atomic_write_text(out / "pave.json", json.dumps(res, indent=2) + "\n")
+    atomic_write_text(out / "pave.md", render_markdown(res, cfg))
     for line in summary_lines(res):
         print(line)
     print(f"wrote {out / 'pave.json'} and {out / 'pave.md'}")
     return 0
+
+
+def _fae_check(res: dict, lines: list[dict], fae_run, args) -> None:
+    """--fae-run: the gold-evidence vs round-0 comparison, and a note when the run is of another verifier."""
+    from fae.ablation.runio import adapter_sha256
+
+    chk = res["fae_check"] = fae_round0_check(lines, fae_run.claims, fae_run=str(args.fae_run),
+                                              temperature=args.temperature)
+    same = (fae_run.config.get("model") == args.model
+            and fae_run.config.get("adapter_sha256") == adapter_sha256(args.adapter))
+    chk["same_verifier"] = same
+    if not same:
+        res["notes"].append(f"--fae-run {args.fae_run} was made with model {fae_run.config.get('model')!r} and "
+                            "another adapter or model than this PAVE run: the comparison is between two verifiers")
+    if chk["disagree"]:
+        res["notes"].append("PAVE's gold-evidence accuracy and FAE's round-0 accuracy differ by more than "
+                            f"{FAE_GAP_POINTS:.0f} points: {chk['explanation']}")

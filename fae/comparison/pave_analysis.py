@@ -12,16 +12,46 @@ from fae.comparison import pave_metrics as pm
 from fae.comparison.pave_prompts import LEGACY_KIND, condition_name, kind_sort_key
 
 
-def stability(cond: dict, mode: str) -> tuple[float, str]:
-    """JSD of the runs' label distributions, or vote entropy; returns (value, variant used)."""
-    probs = cond.get("probs") or []
-    have = bool(probs) and all(p is not None for p in probs)
+VARIANT_TEXT = {
+    "jsd": "JSD over each run's label distribution (paper §5, App. C.1)",
+    "vote": "vote-based variant: binary entropy of k_true/K, k_true = runs answering SUPPORT (paper App. C.2)",
+}
+TAU_GRID = ("every midpoint between sorted Δ values of the tuning claims, plus one below and one above "
+            "all of them (every decision pattern a τ can make); ties go to the τ closest to 0")
+
+
+def choose_variant(conditions: list[dict], mode: str) -> tuple[str, str]:
+    """The stability measure for the whole analysis and why: ``jsd`` or ``vote``.
+
+    auto = JSD when every run of every prompt has a label distribution and they
+    are not all identical run for run; identical distributions (a label-first
+    answer format scored at the same prefix) make JSD = 0 for every prompt
+    whatever the answers, so the rule could only ever pick one source.
+    """
+    have = all(c.get("probs") and all(p is not None for p in c["probs"]) for c in conditions)
+    identical = have and all(pm.identical_runs(c["probs"]) for c in conditions)
     if mode == "jsd" and not have:
         raise UserError("--stability jsd needs label probabilities for every run; this backend/endpoint "
                         "returned none (use --stability vote or auto)")
-    if mode != "vote" and have:
-        return pm.jsd(np.array(probs, float)), "jsd"
-    return pm.vote_entropy(cond["answers"]), "vote"
+    if mode == "vote":
+        return "vote", "asked for (--stability vote)"
+    if mode == "jsd":
+        return "jsd", ("asked for (--stability jsd); WARNING: every run of every prompt has the same label "
+                       "distribution, so JSD = 0 everywhere and the rule cannot tell the sources apart"
+                       if identical else "asked for (--stability jsd)")
+    if not have:
+        return "vote", "the backend returned no label probabilities for some runs"
+    if identical:
+        return "vote", ("every run of every prompt has the same label distribution by construction "
+                        "(JSD = 0 for all of them), so JSD measures nothing here")
+    return "jsd", "every run has its own label distribution"
+
+
+def stability(cond: dict, variant: str) -> float:
+    """JSD of the runs' label distributions, or the vote-based binary entropy."""
+    if variant == "jsd":
+        return pm.jsd(np.array(cond["probs"], float))
+    return pm.vote_entropy(cond["answers"])
 
 
 def line_kinds(lines: list[dict]) -> list[str]:
@@ -29,6 +59,8 @@ def line_kinds(lines: list[dict]) -> list[str]:
     kinds = set()
     for ln in lines:
         for cond in ln["conditions"]:
+            if "@" in cond:  # the JSD rule's runs of a condition (pave_io.JSD_SUFFIX)
+                continue
             if cond == "counterfactual":
                 kinds.add(LEGACY_KIND)
             elif cond.startswith("counterfactual_"):
@@ -36,27 +68,62 @@ def line_kinds(lines: list[dict]) -> list[str]:
     return sorted(kinds, key=kind_sort_key)
 
 
-def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, definite_only: bool) -> dict:
+def refusal_filter(lines: list[dict]) -> tuple[list[dict], dict]:
+    """The paper's refusal filtering: keep claims whose claim-only majority is a verdict; count the rest per state."""
+    removed = {st: 0 for st in pm.STATES}
+    kept = []
+    for ln in lines:
+        answers = ln["conditions"]["claim_only"]["answers"]
+        if pm.prior_is_definite(answers):
+            kept.append(ln)
+        else:
+            removed[pm.knowledge_state(answers, ln["gold_label"])] += 1
+    return kept, removed
+
+
+def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, refusals: bool = True,
+            jsd_condition=lambda cond: cond, jsd_settings: dict | None = None) -> dict:
+    """pave.json's numbers from samples.jsonl lines.
+
+    ``refusals=True`` filters abstaining priors out first (the paper's default);
+    ``jsd_condition`` names where the JSD rule's runs of a condition are.
+    """
     notes = []
-    if definite_only:
-        kept = [ln for ln in lines if pm.prior_is_definite(ln["conditions"]["claim_only"]["answers"])]
-        notes.append(f"--definite-prior-only dropped {len(lines) - len(kept)} claims whose claim-only majority "
-                     "was NOT_ENOUGH_INFO or invalid")
-        lines = kept
-    if not lines:
-        raise UserError("no claims left to analyse")
+    filt = {"on": refusals, "claims_before": len(lines), "removed": 0,
+            "removed_by_state": {st: 0 for st in pm.STATES}}
+    if refusals:
+        lines, removed = refusal_filter(lines)
+        filt.update(removed=sum(removed.values()), removed_by_state=removed)
+        if filt["removed"]:
+            notes.append(f"refusal filtering removed {filt['removed']} of {filt['claims_before']} claims whose "
+                         "claim-only majority was NOT_ENOUGH_INFO or invalid (by state before filtering: "
+                         + ", ".join(f"{k} {v}" for k, v in removed.items() if v) + ")")
+    if not lines:  # every prior abstains: nothing to profile, said plainly rather than as an error
+        notes.append(f"no claim is left after refusal filtering: the verifier abstained (NOT_ENOUGH_INFO or "
+                     f"invalid majority) on the claim-only prompt of all {filt['claims_before']} claims, so states, "
+                     "CR, PR, Margin and the JSD rule are undefined; --keep-refusals analyses them as wrong priors")
+        return pm.json_safe({"n_claims": 0, "refusal_filter": filt, "profile": None, "arbitration": None,
+                             "primary_kind": None, "kinds": {}, "notes": notes})
     kinds = line_kinds(lines)
+    jsd_conds = [ln["conditions"][jsd_condition(name)] for ln in lines for name in ln["conditions"]
+                 if "@" not in name]
+    variant, why = choose_variant(jsd_conds, mode)
+    if variant == "vote" and mode == "auto":
+        notes.append(f"JSD rule: vote-based variant because {why}")
     per_kind = {}
     for kind in kinds or [None]:
         kind_notes: list[str] = []
-        profile, arbitration = _analyse_kind(lines, kind, tune_fraction=tune_fraction, seed=seed, mode=mode,
-                                             notes=kind_notes)
+        profile, arbitration = _analyse_kind(lines, kind, tune_fraction=tune_fraction, seed=seed, variant=variant,
+                                             jsd_condition=jsd_condition, notes=kind_notes)
+        arbitration.update(variant=variant, variant_text=VARIANT_TEXT[variant], variant_reason=why,
+                           tau_grid=TAU_GRID, **(jsd_settings or {}))
         per_kind[kind] = {"profile": profile, "arbitration": arbitration}
         prefix = f"{kind}: " if kind is not None and len(kinds) > 1 else ""
         notes += [prefix + n for n in kind_notes if prefix + n not in notes]
     first = per_kind[kinds[0] if kinds else None]
     return pm.json_safe({
         "n_claims": len(lines),
+        "refusal_filter": filt,
         "profile": first["profile"],
         "arbitration": first["arbitration"],
         "primary_kind": kinds[0] if kinds else None,
@@ -65,8 +132,8 @@ def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, de
     })
 
 
-def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, seed: int, mode: str,
-                  notes: list[str]) -> tuple[dict, dict]:
+def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, seed: int, variant: str,
+                  jsd_condition, notes: list[str]) -> tuple[dict, dict]:
     """Arbitration profile and JSD rule with one kind of counterfactual evidence (None: none)."""
     gold = [ln["gold_label"] for ln in lines]
     co = [ln["conditions"]["claim_only"] for ln in lines]
@@ -81,15 +148,16 @@ def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, 
         [pm.correctness_rate(c["answers"], g) if c is not None else None for c, g in zip(cf, gold)],
     )
     profile["n_with_counterfactual"] = int(sum(has_cf))
+    profile["gold_evidence_accuracy"] = float(np.mean([pm.correctness_rate(c["answers"], g)
+                                                       for c, g in zip(ge, gold)]))
 
-    # JSD arbitration: claims with counterfactual evidence get CE and IE; others CE only.
-    variants = set()
+    # JSD arbitration on the rule's own runs: claims with counterfactual evidence get CE and IE; others CE only.
+    def runs(name):
+        return [ln["conditions"].get(jsd_condition(name)) for ln in lines]
 
-    def stab(c):
-        v, variant = stability(c, mode)
-        variants.add(variant)
-        return v
-
+    co, ge = runs("claim_only"), runs("gold_evidence")
+    cf = runs(cond_name) if cond_name else [None] * len(lines)
+    stab = lambda c: stability(c, variant)  # noqa: E731
     s_co = np.array([stab(c) for c in co])
     d_ce = s_co - np.array([stab(c) for c in ge])
     d_ie = np.array([s - stab(c) if c is not None else np.nan for s, c in zip(s_co, cf)])
@@ -123,12 +191,8 @@ def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, 
     }
     if not use_ie:
         notes.append("no counterfactual_sentences on both splits: τ maximises CE only; IE and OA are undefined")
-    all_d = np.concatenate([d_ce, d_ie[~np.isnan(d_ie)]])
-    if "jsd" in variants and np.allclose(s_co, 0) and np.allclose(all_d, 0):
-        notes.append("every run of a prompt had the same label distribution (JSD = 0 everywhere): with a "
-                     "label-first answer format per-run probabilities do not vary; use --stability vote")
     arbitration = {
-        "stability": sorted(variants),
+        "stability": [variant],
         "tau": tau,
         "tune_objective": objective,
         "n_tune": int(tune.sum()),
@@ -138,3 +202,41 @@ def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, 
         "baselines": baselines,
     }
     return profile, arbitration
+
+
+FAE_GAP_POINTS = 10.0  # a gap larger than this between the two accuracies is flagged
+
+
+def fae_round0_check(lines: list[dict], fae_claims: list[dict], *, fae_run: str, temperature: float) -> dict:
+    """PAVE's gold-evidence accuracy beside a `fae run`'s round-0 accuracy on the claims both hold.
+
+    Both read the same verifier's label on the same claims with the evidence it
+    needs; a large gap means the two inputs differ in a way that matters (PAVE:
+    the gold sentences only, sampled; FAE round 0: the full pool, greedy).
+    """
+    fae = {str(c["id"]): c for c in fae_claims}
+    both = [ln for ln in lines if ln["id"] in fae]
+    if not both:
+        raise UserError(f"--fae-run {fae_run}: no claim id in common with --records")
+    pave_acc = float(np.mean([pm.correctness_rate(ln["conditions"]["gold_evidence"]["answers"], ln["gold_label"])
+                              for ln in both]))
+    fae_acc = float(np.mean([pm.same_label(fae[ln["id"]]["rounds"][0].get("label"), ln["gold_label"])
+                             for ln in both]))
+    answers = [a for ln in both for a in ln["conditions"]["gold_evidence"]["answers"]]
+    abstain = sum(1 for a in answers if a is not None and pm.same_label(a, "NOT_ENOUGH_INFO")) / len(answers)
+    invalid = sum(1 for a in answers if a is None) / len(answers)
+    diff = pave_acc - fae_acc
+    out = {"fae_run": fae_run, "n_claims": len(both), "pave_gold_evidence_accuracy": pave_acc,
+           "fae_round0_accuracy": fae_acc, "difference": diff, "threshold_points": FAE_GAP_POINTS,
+           "disagree": abs(diff) * 100 > FAE_GAP_POINTS,
+           "pave_gold_evidence_abstain_share": abstain, "pave_gold_evidence_invalid_share": invalid,
+           "explanation": None}
+    if out["disagree"]:
+        out["explanation"] = (
+            "the two accuracies read different inputs: PAVE shows only the gold sentences (a gold-only pool) and "
+            f"samples at temperature {temperature}; FAE round 0 shows the full pool and decodes greedily. On "
+            f"gold-only pools this verifier answered NOT_ENOUGH_INFO {100 * abstain:.0f}% and invalidly "
+            f"{100 * invalid:.0f}% of the time. A verifier trained on full pools (REAL learns to abstain or to "
+            "cite ids of a larger pool) can behave differently on a pool it never sees in FAE; PAVE's CR and "
+            "wrong-rate rows then describe that input, not the verifier FAE scores")
+    return out

@@ -1,7 +1,14 @@
 """PAVE's ``samples.jsonl``: sampled answers per claim and condition, appended chunk by chunk.
 
 Rerunning the same command resumes: finished claims are read back (a line cut
-by a kill is dropped) and only the rest is sampled.
+by a kill is dropped) and only the rest is sampled. Every prompt is sampled
+with its own seed, named by (``--seed``, claim id, condition), so a resumed
+run's lines equal an uninterrupted run's (docs/runs.md).
+
+Two sampling settings, as in the paper: the *profile* conditions (states, CR,
+PR: ``--samples`` runs at ``--temperature``) and, when the JSD rule's settings
+differ (``--jsd-samples`` at ``--jsd-temperature``), the same prompts again
+under ``<condition>@jsd``.
 """
 
 from __future__ import annotations
@@ -16,6 +23,22 @@ from data_prep.records import ClaimRecord, RecordError
 from fae.comparison.pave_prompts import prompts_for
 
 SAMPLES = "samples.jsonl"
+JSD_SUFFIX = "@jsd"
+
+
+def jsd_condition(cond: str, args) -> str:
+    """Where the JSD rule reads a condition's runs: its own ``@jsd`` runs unless the settings are the profile's."""
+    same = args.jsd_samples == args.samples and args.jsd_temperature == args.temperature
+    return cond if same else cond + JSD_SUFFIX
+
+
+def sampled_conditions(rec: ClaimRecord, args) -> dict[str, tuple[list, list[int], int, float]]:
+    """Condition name in samples.jsonl -> (messages, pool ids, runs, temperature)."""
+    out = {}
+    for cond, (msgs, pool) in prompts_for(rec).items():
+        out[cond] = (msgs, pool, args.samples, args.temperature)
+        out[jsd_condition(cond, args)] = (msgs, pool, args.jsd_samples, args.jsd_temperature)
+    return out
 
 
 def read_samples(path: Path) -> dict[str, dict]:
@@ -39,16 +62,23 @@ def collect(records: list[ClaimRecord], sampler, args, out_dir: Path) -> list[di
     path = out_dir / SAMPLES
     done = read_samples(path)
     # A claim whose record gained a counterfactual kind since it was sampled is sampled again.
-    todo = [r for r in records if r.id not in done or not set(prompts_for(r)) <= set(done[r.id]["conditions"])]
+    todo = [r for r in records
+            if r.id not in done or not set(sampled_conditions(r, args)) <= set(done[r.id]["conditions"])]
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="pave", unit="claim",
                disable=not args.progress)
     with path.open("a") as fh:
         for start in range(0, len(todo), args.chunk_size):
             chunk = todo[start:start + args.chunk_size]
-            jobs = [(rec, cond, msgs, pool) for rec in chunk for cond, (msgs, pool) in prompts_for(rec).items()]
-            results = sampler.sample([j[2] for j in jobs], args.samples)
+            jobs = [(rec, cond, *spec) for rec in chunk for cond, spec in sampled_conditions(rec, args).items()]
+            results: dict[int, list] = {}
+            for setting in sorted({(j[4], j[5]) for j in jobs}):  # one sampler call per (runs, temperature)
+                idx = [i for i, j in enumerate(jobs) if (j[4], j[5]) == setting]
+                got = sampler.sample([jobs[i][2] for i in idx], *setting,
+                                     keys=[(args.seed, jobs[i][0].id, jobs[i][1]) for i in idx])
+                results.update(zip(idx, got))
             lines: dict[str, dict] = {}
-            for (rec, cond, _msgs, pool), samples in zip(jobs, results):
+            for i, (rec, cond, _msgs, pool, _n, _t) in enumerate(jobs):
+                samples = results[i]
                 line = lines.setdefault(rec.id, {"id": rec.id, "gold_label": rec.label, "conditions": {}})
                 parsed = [parse_answer(text, pool) for text, _ in samples]
                 line["conditions"][cond] = {

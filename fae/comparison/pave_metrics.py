@@ -14,8 +14,11 @@ giving KK (Known-Knows), KU (Known-Unknows), UK (Unknown-Knows), UU
   with-gold-evidence answers that are correct;
 - PR (persistence rate): on prior-right claims (KK, UK), the share of
   with-counterfactual-evidence answers that stay correct;
-- Margin = CR + PR - 1; odds of influence OI = CR/(1-CR) on wrong priors and
-  (1-PR)/PR on right priors;
+- Margin (the paper's Table 1 headline) = Known-state margin
+  (PR_KK + CR_KU - 1) + Unknown-state margin (PR_UK + CR_UU - 1); undefined
+  when one of the four states has no rate. The pooled CR + PR - 1 over all
+  prior-wrong / prior-right claims is kept as ``pooled_margin``. Odds of
+  influence OI = CR/(1-CR) on wrong priors and (1-PR)/PR on right priors;
 - the paper's Table-1 bookkeeping: state ratio, Δ correct drop = ratio·(1-PR),
   Δ wrong reduction = ratio·CR, correct/wrong rates before and after.
 
@@ -24,7 +27,9 @@ JSD arbitration: for K sampled runs with per-run label distributions p_k,
 JSD(with evidence), answer with the evidence-run majority when Δ > τ, else
 with the claim-only majority; τ is tuned on held-out claims. CE / IE =
 accuracy with correct / incorrect (counterfactual) evidence, OA = (CE+IE)/2.
-The vote variant uses one-hot p_k, so JSD becomes the entropy of the votes.
+The vote-based variant (paper App. C.2), for verifiers whose per-run
+probabilities are missing or identical by construction, replaces JSD by the
+binary entropy of k_true/K, the share of the K runs answering SUPPORT.
 
 Rates here are fractions in [0, 1] (the paper's convention); an undefined
 rate (empty state) is NaN, an odds with a zero denominator is inf.
@@ -39,7 +44,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from data_prep.core.hashing import sha256_text
-from data_prep.core.labels import LABELS, REFUTE, SUPPORT
+from data_prep.core.labels import REFUTE, SUPPORT
 from fae.ablation.metrics import same_label
 
 STATES = ("KK", "KU", "UK", "UU")
@@ -142,13 +147,17 @@ def arbitration_profile(
     margin_unknown = st["UU"]["CR"] + st["UK"]["PR"] - 1
     correct_prior = st["KK"]["ratio"] + st["UK"]["ratio"]
     wrong_prior = st["KU"]["ratio"] + st["UU"]["ratio"]
+    undefined = {s: why for s in STATES if (why := _rate_undefined(st[s], s))}
     out.update(
         CR=cr_all,
         PR=pr_all,
-        Margin=cr_all + pr_all - 1,
+        Margin=paper_margin(st["KK"]["PR"], st["KU"]["CR"], st["UK"]["PR"], st["UU"]["CR"]),
         margin_known=margin_known,
         margin_unknown=margin_unknown,
-        margin_sum=margin_known + margin_unknown,
+        margin_undefined=[undefined[s] for s in STATES if s in undefined],
+        margin_known_undefined=[undefined[s] for s in ("KK", "KU") if s in undefined],
+        margin_unknown_undefined=[undefined[s] for s in ("UK", "UU") if s in undefined],
+        pooled_margin=cr_all + pr_all - 1,
         OI_correction=odds(cr_all),
         OI_persistence=odds(1 - pr_all) if not math.isnan(pr_all) else math.nan,
         correct_rate_prior=correct_prior,
@@ -157,6 +166,20 @@ def arbitration_profile(
         wrong_rate_after=wrong_prior - st["KU"]["wrong_reduction"] - st["UU"]["wrong_reduction"],
     )
     return out
+
+
+def _rate_undefined(row: dict, state: str) -> str | None:
+    """Why a state's CR/PR (and so every margin using it) has no value, or None when it has one."""
+    if row["n"] == 0:
+        return f"state {state} is empty"
+    if state[1] == "K" and row["n_counterfactual"] == 0:
+        return f"state {state} has no claim with counterfactual evidence"
+    return None
+
+
+def paper_margin(pr_kk: float, cr_ku: float, pr_uk: float, cr_uu: float) -> float:
+    """The paper's Table 1 Margin from its four per-state rates (fractions)."""
+    return (pr_kk + cr_ku - 1) + (pr_uk + cr_uu - 1)
 
 
 # ---------------------------------------------------------------------------
@@ -185,18 +208,28 @@ def jsd(probs) -> float:
     return max(value, 0.0)  # guard -1e-17 rounding
 
 
-def one_hot(samples: Sequence[str | None], labels: Sequence[str] = LABELS) -> np.ndarray:
-    """(K, L+1) one-hot rows; the extra column is 'invalid' (None)."""
-    cols = list(labels) + [None]
-    out = np.zeros((len(samples), len(cols)))
-    for k, s in enumerate(samples):
-        out[k, cols.index(s if s in labels else None)] = 1.0
-    return out
+def binary_entropy(p: float) -> float:
+    """H(p) in bits; 0 at p = 0 or 1."""
+    if p <= 0 or p >= 1:
+        return 0.0
+    return float(-p * math.log2(p) - (1 - p) * math.log2(1 - p))
 
 
-def vote_entropy(samples: Sequence[str | None]) -> float:
-    """Entropy (bits) of the sampled answers' frequencies = JSD of one-hot runs (paper App. C.2)."""
-    return jsd(one_hot(samples))
+def vote_entropy(samples: Sequence[str | None], true_label: str = SUPPORT) -> float:
+    """The paper's vote-based stability (App. C.2): binary entropy of k_true/K, k_true = runs answering SUPPORT.
+
+    REFUTE, NOT_ENOUGH_INFO and invalid answers all count as "not true", as
+    in the paper's binary task; K = len(samples).
+    """
+    if not samples:
+        raise ValueError("no samples")
+    return binary_entropy(sum(1 for s in samples if s == true_label) / len(samples))
+
+
+def identical_runs(probs: Sequence[Sequence[float] | None], tol: float = 1e-9) -> bool:
+    """Whether every run of one prompt has the same label distribution (JSD = 0 for any answers)."""
+    p = np.asarray(probs, float)
+    return bool(np.all(np.abs(p - p[0]) <= tol))
 
 
 def arbitrate(delta: float, tau: float, claim_answer: str | None, evidence_answer: str | None) -> str | None:

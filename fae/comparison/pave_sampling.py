@@ -3,20 +3,31 @@
 The FAE backends decode greedily; PAVE needs N *sampled* answers per prompt
 and, for the JSD rule, each run's probability distribution over the labels.
 
+Every prompt comes with a *key* (seed, claim id, condition): its answers are
+a function of that key, the model and the prompt only, never of batch size,
+chunk size, ``--limit``, record order or where a run was interrupted
+(docs/runs.md, "Sampled diagnostics").
+
 - ``hf``: ``HFSampler`` reuses ``fae.backends.hf.load_hf_model`` and samples
-  with ``do_sample=True, temperature=T, num_return_sequences=N``. A run's
-  label distribution is the softmax over the three full label continuations
+  with ``do_sample=True, temperature=T, num_return_sequences=N``, one prompt
+  per ``generate`` call with torch's generator seeded from the prompt's key.
+  The N rows of a call are the same unpadded prompt, so the tensors a
+  prompt's answers come from never depend on which other prompts run: left
+  padding in a mixed batch changes attention numerics, and batched sampling
+  draws every row from one shared random stream, so a batch of several
+  prompts could not give the same answers as the same prompts alone.
+  A run's label distribution is the softmax over the three full label continuations
   ``<prefix>SUPPORT"``, ``<prefix>REFUTE"``, ``<prefix>NOT_ENOUGH_INFO"``
   scored by the model after the prompt, where ``<prefix>`` is the run's own
   text up to the label value (``{"label": "`` when the output has none).
   Scoring whole continuations avoids guessing how a tokenizer splits the
-  labels. Note: when every run starts its answer with the same prefix (the
-  FAE answer format puts the label first), all runs share one distribution
-  and their JSD is 0; the vote variant (``--stability vote``) then carries
-  the stability signal.
+  labels. When every run starts its answer with the same prefix (the FAE
+  answer format puts the label first), all runs share one distribution by
+  construction; the analysis detects it and uses the vote-based variant.
 - ``openai``: ``OpenAISampler`` extends ``fae.backends.openai_backend.OpenAIBackend``
-  (same client, key handling, retries and backoff) with ``n``, ``temperature``
-  and, when asked, ``logprobs``/``top_logprobs``. A run's distribution comes from
+  (same client, key handling, retries and backoff) with ``n``, ``temperature``,
+  ``seed`` derived from the prompt's key (honoured where the server honours
+  it) and, when asked, ``logprobs``/``top_logprobs``. A run's distribution comes from
   the top log-probabilities at the token where the label value starts (tokens
   that begin exactly one label, renormalised); without logprobs it is None and
   the vote variant is used.
@@ -29,6 +40,7 @@ import math
 import re
 from typing import Any, Callable
 
+from data_prep.core.hashing import derived_seed
 from data_prep.core.labels import LABELS
 from data_prep.prompts import encode_chat
 from fae.backends.label_probs import ANSWER_PREFIX
@@ -76,11 +88,9 @@ class HFSampler:
 
         self.lm, self.tok = load_hf_model(options["model"], options.get("adapter"),
                                           options.get("dtype") or "auto", options.get("device") or "auto")
-        self.temperature = float(options["temperature"])
         self.max_new_tokens = int(options.get("max_new_tokens") or 64)
-        self.batch_size = int(options.get("batch_size") or 8)
         self.with_probs = options.get("stability", "auto") != "vote"
-        torch.manual_seed(int(options.get("seed") or 0))
+        self.torch = torch
         gc = self.lm.generation_config
         self.eos = gc.eos_token_id if gc.eos_token_id is not None else self.tok.eos_token_id
         from fae.backends.hf import (
@@ -89,45 +99,41 @@ class HFSampler:
 
         self.constraint = open_constraint(options, self.lm, self.tok, self.eos)
 
-    def sample(self, prompts: list, n: int, callback: Callable[[int], None] | None = None) -> list[list[Sample]]:
-        import torch
-
-        from fae.backends.hf import left_pad
-
+    def sample(self, prompts: list, n: int, temperature: float, keys: list[tuple],
+               callback: Callable[[int], None] | None = None) -> list[list[Sample]]:
+        """N answers per prompt; prompt i's answers are a function of ``keys[i]`` (see the module doc)."""
+        torch = self.torch
         out: list[list[Sample]] = []
-        for start in range(0, len(prompts), self.batch_size):
-            batch = prompts[start:start + self.batch_size]
-            ids = [encode_chat(self.tok, m) for m in batch]
-            x, mask = left_pad(ids, self.tok.pad_token_id)
+        for messages, key in zip(prompts, keys, strict=True):
+            prompt_ids = encode_chat(self.tok, messages)
+            x = torch.tensor([prompt_ids], dtype=torch.long)
             extra = {}
-            if self.constraint is not None:  # rows are prompt-major: n samples of each prompt
+            if self.constraint is not None:
                 from data_prep.schemas import schema_for_prompt
 
-                extra["logits_processor"] = self.constraint.processors(
-                    [schema_for_prompt(m) for m in batch for _ in range(n)])
+                extra["logits_processor"] = self.constraint.processors([schema_for_prompt(messages)] * n)
+            torch.manual_seed(derived_seed(*key))  # CPU and every CUDA device: this prompt's own stream
             with torch.inference_mode():
                 gen = self.lm.generate(**extra,
-                    input_ids=x.to(self.lm.device), attention_mask=mask.to(self.lm.device),
-                    do_sample=True, temperature=self.temperature, top_p=1.0, top_k=0,
+                    input_ids=x.to(self.lm.device), attention_mask=torch.ones_like(x).to(self.lm.device),
+                    do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
                     num_return_sequences=n, max_new_tokens=self.max_new_tokens,
                     eos_token_id=self.eos, pad_token_id=self.tok.pad_token_id,
                 )
             texts = self.tok.batch_decode(gen[:, x.shape[1]:], skip_special_tokens=True)
-            for j, prompt_ids in enumerate(ids):
-                runs = texts[j * n:(j + 1) * n]
-                cache: dict[str, list[float]] = {}
-                samples = []
-                for t in runs:
-                    probs = None
-                    if self.with_probs:
-                        pre = label_prefix(t)
-                        if pre not in cache:
-                            cache[pre] = self.label_distribution(prompt_ids, pre)
-                        probs = cache[pre]
-                    samples.append((t, probs))
-                out.append(samples)
+            cache: dict[str, list[float]] = {}
+            samples = []
+            for t in texts:
+                probs = None
+                if self.with_probs:
+                    pre = label_prefix(t)
+                    if pre not in cache:
+                        cache[pre] = self.label_distribution(prompt_ids, pre)
+                    probs = cache[pre]
+                samples.append((t, probs))
+            out.append(samples)
             if callback:
-                callback(len(batch))
+                callback(1)
         return out
 
     def label_distribution(self, prompt_ids: list[int], prefix: str) -> list[float]:
@@ -165,17 +171,22 @@ def _openai_sampler_class():
 
         def __init__(self, options):
             super().__init__(options)
-            self.temperature = float(options["temperature"])
             self.want_logprobs = options.get("stability", "auto") != "vote"
-            self.n = 1
+            self.n, self.temperature = 1, 1.0
+            self._seeds: dict[int, int] = {}
 
-        def sample(self, prompts, n, callback=None):
-            self.n = n
-            return asyncio.run(self._generate_all(prompts, callback))
+        def sample(self, prompts, n, temperature, keys, callback=None):
+            self.n, self.temperature = n, temperature
+            # by object identity: two prompts with equal messages still get their own keys' seeds
+            self._seeds = {id(m): derived_seed(*k) for m, k in zip(prompts, keys, strict=True)}
+            try:
+                return asyncio.run(self._generate_all(prompts, callback))
+            finally:
+                self._seeds = {}
 
         def request_kwargs(self, messages):
             kwargs = super().request_kwargs(messages)
-            kwargs.update(n=self.n, temperature=self.temperature)
+            kwargs.update(n=self.n, temperature=self.temperature, seed=self._seeds[id(messages)])
             if self.want_logprobs:
                 kwargs.update(logprobs=True, top_logprobs=5)
             return kwargs
