@@ -218,11 +218,13 @@ def open_constraint(options: dict[str, Any], lm, tok, eos_ids):
 class HFBackend(Backend):
     """``--backend hf``: local transformers model, optionally with a PEFT adapter."""
 
-    def __init__(self, options: dict[str, Any]):
+    def __init__(self, options: dict[str, Any], loaded: tuple | None = None):
+        """``loaded``: a (model, tokenizer) already in memory (a model being trained, evaluated at a
+        checkpoint save) instead of ``options["model"]``; the caller sets its eval/train mode."""
         super().__init__(options)
         self.batch_size = int(options.get("batch_size") or 8)
         self.max_new_tokens = int(options.get("max_new_tokens") or 64)
-        self.lm, self.tok = load_hf_model(
+        self.lm, self.tok = loaded if loaded is not None else load_hf_model(
             options["model"], options.get("adapter"), options.get("dtype") or "auto",
             options.get("device") or "auto",
         )
