@@ -76,17 +76,40 @@ def find_checkpoints(training_output: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def parse_args(argv: list[str], prog: str = "fae checkpoints") -> argparse.Namespace:
-    """This command's flags; every other flag is a `fae run` option, passed to each checkpoint's run."""
-    p = argparse.ArgumentParser(
-        prog=prog, description=__doc__.splitlines()[0],
-        epilog="Every other option is a `fae run` option (see `fae run --help`), e.g. --records FILE --limit N "
-               "--rounds R --max-new-tokens T --constrained-decoding --config eval.yaml; required: --records.")
+EPILOG = ("Every other option is a `fae run` option, given to each checkpoint's run (--records FILE "
+          "required; --limit N, --rounds R, --max-new-tokens T, --constrained-decoding, --config eval.yaml ...).")
+
+
+def _own_arguments(p: argparse.ArgumentParser, with_output: bool = True) -> None:
     p.add_argument("--training-output", required=True, metavar="DIR",
                    help="a training output directory holding checkpoint-N/ adapters")
-    p.add_argument("--output", required=True, metavar="DIR",
-                   help="where each checkpoint's run (checkpoint-N/) and the table and plot go")
+    if with_output:
+        p.add_argument("--output", required=True, metavar="DIR",
+                       help="where each checkpoint's run (checkpoint-N/) and the table and plot go")
     p.add_argument("--no-plot", dest="plot", action="store_false", help="write the table only")
+
+
+def make_parser(prog: str = "fae checkpoints"):
+    """The whole command line for ``--help``: this command's flags and every `fae run` option."""
+    from fae.ablation.options import make_parser as run_parser
+
+    p = run_parser(prog)
+    p.description, p.epilog = __doc__.splitlines()[0], EPILOG
+    _own_arguments(p, with_output=False)  # --output is fae run's flag too; here it is the table's directory
+    for action in p._actions:
+        if "--output" in action.option_strings:
+            action.help, action.metavar = "where each checkpoint's run (checkpoint-N/), the table and plot go", "DIR"
+        elif "--adapter" in action.option_strings:
+            action.help = argparse.SUPPRESS  # set per checkpoint
+    return p
+
+
+def parse_args(argv: list[str], prog: str = "fae checkpoints") -> argparse.Namespace:
+    """This command's flags; every other flag is a `fae run` option, passed to each checkpoint's run."""
+    if "-h" in argv or "--help" in argv:
+        make_parser(prog).parse_args(["--help"])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], epilog=EPILOG)
+    _own_arguments(p)
     args, rest = p.parse_known_args(argv)
     if "--adapter" in rest or any(a.startswith("--adapter=") for a in rest):
         p.error("--adapter is set per checkpoint; give --training-output")
