@@ -20,21 +20,28 @@ from typing import Any, Iterable
 from data_prep.records import LABELS
 
 
-def _evidence_schema(pool_ids: Iterable[int]) -> dict[str, Any]:
+def _evidence_schema(pool_ids: Iterable[int], max_evidence: int | None = None) -> dict[str, Any]:
+    """Unique ids of the pool shown, at most ``max_evidence`` of them (None: the pool size)."""
     ids = sorted({int(i) for i in pool_ids})
     if not ids:  # an empty pool shown (every sentence ablated): only [] is possible
         return {"type": "array", "maxItems": 0}
+    cap = len(ids) if max_evidence is None else max(0, min(int(max_evidence), len(ids)))
     return {"type": "array", "items": {"type": "integer", "enum": ids},
-            "uniqueItems": True, "maxItems": len(ids)}
+            "uniqueItems": True, "maxItems": cap}
 
 
-def answer_schema(pool_ids: Iterable[int] | None, labels: Iterable[str] = LABELS) -> dict[str, Any]:
-    """The verifier answer for one prompt; ``pool_ids=None`` (knowledge prompt, no pool): only []."""
+def answer_schema(pool_ids: Iterable[int] | None, labels: Iterable[str] = LABELS,
+                  max_evidence: int | None = None) -> dict[str, Any]:
+    """The verifier answer for one prompt; ``pool_ids=None`` (knowledge prompt, no pool): only [].
+
+    Bounded in every part (a label of the enum, at most ``max_evidence`` unique
+    pool ids), so a grammar built from it always ends (fae/backends/constrained.py).
+    """
     return {
         "type": "object",
         "properties": {
             "label": {"type": "string", "enum": list(labels)},
-            "evidence": _evidence_schema(pool_ids or ()),
+            "evidence": _evidence_schema(pool_ids or (), max_evidence),
         },
         "required": ["label", "evidence"],
         "additionalProperties": False,
@@ -86,6 +93,6 @@ def shown_pool_ids(messages: list[dict[str, str]]) -> list[int] | None:
     return ids
 
 
-def schema_for_prompt(messages: list[dict[str, str]]) -> dict[str, Any]:
+def schema_for_prompt(messages: list[dict[str, str]], max_evidence: int | None = None) -> dict[str, Any]:
     """The verifier answer schema of one rendered prompt (evidence or knowledge prompt)."""
-    return answer_schema(shown_pool_ids(messages))
+    return answer_schema(shown_pool_ids(messages), max_evidence=max_evidence)

@@ -10,6 +10,7 @@ from data_prep.core.cli import dispatch
 
 SUBCOMMANDS = {
     "run": ("fae.ablation.cli", "run multi-round evidence ablation (SPEC §6) on a verifier"),
+    "checkpoints": ("fae.ablation.checkpoints", "FAE of every checkpoint-N of a training output; Acc/IS per step"),
     "report": ("fae.ablation.report", "Table-1 report and trajectory plot for one or more runs"),
     "probe": ("fae.probes.cli", "DirK hidden-state probe over an FAE run (SPEC §7)"),
     "probe-report": ("fae.probes.report", "DirK figure and table for one or more probe outputs"),

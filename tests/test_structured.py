@@ -1,6 +1,7 @@
 """Schema-constrained decoding (issue 18): schemas, the hf (xgrammar) and openai backends, the run fingerprint."""
 
 import json
+from pathlib import Path
 
 import pytest
 from fae_helpers import write_checkcovid
@@ -60,6 +61,56 @@ def test_shown_pool_ids_reads_back_exactly_the_pool_shown(ids, data):
     assert schema_for_prompt(render_knowledge_prompt(rec))["properties"]["evidence"]["maxItems"] == 0
 
 
+# -- the grammar: bounded in every part -----------------------------------------
+
+
+def grammar_accepts(schema, text: str) -> bool:
+    import xgrammar as xgr
+    from xgrammar.testing import _is_grammar_accept_string
+
+    from fae.backends.constrained import answer_grammar
+
+    return _is_grammar_accept_string(xgr.Grammar.from_ebnf(answer_grammar(schema)), text)
+
+
+def test_grammar_admits_the_spaced_and_the_compact_layout_and_nothing_unbounded():
+    """One optional space after ':' and ',' (a word-level vocabulary has no space token), never two;
+    ids of the pool only, unique, ascending, at most maxItems."""
+    schema = answer_schema([12, 0, 7, 3], max_evidence=2)
+    assert schema["properties"]["evidence"]["maxItems"] == 2
+    for ok in ['{"label": "SUPPORT", "evidence": [0, 3]}', '{"label":"SUPPORT","evidence":[0,3]}',
+               '{"label":"REFUTE", "evidence":[7,12]}', '{"label": "NOT_ENOUGH_INFO", "evidence": []}']:
+        assert grammar_accepts(schema, ok), ok
+    for bad in ['{"label":  "SUPPORT", "evidence": [0, 3]}', '{"label": "SUPPORT", "evidence": [0,\n3]}',
+                '{"label": "SUPPORT", "evidence": [0, 3] }', ' {"label": "SUPPORT", "evidence": []}',
+                '{"label": "SUPPORT", "evidence": [0, 3, 7]}', '{"label": "SUPPORT", "evidence": [3, 0]}',
+                '{"label": "SUPPORT", "evidence": [3, 3]}', '{"label": "SUPPORT", "evidence": [5]}',
+                '{"label": "MAYBE", "evidence": []}']:
+        assert not grammar_accepts(schema, bad), bad
+    assert grammar_accepts(annotator_schema([4, 9]), '{"evidence": [4, 9]}')
+    assert not grammar_accepts(answer_schema(None), '{"label": "SUPPORT", "evidence": [0]}')
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 1500), max_size=14, unique=True), st.one_of(st.none(), st.integers(0, 16)))
+def test_max_answer_chars_is_the_longest_answer_the_grammar_admits(ids, cap):
+    """Against a second measure: the training target's own layout of the longest answer (the longest
+    label and the `cap` longest ids) has exactly that length, is admitted, and one id more is not."""
+    from data_prep.prompts import format_answer
+    from fae.backends.constrained import max_answer_chars, max_answer_tokens
+
+    schema = answer_schema(ids, max_evidence=cap)
+    k = len(ids) if cap is None else min(cap, len(ids))
+    longest = sorted(ids, key=lambda i: (-len(str(i)), i))[:k]
+    text = format_answer("NOT_ENOUGH_INFO", longest)
+    assert max_answer_chars(schema) == len(text)
+    assert grammar_accepts(schema, text)
+    assert max_answer_tokens([answer_schema([]), schema]) == len(text) + 1
+    if k < len(ids):
+        more = sorted(set(longest) | {next(i for i in ids if i not in longest)})
+        assert not grammar_accepts(schema, format_answer("NOT_ENOUGH_INFO", more))
+
+
 # -- hf backend through xgrammar ------------------------------------------------
 
 
@@ -87,6 +138,110 @@ def test_random_tiny_model_under_the_constraint_answers_validly_in_every_round(c
     assert "constrained decoding: on" in (tmp_path / "cd" / "report.md").read_text()
     log = [json.loads(x) for x in (tmp_path / "cd" / "runs.jsonl").read_text().splitlines()]
     assert log[-1]["backend_stats"]["constrained_prompts"] > 0
+
+
+def random_model(out, arch: str, seed: int, weight_scale: float):
+    """A randomly initialised model: the tiny Llama/Qwen of tiny_models, or the demo base's own config
+    and word-level tokenizer with fresh weights; weights x ``weight_scale`` (x5: answers depend on the prompt)."""
+    import torch
+    from tiny_models import build_tiny_model
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    if arch == "demo":
+        base = Path(__file__).resolve().parents[1] / "real" / "demo" / "base"
+        torch.manual_seed(seed)
+        lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(base))
+        lm.generation_config = GenerationConfig.from_pretrained(base)
+        AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    else:
+        build_tiny_model(out, arch, seed=seed)
+        lm = AutoModelForCausalLM.from_pretrained(out)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.mul_(weight_scale)
+    lm.save_pretrained(out)
+    return out
+
+
+def pool_shapes(arch: str = "llama") -> list:
+    """Claim only (None), every sentence ablated ([]), one, five, thirty, sparse ids (the demo's word-level
+    vocabulary writes ids 0-31 only, as its world's pools are)."""
+    sparse = [3, 17, 22, 31] if arch == "demo" else [3, 17, 58, 102, 230, 1999]
+    return [None, [], [0], [0, 1, 2, 3, 4], list(range(30)), sparse]
+
+
+def pool_prompts(shapes: list) -> list:
+    """One prompt per pool shape, all of the same claim."""
+    from data_prep.records import ClaimRecord, Sentence
+
+    sents = [Sentence(id=i, text=f"Sentence {i}: the trial found an effect in {i} patients.")
+             for i in sorted(set().union(*(p or () for p in shapes)))]
+    rec = ClaimRecord(id="r", dataset="t", claim="The vaccine reduces severe disease.", label="SUPPORT",
+                      sentences=sents, evidence=[[0]])
+    return [render_knowledge_prompt(rec) if p is None else render_evidence_prompt(rec, p) for p in shapes]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "demo"])
+@pytest.mark.parametrize("seed,weight_scale", [(0, 1.0), (1, 5.0), (2, 5.0)])
+def test_a_random_model_always_completes_a_parseable_answer_citing_only_the_pool(tmp_path, arch, seed,
+                                                                                 weight_scale):
+    """A random model (real chat templates; the demo's word-level tokenizer has no space token) under
+    the constraint, max_new_tokens far too small: every answer finishes at its stop token, parses, and
+    cites unique ids of the pool it was shown (none for a claim-only or empty pool)."""
+    from data_prep.prompts import parse_answer
+    from fae.ablation.engine import named_ids_in_order
+    from fae.backends.constrained import max_answer_tokens
+    from fae.backends.hf import HFBackend
+
+    model = random_model(tmp_path / arch, arch, seed, weight_scale)
+    backend = HFBackend({"model": str(model), "device": "cpu", "batch_size": 3, "max_new_tokens": 4,
+                         "constrained_decoding": True, "label_probs": False})
+    shapes = pool_shapes(arch)
+    prompts = pool_prompts(shapes)
+    answers = backend.generate(prompts)
+    for pool, answer in zip(shapes, answers):
+        parsed = parse_answer(answer.text, pool or [])
+        named = named_ids_in_order(answer.text)
+        assert answer.finish_reason == "stop" and parsed.valid, (pool, answer)
+        assert set(named) <= set(pool or []) and len(named) == len(set(named)), (pool, answer.text)
+    schemas = [schema_for_prompt(m) for m in prompts]
+    assert backend.stats["max_new_tokens_raised_to"] == max_answer_tokens(schemas)
+
+
+@pytest.mark.slow
+def test_the_evidence_cap_and_a_vocabulary_that_cannot_write_the_answer(tmp_path, tiny_llama):
+    """maxItems binds in generation; a grammar the tokenizer cannot continue stops with one clear line
+    instead of masking every token until max_new_tokens (the demo vocabulary has no token ' ')."""
+    from fae.backends.constrained import GrammarCache, SchemaLogitsProcessor
+    from fae.backends.hf import HFBackend, generate_batched
+
+    from data_prep.core.errors import UserError
+    from data_prep.prompts import encode_chat, parse_answer
+
+    backend = HFBackend({"model": str(random_model(tmp_path / "m", "llama", 3, 5.0)), "device": "cpu",
+                         "constrained_decoding": True, "label_probs": False})
+    prompts = pool_prompts(pool_shapes())[3:]
+    ids = [encode_chat(backend.tok, m) for m in prompts]
+    schemas = [answer_schema(shown_pool_ids(m), max_evidence=1) for m in prompts]
+    for m, g in zip(prompts, generate_batched(backend.lm, backend.tok, ids, backend.gc, 4, schemas=schemas,
+                                              constraint=backend.constraint)):
+        assert parse_answer(g.text, shown_pool_ids(m)).valid and len(parse_answer(g.text, []).hallucinated) <= 1
+
+    demo = HFBackend({"model": str(random_model(tmp_path / "demo", "demo", 0, 1.0)), "device": "cpu",
+                      "constrained_decoding": True, "label_probs": False})
+    cache: GrammarCache = demo.constraint.cache
+    needs_a_space = cache.compiler.compile_grammar('root ::= "{\\"label\\": \\"SUPPORT\\"}"')
+    x = torch_tensor([encode_chat(demo.tok, pool_prompts(pool_shapes("demo"))[2])])
+    with pytest.raises(UserError, match="no token of the model's vocabulary continues the answer after 1 "):
+        demo.lm.generate(input_ids=x, attention_mask=x * 0 + 1, generation_config=demo.gc,
+                         logits_processor=[SchemaLogitsProcessor(cache, [needs_a_space])])
+
+
+def torch_tensor(rows):
+    import torch
+
+    return torch.tensor(rows, dtype=torch.long)
 
 
 # -- fingerprint, report, compare ---------------------------------------------------

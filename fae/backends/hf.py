@@ -148,7 +148,9 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
     """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order.
 
     With ``constraint`` (:class:`fae.backends.constrained.HFConstraint`) each prompt's
-    answer is held to its JSON schema in ``schemas`` (one matcher per row).
+    answer is held to its JSON schema in ``schemas`` (one matcher per row), and
+    ``max_new_tokens`` is raised where a batch's longest admissible answer needs it
+    (:meth:`~fae.backends.constrained.HFConstraint.budget`), so no constrained answer is cut off.
     ``label_probs``: also teacher-force the three labels after the prompt
     (:func:`fae.backends.label_probs.teacher_forced_label_probs`, separate forward
     passes that leave the greedy answers untouched; always the model's own,
@@ -168,9 +170,10 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
         idx = order[start:start + batch_size]
         ids, mask = left_pad([token_ids[i] for i in idx], gc.pad_token_id)
         extra = constrained_kwargs(constraint, schemas, idx)
+        batch_gc = constraint.budget(gc, [schemas[i] for i in idx]) if extra else gc
         with torch.inference_mode():
             gen = lm.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                              generation_config=gc, **extra)
+                              generation_config=batch_gc, **extra)
         if extra:
             constraint.done()
         cache = None
@@ -185,7 +188,7 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
                     cache.crop(-n_answer)  # drop the answer tokens, keep the prompt
         new = gen[:, ids.shape[1]:]
         texts = tok.batch_decode(new, skip_special_tokens=True)
-        reasons = finish_reasons(new, gc.eos_token_id, gc.max_new_tokens)
+        reasons = finish_reasons(new, gc.eos_token_id, batch_gc.max_new_tokens)
         soft = (teacher_forced_label_probs(lm, tok, [token_ids[i] for i in idx], gc.pad_token_id, cache)
                 if label_probs else [(None, None)] * len(idx))
         for i, t, why, (probs, logprobs) in zip(idx, texts, reasons, soft):
@@ -215,11 +218,13 @@ def open_constraint(options: dict[str, Any], lm, tok, eos_ids):
 class HFBackend(Backend):
     """``--backend hf``: local transformers model, optionally with a PEFT adapter."""
 
-    def __init__(self, options: dict[str, Any]):
+    def __init__(self, options: dict[str, Any], loaded: tuple | None = None):
+        """``loaded``: a (model, tokenizer) already in memory (a model being trained, evaluated at a
+        checkpoint save) instead of ``options["model"]``; the caller sets its eval/train mode."""
         super().__init__(options)
         self.batch_size = int(options.get("batch_size") or 8)
         self.max_new_tokens = int(options.get("max_new_tokens") or 64)
-        self.lm, self.tok = load_hf_model(
+        self.lm, self.tok = loaded if loaded is not None else load_hf_model(
             options["model"], options.get("adapter"), options.get("dtype") or "auto",
             options.get("device") or "auto",
         )

@@ -125,13 +125,17 @@ def constrained_params(base, messages):
     ``structured_outputs=StructuredOutputsParams(grammar=...)``, older releases
     ``guided_decoding=GuidedDecodingParams(grammar=...)``. The grammar is the
     one the hf backend compiles with xgrammar (vLLM's default engine), so both
-    backends admit the same answers (ids ascending and unique).
+    backends admit the same answers (ids ascending and unique, bounded
+    whitespace), and ``max_tokens`` is raised to the longest admissible answer
+    as the hf backend raises ``max_new_tokens``, so none is cut off.
     """
     from data_prep.schemas import schema_for_prompt
-    from fae.backends.constrained import answer_grammar
+    from fae.backends.constrained import answer_grammar, max_answer_tokens
 
-    grammar = answer_grammar(schema_for_prompt(messages))
+    schema = schema_for_prompt(messages)
+    grammar = answer_grammar(schema)
     params = base.clone()
+    params.max_tokens = max(int(base.max_tokens), max_answer_tokens([schema]))
     try:
         from vllm.sampling_params import StructuredOutputsParams
 

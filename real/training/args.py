@@ -79,6 +79,19 @@ class RealScriptArguments(ScriptArguments):
                   "batch, epochs/max_steps and LoRA shapes cannot change on resume: use start_over.)"},
     )
 
+    fae_eval_records: str | None = field(
+        default=None,
+        metadata={"help": "Claim records (.jsonl) to run a small FAE on at every checkpoint save; fae/acc, fae/is, "
+                  "fae/er ... are logged like the loss (trainer_state.json, report_to). Off when unset."},
+    )
+    fae_eval_limit: int | None = field(
+        default=20, metadata={"help": "FAE at each save on the first N SUPPORT/REFUTE claims of fae_eval_records."})
+    fae_eval_rounds: int = field(default=2, metadata={"help": "Ablation rounds of the FAE at each save."})
+    fae_eval_max_new_tokens: int = field(default=64, metadata={"help": "Answer length cap of the FAE at each save."})
+    fae_eval_constrained_decoding: bool = field(
+        default=False, metadata={"help": "Hold the FAE answers at each save to the answer schema "
+                                 "(docs/structured.md)."})
+
 
 @dataclass
 class RealSFTConfig(SFTConfig):

@@ -18,6 +18,7 @@ from data_prep.core.cli import set_interrupt_note
 from data_prep.core.errors import UserError
 from real.training import checkpoints, fingerprint
 from real.training.data import check_variant, data_fingerprint, load_pairs
+from real.training.fae_callback import fae_eval_callback
 from real.training.interrupt import InterruptNote, resume_command
 from real.training.model import check_model_path, check_target_modules, load_model, load_tokenizer, set_generation_eos
 from real.training.model_card import model_card, resolved_config
@@ -147,14 +148,17 @@ def build_trainer(script_args, training_args, model_args, *, callbacks: list | N
 
     model = load_model(model_args, training_args)
     eos_ids = set_generation_eos(model, tokenizer)
+    fae_eval = fae_eval_callback(script_args)  # FAE at each save when the recipe names fae_eval_records
     trainer = SFTTrainer(
         model=model,
         args=training_args,
         train_dataset=train_ds,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
-        callbacks=[fingerprint.RunDefinition(plan.definition), *(callbacks or [])],
+        callbacks=[fingerprint.RunDefinition(plan.definition), *(callbacks or []), *([fae_eval] if fae_eval else [])],
     )
+    if fae_eval:
+        fae_eval.attach(trainer)
     if len(trainer.train_dataset) != lengths.kept:  # TRL dropped pairs our length check let through
         raise UserError(f"TRL kept {len(trainer.train_dataset)} of the {lengths.kept} pairs to train on; "
                         "some were dropped during its preparation (pass --debug and report it)")

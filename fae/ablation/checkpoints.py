@@ -1,0 +1,197 @@
+"""`fae checkpoints`: FAE of every ``checkpoint-N`` of a training output, and Acc / IS against the step.
+
+Each checkpoint (a LoRA adapter saved by ``real-train`` or any TRL/Trainer
+run) gets a full ``fae run`` of its own in ``OUTPUT/checkpoint-N/``, with the
+options given after the command's own (``--records``, ``--limit``,
+``--rounds``, ``--constrained-decoding`` ...). ``fae run`` resumes, so a rerun
+skips the checkpoints already evaluated (no model is loaded for them) and
+finishes a half-done one; the table is rebuilt from every run's
+``metrics.json``:
+
+- ``checkpoints.json`` / ``checkpoints.csv``: one row per step (:func:`checkpoint_row`);
+- ``checkpoints.png``: Acc and IS against the training step.
+
+``--model`` defaults to the adapter's base (``base_model_name_or_path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from data_prep.core.errors import UserError
+
+CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+# table columns: the step, then the FAE numbers a training curve is read by
+COLUMNS = ("step", "checkpoint", "Acc", "IS", "ER", "IO", "nei_rate_r1", "valid_rate")
+OWN_FLAGS = ("--training-output", "--output", "--adapter")
+
+
+def checkpoint_row(metrics: Mapping[str, Any]) -> dict[str, float | None]:
+    """The numbers of one FAE run that a per-step curve shows (also logged by the training callback).
+
+    Acc is a_0 (label accuracy at round 0); ``nei_rate_r1`` the share of
+    NOT_ENOUGH_INFO answers once the cited evidence is removed (round 1);
+    ``valid_rate`` the share of parseable answers at round 0.
+    """
+    nei = metrics.get("nei_answer_rate") or []
+    invalid = metrics.get("invalid_rate") or []
+    return {
+        "Acc": metrics.get("label_accuracy"),
+        "IS": metrics.get("IS"),
+        "ER": metrics.get("ER"),
+        "IO": metrics.get("IO"),
+        "nei_rate_r1": nei[1] if len(nei) > 1 else None,
+        "valid_rate": None if not invalid or invalid[0] is None else 1.0 - invalid[0],
+    }
+
+
+def find_checkpoints(training_output: str | Path) -> list[tuple[int, Path]]:
+    """(step, directory) of every ``checkpoint-N`` holding an adapter, by step.
+
+    A checkpoint without ``adapter_config.json`` (full-weight training, or one
+    killed while saving) is skipped with a note: it has no adapter to load.
+    """
+    root = Path(training_output)
+    if not root.is_dir():
+        raise UserError(f"--training-output {root}: not a directory")
+    found = []
+    for d in root.iterdir():
+        m = CHECKPOINT.fullmatch(d.name)
+        if not (m and d.is_dir()):
+            continue
+        if not (d / "adapter_config.json").is_file():
+            print(f"fae checkpoints: skipping {d}: no adapter_config.json (not a LoRA adapter checkpoint, "
+                  "or cut off while saving)", file=sys.stderr)
+            continue
+        found.append((int(m.group(1)), d))
+    if not found:
+        raise UserError(f"--training-output {root}: no checkpoint-N directory with an adapter")
+    return sorted(found)
+
+
+EPILOG = ("Every other option is a `fae run` option, given to each checkpoint's run (--records FILE "
+          "required; --limit N, --rounds R, --max-new-tokens T, --constrained-decoding, --config eval.yaml ...).")
+
+
+def _own_arguments(p: argparse.ArgumentParser, with_output: bool = True) -> None:
+    p.add_argument("--training-output", required=True, metavar="DIR",
+                   help="a training output directory holding checkpoint-N/ adapters")
+    if with_output:
+        p.add_argument("--output", required=True, metavar="DIR",
+                       help="where each checkpoint's run (checkpoint-N/) and the table and plot go")
+    p.add_argument("--no-plot", dest="plot", action="store_false", help="write the table only")
+
+
+def make_parser(prog: str = "fae checkpoints"):
+    """The whole command line for ``--help``: this command's flags and every `fae run` option."""
+    from fae.ablation.options import make_parser as run_parser
+
+    p = run_parser(prog)
+    p.description, p.epilog = __doc__.splitlines()[0], EPILOG
+    _own_arguments(p, with_output=False)  # --output is fae run's flag too; here it is the table's directory
+    for action in p._actions:
+        if "--output" in action.option_strings:
+            action.help, action.metavar = "where each checkpoint's run (checkpoint-N/), the table and plot go", "DIR"
+        elif "--adapter" in action.option_strings:
+            action.help = argparse.SUPPRESS  # set per checkpoint
+    return p
+
+
+def parse_args(argv: list[str], prog: str = "fae checkpoints") -> argparse.Namespace:
+    """This command's flags; every other flag is a `fae run` option, passed to each checkpoint's run."""
+    if "-h" in argv or "--help" in argv:
+        make_parser(prog).parse_args(["--help"])
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], epilog=EPILOG)
+    _own_arguments(p)
+    args, rest = p.parse_known_args(argv)
+    if "--adapter" in rest or any(a.startswith("--adapter=") for a in rest):
+        p.error("--adapter is set per checkpoint; give --training-output")
+    args.run_argv = rest
+    return args
+
+
+def base_model_of(checkpoint: Path) -> str:
+    cfg = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))
+    base = cfg.get("base_model_name_or_path") if isinstance(cfg, dict) else None
+    if not base:
+        raise UserError(f"{checkpoint / 'adapter_config.json'}: no base_model_name_or_path; pass --model")
+    return str(base)
+
+
+def run_argv(args: argparse.Namespace, step_dir: Path, checkpoint: Path) -> list[str]:
+    """The `fae run` command line of one checkpoint."""
+    argv = [*args.run_argv, "--output", str(step_dir), "--adapter", str(checkpoint)]
+    given_model = "--model" in args.run_argv or any(a.startswith("--model=") for a in args.run_argv)
+    if not given_model:
+        argv += ["--model", base_model_of(checkpoint)]
+    return argv
+
+
+def run(args: argparse.Namespace) -> int:
+    from fae.ablation import cli as fae_run
+    from fae.ablation.runio import METRICS
+
+    out = Path(args.output)
+    checkpoints = find_checkpoints(args.training_output)
+    rows = []
+    for step, ckpt in checkpoints:
+        step_dir = out / ckpt.name
+        if (step_dir / METRICS).is_file():
+            print(f"fae checkpoints: {ckpt.name}: evaluated before, checking it is the same run", file=sys.stderr)
+        else:
+            print(f"fae checkpoints: {ckpt.name} (step {step})", file=sys.stderr)
+        fae_run.run(fae_run.parse_args(run_argv(args, step_dir, ckpt), prog="fae checkpoints (fae run)"))
+        metrics = json.loads((step_dir / METRICS).read_text(encoding="utf-8"))
+        rows.append({"step": step, "checkpoint": ckpt.name, **checkpoint_row(metrics)})
+    write_table(rows, out)
+    if args.plot:
+        plot_steps(rows, out / "checkpoints.png")
+    print(f"fae checkpoints: wrote {out}/checkpoints.json, checkpoints.csv"
+          + (", checkpoints.png" if args.plot else ""), file=sys.stderr)
+    return 0
+
+
+def write_table(rows: Sequence[Mapping[str, Any]], out: Path) -> None:
+    from data_prep.core.atomicio import atomic_write_text
+    from fae.ablation.runio import write_json_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "checkpoints.json", {"columns": list(COLUMNS), "rows": list(rows)})
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r[k]) for k in COLUMNS})
+    atomic_write_text(out / "checkpoints.csv", buf.getvalue())
+
+
+def plot_steps(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Acc and IS against the training step; an undefined IS is left out (a gap), the legend below the axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
+    for key, style in (("Acc", "o-"), ("IS", "s-")):
+        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        ax.plot([s for s, _ in pts], [v for _, v in pts], style, lw=1.6, label=key)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("training step")
+    ax.set_ylabel("score")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
