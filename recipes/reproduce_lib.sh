@@ -205,7 +205,7 @@ reproduce_main() {
             for system in $systems; do
                 out="$PAVE_DIR/$MODEL_ID/$system/$set"
                 step "$out/pave.json" -- fae pave --records "$(records_of "$set")" --model "$MODEL" $(adapter_args "$system") \
-                    --output "$out" $PAVE_ARGS $([[ $system == base ]] && echo "$BASE_FAE_ARGS" | grep -o -- --constrained-decoding)
+                    --output "$out" --fae-run "$RUNS_DIR/$MODEL_ID/$system/$set" $PAVE_ARGS $([[ $system == base ]] && echo "$BASE_FAE_ARGS" | grep -o -- --constrained-decoding)
             done
         done
     fi
