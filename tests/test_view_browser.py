@@ -61,7 +61,7 @@ def screens(tmp_path_factory) -> Path:
     return out
 
 
-N_CLAIMS = 24
+N_CLAIMS, ROUNDS = 24, 3
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def two_runs(tmp_path_factory):
     for name, tokens in (("base", 16), ("cut", 7)):  # 7 tokens cut some answers off: invalid, truncated
         runs[name] = tmp / name
         assert fae(["run", "--records", str(test), "--output", str(runs[name]), "--backend", "hf",
-                    "--model", str(BASE_DIR), "--rounds", "3", "--batch-size", "32", "--max-new-tokens", str(tokens),
+                    "--model", str(BASE_DIR), "--rounds", str(ROUNDS), "--batch-size", "32", "--max-new-tokens", str(tokens),
                     "--no-progress"]) == 0
     site = tmp / "site"
     assert fae(["view", str(runs["base"]), str(runs["cut"]), "--output", str(site), "--names", "base", "cut",
@@ -188,6 +188,7 @@ def test_claim_pages_show_struck_and_cited_lines_and_labels_of_claims_jsonl(page
     names = ("base", "cut")
     by_id = {n: {c["id"]: c for c in two_runs["claims"][n]} for n in names}
     ids = random.Random(27).sample(sorted(by_id["base"]), 10)
+    seen = {"struck": 0, "cited": 0, "invalid": 0}
     for cid in ids:
         show(page, f"#claim={cid}&run=0&r=1")
         rec = two_runs["records"][cid]
@@ -195,7 +196,7 @@ def test_claim_pages_show_struck_and_cited_lines_and_labels_of_claims_jsonl(page
         assert page.evaluate("document.getElementById('claim-text').textContent") == rec.claim
         assert page.evaluate("document.getElementById('gold-label').textContent") == rec.label
         rendered = page.evaluate(RENDERED)
-        assert len(rendered) == 2 * 4  # two runs side by side, rounds 0..3
+        assert len(rendered) == 2 * (ROUNDS + 1)  # two runs side by side, every round
         for cell in rendered:
             rd = by_id[names[cell["run"]]][cid]["rounds"][cell["round"]]
             removed = [i for i in rec.pool_ids if i not in rd["pool_ids"]]
@@ -204,7 +205,11 @@ def test_claim_pages_show_struck_and_cited_lines_and_labels_of_claims_jsonl(page
             assert cell["cited"] == [[i, text[i]] for i in rec.pool_ids if i in rd["cited"]], (cid, cell)
             assert cell["label"] == (round_label(rd) or "invalid")
             assert cell["raw"] == rd["raw_output"]
+            seen["struck"] += len(cell["struck"])
+            seen["cited"] += len(cell["cited"])
+            seen["invalid"] += cell["label"] == "invalid"
         page.screenshot(screens / f"claim-{cid}.png")
+    assert min(seen.values()) > 0, seen  # the pages checked show struck, cited lines and invalid answers
     # the page navigates within the selection
     show(page, f"#claim={ids[0]}&run=0&r=1")
     page.evaluate("document.getElementById('next').click()")
