@@ -289,7 +289,7 @@
     }
     var d = drop(A, i, st.r);
     if (d !== null) out.push(el("span", {cls: "drop", title: "P(gold) round 0 \u2212 round " + st.r,
-                                         text: (d >= 0 ? "\u2212" : "+") + Math.abs(d).toFixed(2)}));
+                                         text: (d >= 0.005 ? "\u2212" : d <= -0.005 ? "+" : "\u00b1") + Math.abs(d).toFixed(2)}));
     return el("span", {cls: "chips"}, out);
   }
   function renderList(st) {
