@@ -189,6 +189,21 @@ class Chromium:
         return path
 
     # -- lifetime ------------------------------------------------------------
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) used so far by the browser's processes (its session): the work a
+        step costs, which a busy machine does not inflate the way it inflates wall time."""
+        tick, total = os.sysconf("SC_CLK_TCK"), 0
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == self.pid:  # session id; utime and stime follow
+                total += int(fields[11]) + int(fields[12])
+        return total / tick
+
     def poll(self) -> int | None:
         """The browser's exit status, or None while it runs."""
         if self.returncode is None:
