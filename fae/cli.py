@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "neurons": ("fae.probes.neurons", "MLP neuron overlap of evidence- vs knowledge-based prompts"),
     "compare": ("fae.comparison.compare", "answer/evidence score accounting between two runs (SPEC §8)"),
     "pave": ("fae.comparison.pave", "PAVE prior-state diagnostics (SPEC §9)"),
+    "view": ("fae.view.cli", "static per-claim ablation explorer (HTML) for one or more runs"),
 }
 
 

@@ -238,87 +238,137 @@ def bootstrap_band(curves: Sequence[Sequence[float | None]], n_resamples: int = 
     return mean, lo, hi
 
 
-def plot_soft(runs: Sequence[dict], out: str | Path) -> tuple[Path, Path]:
-    """``soft_trajectory.png`` (P(gold), P(NEI) per round, bootstrap bands) and ``reliability.png``."""
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", (0, (6, 2)), "-.", ":")
+MAX_OFFSET = 0.12  # rounds: the widest shift of a series, well inside the gap to the next integer round
+
+
+def series_style(k: int, n: int) -> dict[str, Any]:
+    """How run ``k`` of ``n`` is drawn so that no series hides another: its own marker (drawn
+    smaller the later it comes, so one under another still shows its rim), its own line style and
+    a small shift along r (±MAX_OFFSET at most) — two runs with equal values stay visible."""
+    step = min(0.07, 2 * MAX_OFFSET / max(n - 1, 1))
+    return {"marker": MARKERS[k % len(MARKERS)], "linestyle": LINESTYLES[k % len(LINESTYLES)],
+            "markersize": max(4.0, 8.0 - 0.8 * k), "offset": (k - (n - 1) / 2) * step if n > 1 else 0.0}
+
+
+def _plot_series(ax, xs: Sequence[int], ys: Sequence[float], style: dict, **kw):
+    """One run's line at its shifted x positions (ticks stay on the integer rounds)."""
+    return ax.plot([x + style["offset"] for x in xs], ys, marker=style["marker"], linestyle=style["linestyle"],
+                   markersize=style["markersize"], lw=1.6, **kw)[0]
+
+
+def _round_axis(ax, R: int, shifted: bool) -> None:
+    """Integer round ticks only; the x label says when series are shifted."""
+    ax.set_xticks(range(R + 1))
+    ax.set_xlim(-0.4, R + 0.4)
+    ax.set_xlabel("ablation round r" + (" (runs shifted slightly)" if shifted else ""))
+
+
+def _legend_outside(ax, **kw):
+    """The legend right of the axes, never over the data."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, **kw)
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    """Save with the legend outside the axes inside the image, and free the figure."""
+    fig.savefig(path, bbox_inches="tight")
+    _pyplot().close(fig)
+    return path
+
+
+def plot_soft(runs: Sequence[dict], out: str | Path) -> tuple[Path, Path]:
+    """``soft_trajectory.png`` (P(gold), P(NEI) per round, bootstrap bands) and ``reliability.png``."""
+    out = Path(out)
+    return (_save(soft_trajectory_figure(runs), out / "soft_trajectory.png"),
+            _save(reliability_figure(runs), out / "reliability.png"))
+
+
+def soft_trajectory_figure(runs: Sequence[dict]):
+    """Mean P(gold) and P(NOT_ENOUGH_INFO) per round with 95% bootstrap bands, styled like the trajectory."""
     from fae.ablation.metrics import evidence_claims
     from fae.ablation.soft_metrics import claim_curves
 
-    out = Path(out)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), dpi=120, sharey=True)
+    fig, axes = _pyplot().subplots(1, 2, figsize=(9.5, 3.8), dpi=120, sharey=True)
+    R_all = 1
     for k, run in enumerate(runs):
         pop = evidence_claims(run.get("claims") or [])
         R = max((len(c["rounds"]) for c in pop), default=1) - 1
+        R_all = max(R_all, R)
         curves = [claim_curves(c, R) for c in pop]
+        style = series_style(k, len(runs))
         for ax, key in zip(axes, ("p_gold", "p_nei")):
             mean, lo, hi = bootstrap_band([c[key] for c in curves], seed=k)
             xs = [r for r, v in enumerate(mean) if v is not None]
             if not xs:
                 continue
-            line, = ax.plot(xs, [mean[r] for r in xs], marker="o", lw=1.6, label=run["name"])
-            ax.fill_between(xs, [lo[r] for r in xs], [hi[r] for r in xs], color=line.get_color(), alpha=0.2)
+            line = _plot_series(ax, xs, [mean[r] for r in xs], style, label=run["name"])
+            ax.fill_between([r + style["offset"] for r in xs], [lo[r] for r in xs], [hi[r] for r in xs],
+                            color=line.get_color(), alpha=0.15)
     for ax, title in zip(axes, ("mean P(gold label)", "mean P(NOT_ENOUGH_INFO)")):
-        ax.set_xlabel("ablation round r")
+        _round_axis(ax, R_all, len(runs) > 1)
         ax.set_title(title, fontsize=10)
         ax.set_ylim(-0.03, 1.03)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8, loc="best")
+    if axes[0].get_legend_handles_labels()[0]:
+        _legend_outside(axes[1], title="95% bootstrap bands", title_fontsize=7)
     fig.tight_layout()
-    traj = out / "soft_trajectory.png"
-    fig.savefig(traj)
-    plt.close(fig)
+    return fig
 
-    fig, ax = plt.subplots(figsize=(4.5, 4.2), dpi=120)
+
+def reliability_figure(runs: Sequence[dict]):
+    """Round-0 reliability diagram per run, the diagonal dashed."""
+    fig, ax = _pyplot().subplots(figsize=(4.5, 4.2), dpi=120)
     ax.plot([0, 1], [0, 1], "--", color="0.35", lw=1.2, label="perfectly calibrated")
-    for run in runs:
+    for k, run in enumerate(runs):
         bins = [b for b in ((run["metrics"].get("soft") or {}).get("reliability") or []) if b["n"]]
         if bins:
             ece = run["metrics"]["soft"].get("ece")
-            ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], marker="o", lw=1.4,
-                    label=f"{run['name']} (ECE {pct(ece)})")
+            style = {**series_style(k, len(runs)), "offset": 0.0}  # a continuous axis: no shift
+            _plot_series(ax, [b["confidence"] for b in bins], [b["accuracy"] for b in bins], style,
+                         label=f"{run['name']} (ECE {pct(ece)})")
     ax.set_xlabel("round-0 confidence (max label probability)")
     ax.set_ylabel("accuracy (argmax = gold)")
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.03, 1.03)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    _legend_outside(ax)
     fig.tight_layout()
-    rel = out / "reliability.png"
-    fig.savefig(rel)
-    plt.close(fig)
-    return traj, rel
+    return fig
 
 
 def plot_trajectories(runs: Sequence[dict], path: str | Path) -> Path:
     """a_r against r for every run, ideal (1 then 0) dashed — the paper's Figure 5."""
-    import matplotlib
+    return _save(trajectory_figure(runs), Path(path))
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
+def trajectory_figure(runs: Sequence[dict]):
+    """The Figure-5 plot as a matplotlib figure: every run visible (:func:`series_style`), the
+    ideal dashed under the data, integer round ticks, the legend outside the axes."""
+    fig, ax = _pyplot().subplots(figsize=(6.5, 3.8), dpi=120)
     R = max((len(r["metrics"].get("round_accuracy") or []) for r in runs), default=1) - 1
     R = max(R, 1)
-    ax.plot(range(R + 1), [1.0] + [0.0] * R, "--", color="0.35", lw=1.4, label="ideal", zorder=5)
-    for run in runs:
+    ax.plot(range(R + 1), [1.0] + [0.0] * R, "--", color="0.35", lw=1.4, label="ideal", zorder=1)
+    for k, run in enumerate(runs):
         acc = run["metrics"].get("round_accuracy") or []
         xs = [r for r, a in enumerate(acc) if a is not None]
-        ax.plot(xs, [acc[r] for r in xs], marker="o", lw=1.6, label=run["name"])
-    ax.set_xlabel("ablation round r")
+        _plot_series(ax, xs, [acc[r] for r in xs], series_style(k, len(runs)), label=run["name"], zorder=3 + k)
+    _round_axis(ax, R, len(runs) > 1)
     ax.set_ylabel("accuracy $a_r$")
-    ax.set_xticks(range(R + 1))
     ax.set_ylim(-0.03, 1.03)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    _legend_outside(ax)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,

@@ -56,7 +56,7 @@ class DemoSize:
 
 
 # What a demo run writes in its output directory; a rerun replaces all of it.
-OUTPUT_DIRS = ("data", "models", "runs", "probes", "compare", "logs", "pave")
+OUTPUT_DIRS = ("data", "models", "runs", "probes", "compare", "logs", "pave", "view")
 OUTPUT_FILES = ("summary.json", "report.md", "trajectory.png", "soft_trajectory.png", "reliability.png",
                 "dirk.png", "dirk.md")
 MARKER = ".real-demo"  # written first: this directory is a demo output, safe to replace
@@ -449,6 +449,9 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
     _append(out / "report.md", enhancement_lines(enhancement) + subset_lines(subsets))
 
     pave = _pave_step(fae, out, base, test_path, size, seed, t0) if size.pave_claims else {}
+
+    _stage("fae view: per-claim explorer of the four runs (view/index.html)", t0)
+    _cli(fae, ["view", *runs, "--output", str(out / "view"), "--names", *VARIANTS, "--title", "real-demo: FAE claims"])
 
     summary = {
         "wall_seconds": round(time.time() - t0, 1),

@@ -1,0 +1,498 @@
+/* fae view: a static per-claim ablation explorer (docs/view.md). Plain JavaScript, no dependencies.
+ *
+ * data/index.js calls FAE_VIEW.index({...}): per claim a short summary (see fae/view/data.py).
+ * data/claims/NNNNN.js calls FAE_VIEW.shard(k, [...]): the details of claims k*S .. k*S+S-1,
+ * loaded by a <script> tag when a claim opens (browsers refuse to fetch local files).
+ * The whole state lives in the URL hash, so every view is a link: #run=0&r=1&ans=correct,
+ * #claim=ID. Text from the runs is only ever set as textContent, never parsed as HTML.
+ */
+(function () {
+  "use strict";
+  var IX = null;            // the index
+  var shards = {};          // k -> array of claim details
+  var waiting = {};         // k -> [callbacks]
+  var PAGE = 100;
+  var ANSWERS = [
+    ["any", "any answer"], ["correct", "gold label (kept)"], ["lost", "lost the gold label (correct at round 0, not at r)"],
+    ["wrong", "not the gold label"], ["S", "SUPPORT"], ["R", "REFUTE"], ["N", "NOT_ENOUGH_INFO"],
+    ["invalid", "invalid"], ["truncated", "cut off at max_new_tokens"], ["hallucinated", "hallucinated ids"],
+    ["reused", "reused (pool unchanged)"]];
+  var FLAGS = [
+    ["flipped", "flipped SUPPORT\u2194REFUTE"], ["invalid", "invalid answer (any round)"],
+    ["truncated", "cut off (any round)"], ["hallucinated", "hallucinated ids (any round)"],
+    ["strict", "strict at round 0"], ["disagree", "runs disagree at round r"]];
+  var CODE_NAME = {S: "SUPPORT", R: "REFUTE", N: "NOT_ENOUGH_INFO", x: "invalid", "?": "other"};
+  var timing = {};
+
+  function el(tag, attrs, children) {
+    var e = document.createElement(tag);
+    if (attrs) for (var k in attrs) {
+      if (attrs[k] === null || attrs[k] === undefined) continue;
+      if (k === "text") e.textContent = attrs[k];
+      else if (k === "cls") e.className = attrs[k];
+      else e.setAttribute(k, attrs[k]);
+    }
+    (children || []).forEach(function (c) {
+      if (c === null || c === undefined) return;
+      e.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+    });
+    return e;
+  }
+  var SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function pct(x) { return x === null || x === undefined ? "n/a" : (100 * x).toFixed(2); }
+
+  // ---------------------------------------------------------------- state in the hash
+  function parseHash() {
+    var s = {}, h = location.hash.replace(/^#/, "");
+    h.split("&").forEach(function (kv) {
+      if (!kv) return;
+      var i = kv.indexOf("="), k = i < 0 ? kv : kv.slice(0, i), v = i < 0 ? "" : kv.slice(i + 1);
+      s[decodeURIComponent(k)] = decodeURIComponent(v);
+    });
+    var R = IX.rounds;
+    return {
+      claim: s.claim === undefined ? null : s.claim,
+      run: Math.min(Math.max(parseInt(s.run || "0", 10) || 0, 0), IX.runs.length - 1),
+      r: Math.min(Math.max(parseInt(s.r === undefined ? (R >= 1 ? "1" : "0") : s.r, 10) || 0, 0), R),
+      ans: s.ans || "any",
+      flags: (s.flags || "").split(",").filter(Boolean),
+      set: s.set || "evaluated",
+      ds: s.ds === undefined ? "" : s.ds,
+      gold: s.gold === undefined ? "" : s.gold,
+      q: s.q || "",
+      sort: s.sort || "order",
+      page: Math.max(parseInt(s.page || "0", 10) || 0, 0)
+    };
+  }
+  function listHash(st, over) {
+    var o = {}, k;
+    for (k in st) o[k] = st[k];
+    for (k in (over || {})) o[k] = over[k];
+    var parts = [];
+    if (o.claim !== null && o.claim !== undefined) parts.push("claim=" + encodeURIComponent(o.claim));
+    parts.push("run=" + o.run, "r=" + o.r);
+    if (o.ans !== "any") parts.push("ans=" + o.ans);
+    if (o.flags.length) parts.push("flags=" + o.flags.join(","));
+    if (o.set !== "evaluated") parts.push("set=" + o.set);
+    if (o.ds !== "") parts.push("ds=" + o.ds);
+    if (o.gold !== "") parts.push("gold=" + o.gold);
+    if (o.q) parts.push("q=" + encodeURIComponent(o.q));
+    if (o.sort !== "order") parts.push("sort=" + o.sort);
+    if (o.page) parts.push("page=" + o.page);
+    return "#" + parts.join("&");
+  }
+  function go(hash) { if (location.hash !== hash) location.hash = hash; else route(); }
+
+  // ---------------------------------------------------------------- filtering
+  var lowerText = null;
+  function bit(mask, r) { return (mask >>> r) & 1; }
+  function answerAt(A, i, r, ans) {
+    var code = A.labels[i].charAt(r);
+    if (!code) return false;
+    switch (ans) {
+      case "any": return true;
+      case "correct": return bit(A.correct[i], r) === 1;
+      case "wrong": return bit(A.correct[i], r) === 0;
+      case "lost": return bit(A.correct[i], 0) === 1 && bit(A.correct[i], r) === 0;
+      case "invalid": case "truncated": case "hallucinated": case "reused": return bit(A[ans][i], r) === 1;
+      default: return code === ans;
+    }
+  }
+  function drop(A, i, r) {
+    var p = A.p_gold[i];
+    if (!p || p[0] === null || p[r] === null || p[r] === undefined) return null;
+    return p[0] - p[r];
+  }
+  function disagree(i, r) {
+    var seen = null, n = 0;
+    for (var k = 0; k < IX.answers.length; k++) {
+      var c = IX.answers[k].labels[i].charAt(r);
+      if (!c) continue;
+      n++;
+      if (seen === null) seen = c; else if (c !== seen) return true;
+    }
+    return false;
+  }
+  /* The claim indices the state selects, in display order. */
+  function select(st) {
+    var C = IX.claims, A = IX.answers[st.run], n = IX.n_claims, out = [];
+    var q = st.q.trim().toLowerCase(), words = q ? q.split(/\s+/) : [];
+    if (words.length && !lowerText) {
+      lowerText = C.text.map(function (t, i) { return (C.id[i] + " " + t).toLowerCase(); });
+    }
+    var ds = st.ds === "" ? -1 : +st.ds, gold = st.gold === "" ? -1 : +st.gold;
+    var f = {}; st.flags.forEach(function (x) { f[x] = true; });
+    for (var i = 0; i < n; i++) {
+      var excluded = C.excluded[i] === 1;
+      if (st.set === "evaluated" && (excluded || !A.labels[i])) continue;
+      if (st.set === "excluded" && (!excluded || !A.known[i])) continue;
+      if (ds >= 0 && C.dataset[i] !== ds) continue;
+      if (gold >= 0 && C.gold[i] !== gold) continue;
+      if (st.ans !== "any" && !answerAt(A, i, st.r, st.ans)) continue;
+      if (f.flipped && !A.flipped[i]) continue;
+      if (f.strict && !A.strict[i]) continue;
+      if (f.invalid && !A.invalid[i]) continue;
+      if (f.truncated && !A.truncated[i]) continue;
+      if (f.hallucinated && !A.hallucinated[i]) continue;
+      if (f.disagree && !disagree(i, st.r)) continue;
+      if (words.length) {
+        var t = lowerText[i], ok = true;
+        for (var w = 0; w < words.length; w++) if (t.indexOf(words[w]) < 0) { ok = false; break; }
+        if (!ok) continue;
+      }
+      out.push(i);
+    }
+    if (st.sort === "drop" || st.sort === "rise") {
+      var sign = st.sort === "drop" ? -1 : 1, d = {};
+      out.forEach(function (i) { d[i] = drop(A, i, st.r); });
+      out.sort(function (a, b) {
+        var x = d[a], y = d[b];
+        if (x === null && y === null) return a - b;
+        if (x === null) return 1;
+        if (y === null) return -1;
+        return sign * (x - y) || a - b;
+      });
+    }
+    return out;
+  }
+
+  // ---------------------------------------------------------------- run table
+  function countLink(st, over, text, what) {
+    var target = {}, k;
+    for (k in st) target[k] = st[k];
+    target.claim = null; target.page = 0; target.flags = []; target.ans = "any"; target.set = "evaluated";
+    target.q = ""; target.ds = ""; target.gold = ""; target.sort = "order";
+    for (k in over) target[k] = over[k];
+    var n = select(target).length;
+    return el("a", {href: listHash(target), title: n + " claims: " + what, "data-count": n,
+                    cls: "num"}, [text]);
+  }
+  function roundCells(st, k, xs, ans, what) {
+    var cells = [];
+    (xs || []).forEach(function (x, r) {
+      if (r) cells.push(" / ");
+      cells.push(ans ? countLink(st, {run: k, r: r, ans: ans}, pct(x), what + " at round " + r) : pct(x));
+    });
+    return el("td", {}, cells.length ? cells : ["n/a"]);
+  }
+  var tables = {};   // the run table per round selected: its counts do not depend on the filters
+  function runTable(st) {
+    if (!tables[st.r]) tables[st.r] = buildRunTable(st);
+    return tables[st.r];
+  }
+  function buildRunTable(st) {
+    var head = ["run", "claims", "Prec", "Rec", "F1", "Acc", "Strict", "IS", "ER", "IO", "a_r (r = 0 / 1 / \u2026)",
+                "any flip", "invalid", "NOT_ENOUGH_INFO answers", "cut off", "halluc. ids r0", "soft IS",
+                "P(gold)", "NEI-gold excluded"];
+    var tbody = el("tbody");
+    IX.runs.forEach(function (run, k) {
+      var m = run.metrics, R = m.rounds, soft = m.soft || {}, undef = m.IS_reason;
+      var score = function (key, over, what) {
+        return el("td", {}, [undef ? el("span", {title: undef, text: "n/a"}) :
+                             countLink(st, over, pct(m[key]), what)]);
+      };
+      tbody.appendChild(el("tr", {"data-run": k}, [
+        el("th", {title: [run.backend, run.model, run.adapter, run.dir].filter(Boolean).join(" \u00b7 ")},
+           [run.name]),
+        el("td", {}, [countLink(st, {run: k}, String(m.n_claims), "evaluated (gold SUPPORT/REFUTE)")]),
+        el("td", {text: pct(m.evidence_precision)}), el("td", {text: pct(m.evidence_recall)}),
+        el("td", {text: pct(m.evidence_f1)}),
+        el("td", {}, [countLink(st, {run: k, r: 0, ans: "correct"}, pct(m.label_accuracy), "gold label at round 0")]),
+        el("td", {}, [countLink(st, {run: k, r: 0, flags: ["strict"]}, pct(m.strict_accuracy),
+                                "gold label and a gold line cited at round 0")]),
+        score("IS", {run: k, r: Math.min(1, R), ans: "correct"},
+              "keep the gold label at round 1 (IS = 1 \u2212 their share / a_0)"),
+        score("ER", {run: k, r: R, ans: "correct"}, "keep the gold label at round R (ER = 1 \u2212 their share / a_0)"),
+        el("td", {text: undef ? "n/a" : pct(m.IO)}),
+        roundCells(st, k, m.round_accuracy, "correct", "gold label"),
+        el("td", {}, [countLink(st, {run: k, flags: ["flipped"]}, pct(m.any_flip_rate),
+                                "flip SUPPORT\u2194REFUTE at least once")]),
+        roundCells(st, k, m.invalid_rate, "invalid", "invalid answer"),
+        roundCells(st, k, m.nei_answer_rate, "N", "NOT_ENOUGH_INFO answer"),
+        roundCells(st, k, m.truncated_rate, "truncated", "cut off"),
+        el("td", {}, [countLink(st, {run: k, r: 0, ans: "hallucinated"}, pct((m.hallucinated_id_rate || [null])[0]),
+                                "with hallucinated ids at round 0 (the rate is over ids)")]),
+        el("td", {text: pct(soft.soft_IS)}),
+        roundCells(st, k, soft.p_gold, null, ""),
+        el("td", {}, [countLink(st, {run: k, set: "excluded"}, String(m.n_excluded_nei || 0),
+                                "gold NOT_ENOUGH_INFO, not evaluated (SPEC \u00a71)")])
+      ]));
+    });
+    return el("table", {cls: "runs"}, [el("thead", {}, [el("tr", {}, head.map(function (h) {
+      return el("th", {text: h});
+    }))]), tbody]);
+  }
+
+  // ---------------------------------------------------------------- list view
+  function option(value, text, selected) {
+    var o = el("option", {value: value, text: text});
+    if (selected) o.selected = true;
+    return o;
+  }
+  function controls(st) {
+    var set = function (over) { return function (ev) {
+      var o = {page: 0}; for (var k in over) o[k] = over[k](ev.target); go(listHash(st, o));
+    }; };
+    var runSel = el("select", {id: "f-run"}, IX.runs.map(function (run, k) { return option(k, run.name, k === st.run); }));
+    runSel.onchange = set({run: function (t) { return +t.value; }});
+    var rounds = []; for (var r = 0; r <= IX.rounds; r++) rounds.push(option(r, "round " + r, r === st.r));
+    var rSel = el("select", {id: "f-round"}, rounds);
+    rSel.onchange = set({r: function (t) { return +t.value; }});
+    var aSel = el("select", {id: "f-answer"}, ANSWERS.map(function (a) { return option(a[0], a[1], a[0] === st.ans); }));
+    aSel.onchange = set({ans: function (t) { return t.value; }});
+    var sSel = el("select", {id: "f-set"}, [option("evaluated", "evaluated claims", st.set === "evaluated"),
+      option("excluded", "NEI-gold (excluded)", st.set === "excluded"), option("all", "all", st.set === "all")]);
+    sSel.onchange = set({set: function (t) { return t.value; }});
+    var dSel = el("select", {id: "f-dataset"}, [option("", "all datasets", st.ds === "")].concat(
+      IX.datasets.map(function (d, k) { return option(k, d || "(none)", String(k) === st.ds); })));
+    dSel.onchange = set({ds: function (t) { return t.value; }});
+    var gSel = el("select", {id: "f-gold"}, [option("", "any gold label", st.gold === "")].concat(
+      IX.labels.map(function (l, k) { return option(k, l, String(k) === st.gold); })));
+    gSel.onchange = set({gold: function (t) { return t.value; }});
+    var oSel = el("select", {id: "f-sort"}, [option("order", "claim-set order", st.sort === "order"),
+      option("drop", "largest P(gold) drop, round 0 \u2192 r", st.sort === "drop"),
+      option("rise", "largest P(gold) rise, round 0 \u2192 r", st.sort === "rise")]);
+    oSel.onchange = set({sort: function (t) { return t.value; }});
+    var q = el("input", {id: "f-q", type: "search", placeholder: "search claims and ids", value: st.q});
+    q.onchange = set({q: function (t) { return t.value; }});
+    var flags = FLAGS.filter(function (f) { return f[0] !== "disagree" || IX.runs.length > 1; }).map(function (f) {
+      var box = el("input", {type: "checkbox", id: "f-flag-" + f[0]});
+      box.checked = st.flags.indexOf(f[0]) >= 0;
+      box.onchange = function () {
+        var fl = st.flags.filter(function (x) { return x !== f[0]; });
+        if (box.checked) fl.push(f[0]);
+        go(listHash(st, {flags: fl, page: 0}));
+      };
+      return el("label", {}, [box, " " + f[1]]);
+    });
+    return el("div", {cls: "controls"}, [
+      el("div", {}, [el("label", {}, ["filter on ", runSel]), el("label", {}, [" at ", rSel]),
+                     el("label", {}, [" answer: ", aSel]), el("label", {}, [" claims: ", sSel]),
+                     " ", dSel, " ", gSel]),
+      el("div", {cls: "flags"}, flags),
+      el("div", {}, [q, " ", el("label", {}, ["sort: ", oSel])])
+    ]);
+  }
+  function chips(k, i, st) {
+    var A = IX.answers[k], codes = A.labels[i], out = [];
+    if (!codes) return el("span", {cls: "absent", text: "\u2014"});
+    for (var r = 0; r < codes.length; r++) {
+      var c = codes.charAt(r), ok = bit(A.correct[i], r);
+      out.push(el("span", {cls: "chip c-" + (c === "?" ? "other" : c) + (ok ? " ok" : "") + (r === st.r ? " at" : ""),
+                           title: "round " + r + ": " + CODE_NAME[c] + (ok ? " (gold)" : ""), text: c}));
+    }
+    var d = drop(A, i, st.r);
+    if (d !== null) out.push(el("span", {cls: "drop", title: "P(gold) round 0 \u2212 round " + st.r,
+                                         text: (d >= 0.005 ? "\u2212" : d <= -0.005 ? "+" : "\u00b1") + Math.abs(d).toFixed(2)}));
+    return el("span", {cls: "chips"}, out);
+  }
+  function renderList(st) {
+    var t0 = performance.now();
+    var sel = select(st), C = IX.claims;
+    var pages = Math.max(1, Math.ceil(sel.length / PAGE)), page = Math.min(st.page, pages - 1);
+    var rows = sel.slice(page * PAGE, page * PAGE + PAGE).map(function (i) {
+      var cells = [
+        el("td", {}, [el("a", {href: listHash(st, {claim: C.id[i]}), cls: "cid", text: C.id[i]})]),
+        el("td", {cls: "gold", text: IX.labels[C.gold[i]]}),
+        el("td", {cls: "text", title: C.text[i], text: C.text[i]})];
+      IX.runs.forEach(function (_, k) { cells.push(el("td", {}, [chips(k, i, st)])); });
+      return el("tr", {"data-claim": C.id[i]}, cells);
+    });
+    var pager = el("div", {cls: "pager"}, [
+      page > 0 ? el("a", {href: listHash(st, {page: page - 1}), id: "prev-page", text: "\u2190 previous"}) : null,
+      el("span", {id: "count", "data-count": sel.length,
+                  text: " " + sel.length + " claims \u00b7 page " + (page + 1) + " of " + pages + " "}),
+      page < pages - 1 ? el("a", {href: listHash(st, {page: page + 1}), id: "next-page", text: "next \u2192"}) : null]);
+    var head = ["claim", "gold", "text"].concat(IX.runs.map(function (run) { return run.name + " (r = 0\u2026R)"; }));
+    var app = document.getElementById("app");
+    app.replaceChildren(
+      el("section", {}, [el("h2", {text: "Runs"}), el("p", {cls: "note", text:
+        "Metrics of each run (\u00d7100, metrics.json). A number is a link to the claims behind it."}), runTable(st)]),
+      el("section", {}, [el("h2", {text: "Claims"}), controls(st), pager,
+        el("table", {cls: "claims"}, [el("thead", {}, [el("tr", {}, head.map(function (h) {
+          return el("th", {text: h}); }))]), el("tbody", {}, rows)])]));
+    document.getElementById("where").textContent = "";
+    timing.lastFilterMs = performance.now() - t0;
+    timing.lastCount = sel.length;
+  }
+
+  // ---------------------------------------------------------------- claim page
+  function loadShard(k, done) {
+    if (shards[k]) return done(shards[k]);
+    if (waiting[k]) return waiting[k].push(done);
+    waiting[k] = [done];
+    var s = document.createElement("script");
+    s.src = "data/claims/" + String(k).padStart(5, "0") + ".js";
+    s.onerror = function () {
+      var cbs = waiting[k]; delete waiting[k];
+      cbs.forEach(function (cb) { cb(null); });
+    };
+    document.head.appendChild(s);
+  }
+  function idsText(xs) { return xs && xs.length ? "[" + xs.join(", ") + "]" : "none"; }
+  function chart(rounds, gold, R) {
+    var W = 250, H = 124, L = 30, T = 22, B = 28, Rr = 10, w = W - L - Rr, h = H - T - B;
+    var x = function (r) { return L + (R ? w * r / R : w / 2); }, y = function (p) { return T + h * (1 - p); };
+    var g = svg("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H, cls: "chart", role: "img"});
+    g.setAttribute("class", "chart");
+    g.appendChild(svg("rect", {x: L, y: T, width: w, height: h, fill: "none", stroke: "#bbb"}));
+    [0, 0.5, 1].forEach(function (p) {
+      g.appendChild(svg("text", {x: L - 4, y: y(p) + 3, "text-anchor": "end", "font-size": 9}, p.toFixed(1)));
+      if (p === 0.5) g.appendChild(svg("line", {x1: L, x2: L + w, y1: y(p), y2: y(p), stroke: "#eee"}));
+    });
+    for (var r = 0; r <= R; r++) g.appendChild(svg("text", {x: x(r), y: H - 6, "text-anchor": "middle",
+                                                              "font-size": 10}, String(r)));
+    var series = [["P(gold)", "#1f77b4", "", function (p) { return p[gold]; }, "circle"],
+                  ["P(NEI)", "#d62728", "4 3", function (p) { return p.NOT_ENOUGH_INFO; }, "square"]];
+    series.forEach(function (s, k) {
+      var pts = [];
+      rounds.forEach(function (rd, r) {
+        var p = rd.label_probs;
+        if (p && typeof p === "object") pts.push([x(r), y(+(s[3](p) || 0))]);
+      });
+      if (pts.length) g.appendChild(svg("polyline", {points: pts.map(function (q) { return q.join(","); }).join(" "),
+        fill: "none", stroke: s[1], "stroke-width": 1.6, "stroke-dasharray": s[2]}));
+      pts.forEach(function (q) {
+        g.appendChild(s[4] === "circle" ? svg("circle", {cx: q[0], cy: q[1], r: 3, fill: s[1]})
+          : svg("rect", {x: q[0] - 3, y: q[1] - 3, width: 6, height: 6, fill: "white", stroke: s[1]}));
+      });
+      var lx = L + k * 80;
+      g.appendChild(svg("line", {x1: lx, x2: lx + 16, y1: 9, y2: 9, stroke: s[1], "stroke-width": 1.6,
+                                 "stroke-dasharray": s[2]}));
+      g.appendChild(svg("text", {x: lx + 20, y: 13, "font-size": 10}, s[0]));
+      if (!pts.length && k === 0) g.appendChild(svg("text", {x: L + w / 2, y: T + h / 2, "text-anchor": "middle",
+                                                             "font-size": 10}, "no label probabilities"));
+    });
+    return g;
+  }
+  function poolList(d, rd) {
+    var inPool = {}, cited = {}, gold = {};
+    (rd.pool_ids || []).forEach(function (i) { inPool[i] = true; });
+    (rd.cited || []).forEach(function (i) { cited[i] = true; });
+    (d.gold_groups || []).forEach(function (g) { g.forEach(function (i) { gold[i] = true; }); });
+    var sentences = d.sentences || (rd.pool_ids || []).map(function (i) { return [i, null, null]; });
+    return el("ol", {cls: "pool"}, sentences.map(function (s) {
+      var sid = s[0], text = s[1] === null ? "(text not in the records file)" : s[1];
+      var removed = !inPool[sid], cls = removed ? "removed" : (cited[sid] ? "cited" : "kept");
+      var body = removed ? el("s", {text: text}) : cited[sid] ? el("mark", {text: text}) : el("span", {text: text});
+      return el("li", {"data-sid": sid, cls: cls + (gold[sid] ? " gold" : ""),
+                       title: (gold[sid] ? "gold evidence; " : "") + (removed ? "removed (cited in an earlier round)"
+                              : cited[sid] ? "cited at this round" : "in the pool")},
+                [el("span", {cls: "sid", text: (gold[sid] ? "\u2605" : "") + sid}), body,
+                 s[2] ? el("span", {cls: "doc", text: " (" + s[2] + ")"}) : null]);
+    }));
+  }
+  function roundCell(d, rounds, k, r) {
+    var rd = rounds[r];
+    if (!rd) return el("div", {cls: "round none", "data-run": k, "data-round": r, text: "no round " + r});
+    var valid = rd.valid !== undefined ? rd.valid : rd.label !== null && rd.label !== undefined;
+    var label = valid && rd.label !== null && rd.label !== undefined ? rd.label : "invalid";
+    var ok = valid && (rd.label === d.gold_label);
+    var p = rd.label_probs && typeof rd.label_probs === "object" ? rd.label_probs : null;
+    var tags = [rd.reused ? "reused" : null, rd.truncated ? "cut off" : null].filter(Boolean);
+    return el("div", {cls: "round", "data-run": k, "data-round": r}, [
+      el("h4", {}, ["round " + r + " \u00b7 ", el("span", {cls: "parsed-label l-" + label + (ok ? " ok" : ""), text: label}),
+                    tags.length ? " \u00b7 " + tags.join(", ") : ""]),
+      poolList(d, rd),
+      el("pre", {cls: "raw", title: "raw answer", text: rd.raw_output === null || rd.raw_output === undefined
+                                                        ? "" : String(rd.raw_output)}),
+      el("dl", {}, [
+        el("dt", {text: "parsed label"}), el("dd", {cls: "label-value", text: label}),
+        el("dt", {text: "cited"}), el("dd", {cls: "cited-ids", text: idsText(rd.cited)}),
+        el("dt", {text: "hallucinated"}), el("dd", {cls: "hallucinated-ids", text: idsText(rd.hallucinated)}),
+        el("dt", {text: "evidence (order)"}), el("dd", {text: idsText(rd.evidence)}),
+        p ? el("dt", {text: "P(gold) / P(NEI)"}) : null,
+        p ? el("dd", {text: (+(p[d.gold_label] || 0)).toFixed(3) + " / " + (+(p.NOT_ENOUGH_INFO || 0)).toFixed(3)}) : null,
+        rd.error ? el("dt", {text: "error"}) : null, rd.error ? el("dd", {cls: "error", text: rd.error}) : null])
+    ]);
+  }
+  function renderClaim(st) {
+    var i = IX.claims.id.indexOf(st.claim);
+    var app = document.getElementById("app");
+    if (i < 0) {
+      app.replaceChildren(el("p", {cls: "error", text: "No claim with id " + st.claim + " in this viewer."}),
+                          el("a", {href: listHash(st, {claim: null}), text: "\u2190 claims"}));
+      return done();
+    }
+    var sel = select(st), at = sel.indexOf(i);
+    var nav = el("nav", {}, [el("a", {href: listHash(st, {claim: null}), id: "back", text: "\u2190 claims"}),
+      at > 0 ? el("a", {href: listHash(st, {claim: IX.claims.id[sel[at - 1]]}), id: "prev", text: " \u2190 previous"}) : null,
+      at >= 0 && at < sel.length - 1 ? el("a", {href: listHash(st, {claim: IX.claims.id[sel[at + 1]]}), id: "next",
+                                                 text: " next \u2192"}) : null,
+      el("span", {text: at >= 0 ? "  (" + (at + 1) + " of " + sel.length + " selected)" : "  (not in the selection)"})]);
+    app.replaceChildren(nav, el("p", {text: "Loading claim\u2026"}));
+    document.body.dataset.state = "loading";
+    var k = Math.floor(i / IX.shard_size);
+    loadShard(k, function (shard) {
+      if (parseHash().claim !== st.claim) return;   // the user moved on meanwhile
+      if (!shard) {
+        app.replaceChildren(nav, el("p", {cls: "error", text: "Cannot load data/claims/" + k + ": is the viewer complete?"}));
+        return done();
+      }
+      var d = shard[i - k * IX.shard_size], R = IX.rounds;
+      var groups = (d.gold_groups || []).map(function (g) { return "{" + g.join(", ") + "}"; }).join(" or ");
+      var head = el("section", {cls: "claim-head"}, [
+        el("h2", {}, ["Claim ", el("code", {id: "claim-id", text: d.id})]),
+        el("blockquote", {id: "claim-text", text: d.claim === null ? "(claim not in the records file)" : d.claim}),
+        el("p", {}, ["gold label ", el("b", {id: "gold-label", text: d.gold_label}), " \u00b7 gold groups ",
+                     el("span", {id: "gold-groups", text: groups || "none"}),
+                     d.dataset ? " \u00b7 dataset " + d.dataset : "",
+                     IX.claims.excluded[i] ? el("span", {cls: "warn", text:
+                       " \u00b7 gold NOT_ENOUGH_INFO: not evaluated (SPEC \u00a71)"}) : null]),
+        el("p", {cls: "legend"}, [el("s", {text: "struck"}), " removed (cited in an earlier round) \u00b7 ",
+                                  el("mark", {text: "highlighted"}), " cited at this round \u00b7 \u2605 gold evidence"])]);
+      var n = IX.runs.length, grid = el("div", {cls: "grid", style: "grid-template-columns: repeat(" + n +
+                                                 ", minmax(330px, 1fr))"});
+      d.runs.forEach(function (rounds, k2) {
+        grid.appendChild(el("div", {cls: "run-head", "data-run": k2}, [el("h3", {text: IX.runs[k2].name}),
+          rounds ? chips(k2, i, st) : el("p", {cls: "note", text: "not in this run"}),
+          rounds ? chart(rounds, d.gold_label, R) : null]));
+      });
+      for (var r = 0; r <= R; r++) d.runs.forEach(function (rounds, k2) {
+        grid.appendChild(rounds ? roundCell(d, rounds, k2, r) : el("div", {cls: "round none"}));
+      });
+      app.replaceChildren(nav, head, grid);
+      document.getElementById("where").textContent = " \u203a " + d.id;
+      done();
+    });
+  }
+
+  // ---------------------------------------------------------------- routing
+  function done() {
+    document.body.dataset.state = "ready";
+    document.body.dataset.route = location.hash;
+  }
+  function route() {
+    var st = parseHash();
+    document.body.dataset.state = "rendering";
+    if (st.claim !== null) renderClaim(st);
+    else { renderList(st); done(); }
+  }
+  window.FAE_VIEW = {
+    timing: timing,
+    index: function (ix) {
+      timing.indexLoaded = performance.now();
+      IX = ix;
+      document.title = ix.title;
+      window.addEventListener("hashchange", route);
+      route();
+      timing.firstRender = performance.now();
+    },
+    shard: function (k, data) {
+      shards[k] = data;
+      var cbs = waiting[k] || []; delete waiting[k];
+      cbs.forEach(function (cb) { cb(data); });
+    },
+    select: function (hash) {   // for tests: the claim ids a list hash selects
+      var saved = location.hash; history.replaceState(null, "", hash);
+      var st = parseHash(); history.replaceState(null, "", saved || "#");
+      return select(st).map(function (i) { return IX.claims.id[i]; });
+    }
+  };
+})();

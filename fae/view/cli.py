@@ -1,0 +1,44 @@
+"""`fae view RUN [RUN ...] --output DIR`: a static per-claim ablation explorer (docs/view.md).
+
+Opens from the file system in any browser: no server, no network. A run
+table (the report's metrics, each number a link to the claims behind it),
+a claim list with filters (kept the gold label at round r, flipped,
+invalid, cut off, hallucinated ids, NEI-gold excluded, dataset, gold label,
+text) sorted by P(gold) drop, and a claim page with the pool of every round
+(removed lines struck through, cited lines highlighted), the raw and parsed
+answers and P(gold)/P(NEI) per round, several runs side by side by claim id.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from data_prep.core.errors import UserError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="fae run output directories (claims aligned by id)")
+    p.add_argument("--output", required=True, metavar="DIR", help="where index.html and its data go")
+    p.add_argument("--names", nargs="+", help="run names (default: the run directory names)")
+    p.add_argument("--records", metavar="FILE",
+                   help="the records file the runs read (default: the one in each run's config.json; "
+                        "its sha256 must match)")
+    p.add_argument("--title", default="FAE claims", help="page title")
+    p.add_argument("--shard-size", type=int, default=None, metavar="N",
+                   help="claims per detail file loaded when a claim opens (default 100)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fae.view.data import DEFAULT_SHARD_SIZE, build_view, load_view_runs
+    from fae.view.site import write_site
+
+    if args.names and len(args.names) != len(args.runs):
+        raise UserError(f"--names has {len(args.names)} names for {len(args.runs)} runs")
+    shard_size = args.shard_size or DEFAULT_SHARD_SIZE
+    if shard_size < 1:
+        raise UserError(f"--shard-size {args.shard_size}: must be at least 1")
+    runs = load_view_runs(args.runs, args.names, args.records)
+    index, shards = build_view(runs, shard_size=shard_size, title=args.title)
+    page = write_site(index, shards, args.output)
+    print(f"fae view: wrote {page} ({index['n_claims']} claims, {len(runs)} runs); open it in a browser")
+    return 0

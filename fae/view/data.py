@@ -1,0 +1,190 @@
+"""What the viewer shows, computed once in Python: a compact index and per-claim detail shards.
+
+The index holds one short summary per claim (id, text, gold label, dataset,
+and per run the label of every round plus per-round bit masks: correct,
+invalid, cut off, hallucinated ids, reused; flipped; strict; P(gold) per
+round) — enough to filter, sort and count tens of thousands of claims in the
+browser without touching the details. Everything else (pool sentences, raw
+answers, cited ids, probabilities) goes to shards of ``shard_size`` claims
+that the page loads only when a claim is opened.
+
+Correctness, flips and strictness come from :mod:`fae.ablation.metrics`
+(``same_label``, ``round_label``, ``is_flip``, ``cites_gold``), so the counts
+the viewer shows are the counts behind ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from data_prep.core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
+from fae.ablation.metrics import cites_gold, is_flip, is_nei, is_valid, round_label, same_label
+
+INDEX_VERSION = 1
+DEFAULT_SHARD_SIZE = 100
+# One character per round in the index: the answer's label, x = invalid answer.
+LABEL_CODES = {SUPPORT: "S", REFUTE: "R", NOT_ENOUGH_INFO: "N"}
+INVALID_CODE, OTHER_CODE = "x", "?"
+MASKS = ("correct", "invalid", "truncated", "hallucinated", "reused")
+
+
+def label_code(rnd: Mapping) -> str:
+    """S / R / N for the round's label, x for an invalid answer, ? for any other label string."""
+    label = round_label(rnd)
+    if label is None:
+        return INVALID_CODE
+    if is_nei(label):
+        return LABEL_CODES[NOT_ENOUGH_INFO]
+    return LABEL_CODES.get(label, OTHER_CODE)
+
+
+def round_bits(rounds: Sequence[Mapping], hit) -> int:
+    """Bit r set when round r passes ``hit``: one integer per claim instead of a list."""
+    return sum(1 << r for r, rnd in enumerate(rounds) if hit(rnd))
+
+
+def answer_summary(claim: Mapping) -> dict[str, Any]:
+    """The per-run fields of one claim in the index (see the module docstring)."""
+    rounds = claim["rounds"]
+    gold = claim.get("gold_label")
+    labels = [round_label(rnd) for rnd in rounds]
+    probs = [rnd.get("label_probs") if isinstance(rnd.get("label_probs"), Mapping) else None for rnd in rounds]
+    r0 = rounds[0] if rounds else {}
+    return {
+        "labels": "".join(label_code(rnd) for rnd in rounds),
+        "correct": round_bits(rounds, lambda rnd: same_label(round_label(rnd), gold)),
+        "invalid": round_bits(rounds, lambda rnd: not is_valid(rnd)),
+        "truncated": round_bits(rounds, lambda rnd: rnd.get("truncated") is True),
+        "hallucinated": round_bits(rounds, lambda rnd: bool(rnd.get("hallucinated"))),
+        "reused": round_bits(rounds, lambda rnd: bool(rnd.get("reused"))),
+        "flipped": int(any(is_flip(a, b) for a, b in zip(labels, labels[1:]))),
+        "strict": int(bool(rounds) and same_label(labels[0], gold)
+                      and cites_gold(r0.get("cited") or [], claim.get("gold_groups") or [])),
+        "p_gold": None if not any(probs) else
+        [None if p is None else round(float(p.get(gold, 0.0)), 4) for p in probs],
+    }
+
+
+@dataclass
+class ViewRun:
+    """One run as the viewer needs it: name, where it came from, metrics and claims by id."""
+
+    name: str
+    dir: str
+    config: dict
+    metrics: dict
+    claims: list[dict]
+    records: dict[str, Any] = field(default_factory=dict)  # claim id -> ClaimRecord (its records file)
+
+
+def aligned_ids(runs: Sequence[ViewRun]) -> tuple[list[str], set[str]]:
+    """Every claim id once: the first run's order, then ids only later runs have, then the
+    NEI-gold records of the records files (left out of every run, SPEC §1). Also which ids are
+    NEI-gold (excluded from the metrics)."""
+    order: dict[str, None] = {}
+    excluded: set[str] = set()
+    for run in runs:
+        for c in run.claims:
+            order.setdefault(str(c["id"]), None)
+            if is_nei(c.get("gold_label")):
+                excluded.add(str(c["id"]))
+    for run in runs:
+        for rid, rec in run.records.items():
+            if is_nei(rec.label):
+                order.setdefault(rid, None)
+                excluded.add(rid)
+    return list(order), excluded
+
+
+def _record_of(cid: str, runs: Sequence[ViewRun]):
+    return next((run.records[cid] for run in runs if cid in run.records), None)
+
+
+def build_view(runs: Sequence[ViewRun], shard_size: int = DEFAULT_SHARD_SIZE,
+               title: str = "FAE claims") -> tuple[dict, Iterator[list[dict]]]:
+    """The index (a dict) and an iterator over the detail shards (lists of claim details, in index order)."""
+    ids, excluded = aligned_ids(runs)
+    by_id = [{str(c["id"]): c for c in run.claims} for run in runs]
+    labels: dict[str, int] = {lab: k for k, lab in enumerate((SUPPORT, REFUTE, NOT_ENOUGH_INFO))}
+    datasets: dict[str, int] = {}
+    claims: dict[str, list] = {"id": ids, "text": [], "gold": [], "dataset": [], "excluded": []}
+    answers = [{key: [] for key in ("labels", *MASKS, "flipped", "strict", "p_gold", "known")} for _ in runs]
+    for cid in ids:
+        rec = _record_of(cid, runs)
+        gold = next((c[cid].get("gold_label") for c in by_id if cid in c), None) or (rec.label if rec else "?")
+        claims["text"].append(rec.claim if rec else "")
+        claims["gold"].append(labels.setdefault(gold, len(labels)))
+        claims["dataset"].append(datasets.setdefault(rec.dataset if rec else "", len(datasets)))
+        claims["excluded"].append(int(cid in excluded))
+        for k, claim_of in enumerate(by_id):
+            claim = claim_of.get(cid)
+            summary = answer_summary(claim) if claim is not None else \
+                {"labels": "", **{m: 0 for m in MASKS}, "flipped": 0, "strict": 0, "p_gold": None}
+            for key, value in summary.items():
+                answers[k][key].append(value)
+            answers[k]["known"].append(int(claim is not None or cid in runs[k].records))
+    index = {
+        "version": INDEX_VERSION,
+        "title": title,
+        "rounds": max((int(run.metrics.get("rounds") or 0) for run in runs), default=0),
+        "shard_size": shard_size,
+        "n_claims": len(ids),
+        "labels": list(labels),
+        "datasets": list(datasets),
+        "runs": [run_entry(run) for run in runs],
+        "claims": claims,
+        "answers": answers,
+    }
+    return index, _shards(ids, runs, by_id, shard_size)
+
+
+def run_entry(run: ViewRun) -> dict:
+    """The run table's row: where the run came from and its metrics (metrics.json, hide nothing)."""
+    c = run.config
+    return {"name": run.name, "dir": run.dir, "backend": c.get("backend"), "model": c.get("model"),
+            "adapter": c.get("adapter"), "records": c.get("records"), "rounds": run.metrics.get("rounds"),
+            "metrics": run.metrics}
+
+
+def claim_detail(cid: str, runs: Sequence[ViewRun], by_id: Sequence[Mapping[str, dict]]) -> dict:
+    """Everything the claim page shows: the record (claim, pool, gold) and each run's rounds as written."""
+    rec = _record_of(cid, runs)
+    first = next((c[cid] for c in by_id if cid in c), None)
+    return {
+        "id": cid,
+        "claim": rec.claim if rec else None,
+        "dataset": rec.dataset if rec else None,
+        "gold_label": (first or {}).get("gold_label") or (rec.label if rec else None),
+        "gold_groups": (first or {}).get("gold_groups") if first else (rec.evidence if rec else []),
+        "sentences": None if rec is None else [[s.id, s.text, s.doc] for s in rec.sentences],
+        "runs": [c[cid]["rounds"] if cid in c else None for c in by_id],
+    }
+
+
+def _shards(ids: Sequence[str], runs: Sequence[ViewRun], by_id, shard_size: int) -> Iterator[list[dict]]:
+    for start in range(0, len(ids), shard_size):
+        yield [claim_detail(cid, runs, by_id) for cid in ids[start:start + shard_size]]
+
+
+def load_view_runs(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None,
+                   records: str | None = None) -> list[ViewRun]:
+    """Read each run with the one run reader (``fae report``'s :func:`load_reported`) and its records file.
+
+    The records file is the one in the run's config.json (or ``records``), checked against the
+    stored sha256: the claim text and the pool sentences come from it.
+    """
+    from data_prep.records import load_records_or_fail
+    from fae.ablation.report import load_reported
+    from fae.probes.cli import resolve_records
+
+    loaded: dict[Path, dict[str, Any]] = {}
+    out = []
+    for k, run_dir in enumerate(run_dirs):
+        rep = load_reported(run_dir, names[k] if names else None)
+        path = resolve_records(Path(run_dir), rep["config"], records).resolve()
+        if path not in loaded:
+            loaded[path] = {r.id: r for r in load_records_or_fail(path)}
+        out.append(ViewRun(rep["name"], rep["dir"], rep["config"], rep["metrics"], rep["claims"], loaded[path]))
+    return out
