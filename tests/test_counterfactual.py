@@ -17,8 +17,8 @@ from data_prep.counterfactual.entity import SpanCorpus, entity_swap, find_spans
 from data_prep.counterfactual.rewrite import rewrite_problem, topic_overlap
 from data_prep.records import save_records
 from fae.cli import main as fae
-from tests.conftest import make_record_dict
-from tests.openai_server import LocalOpenAIServer, claim_of
+from helpers import make_record_dict
+from openai_server import LocalOpenAIServer, claim_of
 
 DATASETS = {
     "check-covid": ("check-covid/covidCheck_dev_composed+extracted.json", "check-covid/corpus.json"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, free_port, make_record_dict
+from helpers import REPO, free_port, make_record_dict
 
 from data_prep.cli import main as real_data
 from data_prep.core.errors import UserError
