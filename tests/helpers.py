@@ -47,3 +47,50 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes (Linux /proc) whose environment holds ``REAL_TEST_TAG=<tag>``: every process a test
+    started with that tag, launchers and ranks alike, wherever they were re-parented."""
+    needle = f"REAL_TEST_TAG={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        if needle in env and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """The process exists and has not finished exiting (a zombie has closed its files, so released its locks)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+class CpuBurner:
+    """Keeps every core busy for at most ``seconds`` (one spinning subprocess per core), so a test sees the
+    machine loaded; stopped on exit from the ``with`` block."""
+
+    def __init__(self, seconds: float, workers: int | None = None):
+        self.seconds, self.workers, self.procs = seconds, workers or os.cpu_count() or 2, []
+
+    def __enter__(self) -> "CpuBurner":
+        import subprocess
+        import sys
+
+        spin = f"import time\nend = time.time() + {self.seconds}\nwhile time.time() < end:\n    pass\n"
+        self.procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(self.workers)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
