@@ -29,6 +29,7 @@ every prompt, which would make the comparison of answers meaningless.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -97,7 +98,9 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=int, default=50, help="claims per interleaved timing block")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--weight-scale", type=float, default=5.0)
-    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "check-covid")
+    p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("REAL_SHARED_DATA", REPO / "tests" / "data"))
+                   / "check-covid", help="Check-COVID files (default: $REAL_SHARED_DATA/check-covid, else the "
+                   "test samples, which hold too few claims for the default --claims)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared few-core machine more threads oversubscribe "
                         "and time the load, not the code; 0 = torch's default)")
