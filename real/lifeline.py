@@ -1,23 +1,26 @@
 """A launched training rank never outlives its launcher.
 
-``accelerate launch`` and ``torchrun`` start each rank in a session of its own
-(torch elastic's ``start_new_session``), so neither a signal sent to the
-launcher's process group nor the launcher's death reaches the ranks. A launcher
-killed outright (SIGKILL from a CI or test timeout, the OOM killer) used to
-leave its ranks running without a parent: one blocked in a collective or in
-the rendezvous store, asleep until the process-group timeout (``ddp_timeout``,
-30 minutes by default) while holding the output directory's lock.
+``accelerate launch`` (two or more processes) and ``torchrun`` start each rank
+in a session of its own (torch elastic's ``start_new_session``), so neither a
+signal sent to the launcher's process group (Ctrl-C, ``killpg``) nor the
+launcher's death reaches the ranks. A launcher killed outright (SIGKILL from a
+CI or test timeout, the OOM killer) used to leave its ranks running without a
+parent: one blocked in a collective or in the rendezvous store, asleep until
+the process-group timeout (``ddp_timeout``, 30 minutes by default) while
+holding the output directory's lock.
 
-:func:`die_with_launcher` ties each launched rank to its parent: on Linux the
-kernel sends SIGKILL when the parent dies (``PR_SET_PDEATHSIG``), elsewhere a
-watchdog thread checks the parent every second. SIGKILL, not SIGTERM: a rank
-blocked inside a C++ collective never runs a Python signal handler, nobody is
-left to read what it would print, and what it holds goes with it (the run lock
-is a ``flock`` the kernel releases). A launcher that is stopped normally
-(Ctrl-C, SIGTERM) still stops its ranks itself, gracefully, before it exits.
+:func:`die_with_launcher` ties such a rank to its launcher: on Linux the kernel
+sends it SIGTERM when the launcher dies (``PR_SET_PDEATHSIG``), elsewhere a
+watchdog thread checks the parent every second. SIGTERM is enough: in a
+multi-process run the rank keeps SIGTERM's default action (``run_guarded``), so
+it ends at once even inside a C++ collective, and the run lock, a ``flock``,
+goes with it; a one-process run stops cleanly and says what it kept. A launcher
+stopped normally (Ctrl-C, SIGTERM) still stops its ranks itself first.
 
-Only launched processes are tied: a ``real-train`` started from a shell keeps
-running when that shell exits (``nohup``), as any command does.
+A process in its launcher's own process group (accelerate's one-process
+launcher, DeepSpeed's) is not tied: every signal to that group reaches it
+directly, it waits for no peer, and Ctrl-C must leave it time to say what it
+kept. A ``real-train`` started from a shell is never tied (``nohup`` works).
 """
 
 from __future__ import annotations
@@ -38,13 +41,22 @@ def launched() -> bool:
 
 
 def die_with_launcher() -> str:
-    """Tie this process to its parent when a launcher started it; say how ('' when not launched)."""
+    """Tie this process to its launcher when signals to the launcher's process group cannot reach it.
+
+    Returns how: ``"pdeathsig"``, ``"watchdog"``, or ``""`` (not tied).
+    """
     if not launched():
         return ""
     parent = os.getppid()
-    if sys.platform.startswith("linux") and _set_parent_death_signal(signal.SIGKILL):
+    try:
+        own_group = os.getpgid(0) != os.getpgid(parent)
+    except OSError:  # the parent is already gone
+        own_group = True
+    if not own_group:
+        return ""
+    if sys.platform.startswith("linux") and _set_parent_death_signal(signal.SIGTERM):
         if os.getppid() != parent:  # it died between the two calls, before the kernel could tell us
-            os._exit(1)
+            os.kill(os.getpid(), signal.SIGTERM)
         return "pdeathsig"
     threading.Thread(target=_watch_parent, args=(parent,), name="die-with-launcher", daemon=True).start()
     return "watchdog"
@@ -63,4 +75,4 @@ def _set_parent_death_signal(sig: int) -> bool:
 def _watch_parent(parent: int, period: float = 1.0) -> None:
     while os.getppid() == parent:
         time.sleep(period)
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGTERM)
