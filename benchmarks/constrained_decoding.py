@@ -19,6 +19,7 @@ Results of one run are in benchmarks/results/constrained_decoding.txt.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -60,7 +61,8 @@ def one_pass(records, model: Path, rounds: int, constrained: bool, args) -> dict
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, default=Path("/work/shared/data/check-covid"))
+    p.add_argument("--data", type=Path, default=Path(os.environ.get("REAL_SHARED_DATA", REPO / "tests" / "data"))
+                   / "check-covid", help="Check-COVID files (default: $REAL_SHARED_DATA/check-covid, else the test samples)")
     p.add_argument("--claims", type=int, default=20)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=8)

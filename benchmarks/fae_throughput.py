@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -139,7 +140,9 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=int, default=50, help="claims per interleaved timing block")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--weight-scale", type=float, default=5.0)
-    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "check-covid")
+    p.add_argument("--data-dir", type=Path, default=Path(os.environ.get("REAL_SHARED_DATA", REPO / "tests" / "data"))
+                   / "check-covid", help="Check-COVID files (default: $REAL_SHARED_DATA/check-covid, else the "
+                   "test samples, which hold too few claims for the default --claims)")
     p.add_argument("--model", type=Path, help="a saved HF model directory instead of the tiny random model")
     p.add_argument("--adapter", type=Path, help="a LoRA adapter for --model")
     p.add_argument("--json", type=Path, help="write the measurements here")

@@ -4,7 +4,7 @@
     python benchmarks/gpu_check.py --output OUT --data DATA_DIR --dry-run  # CPU, scaled down (CI)
 
 ``DATA_DIR`` holds ``scifact/claims_train.jsonl`` and ``scifact/corpus_cited.jsonl``
-(default: ``../shared/data`` beside the repo, else ``.gpu_data`` inside it).
+(default: ``$REAL_SHARED_DATA``, else ``.gpu_data`` inside the repo, else the samples in ``tests/data``).
 Writes ``OUT/gpu_check.json``, ``OUT/gpu_check.md`` and ``OUT/logs.tar.gz``;
 models and data go to a temporary work folder (``--work``), deleted at the end.
 
@@ -702,15 +702,18 @@ def write_long_prompt_records(records_path: Path, model_dir: Path, out: Path, n:
 
 
 def default_data_dir() -> Path:
-    shared = REPO.parent / "shared" / "data"
-    return shared if shared.is_dir() else REPO / ".gpu_data"
+    """REAL_SHARED_DATA (full copies), else .gpu_data, else the samples shipped with the tests (dry run only)."""
+    if os.environ.get("REAL_SHARED_DATA"):
+        return Path(os.environ["REAL_SHARED_DATA"])
+    local = REPO / ".gpu_data"
+    return local if local.is_dir() else REPO / "tests" / "data"
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", required=True, help="folder for gpu_check.json, gpu_check.md, logs.tar.gz")
     p.add_argument("--data", help="folder with scifact/claims_train.jsonl and scifact/corpus_cited.jsonl "
-                                  "(default ../shared/data, else .gpu_data)")
+                                  "(default $REAL_SHARED_DATA, else .gpu_data, else the test samples in tests/data)")
     p.add_argument("--work", help="work folder for models and runs (default: a temporary folder, deleted)")
     p.add_argument("--dry-run", action="store_true", help="CPU, scaled down: exercises every step (CI)")
     p.add_argument("--time-limit", type=float, help="seconds for the whole check (default 470; dry run 1500)")

@@ -1,22 +1,37 @@
-"""Shared fixtures: tiny models with real chat templates, the shared real data."""
+"""Fixtures: tiny models with real chat templates, the real Check-COVID / SciFact files; the gpu lane."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from helpers import REAL_DATA
 
-REPO = Path(__file__).resolve().parents[1]
-# CI lays shared/ beside the clone; REAL_SHARED_DATA overrides.
-SHARED_DATA = Path(os.environ.get("REAL_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+def _cuda_missing() -> str | None:
+    """Why `gpu` tests cannot run here, or None when a CUDA device is usable."""
+    try:
+        import torch
+    except ImportError:
+        return "needs torch with CUDA"
+    return None if torch.cuda.is_available() else "needs a CUDA device (none found)"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip every `gpu`-marked test, with the reason, where no CUDA device is usable."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    reason = _cuda_missing() if gpu_tests else None
+    for item in gpu_tests if reason else ():
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared real data not found at {SHARED_DATA} (set REAL_SHARED_DATA)")
-    return SHARED_DATA
+    """The folder holding check-covid/ and scifact/: tests/data (small samples) or REAL_SHARED_DATA."""
+    if not REAL_DATA.is_dir():
+        pytest.fail(f"real data not found at {REAL_DATA} (REAL_SHARED_DATA names a folder with "
+                    "check-covid/ and scifact/)")
+    return REAL_DATA
 
 
 @pytest.fixture(scope="session")
@@ -56,30 +71,3 @@ def noisy_llama(tiny_llama, tmp_path_factory) -> Path:
 @pytest.fixture(params=["llama", "qwen2"])
 def tiny_model(request, tiny_llama, tiny_qwen) -> Path:
     return tiny_llama if request.param == "llama" else tiny_qwen
-
-
-def make_record_dict(**overrides) -> dict:
-    """A valid record as a dict; tests override fields to break it."""
-    rec = {
-        "id": "r1",
-        "dataset": "toy",
-        "claim": "The sky is blue.",
-        "label": "SUPPORT",
-        "sentences": [
-            {"id": 0, "text": "The sky appears blue by day.", "doc": "Sky"},
-            {"id": 1, "text": "Grass is green.", "doc": "Grass"},
-            {"id": 3, "text": "Rayleigh scattering colours the sky.", "doc": "Sky"},
-        ],
-        "evidence": [[0], [3]],
-    }
-    rec.update(overrides)
-    return rec
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1, so parallel `accelerate launch` runs never collide on 29500."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

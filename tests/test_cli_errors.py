@@ -25,7 +25,7 @@ from enhance_world import annotators_yaml, make_records, responder, write_record
 from openai_server import LocalOpenAIServer
 
 from data_prep.records import save_records
-from tests.conftest import make_record_dict
+from helpers import make_record_dict
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-CLIERR-LEAKCHECK-77aa11"

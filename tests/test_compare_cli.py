@@ -8,42 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fae_helpers import seal_run
+from fae_helpers import CLAIMS, write_run
 
 from data_prep.core.errors import UserError
 from fae.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-
-# id, gold, groups, (label, cited) per round for system A, then for system B
-CLAIMS = [
-    ("c1", "SUPPORT", [[0]], [("SUPPORT", [0]), ("SUPPORT", [1]), ("NOT_ENOUGH_INFO", [])],
-     [("SUPPORT", [0]), ("NOT_ENOUGH_INFO", []), ("NOT_ENOUGH_INFO", [])]),
-    ("c2", "REFUTE", [[2, 3]], [("REFUTE", [5]), ("REFUTE", []), ("SUPPORT", [])],
-     [("SUPPORT", [2]), ("NOT_ENOUGH_INFO", []), ("NOT_ENOUGH_INFO", [])]),
-    ("c3", "SUPPORT", [[1]], [(None, []), ("SUPPORT", [1]), ("SUPPORT", [4])],
-     [("SUPPORT", [1]), ("NOT_ENOUGH_INFO", []), ("NOT_ENOUGH_INFO", [])]),
-    ("c4", "REFUTE", [[0]], [("SUPPORT", [0]), ("REFUTE", []), ("REFUTE", [])],
-     [("REFUTE", [3]), ("REFUTE", [0]), ("NOT_ENOUGH_INFO", [])]),
-]
-
-
-def write_run(path: Path, which: int, claims=CLAIMS, sha="abc123" * 10, rounds=2) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    with (path / "claims.jsonl").open("w") as fh:
-        for cid, gold, groups, ra, rb in claims:
-            answers = ra if which == 0 else rb
-            rec = {"id": cid, "gold_label": gold, "gold_groups": groups, "rounds": [
-                {"round": r, "pool_ids": [0, 1, 2, 3, 4, 5], "raw_output": "...", "label": lab, "cited": cited,
-                 "hallucinated": [], "valid": lab is not None, "reused": False}
-                for r, (lab, cited) in enumerate(answers[: rounds + 1])
-            ]}
-            fh.write(json.dumps(rec) + "\n")
-    (path / "config.json").write_text(json.dumps({
-        "records": "eval.jsonl", "records_sha256": sha, "model": f"tiny-{'sft' if which == 0 else 'real'}",
-        "adapter": None, "rounds": rounds}))
-    return seal_run(path, metrics={"n_claims": len(claims), "rounds": rounds})
-
 
 @pytest.fixture
 def runs(tmp_path):

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import sample_or_full
 
 from data_prep.cli import main as real_data
 from data_prep.converters import CONVERTERS, ConvertInputs, ConvertStats
@@ -17,6 +18,9 @@ from data_prep.prompts import format_pool
 from data_prep.records import load_records
 
 CC_DEV = "check-covid/covidCheck_dev_composed+extracted.json"
+# SUPPORT / REFUTE / NOT_ENOUGH_INFO claims, counted from the raw files: the shipped samples or the full copies
+CC_DEV_S, CC_DEV_R, CC_DEV_NEI = sample_or_full((13, 14, 13), (69, 70, 68))
+SF_DEV_S, SF_DEV_R, SF_DEV_NEI = sample_or_full((20, 10, 10), (124, 64, 112))
 
 
 def write_jsonl(path: Path, rows) -> Path:
@@ -50,12 +54,11 @@ def test_check_covid_dev_end_to_end(shared_data, tmp_path, capsys):
     assert rc == 0
     records = load_records(out)  # validates every record
     labels = Counter(r.label for r in records)
-    # dev split: 69 SUPPORT / 70 REFUTE / 68 NOTENOUGHINFO (counted from the raw file)
-    assert labels == {"SUPPORT": 69, "REFUTE": 70}
+    assert labels == {"SUPPORT": CC_DEV_S, "REFUTE": CC_DEV_R}
     s = summary_of(out)
-    assert s["records_written"] == 139 and s["claims_read"] == 207
-    assert s["dropped"] == {"NOT_ENOUGH_INFO claim (use --keep-nei to keep)": 68}
-    assert "139 records written" in stdout and "SUPPORT 69" in stdout
+    assert s["records_written"] == CC_DEV_S + CC_DEV_R and s["claims_read"] == CC_DEV_S + CC_DEV_R + CC_DEV_NEI
+    assert s["dropped"] == {"NOT_ENOUGH_INFO claim (use --keep-nei to keep)": CC_DEV_NEI}
+    assert f"{CC_DEV_S + CC_DEV_R} records written" in stdout and f"SUPPORT {CC_DEV_S}" in stdout
 
     corpus = {o["cord_id"]: o["abstract"] for o in raw_jsonl(shared_data / "check-covid/corpus.json")}
     raw = {o["id"]: o for o in raw_jsonl(shared_data / CC_DEV)}
@@ -75,7 +78,7 @@ def test_check_covid_keep_nei(shared_data, tmp_path, capsys):
     assert rc == 0
     records = load_records(out)
     nei = [r for r in records if r.label == "NOT_ENOUGH_INFO"]
-    assert len(records) == 207 and len(nei) == 68
+    assert len(records) == CC_DEV_S + CC_DEV_R + CC_DEV_NEI and len(nei) == CC_DEV_NEI
     # the source's related-but-insufficient sentences survive beside the empty gold
     assert all(r.evidence == [] and r.extra["related_evidence"] for r in nei)
     assert summary_of(out)["dropped"] == {}
@@ -89,8 +92,8 @@ def test_scifact_dev_end_to_end(shared_data, tmp_path, capsys):
                        "--corpus", shared_data / "scifact/corpus_cited.jsonl", "--output", out)
     assert rc == 0
     records = load_records(out)
-    assert Counter(r.label for r in records) == {"SUPPORT": 124, "REFUTE": 64}
-    assert summary_of(out)["dropped"] == {"NOT_ENOUGH_INFO claim (use --keep-nei to keep)": 112}
+    assert Counter(r.label for r in records) == {"SUPPORT": SF_DEV_S, "REFUTE": SF_DEV_R}
+    assert summary_of(out)["dropped"] == {"NOT_ENOUGH_INFO claim (use --keep-nei to keep)": SF_DEV_NEI}
 
     corpus = {str(o["doc_id"]): o["abstract"] for o in raw_jsonl(shared_data / "scifact/corpus_cited.jsonl")}
     raw = {str(o["id"]): o for o in raw_jsonl(shared_data / "scifact/claims_dev.jsonl")}
@@ -425,7 +428,7 @@ def test_converters_are_usable_as_a_library(shared_data):
     stats = ConvertStats()
     inputs = ConvertInputs(claims=[shared_data / CC_DEV], corpus=shared_data / "check-covid/corpus.json")
     n = sum(1 for _ in CONVERTERS["check-covid"].convert(inputs, stats))
-    assert n == 139 and stats.claims_read == 207
+    assert n == CC_DEV_S + CC_DEV_R and stats.claims_read == CC_DEV_S + CC_DEV_R + CC_DEV_NEI
 
 
 # ---------------------------------------------------------------- hostile bytes (issue #12)

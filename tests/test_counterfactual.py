@@ -25,8 +25,8 @@ from data_prep.counterfactual.rewrite import OPPOSITE, rewrite_problem, topic_ov
 from data_prep.counterfactual.runner import request_seed
 from data_prep.records import save_records
 from fae.cli import main as fae
-from tests.conftest import make_record_dict
-from tests.openai_server import LocalOpenAIServer, claim_of
+from helpers import make_record_dict
+from openai_server import LocalOpenAIServer, claim_of
 
 DATASETS = {  # name -> (converter, claims file, corpus file) under the shared data
     "check-covid": ("check-covid", "check-covid/covidCheck_dev_composed+extracted.json", "check-covid/corpus.json"),

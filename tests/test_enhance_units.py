@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import make_record_dict
+from helpers import make_record_dict
 
 from data_prep.enhance.cache import ABSTAIN, OK, AnswerCache, CachedAnswer, request_key
 from data_prep.enhance.config import ConfigError, load_annotators

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from helpers import free_port
 from fae_helpers import write_checkcovid
 
 from data_prep.records import load_records

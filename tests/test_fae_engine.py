@@ -1,10 +1,10 @@
 """The ablation loop: pool arithmetic, reuse, invalid answers, chunking."""
 
 import json
-import re
 
 import pytest
-from conftest import make_record_dict
+from fae_helpers import Scripted, rec
+from helpers import make_record_dict
 
 from data_prep.records import ClaimRecord
 from fae.ablation.engine import (
@@ -15,40 +15,6 @@ from fae.ablation.engine import (
     reuse_round,
     run_ablation,
 )
-
-
-def rec(rid, n=4, label="SUPPORT", groups=((0,),)):
-    return ClaimRecord.from_dict(make_record_dict(
-        id=rid, label=label, sentences=[{"id": i, "text": f"sentence {i}"} for i in range(n)],
-        evidence=[list(g) for g in groups]))
-
-
-def shown_ids(messages):
-    return [int(i) for i in re.findall(r"^line(\d+):", messages[-1]["content"], re.M)]
-
-
-class Scripted:
-    """A deterministic verifier: cites the lowest line shown, NEI on an empty pool."""
-
-    def __init__(self, script=None):
-        self.calls = []
-        self.script = script or {}
-
-    def __call__(self, prompts, callback=None):
-        out = []
-        for m in prompts:
-            ids = shown_ids(m)
-            self.calls.append(ids)
-            claim = re.search(r"^Claim: (.*)$", m[-1]["content"], re.M).group(1)
-            if claim in self.script:
-                out.append(self.script[claim](ids))
-            elif ids:
-                out.append(json.dumps({"label": "SUPPORT", "evidence": [ids[0]]}))
-            else:
-                out.append(json.dumps({"label": "NOT_ENOUGH_INFO", "evidence": []}))
-        if callback:
-            callback(len(prompts))
-        return out
 
 
 def test_next_pool_removes_only_present_ids_and_keeps_order():

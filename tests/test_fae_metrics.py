@@ -4,23 +4,9 @@ import json
 import math
 
 import pytest
+from fae_helpers import NEI, claim, ideal_claims, mixed_claims, rnd
 
 from fae.ablation import metrics as M
-
-NEI = "NOT_ENOUGH_INFO"
-
-
-def rnd(r, pool, label, cited=(), halluc=(), reused=False, evidence=None):
-    valid = label is not None
-    return {"round": r, "pool_ids": list(pool), "raw_output": "", "label": label,
-            "cited": list(cited) if valid else [], "hallucinated": list(halluc) if valid else [],
-            "valid": valid, "reused": reused,
-            **({"evidence": evidence} if evidence is not None else {})}
-
-
-def claim(cid, gold, groups, rounds):
-    return {"id": cid, "gold_label": gold, "gold_groups": groups, "rounds": rounds}
-
 
 # ---------------------------------------------------------------------------
 # the official FEVER scorer, five claims (reference: fever-scorer 2.0.39)
@@ -85,17 +71,6 @@ def test_fever_score_rejects_missing_and_unknown_predictions():
 # ---------------------------------------------------------------------------
 
 
-def ideal_claims(R=4):
-    out = []
-    for k, (gold, groups, pool) in enumerate([("SUPPORT", [[1]], [0, 1, 2]), ("REFUTE", [[0, 2]], [0, 1, 2, 3]),
-                                               ("SUPPORT", [[4], [5]], [3, 4, 5])]):
-        cited = sorted({i for g in groups for i in g})
-        rest = [i for i in pool if i not in cited]
-        rounds = [rnd(0, pool, gold, cited)] + [rnd(r, rest, NEI, reused=r > 1) for r in range(1, R + 1)]
-        out.append(claim(f"i{k}", gold, groups, rounds))
-    return out
-
-
 def test_ideal_verifier_scores_one_everywhere():
     m = M.compute_metrics(ideal_claims())
     assert m["IS"] == 1.0 and m["ER"] == 1.0 and m["IO"] == 1.0
@@ -111,27 +86,6 @@ def test_ideal_verifier_scores_one_everywhere():
 # ---------------------------------------------------------------------------
 # a mixed case, R = 2
 # ---------------------------------------------------------------------------
-
-
-def mixed_claims():
-    return [
-        # E* = {0, 3}; cites 0 (gold) and 1; then 3; then abstains
-        claim("A", "SUPPORT", [[0], [3]], [
-            rnd(0, [0, 1, 2, 3], "SUPPORT", [0, 1]),
-            rnd(1, [2, 3], "SUPPORT", [3]),
-            rnd(2, [2], NEI)]),
-        # invents id 7; flips REFUTE -> SUPPORT -> REFUTE; cites an ablated id at r2
-        claim("B", "REFUTE", [[1, 2]], [
-            rnd(0, [0, 1, 2], "REFUTE", [1], [7], evidence=[7, 1]),
-            rnd(1, [0, 2], "SUPPORT", [2]),
-            rnd(2, [0], "REFUTE", [], [2])]),
-        # invalid throughout (reused)
-        claim("C", "SUPPORT", [[0]], [
-            rnd(0, [0, 1], None), rnd(1, [0, 1], None, reused=True), rnd(2, [0, 1], None, reused=True)]),
-        # right label, wrong evidence
-        claim("D", "REFUTE", [[1]], [
-            rnd(0, [0, 1], "REFUTE", [0]), rnd(1, [1], "REFUTE", [1]), rnd(2, [], NEI)]),
-    ]
 
 
 def test_mixed_case_hand_computed():

@@ -3,7 +3,7 @@
 import json
 
 from fae_helpers import seal_run
-from test_fae_metrics import NEI, claim, ideal_claims, mixed_claims, rnd
+from fae_helpers import NEI, claim, ideal_claims, mixed_claims, rnd
 
 from fae.ablation.metrics import compute_metrics
 from fae.cli import main

@@ -42,7 +42,7 @@ def test_without_vllm_the_backend_says_how_to_install_it():
 @pytest.mark.gpu
 @pytest.mark.skipif(not (HAS_VLLM and _has_cuda()), reason="needs vLLM and a CUDA GPU")
 def test_vllm_matches_hf_greedy_answers(tiny_llama, tmp_path):
-    from conftest import make_record_dict
+    from helpers import make_record_dict
 
     from data_prep.prompts import render_evidence_prompt
     from data_prep.records import ClaimRecord

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -214,8 +213,12 @@ def test_lock_of_a_file_lies_beside_it_and_disabled_locks_do_nothing(tmp_path):
 
 def test_lock_is_released_between_sequential_runs(tmp_path):
     for _ in range(3):
-        with RunLock(tmp_path / "r", "fae run"):
-            time.sleep(0.01)
+        with RunLock(tmp_path / "r", "fae run") as lock:
+            assert lock.held
+            with pytest.raises(UserError, match="in use by fae run"):
+                RunLock(tmp_path / "r", "fae run").acquire()
+        assert not lock.held
+    RunLock(tmp_path / "r", "fae run").acquire().release()  # the next run takes it
 
 
 # ---------------------------------------------------------------------------

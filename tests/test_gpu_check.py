@@ -198,7 +198,7 @@ def test_long_prompt_records_reach_the_target_and_keep_gold(tmp_path, tiny_llama
 
     from data_prep.prompts import encode_chat, render_evidence_prompt
     from data_prep.records import ClaimRecord, load_records, save_records
-    from tests.conftest import make_record_dict
+    from helpers import make_record_dict
 
     tok = AutoTokenizer.from_pretrained(tiny_llama)
     length = lambda r: len(encode_chat(tok, render_evidence_prompt(r)))  # noqa: E731

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_record_dict
+from helpers import REPO, make_record_dict
 
 pytestmark = pytest.mark.slow  # ~12 subprocesses
 

@@ -13,12 +13,10 @@ import importlib.util
 import json
 
 import pytest
-from fae_helpers import checkcovid_records, seal_run
+from fae_helpers import CLAIMS, NEI, checkcovid_records, claim, mixed_claims, rnd, seal_run, write_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai_server import LocalOpenAIServer
-from test_compare_cli import CLAIMS, write_run
-from test_fae_metrics import NEI, claim, mixed_claims, rnd
 
 from data_prep.records import ClaimRecord, load_records, save_records
 from fae.ablation import metrics as M
@@ -198,7 +196,7 @@ def test_hf_finish_reasons_on_generated_rows():
 
 
 def test_hf_generation_stops_or_is_cut_off(tiny_llama):
-    from conftest import make_record_dict
+    from helpers import make_record_dict
 
     from data_prep.prompts import encode_chat, render_evidence_prompt
     from fae.backends.hf import generate_batched, greedy_config, load_hf_model
@@ -280,7 +278,7 @@ def test_third_party_backend_returning_strings_still_works(shared_data, tmp_path
 @pytest.mark.gpu
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM and a CUDA GPU")
 def test_vllm_reports_length_like_hf(tiny_llama):
-    from conftest import make_record_dict
+    from helpers import make_record_dict
 
     from data_prep.prompts import render_evidence_prompt
     from fae.backends import get_backend

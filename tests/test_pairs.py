@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from conftest import make_record_dict
+from helpers import make_record_dict
 
 from data_prep.cli import main as real_data
 from data_prep.pairs import (
@@ -230,7 +230,7 @@ def test_full_disk_keeps_the_previous_dataset_whole(tmp_path):
     import subprocess
     import sys
 
-    from conftest import REPO
+    from helpers import REPO
     from datasets import load_from_disk
 
     recs = _write(tmp_path / "train.jsonl", [make_record_dict(id=f"r{i}") for i in range(300)])

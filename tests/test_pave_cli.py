@@ -9,8 +9,8 @@ import pytest
 
 from data_prep.records import save_records
 from fae.cli import main
-from tests.conftest import make_record_dict
-from tests.openai_server import LocalOpenAIServer, claim_of
+from helpers import make_record_dict
+from openai_server import LocalOpenAIServer, claim_of
 
 OTHER = {"SUPPORT": "REFUTE", "REFUTE": "SUPPORT"}
 N = 4

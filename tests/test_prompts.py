@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from conftest import make_record_dict
+from helpers import make_record_dict
 from transformers import AutoTokenizer
 
 from data_prep.prompts import (

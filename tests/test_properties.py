@@ -17,7 +17,7 @@ import string
 import tempfile
 from pathlib import Path
 
-from conftest import make_record_dict
+from helpers import make_record_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from conftest import make_record_dict
+from helpers import make_record_dict
 
 from data_prep.cli import main as real_data
 from data_prep.records import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_record_dict
+from helpers import make_record_dict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

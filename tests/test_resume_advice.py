@@ -32,8 +32,9 @@ def test_finished_checkpoint_advice_can_be_followed(tmp_path):
     with pytest.raises(UserError) as first:
         resume_checks.check_resume(ckpt, settings, max_steps=8, allow_changes=False)
     advice = str(first.value)
-    assert "--start_over true" in advice
-    if "--resume_with_changes" in advice and "max_steps" in advice:
-        # the advice would be: raise max_steps and pass --resume_with_changes; that must then resume
-        raised = {**settings, "max_steps": 12}
+    assert "--start_over true" in advice and "a resume cannot change max_steps" in advice
+    assert "raise max_steps" not in advice
+    # the advice it no longer gives (raise max_steps, pass --resume_with_changes) is refused by the next check
+    raised = {**settings, "max_steps": 12}
+    with pytest.raises(UserError, match="max_steps"):
         resume_checks.check_resume(ckpt, raised, max_steps=12, allow_changes=True)

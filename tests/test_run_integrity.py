@@ -376,7 +376,7 @@ def test_a_finished_claim_is_written_after_one_backend_call_not_after_its_chunk(
     # Every other claim cites one line per round: 4 calls each.
     from dataclasses import replace
 
-    from test_fae_engine import Scripted, rec
+    from fae_helpers import Scripted, rec
 
     from fae.ablation.engine import run_ablation
 

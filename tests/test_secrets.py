@@ -31,7 +31,7 @@ from openai_server import LocalOpenAIServer
 
 from data_prep.records import save_records
 from fae.cli import main as fae_main
-from tests.conftest import make_record_dict
+from helpers import make_record_dict
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-LEAKCHECK-9f8e7d6c5b4a-secret"

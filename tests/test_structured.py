@@ -248,7 +248,7 @@ def torch_tensor(rows):
 
 
 def test_compare_refuses_constrained_against_unconstrained_unless_allowed(tmp_path, capsys):
-    from test_compare_cli import write_run
+    from fae_helpers import write_run
 
     a, b = write_run(tmp_path / "sft", 0), write_run(tmp_path / "real", 1)
     config = json.loads((b / "config.json").read_text())
@@ -384,7 +384,7 @@ def test_annotator_falls_back_to_json_object(cc_records, tmp_path):
 @pytest.mark.slow
 def test_pave_samples_under_the_constraint_are_all_valid(tmp_path, tiny_llama):
     """n sampled rows per prompt each get the prompt's schema (claim-only prompts: evidence [])."""
-    from conftest import make_record_dict
+    from helpers import make_record_dict
 
     from data_prep.prompts import parse_answer
     from data_prep.records import save_records

@@ -9,15 +9,18 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, free_port, make_record_dict
+from helpers import REPO, CpuBurner, alive, free_port, make_record_dict, tagged_processes
 
 from data_prep.cli import main as real_data
 from data_prep.core.errors import UserError
+from data_prep.core.runlock import RunLock
 from data_prep.prompts import render_chat
 from real import training as rt
 from real.train import main as real_train
@@ -275,19 +278,105 @@ def test_accelerate_cpu_trains_saves_and_reloads(work, tiny_llama, tmp_path):
     assert not any(n.endswith("lora_A.weight") for n, _ in merged.named_parameters())
 
 
+def _launch_2proc(out: Path, tiny_llama, work, tag: str, *extra) -> list[str]:
+    """`accelerate launch` of real.train on two CPU processes (gloo); every process carries ``tag``."""
+    return [ACCELERATE, "launch", "--config_file", "accelerate_configs/cpu_2proc.yaml",
+            "--main_process_port", str(free_port()), "-m", "real.train",
+            *_args("llama-real.yaml", tiny_llama, work / "pairs-real", out, *extra)]
+
+
+def _left_after(tag: str, seconds: float, pids=()) -> list[int]:
+    """Processes tagged ``tag`` or among ``pids`` still alive after up to ``seconds``."""
+    deadline = time.time() + seconds
+    while (left := sorted({*tagged_processes(tag), *filter(alive, pids)})) and time.time() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 @pytest.mark.slow
-def test_cpu_2proc_really_runs_two_processes(work, tiny_llama, tmp_path):
-    out = tmp_path / "ddp"
-    p = _run([ACCELERATE, "launch", "--config_file", "accelerate_configs/cpu_2proc.yaml",
-              "--main_process_port", str(free_port()), "-m", "real.train",
-              *_args("llama-real.yaml", tiny_llama, work / "pairs-real", out, "--max_steps", "2",
-                     "--per_device_train_batch_size", "1", "--global_batch_size", "4", "--save_strategy", "no")])
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds left-over processes through /proc")
+def test_cpu_2proc_really_runs_two_processes_on_a_busy_machine(work, tiny_llama, tmp_path):
+    """Two gloo ranks train while every core is kept busy; they finish, and no process of the run is left."""
+    out, tag = tmp_path / "ddp", uuid.uuid4().hex
+    cmd = _launch_2proc(out, tiny_llama, work, tag, "--max_steps", "2", "--per_device_train_batch_size", "1",
+                        "--global_batch_size", "4", "--save_strategy", "no")
+    with CpuBurner(seconds=600):  # bounded; stopped as soon as the run returns
+        p = subprocess.run(cmd, cwd=REPO, env={**ENV, "REAL_TEST_TAG": tag}, capture_output=True, text=True,
+                           timeout=600)
+    assert p.returncode == 0, f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
     assert "world size 2" in p.stdout
+    assert _left_after(tag, 10) == []
     results = json.loads((out / "train_results.json").read_text())
     assert results["world_size"] == 2
     assert results["global_batch_size"] == 4  # 1 per device x 2 accumulation x 2 processes
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 2 and state["train_batch_size"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds left-over processes through /proc")
+def test_ranks_die_with_a_launcher_killed_outright(work, tiny_llama, tmp_path):
+    """SIGKILL to `accelerate launch` (a CI timeout, the OOM killer) takes both ranks with it, though torch
+    elastic starts them in sessions of their own; the output directory's lock is free again at once."""
+    out, tag = tmp_path / "ddp", uuid.uuid4().hex
+    cmd = _launch_2proc(out, tiny_llama, work, tag, "--max_steps", "100000", "--per_device_train_batch_size", "1",
+                        "--global_batch_size", "2", "--save_strategy", "no")
+    log = tmp_path / "launch.log"
+    with log.open("w") as fh:
+        launcher = subprocess.Popen(cmd, cwd=REPO, env={**ENV, "REAL_TEST_TAG": tag}, stdout=fh,
+                                    stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 480  # generous: start-up alone takes minutes on a loaded 2-core machine
+        while "world size 2" not in log.read_text():  # both ranks past set-up, in the lock, training
+            assert launcher.poll() is None, log.read_text()[-3000:]
+            assert time.time() < deadline, "training did not start within the time limit"
+            time.sleep(0.2)
+        ranks = [pid for pid in tagged_processes(tag) if pid != launcher.pid]
+        assert len(ranks) >= 2
+        launcher.kill()
+        launcher.wait()
+        assert _left_after(tag, 30, ranks) == []  # exited, so their files (the lock) closed
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        launcher.wait()
+        for pid in tagged_processes(tag):  # never leave a rank behind, even when the test fails
+            os.kill(pid, signal.SIGKILL)
+    RunLock(out, "test", is_dir=True).acquire().release()  # no rank holds it any more
+
+
+@pytest.mark.slow
+def test_rank_stops_with_one_line_when_the_main_process_outlasts_ddp_timeout(tmp_path):
+    """A real two-process gloo group whose main rank is slower than the group's timeout: the waiting rank
+    stops with a line naming what it waited for, instead of blocking or dumping a gloo trace."""
+    result = tmp_path / "rank1.txt"
+    code = textwrap.dedent(f"""
+        import datetime, os, sys, time, types
+        import torch.distributed as dist
+        from data_prep.core.errors import UserError
+        from real.training.trainer import on_main_then_share
+        rank = int(sys.argv[1])
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{free_port()}", rank=rank, world_size=2,
+                                timeout=datetime.timedelta(seconds=3))
+        args = types.SimpleNamespace(process_index=rank, world_size=2, ddp_timeout=3)
+        try:
+            on_main_then_share(args, lambda: time.sleep(60) if rank == 0 else None, "the resume decision")
+        except UserError as exc:
+            open({str(result)!r}, "w").write(str(exc))
+            os._exit(0)
+        os._exit(5)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(rank)], cwd=REPO, env=ENV) for rank in (0, 1)]
+    try:
+        assert procs[1].wait(timeout=120) == 0
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    line = result.read_text()
+    assert "\n" not in line
+    assert line.startswith("rank 1 of 2: gave up waiting for the other processes to share the resume decision")
+    assert "ddp_timeout 3 s" in line and "raise --ddp_timeout" in line
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 from fae_helpers import write_checkcovid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -439,7 +439,7 @@ def test_second_writer_stops_naming_the_holder(cc, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_two_process_launch_stops_on_every_rank_when_the_lock_is_held(cc, tmp_path):
-    from conftest import free_port
+    from helpers import free_port
 
     out = tmp_path / "o"
     holder = subprocess.Popen(

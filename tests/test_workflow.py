@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers import REPO
 from enhance_world import annotators_yaml
 from openai_server import LocalOpenAIServer, overlap_annotator
 

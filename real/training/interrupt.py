@@ -10,6 +10,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from data_prep.core.cli import set_interrupt_note
+from real.lifeline import launched
 
 
 class InterruptNote(TrainerCallback):
@@ -34,8 +35,7 @@ class InterruptNote(TrainerCallback):
 
 def resume_command(argv: list[str]) -> str:
     """The command line to run again (same output_dir and settings: the checkpoint's fingerprint matches)."""
-    launched = "LOCAL_RANK" in os.environ or "ACCELERATE_MIXED_PRECISION" in os.environ
-    if launched:
+    if launched():
         return "the same `accelerate launch ... -m real.train " + shlex.join(argv) + "` command"
     prog = "real-train" if Path(sys.argv[0]).name == "real-train" else f"{Path(sys.executable).name} -m real.train"
     return f"{prog} {shlex.join(argv)}".strip()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,32 +54,47 @@ class Run:
     definition: dict | None = None
 
 
-def on_main_then_share(training_args, fn):
+def on_main_then_share(training_args, fn, what: str):
     """Run ``fn`` on the main process only and give its result (or its refusal) to every rank.
 
     The other ranks wait at the broadcast, so none races ahead of the main
     process's lock / resume decision; a refusal stops them too (quietly: the
-    main process prints the line).
+    main process prints the line). The wait is bounded by the process group's
+    timeout (``ddp_timeout``); a peer that is gone or past it ends the wait with
+    one line saying what was being shared (``what``), not a gloo/NCCL trace.
     """
     import torch.distributed as dist
 
     is_main = training_args.process_index == 0
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     outcome = [None, None]
     if is_main:
         try:
             outcome = [fn(), None]
         except UserError as exc:
             outcome = [None, (str(exc), exc.exit_code)]
-            if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            if not distributed:
                 raise
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.broadcast_object_list(outcome, src=0)
+    if distributed:
+        try:
+            dist.broadcast_object_list(outcome, src=0)
+        except RuntimeError as exc:  # DistBackendError / DistNetworkError: a rank gone, or ddp_timeout passed
+            raise UserError(peer_lost_message(training_args, what, exc)) from None
     result, error = outcome
     if error is not None:
         if is_main:
             raise UserError(error[0])
         raise SystemExit(error[1])
     return result
+
+
+def peer_lost_message(training_args, what: str, exc: BaseException) -> str:
+    """The one line a rank prints when the others did not take part in sharing ``what`` in time."""
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    detail = re.sub(r"^\[[^\]]*\]\s*", "", detail).split(". ")[0]  # gloo's "[source:line] " and its advice off
+    return (f"rank {training_args.process_index} of {training_args.world_size}: gave up waiting for the other "
+            f"processes to share {what} (ddp_timeout {training_args.ddp_timeout} s): {detail}; another rank "
+            "stopped (see its error) or is stuck; if the main process is only slow, raise --ddp_timeout")
 
 
 def check_output_paths(training_args) -> None:
@@ -120,7 +136,8 @@ def plan_run(script_args, training_args, model_args) -> Plan:
         training_args.gradient_accumulation_steps = acc
     global_batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * world_size
     check_target_modules(model_args, training_args)
-    data_sha = on_main_then_share(training_args, lambda: data_fingerprint(script_args.dataset_name))
+    data_sha = on_main_then_share(training_args, lambda: data_fingerprint(script_args.dataset_name),
+                                  "the data's sha256")
     definition = fingerprint.run_definition(script_args=script_args, training_args=training_args,
                                             model_args=model_args, data_sha=data_sha, global_batch=global_batch)
     return Plan(train_ds, data_info, global_batch, data_sha, definition)
@@ -144,7 +161,8 @@ def build_trainer(script_args, training_args, model_args, *, callbacks: list | N
                        lengths.kept, lengths.pairs, lengths.dropped, training_args.max_length)
 
     start = on_main_then_share(
-        training_args, lambda: checkpoints.choose_start(script_args, training_args, plan.definition))
+        training_args, lambda: checkpoints.choose_start(script_args, training_args, plan.definition),
+        "the resume decision")
 
     model = load_model(model_args, training_args)
     eos_ids = set_generation_eos(model, tokenizer)
@@ -172,7 +190,7 @@ def train(script_args, training_args, model_args, argv: list[str] | None = None)
 
     check_output_paths(training_args)
     lock = RunLock(training_args.output_dir, "real-train", is_dir=True)
-    on_main_then_share(training_args, lambda: lock.acquire() and None)
+    on_main_then_share(training_args, lambda: lock.acquire() and None, f"the lock on {training_args.output_dir}")
     try:
         return _train_locked(script_args, training_args, model_args, argv)
     finally:
@@ -182,7 +200,8 @@ def train(script_args, training_args, model_args, argv: list[str] | None = None)
 def _finished_results(script_args, training_args, plan: Plan) -> dict | None:
     """The saved metrics when output_dir already holds this run's final model (nothing to train), else None."""
     done = on_main_then_share(training_args,
-                              lambda: checkpoints.finished_start(script_args, training_args, plan.definition))
+                              lambda: checkpoints.finished_start(script_args, training_args, plan.definition),
+                              "whether output_dir already holds this finished run")
     if done is None:
         return None
     out = Path(training_args.output_dir)

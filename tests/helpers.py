@@ -1,0 +1,96 @@
+"""Helpers every test module may import (plain ``pytest`` and ``python -m pytest`` alike).
+
+Test modules import helpers from here and from the other non-test modules in tests/, never from
+conftest.py or from each other, so each file collects on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Real Check-COVID and SciFact files: the small samples shipped in tests/data/ (tests/data/*/SOURCE.md),
+# or full copies in the same layout named by REAL_SHARED_DATA.
+SAMPLE_DATA = REPO / "tests" / "data"
+FULL_DATA = Path(os.environ["REAL_SHARED_DATA"]) if os.environ.get("REAL_SHARED_DATA") else None
+REAL_DATA = FULL_DATA or SAMPLE_DATA
+
+
+def sample_or_full(sample, full):
+    """The value a test expects of the shipped samples, or of the full copies when REAL_SHARED_DATA is set."""
+    return full if FULL_DATA else sample
+
+
+def make_record_dict(**overrides) -> dict:
+    """A valid record as a dict; tests override fields to break it."""
+    rec = {
+        "id": "r1",
+        "dataset": "toy",
+        "claim": "The sky is blue.",
+        "label": "SUPPORT",
+        "sentences": [
+            {"id": 0, "text": "The sky appears blue by day.", "doc": "Sky"},
+            {"id": 1, "text": "Grass is green.", "doc": "Grass"},
+            {"id": 3, "text": "Rayleigh scattering colours the sky.", "doc": "Sky"},
+        ],
+        "evidence": [[0], [3]],
+    }
+    rec.update(overrides)
+    return rec
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1, so parallel `accelerate launch` runs never collide on 29500."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tagged_processes(tag: str) -> list[int]:
+    """Live processes (Linux /proc) whose environment holds ``REAL_TEST_TAG=<tag>``: every process a test
+    started with that tag, launchers and ranks alike, wherever they were re-parented."""
+    needle = f"REAL_TEST_TAG={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours
+            continue
+        if needle in env and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """The process exists and has not finished exiting (a zombie has closed its files, so released its locks)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+class CpuBurner:
+    """Keeps every core busy for at most ``seconds`` (one spinning subprocess per core), so a test sees the
+    machine loaded; stopped on exit from the ``with`` block."""
+
+    def __init__(self, seconds: float, workers: int | None = None):
+        self.seconds, self.workers, self.procs = seconds, workers or os.cpu_count() or 2, []
+
+    def __enter__(self) -> "CpuBurner":
+        import subprocess
+        import sys
+
+        spin = f"import time\nend = time.time() + {self.seconds}\nwhile time.time() < end:\n    pass\n"
+        self.procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(self.workers)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
