@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_record_dict
+from helpers import REPO, make_record_dict
 
 from data_prep.cli import main as real_data
 from fae.ablation.checkpoints import COLUMNS, checkpoint_row

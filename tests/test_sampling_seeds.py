@@ -13,8 +13,8 @@ from data_prep.enhance.config import AnnotatorConfig
 from data_prep.enhance.prompt import render_annotator_prompt
 from data_prep.records import ClaimRecord
 from real.demo.annotators import AnnotatorServer
-from tests.enhance_world import make_records
-from tests.openai_server import LocalOpenAIServer
+from enhance_world import make_records
+from openai_server import LocalOpenAIServer
 
 
 def _ask(base_url: str, seed: int | None, temperature: float, malformed_retries: int = 2):
