@@ -43,6 +43,7 @@ from typing import Any, Callable
 from data_prep.core.hashing import derived_seed
 from data_prep.core.labels import LABELS
 from data_prep.prompts import encode_chat
+from fae.backends.constrained import max_answer_tokens
 from fae.backends.label_probs import ANSWER_PREFIX
 
 _LABEL_PREFIX = re.compile(r'"label"\s*:\s*"')
@@ -108,16 +109,20 @@ class HFSampler:
             prompt_ids = encode_chat(self.tok, messages)
             x = torch.tensor([prompt_ids], dtype=torch.long)
             extra = {}
+            max_new = self.max_new_tokens
             if self.constraint is not None:
                 from data_prep.schemas import schema_for_prompt
 
-                extra["logits_processor"] = self.constraint.processors([schema_for_prompt(messages)] * n)
+                schemas = [schema_for_prompt(messages)] * n
+                extra["logits_processor"] = self.constraint.processors(schemas)
+                # a cut-off constrained answer is invalid: let the longest admissible one finish
+                max_new = max(max_new, max_answer_tokens(schemas))
             torch.manual_seed(derived_seed(*key))  # CPU and every CUDA device: this prompt's own stream
             with torch.inference_mode():
                 gen = self.lm.generate(**extra,
                     input_ids=x.to(self.lm.device), attention_mask=torch.ones_like(x).to(self.lm.device),
                     do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
-                    num_return_sequences=n, max_new_tokens=self.max_new_tokens,
+                    num_return_sequences=n, max_new_tokens=max_new,
                     eos_token_id=self.eos, pad_token_id=self.tok.pad_token_id,
                 )
             texts = self.tok.batch_decode(gen[:, x.shape[1]:], skip_special_tokens=True)
