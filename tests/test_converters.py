@@ -19,8 +19,8 @@ from data_prep.records import load_records
 
 CC_DEV = "check-covid/covidCheck_dev_composed+extracted.json"
 # SUPPORT / REFUTE / NOT_ENOUGH_INFO claims, counted from the raw files: the shipped samples or the full copies
-CC_DEV_S, CC_DEV_R, CC_DEV_NEI = sample_or_full((13, 14, 13), (69, 70, 68))
-SF_DEV_S, SF_DEV_R, SF_DEV_NEI = sample_or_full((20, 10, 10), (124, 64, 112))
+CC_DEV_S, CC_DEV_R, CC_DEV_NEI = sample_or_full((15, 14, 13), (69, 70, 68))
+SF_DEV_S, SF_DEV_R, SF_DEV_NEI = sample_or_full((22, 10, 10), (124, 64, 112))
 
 
 def write_jsonl(path: Path, rows) -> Path:

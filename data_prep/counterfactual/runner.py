@@ -352,8 +352,8 @@ class SeededClient(AnnotatorClient):
     same attempt's seed, a malformed answer's re-ask moves to the next.
     """
 
-    def request_options(self, pool_ids) -> dict:
-        kwargs = super().request_options(pool_ids)
+    def request_options(self, pool_ids, reask: int = 0) -> dict:
+        kwargs = super().request_options(pool_ids, reask)
         state = _ATTEMPT.get()
         if state is not None:
             seed_of, attempt = state

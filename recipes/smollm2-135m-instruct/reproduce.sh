@@ -28,7 +28,9 @@ MODEL_ID=smollm2-135m-instruct
 : "${FAE_ARGS:=--limit 40}"
 : "${PROBE_ARGS:=--bootstrap 2000}"
 : "${PAVE_SETS:=check-covid-test}"
-: "${PAVE_ARGS:=--limit 24 --samples 5 --batch-size 16 --max-new-tokens 40}"
+# PAVE on 16 claims, N = K = 5 at temperature 0.3 so the JSD rule reuses the state samples (the paper:
+# N = 10 at 0.3, K = 5 at 1.0; docs/compare.md): one sampled prompt costs seconds on a CPU
+: "${PAVE_ARGS:=--limit 16 --samples 5 --jsd-samples 5 --jsd-temperature 0.3 --max-new-tokens 40}"
 : "${NEURONS_LIMIT:=0}"
 # a record's positive and negative pair side by side in one batch (no_enhancement.yaml samples sequentially)
 : "${PAIRS_ARGS:=--keep-pairs-together}"
