@@ -36,7 +36,7 @@ TRAIN_ARGS = ("--max_steps 1 --per_device_train_batch_size 2 --global_batch_size
               "--save_strategy no --logging_steps 1")
 WRAPPERS = {"llama-3.1-8b-instruct": "meta-llama/Llama-3.1-8B-Instruct",
             "qwen-2.5-7b-instruct": "Qwen/Qwen2.5-7B-Instruct"}
-TRAINING_FOLDERS = ("llama-3.1-8b-instruct", "qwen-2.5-7b-instruct", "tiny")
+TRAINING_FOLDERS = ("llama-3.1-8b-instruct", "qwen-2.5-7b-instruct", "tiny", "smollm2-135m-instruct")
 VARIANTS = ("sft", "no_ablation", "no_enhancement", "real")
 
 
@@ -260,7 +260,9 @@ def test_training_recipes_follow_the_path_scheme():
             header = "".join(line for line in recipe.read_text().splitlines(keepends=True)
                              if line.startswith("#"))
             assert f"--output data/pairs/{name}/{raw['variant']}" in header, recipe
-            assert "--records data/fever-train.enhanced.jsonl" in header, recipe
+            records = ("data/check-covid-train.jsonl" if folder.startswith("smollm2")
+                       else "data/fever-train.enhanced.jsonl")
+            assert f"--records {records}" in header, recipe
     for folder in TRAINING_FOLDERS[:2]:
         assert {p.stem for p in (REPO / "recipes" / folder).glob("*.yaml")} == set(VARIANTS)
 
@@ -272,3 +274,36 @@ def test_docs_name_only_files_that_exist():
     for doc in docs:
         for path in re.findall(r"\b((?:recipes|accelerate_configs)/[\w.+/-]+\.(?:ya?ml|sh))", doc.read_text()):
             assert (REPO / path).is_file(), f"{doc.relative_to(REPO)} names {path}, which does not exist"
+
+
+def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp_path):
+    """The CPU wrapper: model import first, single splits, no enhancement, PAVE and checkpoint FAE, a summary."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"MODEL", "VARIANTS", "TEST_SETS", "DATA_DIR", "OUTPUTS_DIR", "RUNS_DIR", "ENHANCE"}}
+    p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path, env, timeout=60)
+    assert not list(tmp_path.iterdir()), "--dry-run wrote files"
+    cmds = [shlex.split(line[2:]) for line in p.stdout.splitlines() if line.startswith("+ ")]
+    model = "models/smollm2-135m-instruct"
+    assert cmds[0][0] == "import_packaged_gguf" and cmds[0][-1] == model
+    produced = [model]
+    for cmd in cmds[1:]:
+        ins = [v for f in ("--records", "--dataset_name", "--adapter", "--run", "--fae-run", "--training-output",
+                           "--tokenizer", "--model", "--model_name_or_path") if (v := _flag(cmd, f)) is not None]
+        for path in ins:
+            assert any(path == q or path.startswith(q + "/") for q in produced), \
+                f"{path!r} is read by `{shlex.join(cmd)}` before any step produced it"
+        produced.append(_flag(cmd, "--output") or _flag(cmd, "--output_dir"))
+    assert not any(c[:2] == ["real-data", "enhance"] for c in cmds)  # ENHANCE=0: no annotator LLM needed
+    pairs = [c for c in cmds if c[:2] == ["real-data", "pairs"]]
+    assert [_flag(c, "--records") for c in pairs] == ["data/check-covid-train.jsonl"] * 2
+    assert all("--keep-pairs-together" in c for c in pairs)
+    trained = [_flag(c, "--output_dir") for c in cmds if c[0] == "accelerate"]
+    assert trained == ["outputs/smollm2-135m-instruct/sft", "outputs/smollm2-135m-instruct/no_enhancement"]
+    runs = {_flag(c, "--output"): c for c in cmds if c[:2] == ["fae", "run"]}
+    assert set(runs) == {f"runs/smollm2-135m-instruct/{s}/{d}" for s in ("base", "sft", "no_enhancement")
+                         for d in ("check-covid-test", "scifact-dev")}
+    assert all(("--constrained-decoding" in c) == ("/base/" in out) for out, c in runs.items())
+    paves = [c for c in cmds if c[:2] == ["fae", "pave"]]
+    assert len(paves) == 3 and all(_flag(c, "--fae-run").startswith("runs/") for c in paves)
+    assert [c for c in cmds if c[:2] == ["fae", "checkpoints"]]
+    assert "# 6. one summary" in p.stdout
