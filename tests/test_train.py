@@ -31,7 +31,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 NON_TRAINING = {"annotators", "eval"}
 RECIPES = sorted(p for p in (REPO / "recipes").rglob("*.yaml")
                  if p.relative_to(REPO / "recipes").parts[0] not in NON_TRAINING)
-CPU_RECIPE_DIRS = {"tiny", "demo"}
+CPU_RECIPE_DIRS = {"tiny", "demo", "smollm2-135m-instruct"}
 GPU_RECIPES = [p for p in RECIPES if p.parent.name not in CPU_RECIPE_DIRS]
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 REAL_TRAIN = str(Path(sys.executable).with_name("real-train"))
@@ -85,10 +85,23 @@ def _run(cmd, timeout=300) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(REPO / "recipes")))
 def test_every_recipe_parses_with_installed_trl(recipe):
     raw = yaml.safe_load(recipe.read_text())
-    script, training, model = rt.parse_args(["--config", str(recipe)])
+    from real.training.args import native_bf16_cpu_flags
+
+    # cpu_bf16 recipes are refused on a CPU without native bf16 (the recipe says: pass --cpu_bf16 false)
+    off = ["--cpu_bf16", "false"] if raw.get("cpu_bf16") and not native_bf16_cpu_flags() else []
+    script, training, model = rt.parse_args(["--config", str(recipe), *off])
     assert script.variant in rt.VARIANT_NAMES and script.variant in str(raw["dataset_name"]).split("/")[-1]
     # paper hyper-parameters (SPEC §4)
     assert model.use_peft and (model.lora_r, model.lora_alpha, model.lora_dropout) == (16, 32, 0.05)
+    if recipe.parent.name == "smollm2-135m-instruct":
+        # the CPU budget's choices, each stated in the recipe (recipes/smollm2-135m-instruct/README.md):
+        # every projection of the top 10 of 30 layers, bf16 autocast, 60 steps at a higher learning rate
+        target = re.compile(model.lora_target_modules)
+        assert target.fullmatch("model.layers.20.mlp.down_proj") and target.fullmatch("model.layers.29.self_attn.q_proj")
+        assert not target.fullmatch("model.layers.19.self_attn.q_proj")
+        assert raw["cpu_bf16"] is True
+        assert training.max_steps == 60 and training.learning_rate == 8e-4 and training.seed == raw["seed"]
+        return
     assert sorted(model.lora_target_modules) == ["k_proj", "o_proj", "q_proj", "v_proj"]
     assert str(training.optim.value).startswith("adamw") and training.seed == raw["seed"]
     if recipe.parent.name == "demo":
