@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,6 +275,20 @@ def _append(report: Path, lines: list[str]) -> None:
         fh.write("\n".join(lines) + "\n")
 
 
+def counterfactual_check_line(test_path: Path, n_claims: int) -> str:
+    """How many of the PAVE claims carry a counterfactual of each kind, and by which label check it passed."""
+    checks: dict[str, Counter] = {}
+    for rec in load_records(test_path)[:n_claims]:
+        for kind, lines in rec.extra.get("counterfactual_sentences", {}).items():
+            checks.setdefault(kind, Counter())[",".join(sorted({str(x.get("check")) for x in lines}))] += 1
+    per_kind = "; ".join(f"{kind}: " + ", ".join(f"{n} of {n_claims} passed by {how}" for how, n in sorted(c.items()))
+                         for kind, c in sorted(checks.items()))
+    return ("Counterfactuals carry the verdict opposite to the claim's gold label (PAVE's label consistency; "
+            f"for a REFUTE claim the line states the claim's own value): {per_kind}. `rule`: provable in this "
+            "world, where every (entity, attribute) has one value; `real-data counterfactual` checks real data "
+            "with an LLM judge (docs/counterfactual.md).")
+
+
 def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed: int, t0: float) -> dict:
     """`fae pave` for sft and real on a few test claims, each beside its own FAE run; PAVE tables in report.md.
 
@@ -330,7 +345,7 @@ def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed
              f"{any_res['jsd_temperature']} (the paper: 10 and 5); claims whose claim-only majority is "
              "NOT_ENOUGH_INFO or invalid are filtered out first (the paper's refusal filtering). Margin is the "
              "paper's: Known-state margin (PR_KK + CR_KU − 1) plus Unknown-state margin (PR_UK + CR_UU − 1). "
-             "Details in pave/<variant>/pave.md.", "",
+             "Details in pave/<variant>/pave.md.", "", counterfactual_check_line(test_path, size.pave_claims), "",
              "| Variant | Counterfactual | Claims analysed | KK / KU / UK / UU | CR | PR | Margin | JSD rule | IE | CE "
              "| OA |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
