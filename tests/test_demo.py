@@ -375,3 +375,36 @@ def test_a_stopped_demo_stops_its_stage_and_the_stage_children(tmp_path):
     while _alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(grandchild)
+
+
+def test_a_failed_stage_stops_the_stages_running_beside_it(tmp_path):
+    """Trainings run side by side: one failing must stop the other (and its grandchild) and name the failure."""
+    import sys
+    import time
+
+    from data_prep.core.errors import UserError
+    from real.demo.pipeline import run_stages
+
+    pid_file = tmp_path / "grandchild.pid"
+    failing = [sys.executable, "-c", "import sys, time; time.sleep(5); print('out of memory'); sys.exit(3)"]
+    slow = [sys.executable, "-c", _STAGE_WITH_GRANDCHILD, str(pid_file)]
+    queued = tmp_path / "never.log"
+    started = time.monotonic()
+    with pytest.raises(UserError) as err:
+        run_stages([(slow, tmp_path / "slow.log", None), (failing, tmp_path / "failing.log", None),
+                    ([sys.executable, "-c", "pass"], queued, None)], lanes=2)
+    assert time.monotonic() - started < 60  # not the 120 s the slow stage would take
+    assert "exit 3" in str(err.value) and "out of memory" in str(err.value) and "failing.log" in str(err.value)
+    assert not queued.exists()  # the third stage never started
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 15
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild)
+
+
+def test_training_lanes_split_the_cores_between_two_trainings():
+    from real.demo.pipeline import training_lanes
+
+    assert training_lanes(1) == (1, 1) and training_lanes(None) == (1, 1)
+    assert training_lanes(2) == (2, 1) and training_lanes(3) == (2, 1) and training_lanes(16) == (2, 8)

@@ -104,24 +104,54 @@ def _repo_file(rel: str) -> Path:
 
 
 def run_stage(cmd: list[str], log_path: Path, env: dict | None = None) -> None:
-    """Run one stage as a subprocess; its full output goes to a log file.
+    """Run one stage as a subprocess; its full output goes to a log file (see :func:`run_stages`)."""
+    run_stages([(cmd, log_path, None)], env)
 
-    The stage runs in its own process group, and if the demo stops (Ctrl-C,
-    SIGTERM, an error) the whole group is stopped with it: ``accelerate launch``
-    starts ``real.train`` as a grandchild, which would otherwise go on training
-    into a directory the next demo run deletes.
+
+def run_stages(stages: list[tuple[list[str], Path, str | None]], env: dict | None = None, lanes: int = 1,
+               t0: float | None = None) -> None:
+    """Run stages as subprocesses, at most ``lanes`` at once, in order; each one's output goes to its log file.
+
+    Each stage runs in its own process group, and if the demo stops (Ctrl-C,
+    SIGTERM, an error, a failed stage) every running group is stopped with it:
+    ``accelerate launch`` starts ``real.train`` as a grandchild, which would
+    otherwise go on training into a directory the next demo run deletes. A
+    stage's ``message`` is printed as a stage line when it starts.
     """
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_DIR,
-                                start_new_session=True)
-        try:
-            returncode = proc.wait()
-        except BaseException:
+    waiting, running = list(stages), []
+    try:
+        while waiting or running:
+            while waiting and len(running) < lanes:
+                cmd, log_path, message = waiting.pop(0)
+                if message:
+                    _stage(message, t0 if t0 is not None else time.time())
+                with log_path.open("w") as log:
+                    running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_DIR,
+                                                     start_new_session=True), cmd, log_path))
+            for item in list(running):
+                proc, cmd, log_path = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                if proc.returncode != 0:
+                    tail = "".join(log_path.read_text().splitlines(True)[-25:])
+                    raise UserError(f"stage failed ({' '.join(cmd[:6])} ...), exit {proc.returncode}; "
+                                    f"log {log_path}:\n{tail}")
+            if running:
+                time.sleep(0.2)
+    except BaseException:
+        for proc, _, _ in running:
             _stop_group(proc)
-            raise
-    if returncode != 0:
-        tail = "".join(log_path.read_text().splitlines(True)[-25:])
-        raise UserError(f"stage failed ({' '.join(cmd[:6])} ...), exit {returncode}; log {log_path}:\n{tail}")
+        raise
+
+
+def training_lanes(cpus: int | None) -> tuple[int, int]:
+    """(trainings at once, threads each). The demo model is tiny: a second thread barely speeds a step up,
+    so two one-thread trainings side by side on two cores finish well before two two-thread ones in a
+    row, and give the same adapters bit for bit (measured: docs/demo.md)."""
+    cpus = cpus or 1
+    lanes = 2 if cpus >= 2 else 1
+    return lanes, max(1, cpus // lanes)
 
 
 def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
@@ -418,6 +448,8 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
+    lanes, threads = training_lanes(os.cpu_count())
+    trainings = []
     for variant in VARIANTS:
         pairs = out / "data" / f"pairs-{variant}"
         _stage(f"{variant}: real-data pairs", t0)
@@ -425,14 +457,15 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
                 contextlib.redirect_stderr(fh):
             _cli(real_data, ["pairs", "--records", str(enhanced_path), "--variant", variant, "--output", str(pairs),
                              "--tokenizer", str(base), "--max-length", "512", "--seed", str(seed)])
-        model_dir = out / "models" / variant
-        _stage(f"{variant}: LoRA training (accelerate launch -m real.train, {recipes[variant].name})", t0)
-        cmd = [accelerate, "launch", "--config_file", str(accelerate_cfg), "-m", "real.train",
-               "--config", str(recipes[variant]), "--model_name_or_path", str(base),
-               "--dataset_name", str(pairs), "--output_dir", str(model_dir), "--seed", str(seed)]
+        cmd = [accelerate, "launch", "--config_file", str(accelerate_cfg), "--num_cpu_threads_per_process",
+               str(threads), "-m", "real.train", "--config", str(recipes[variant]), "--model_name_or_path", str(base),
+               "--dataset_name", str(pairs), "--output_dir", str(out / "models" / variant), "--seed", str(seed)]
         if size.max_steps:
             cmd += ["--max_steps", str(size.max_steps)]
-        run_stage(cmd, logs / f"train-{variant}.log", env)
+        trainings.append((cmd, logs / f"train-{variant}.log",
+                          f"{variant}: LoRA training (accelerate launch -m real.train, {recipes[variant].name}; "
+                          f"{lanes} at once, {threads} thread{'s' * (threads > 1)} each)"))
+    run_stages(trainings, env, lanes=lanes, t0=t0)
 
     for variant in VARIANTS:
         _stage(f"{variant}: fae run (R = 4) on the test split", t0)
