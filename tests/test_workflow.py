@@ -277,7 +277,7 @@ def test_docs_name_only_files_that_exist():
 
 
 def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp_path):
-    """The CPU wrapper: model import first, single splits, no enhancement, PAVE and checkpoint FAE, a summary."""
+    """The CPU wrapper: model import first, single splits, no enhancement, PAVE, opt-in checkpoint FAE, a summary."""
     env = {k: v for k, v in os.environ.items()
            if k not in {"MODEL", "VARIANTS", "TEST_SETS", "DATA_DIR", "OUTPUTS_DIR", "RUNS_DIR", "ENHANCE"}}
     p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path, env, timeout=60)
@@ -305,5 +305,9 @@ def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp
     assert all(("--constrained-decoding" in c) == ("/base/" in out) for out, c in runs.items())
     paves = [c for c in cmds if c[:2] == ["fae", "pave"]]
     assert len(paves) == 3 and all(_flag(c, "--fae-run").startswith("runs/") for c in paves)
-    assert [c for c in cmds if c[:2] == ["fae", "checkpoints"]]
+    assert not [c for c in cmds if c[:2] == ["fae", "checkpoints"]]  # opt-in: the 60-minute budget
     assert "# 6. one summary" in p.stdout
+    p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path,
+              {**env, "CHECKPOINT_VARIANTS": "no_enhancement"}, timeout=60)
+    checkpoints = [shlex.split(line[2:]) for line in p.stdout.splitlines() if line.startswith("+ fae checkpoints")]
+    assert len(checkpoints) == 1 and _flag(checkpoints[0], "--training-output") == "outputs/smollm2-135m-instruct/no_enhancement"

