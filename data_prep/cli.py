@@ -7,7 +7,7 @@ added without touching each other.
 
 from __future__ import annotations
 
-from data_prep.core.cli import dispatch
+from real_fae_core.cli import dispatch
 
 SUBCOMMANDS = {
     "convert": ("data_prep.converters.cli", "convert an official dataset release into claim records"),

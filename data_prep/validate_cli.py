@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 
-from data_prep.core.atomicio import atomic_write_text
-from data_prep.core.errors import UserError
-from data_prep.core.jsonl import RecordFileError
+from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import RecordFileError
 from data_prep.records import RecordError, load_records, validate_file
 
 

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     from real.lifeline import die_with_launcher
 
     die_with_launcher()  # first, before the heavy imports: a launched rank never outlives its launcher
-    from data_prep.core.cli import run_guarded
+    from real_fae_core.cli import run_guarded
     from real.training import parse_args, train
 
     def body(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""The one retry policy (data_prep.core.openai_client) against a real HTTP server on 127.0.0.1.
+"""The one retry policy (real_fae_core.openai_client) against a real HTTP server on 127.0.0.1.
 
 No mock of the openai client: every error here is what the client raised for a
 real response (429 with Retry-After, 408, 409, 400, 503, a refused connection).
@@ -16,8 +16,8 @@ import openai
 import pytest
 from openai_server import LocalOpenAIServer, overlap_annotator
 
-from data_prep.core.errors import UserError
-from data_prep.core.openai_client import (
+from real_fae_core.errors import UserError
+from real_fae_core.openai_client import (
     NO_KEY,
     CallCounts,
     RetriesExhausted,

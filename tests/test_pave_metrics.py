@@ -1,4 +1,4 @@
-"""PAVE formulas (fae/comparison/pave_metrics.py): states, CR/PR/Margin/odds, JSD, τ tuning, CE/IE/OA."""
+"""PAVE formulas (fae/pave/metrics.py): states, CR/PR/Margin/odds, JSD, τ tuning, CE/IE/OA."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fae.comparison import pave_metrics as pm
+from fae.pave import metrics as pm
 
 S, R, N = "SUPPORT", "REFUTE", "NOT_ENOUGH_INFO"
 

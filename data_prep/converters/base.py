@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from data_prep.core.errors import UserError
-from data_prep.core.jsonl import RecordFileError, iter_jsonl_lines
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import RecordFileError, iter_jsonl_lines
 from data_prep.records import ClaimRecord, RecordError
 
 # How many locations per drop reason the summary keeps (the counts are exact).

@@ -25,8 +25,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from data_prep.core.atomicio import atomic_write_text
-from data_prep.core.errors import UserError
+from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.errors import UserError
 
 from .rewrite import OPPOSITE
 

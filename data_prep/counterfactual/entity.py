@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from data_prep.core.labels import REFUTE, SUPPORT
+from real_fae_core.labels import REFUTE, SUPPORT
 
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December")
 # Kind -> pattern; earlier kinds win where spans overlap.

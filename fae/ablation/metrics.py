@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
-from data_prep.core.labels import REFUTE, SUPPORT
+from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
+from real_fae_core.labels import REFUTE, SUPPORT
 
 # The FEVER scorer's own spelling of NEI is the same label (exact strings, no case folding).
 _NEI_SPELLINGS = {NEI, "NOT ENOUGH INFO", "NEI"}
@@ -132,7 +132,7 @@ def fae_claims(items: Iterable[Any], source: str | None = None) -> tuple[list, i
         else:
             kept.append(item)
     if source is not None and n_nei and not kept:
-        from data_prep.core.errors import UserError
+        from real_fae_core.errors import UserError
 
         raise UserError(f"{source}: no SUPPORT/REFUTE record (all {n_nei} have gold label {NEI}); "
                         "FAE evaluates SUPPORT/REFUTE claims only (SPEC §1)")

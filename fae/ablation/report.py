@@ -23,7 +23,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from fae.ablation.metrics import truncation_note
 
 LOW_ACCURACY = 0.5

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
+from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
 from fae.ablation.metrics import evidence_claims, mean_or_none
 
 NO_PROBS = "no label probabilities in this run (backend gave no logprobs, or --no-label-probs)"

@@ -32,8 +32,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
-from data_prep.core.labels import REFUTE, SUPPORT
+from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
+from real_fae_core.labels import REFUTE, SUPPORT
 from fae.ablation.metrics import (
     cites_gold,
     fae_claims,

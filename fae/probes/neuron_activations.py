@@ -8,7 +8,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from data_prep.prompts import (
     encode_chat,
     render_evidence_prompt,

@@ -26,8 +26,8 @@ from typing import Iterator
 
 import numpy as np
 
-from data_prep.core.errors import UserError
-from data_prep.core.labels import NOT_ENOUGH_INFO
+from real_fae_core.errors import UserError
+from real_fae_core.labels import NOT_ENOUGH_INFO
 from data_prep.records import ClaimRecord, RecordError, iter_records
 from fae.probes.neuron_activations import accumulate
 from fae.probes.neuron_overlap import analyse
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--batch-size must be >= 1")
     if not Path(args.records).is_file():
         raise UserError(f"--records {args.records!r}: file not found")
-    from data_prep.core.runlock import RunLock
+    from real_fae_core.runlock import RunLock
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

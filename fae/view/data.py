@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from data_prep.core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
+from real_fae_core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
 from fae.ablation.metrics import cites_gold, is_flip, is_nei, is_valid, round_label, same_label
 
 INDEX_VERSION = 1

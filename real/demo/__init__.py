@@ -7,7 +7,7 @@ import shlex
 
 
 def main(argv: list[str] | None = None) -> int:
-    from data_prep.core.cli import run_guarded
+    from real_fae_core.cli import run_guarded
 
     return run_guarded("real-demo", _main, argv)
 

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.core.errors import UserError
-from data_prep.core.runlock import LOCK_NAME, RunLock
+from real_fae_core.errors import UserError
+from real_fae_core.runlock import LOCK_NAME, RunLock
 from data_prep.records import load_records, save_records
 
 from .annotators import AnnotatorServer, enhancement_quality, write_annotators_yaml
@@ -284,8 +284,8 @@ def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed
     """
     from types import SimpleNamespace
 
-    from fae.comparison.pave_analysis import analyse
-    from fae.comparison.pave_io import SAMPLES, jsd_condition, read_samples
+    from fae.pave.analysis import analyse
+    from fae.pave.io import SAMPLES, jsd_condition, read_samples
 
     kept, results = {}, {}
     for variant in PAVE_VARIANTS:

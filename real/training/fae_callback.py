@@ -16,7 +16,7 @@ import time
 
 from transformers import TrainerCallback
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 logger = logging.getLogger("real.train")
 

@@ -43,8 +43,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from data_prep.core.hashing import sha256_text
-from data_prep.core.labels import REFUTE, SUPPORT
+from real_fae_core.hashing import sha256_text
+from real_fae_core.labels import REFUTE, SUPPORT
 from fae.ablation.metrics import same_label
 
 STATES = ("KK", "KU", "UK", "UU")

@@ -29,7 +29,7 @@ ready one. Failure kinds are ``"timeout"``, ``"connection"``, ``"malformed"``
 and ``"http_<status>"``.
 
 Messages built here (:func:`describe_error`, :class:`RetriesExhausted`) go
-through :func:`data_prep.core.secrets.scrub`: servers echo the Authorization
+through :func:`real_fae_core.secrets.scrub`: servers echo the Authorization
 header in error bodies and the openai client puts those bodies in its messages.
 """
 
@@ -46,8 +46,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from data_prep.core.errors import UserError
-from data_prep.core.secrets import read_key, register_secret, scrub
+from real_fae_core.errors import UserError
+from real_fae_core.secrets import read_key, register_secret, scrub
 
 T = TypeVar("T")
 
