@@ -131,13 +131,6 @@ def soft_metrics(claims: Sequence[Mapping]) -> dict[str, Any]:
     }
 
 
-def soft_scalars(claims: Sequence[Mapping]) -> dict[str, float | None]:
-    """The scalar soft metrics ``fae compare`` bootstraps (soft IS, NEI area, P_0(gold), ECE)."""
-    m = soft_metrics(claims)
-    return {"soft_IS": m["soft_IS"], "nei_area": m["nei_area"],
-            "p_gold_0": m["p_gold"][0] if m["p_gold"] else None, "ece": m["ece"]}
-
-
 # ---------------------------------------------------------------------------
 # per-claim columns for the paired bootstrap of ``fae compare``
 # ---------------------------------------------------------------------------

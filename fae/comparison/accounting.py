@@ -166,13 +166,6 @@ def indicators_from_answers(
 # ---------------------------------------------------------------------------
 
 
-def score_cells(ind: Indicators) -> dict[str, float]:
-    """The 2x2 table ``S_ab = 100 * mean(a_a * d_b)``."""
-    a = {"0": ind.a0, "1": ind.a1}
-    d = {"0": ind.d0, "1": ind.d1}
-    return {f"S{x}{y}": 100.0 * float(np.mean(a[x] * d[y])) for x in "01" for y in "01"}
-
-
 def decompose(cells: Mapping[str, float]) -> dict[str, float]:
     """G, E0, A1, A0, E1, I from the four cells (works on arrays too, elementwise)."""
     s00, s01, s10, s11 = (cells[k] for k in CELLS)
