@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
-from fae.ablation.metrics import evidence_claims, mean_or_none
+from fae.ablation.population import evidence_claims, is_nei, mean_or_none
 
 NO_PROBS = "no label probabilities in this run (backend gave no logprobs, or --no-label-probs)"
 ECE_BINS = 10
@@ -151,8 +151,6 @@ def soft_columns(claims: Sequence[Mapping], R: int):
     so that ECE = Σ_b |column_b| / Σ h.
     """
     import numpy as np
-
-    from fae.ablation.metrics import is_nei
 
     rows = []
     for c in claims:

@@ -36,15 +36,14 @@ from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
 from real_fae_core.labels import REFUTE, SUPPORT
 from fae.ablation.metrics import (
     cites_gold,
-    fae_claims,
     gold_union,
     has_complete_group,
     is_flip,
-    is_nei,
     is_valid,
     named_ids,
     round_label,
 )
+from fae.ablation.population import fae_claims, is_nei
 
 # An answer is correct when its label equals gold (invalid answers are wrong): the one
 # definition of metrics.json, so accounting and metrics can never disagree on a claim.
@@ -79,7 +78,7 @@ DESCRIPTIONS = {
 def fae_claim_order(order: Sequence[str], claims: Mapping[str, Mapping]) -> tuple[list[str], int]:
     """The claim ids of ``order`` that FAE evaluates (gold SUPPORT/REFUTE) and how many were left out.
 
-    The same claim set as ``metrics.json`` (:func:`fae.ablation.metrics.fae_claims`):
+    The same claim set as ``metrics.json`` (:func:`fae.ablation.population.fae_claims`):
     runs made before ``fae run`` skipped NOT_ENOUGH_INFO-gold claims still hold them.
     """
     kept, n_nei = fae_claims([{"id": cid, "gold_label": claims[cid]["gold_label"]} for cid in order])
