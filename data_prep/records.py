@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from real_fae_core.atomicio import atomic_open
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import (
     RecordError,
@@ -375,8 +376,6 @@ def save_records(records: Iterable[ClaimRecord | dict], path: str | os.PathLike)
     full disk never leaves a half-written records file under the final name
     (the temporary is removed).
     """
-    from real_fae_core.atomicio import atomic_open
-
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ import logging
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_dir
+from real_fae_core.cli import run_guarded
 from real_fae_core.errors import UserError
 
 logger = logging.getLogger("real.gguf_import")
@@ -196,8 +197,6 @@ def _check_saved(path: Path, tokenizer, reference, dtype: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from real_fae_core.cli import run_guarded
-
     return run_guarded("real-import-gguf", _main, argv)
 
 

@@ -27,6 +27,7 @@ from real_fae_core.errors import (
     Terminated,
     UserError,
 )
+from real_fae_core.secrets import scrub
 
 _interrupt_notes: list[str] = []
 
@@ -43,8 +44,6 @@ def _debug_enabled() -> bool:
 
 
 def _describe_os_error(exc: OSError) -> str:
-    from real_fae_core.secrets import scrub
-
     reason = exc.strerror or type(exc).__name__
     names = [n for n in (exc.filename, getattr(exc, "filename2", None)) if n]
     where = " -> ".join(str(n) for n in names)
@@ -86,8 +85,6 @@ def _sigterm_as_interrupt():
 
 def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
     """Call ``fn(argv)`` and turn every way it can fail into one line and an exit code."""
-    from real_fae_core.secrets import scrub
-
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debug_enabled()
     if "--debug" in argv:

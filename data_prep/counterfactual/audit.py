@@ -27,6 +27,7 @@ from typing import Sequence
 
 from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.errors import UserError
+from data_prep.records import load_records_or_fail
 
 from .rewrite import OPPOSITE
 
@@ -301,8 +302,6 @@ def _run_sheets(args) -> int:
 
 
 def _read_records(path: Path) -> list[dict]:
-    from data_prep.records import load_records_or_fail
-
     return [r.to_dict() for r in load_records_or_fail(path)]
 
 

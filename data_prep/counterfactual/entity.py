@@ -23,6 +23,8 @@ from typing import Iterable
 
 from real_fae_core.labels import REFUTE, SUPPORT
 
+from .rewrite import content_words
+
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December")
 # Kind -> pattern; earlier kinds win where spans overlap.
 PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
@@ -177,8 +179,6 @@ def _words(text: str) -> list[str]:
 
 def _context(text: str, span: Span, width: int = 3) -> set[str]:
     """Content words around a span: which sentence value answers which claim value ("days", "rate")."""
-    from .rewrite import content_words
-
     before = " ".join(_words(text[:span.start])[-width:])
     after = " ".join(_words(text[span.end:])[:width])
     return content_words(f"{before} {after}")
