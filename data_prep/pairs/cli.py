@@ -14,7 +14,7 @@ from pathlib import Path
 from real_fae_core.atomicio import atomic_dir
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import iter_jsonl_lines
-from data_prep.pairs import (
+from data_prep.pairs.build import (
     VARIANTS,
     MissingEnhancedEvidence,
     build_pairs,
