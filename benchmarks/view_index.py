@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from data_prep.core.hashing import sha256_file  # noqa: E402
+from real_fae_core.hashing import sha256_file  # noqa: E402
 from fae.ablation import runio  # noqa: E402
 from fae.ablation.metrics import compute_metrics  # noqa: E402
 from fae.view.browser import Chromium  # noqa: E402

@@ -7,12 +7,12 @@ added without touching each other.
 
 from __future__ import annotations
 
-from data_prep.core.cli import dispatch
+from real_fae_core.cli import dispatch
 
 SUBCOMMANDS = {
     "convert": ("data_prep.converters.cli", "convert an official dataset release into claim records"),
-    "validate": ("data_prep.validate_cli", "check a records file and report every bad line"),
-    "pairs": ("data_prep.pairs_cli", "build REAL training pairs (SPEC §4) as a HF dataset"),
+    "validate": ("data_prep.validate.cli", "check a records file and report every bad line"),
+    "pairs": ("data_prep.pairs.cli", "build REAL training pairs (SPEC §4) as a HF dataset"),
     "enhance": ("data_prep.enhance.cli", "enlarge gold evidence by a majority vote of annotator LLMs"),
     "counterfactual": ("data_prep.counterfactual.cli", "counter-entity / counter-semantic evidence for fae pave"),
     "counterfactual-audit": ("data_prep.counterfactual.audit",

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from data_prep.core.jsonl import short_repr
+from real_fae_core.jsonl import short_repr
 from data_prep.records import LABELS, MAX_SENTENCE_ID, ClaimRecord
 
 # Version of the prompt layout and answer format, stored with every run so a

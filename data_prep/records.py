@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from data_prep.core.errors import UserError
-from data_prep.core.jsonl import (
+from real_fae_core.atomicio import atomic_open
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import (
     RecordError,
     iter_decoded,
     short_repr,
 )
-from data_prep.core.labels import LABELS, NOT_ENOUGH_INFO, REFUTE, SUPPORT  # noqa: F401 - records' public names
+from real_fae_core.labels import LABELS, NOT_ENOUGH_INFO, REFUTE, SUPPORT  # noqa: F401 - records' public names
 
 # Fields the schema knows; anything else is kept verbatim in ``ClaimRecord.extra``
 # so a load/save round trip never loses data added by other tools.
@@ -375,8 +376,6 @@ def save_records(records: Iterable[ClaimRecord | dict], path: str | os.PathLike)
     full disk never leaves a half-written records file under the final name
     (the temporary is removed).
     """
-    from data_prep.core.atomicio import atomic_open
-
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

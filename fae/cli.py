@@ -6,7 +6,7 @@ and ``run(args) -> int``; this file only dispatches.
 
 from __future__ import annotations
 
-from data_prep.core.cli import dispatch
+from real_fae_core.cli import dispatch
 
 SUBCOMMANDS = {
     "run": ("fae.ablation.cli", "run multi-round evidence ablation (SPEC §6) on a verifier"),
@@ -16,7 +16,7 @@ SUBCOMMANDS = {
     "probe-report": ("fae.probes.report", "DirK figure and table for one or more probe outputs"),
     "neurons": ("fae.probes.neurons", "MLP neuron overlap of evidence- vs knowledge-based prompts"),
     "compare": ("fae.comparison.compare", "answer/evidence score accounting between two runs (SPEC §8)"),
-    "pave": ("fae.comparison.pave", "PAVE prior-state diagnostics (SPEC §9)"),
+    "pave": ("fae.pave.cli", "PAVE prior-state diagnostics (SPEC §9)"),
     "view": ("fae.view.cli", "static per-claim ablation explorer (HTML) for one or more runs"),
 }
 

@@ -18,8 +18,9 @@ import json
 import logging
 from pathlib import Path
 
-from data_prep.core.atomicio import atomic_dir
-from data_prep.core.errors import UserError
+from real_fae_core.atomicio import atomic_dir
+from real_fae_core.cli import run_guarded
+from real_fae_core.errors import UserError
 
 logger = logging.getLogger("real.gguf_import")
 GGUF_MAGIC = b"GGUF"
@@ -196,8 +197,6 @@ def _check_saved(path: Path, tokenizer, reference, dtype: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from data_prep.core.cli import run_guarded
-
     return run_guarded("real-import-gguf", _main, argv)
 
 

@@ -14,7 +14,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 logger = logging.getLogger("real.merge")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -78,7 +78,7 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from data_prep.core.cli import run_guarded
+    from real_fae_core.cli import run_guarded
 
     return run_guarded("real-merge", _main, argv)
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 
+from real_fae_core.cli import run_guarded
+from real.lifeline import die_with_launcher
+
 
 def main(argv: list[str] | None = None) -> int:
-    from real.lifeline import die_with_launcher
-
     die_with_launcher()  # first, before the heavy imports: a launched rank never outlives its launcher
-    from data_prep.core.cli import run_guarded
-    from real.training import parse_args, train
+    from real.training import parse_args, train  # torch, transformers, trl: after the lifeline
 
     def body(argv: list[str]) -> int:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)

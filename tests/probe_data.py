@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.core.hashing import sha256_file
+from real_fae_core.hashing import sha256_file
 
 CLAIMS = [
     ("The vaccine reduces the risk of severe disease.", "SUPPORT"),

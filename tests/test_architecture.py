@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("data_prep", "fae", "real")
+PACKAGES = ("real_fae_core", "data_prep", "fae", "real")
 # Tests of training and of the demo may import the trainer; every other test and benchmark may
 # use only the demo's data and shipped model (real.demo), never the trainer.
 TRAINING_TESTS = {"test_train.py", "test_train_guards.py", "test_resume_advice.py", "test_demo.py",
@@ -32,15 +32,24 @@ def project_modules() -> set[str]:
     return {module_name(p) for p in python_files(*PACKAGES)}
 
 
-def imports(path: Path, package: list[str] | None = None) -> list[tuple[int, str, str | None]]:
-    """``(line, module, name)`` for every import in the file; relative imports resolved; name None for ``import x``."""
+def imports(path: Path, package: list[str] | None = None,
+            only: str = "all") -> list[tuple[int, str, str | None]]:
+    """``(line, module, name)`` for every import in the file; relative imports resolved; name None for ``import x``.
+
+    ``only="top"``: the imports that run when the module is imported (none inside a function);
+    ``only="function"``: the imports inside a function body (they run when it is called).
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     if package is None:
         package = module_name(path).split(".")
         if path.name != "__init__.py":
             package = package[:-1]
+    in_function = {id(inner) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for inner in ast.walk(node) if isinstance(inner, (ast.Import, ast.ImportFrom))}
     out = []
     for node in ast.walk(tree):
+        if only != "all" and (id(node) in in_function) != (only == "function"):
+            continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name, None) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -65,15 +74,116 @@ def is_private(part: str) -> bool:
     return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
 
 
+def imported_module(mod: str, name: str | None, modules: set[str]) -> str | None:
+    """The project module an import loads: ``from pkg import mod`` is ``pkg.mod``, ``from mod import f`` is ``mod``."""
+    if name and f"{mod}.{name}" in modules:
+        return f"{mod}.{name}"
+    while mod and mod not in modules:
+        mod = mod.rpartition(".")[0]
+    return mod or None
+
+
+def import_graph(only: str = "all") -> dict[str, dict[str, str]]:
+    """``{module: {imported project module: "file:line"}}`` over the packages."""
+    modules = project_modules()
+    graph: dict[str, dict[str, str]] = {}
+    for p in python_files(*PACKAGES):
+        source = module_name(p)
+        edges = graph.setdefault(source, {})
+        for line, mod, name in imports(p, only=only):
+            target = imported_module(mod, name, modules) if top(mod) in PACKAGES else None
+            if target and target != source:
+                edges.setdefault(target, where(p, line))
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+# Third-party packages that take seconds to import (or are optional): a command's --help must not wait for them.
+HEAVY = frozenset({"torch", "transformers", "vllm", "trl", "peft", "accelerate", "datasets", "deepspeed",
+                   "matplotlib", "scipy", "openai", "safetensors", "huggingface_hub", "tokenizers", "pandas"})
+OPTIONAL = frozenset({"vllm"})  # extras: a module importing one at top level must be imported only when used
+
+
+def heavy_at_import() -> dict[str, set[str]]:
+    """For each project module, the HEAVY packages importing it loads.
+
+    Followed: its top-level imports and its parent packages' ``__init__`` (importing ``a.b.c`` runs ``a/b``).
+    """
+    modules = project_modules()
+    direct: dict[str, set[str]] = {}
+    graph = import_graph("top")
+    for p in python_files(*PACKAGES):
+        direct[module_name(p)] = {top(mod) for _, mod, _ in imports(p, only="top") if top(mod) in HEAVY}
+    loaded: dict[str, set[str]] = {}
+    for m in modules:
+        seen, todo, found = {m}, [m], set()
+        while todo:
+            v = todo.pop()
+            found |= direct.get(v, set())
+            parents = {v.rsplit(".", k)[0] for k in range(1, v.count(".") + 1)}
+            for w in [*graph.get(v, {}), *parents]:
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        loaded[m] = found
+    return loaded
+
+
+def command_modules() -> set[str]:
+    """The modules a console command starts in: the subcommand tables and the console scripts of pyproject.toml."""
+    import tomllib
+
+    from data_prep.cli import SUBCOMMANDS as DATA_COMMANDS
+    from fae.cli import SUBCOMMANDS as FAE_COMMANDS
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"].values()
+    return ({module for module, _ in DATA_COMMANDS.values()} | {module for module, _ in FAE_COMMANDS.values()}
+            | {entry.split(":")[0] for entry in scripts})
+
+
 def test_core_imports_nothing_else_of_the_project():
-    bad = [f"{where(p, line)}: {mod}" for p in python_files("data_prep/core")
+    bad = [f"{where(p, line)}: {mod}" for p in python_files("real_fae_core")
            for line, mod, name in imports(p)
-           if top(mod) in PACKAGES and not mod.startswith("data_prep.core")
-           and not (mod == "data_prep" and name == "core")]
-    assert not bad, "data_prep.core must not import the rest of the project:\n" + "\n".join(bad)
+           if top(mod) in PACKAGES and top(mod) != "real_fae_core"]
+    assert not bad, "real_fae_core must not import the rest of the project:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("package, forbidden", [("data_prep", {"fae", "real"}), ("fae", {"real"})])
+@pytest.mark.parametrize("package, forbidden", [("real_fae_core", {"data_prep", "fae", "real"}),
+                                                ("data_prep", {"fae", "real"}), ("fae", {"real"})])
 def test_layering(package, forbidden):
     bad = [f"{where(p, line)}: {mod}" for p in python_files(package)
            for line, mod, _ in imports(p) if top(mod) in forbidden]
@@ -143,3 +253,46 @@ def test_architecture_doc_names_every_package_and_subpackage():
     packages = {module_name(p.parent) for p in python_files(*PACKAGES) if p.name == "__init__.py"}
     missing = [pkg for pkg in packages if pkg.split(".")[-1] + "/" not in doc]
     assert not missing, f"docs/architecture.md does not mention {missing}"
+
+
+def test_no_import_cycles_function_level_imports_included():
+    """A circle hidden behind an import inside a function is still a circle: neither module stands alone."""
+    graph = import_graph()
+    cycles = import_cycles(graph)
+    report = []
+    for cycle in cycles:
+        report.append(" <-> ".join(cycle))
+        report += [f"    {a} -> {b}  ({graph[a][b]})" for a in cycle for b in graph.get(a, {}) if b in cycle]
+    print("\n".join(report))
+    assert not cycles, f"{len(cycles)} import cycle(s):\n" + "\n".join(report)
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b": "a.py:1"}, "b": {"c": "b.py:1"}, "c": {"a": "c.py:3"}, "d": {"a": "d.py:1"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b": "a.py:1"}, "b": {}}) == []
+
+
+def test_function_level_project_imports_only_where_a_heavy_or_optional_dependency_demands_it():
+    """An import inside a function hides what a module needs; allowed only in two cases:
+
+    - the imported module loads an optional dependency (vllm) when imported, from any module;
+    - a command's entry module (a subcommand of ``fae`` / ``real-data``, a console script) delays a
+      module that loads a HEAVY package (torch, transformers, openai, matplotlib, ...) when
+      imported, so that ``fae --help`` and the other commands' help stay fast.
+    """
+    modules, commands, heavy = project_modules(), command_modules(), heavy_at_import()
+    bad: list[str] = []
+    for p in python_files(*PACKAGES):
+        source = module_name(p)
+        for line, mod, name in imports(p, only="function"):
+            target = imported_module(mod, name, modules) if top(mod) in PACKAGES else None
+            if target is None or heavy[target] & OPTIONAL or (source in commands and heavy[target]):
+                continue
+            if any(b.startswith(f"{where(p, line)}: {source} imports {target} ") for b in bad):
+                continue  # one line per imported module: ``from m import a, b`` is one import
+            bad.append(f"{where(p, line)}: {source} imports {target} inside a function"
+                       + (f" (it loads {sorted(heavy[target])}, but {source} is no command entry)"
+                          if heavy[target] else " (it loads nothing heavy: import it at the top)"))
+    print("\n".join(bad))
+    assert not bad, f"{len(bad)} function-level project import(s):\n" + "\n".join(bad)

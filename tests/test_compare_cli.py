@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fae_helpers import CLAIMS, write_run
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from fae.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ from data_prep.prompts import (
 from data_prep.records import load_records
 from real.demo.annotators import ANNOTATORS, AnnotatorServer, annotate, write_annotators_yaml
 from real.demo.base_model import ExampleFactory, build_base, build_word_tokenizer, cosine_lambda, lr_lambda
-from data_prep.core.errors import UserError
-from data_prep.core.runlock import RunLock
+from real_fae_core.errors import UserError
+from real_fae_core.runlock import RunLock
 from real.demo import main as real_demo
 from real.demo.pipeline import BASE_DIR, MARKER, VARIANTS, DemoSize, claim_output, run_demo, write_world_records
 from real.demo.world import add_incomplete_gold, build_world, make_split, train_test_facts
@@ -338,7 +338,7 @@ time.sleep(120)
 _DEMO_RUNNING_A_STAGE = """
 import sys
 from pathlib import Path
-from data_prep.core.cli import run_guarded
+from real_fae_core.cli import run_guarded
 from real.demo.pipeline import run_stage
 stage = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
 sys.exit(run_guarded("real-demo", lambda argv: run_stage(stage, Path(sys.argv[3]))))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.core import errors as core_errors
+from real_fae_core import errors as core_errors
 from data_prep.records import ClaimRecord
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -291,7 +291,7 @@ def test_counts_add_up_on_a_complete_run(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("shared", ["output", "cache"])
 def test_second_enhance_on_the_same_output_or_cache_stops_naming_the_holder(shared, tmp_path, monkeypatch, capsys):
     """A live holder of the output's or the cache's lock: the second run stops at once, sends nothing."""
-    from data_prep.core.runlock import RunLock
+    from real_fae_core.runlock import RunLock
 
     monkeypatch.setenv("ENHANCE_TEST_KEY", KEY)
     inp = write_records(tmp_path / "in.jsonl", make_records(4))
@@ -313,7 +313,7 @@ def test_second_enhance_on_the_same_output_or_cache_stops_naming_the_holder(shar
 
 
 def test_retry_after_is_waited_and_counted_once_in_the_summary(tmp_path, monkeypatch):
-    """429 + Retry-After: 1, then 200 (the shared policy, data_prep.core.openai_client)."""
+    """429 + Retry-After: 1, then 200 (the shared policy, real_fae_core.openai_client)."""
     monkeypatch.setenv("ENHANCE_TEST_KEY", KEY)
     inp = write_records(tmp_path / "in.jsonl", make_records(1, nei=False))
     out = tmp_path / "out.jsonl"

@@ -197,7 +197,7 @@ def test_revote_errors_name_file_line_and_field(tmp_path, capsys):
 
 
 def test_password_in_base_url_is_masked_in_errors(tmp_path):
-    from data_prep.core.secrets import scrub
+    from real_fae_core.secrets import scrub
 
     body = "annotators:\n" + ENTRY.format(name="a", model="m-a").replace(
         "http://127.0.0.1:8000/v1", "https://proxyuser:pw-LEAKCHECK-42@proxy.example/v1")

@@ -169,7 +169,7 @@ PROMPT = [{"role": "user", "content": "Claim: the red fox jumps\nDocument:\nline
 
 
 def test_429_retry_after_is_waited_and_counted_once(monkeypatch):
-    """The shared policy (data_prep.core.openai_client): the server's hint, not the 0.01 s backoff."""
+    """The shared policy (real_fae_core.openai_client): the server's hint, not the 0.01 s backoff."""
     with LocalOpenAIServer(faults=lambda b, a: "429" if a == 0 else None, error_headers={"Retry-After": "1"},
                            api_key=KEY) as srv:
         backend = _backend(srv.base_url, monkeypatch, max_retries=2)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from fae.ablation import cli as run_cli
 from fae.ablation.options import FaeRunArguments, load_yaml_options, parse_run_args
 from fae.cli import main

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from fae.ablation import cli as run_cli
 from fae.ablation import options
 from fae.ablation import runio
@@ -115,7 +115,7 @@ def test_command_line_is_recorded_from_the_given_flags():
 
 
 def test_read_appended_skips_a_torn_tail_and_repairs_only_when_asked(tmp_path):
-    from data_prep.core.jsonl import RecordError, read_appended
+    from real_fae_core.jsonl import RecordError, read_appended
 
     path = tmp_path / "out.jsonl"
     assert read_appended(path) == []  # missing: nothing finished yet
@@ -132,7 +132,7 @@ def test_read_appended_skips_a_torn_tail_and_repairs_only_when_asked(tmp_path):
 
 
 def test_pave_samples_resume_cuts_a_torn_line_and_names_a_bad_one(tmp_path):
-    from fae.comparison.pave_io import read_samples
+    from fae.pave.io import read_samples
 
     path = tmp_path / "samples.jsonl"
     good = {"id": "r0", "gold_label": "SUPPORT", "conditions": {"claim_only": {"answers": ["SUPPORT"]}}}

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from fae.backends import available, get_backend
 from fae.backends.vllm_backend import adapter_rank
 

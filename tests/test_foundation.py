@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.core.cli import run_guarded, set_interrupt_note
-from data_prep.core.errors import (
+from real_fae_core.cli import run_guarded, set_interrupt_note
+from real_fae_core.errors import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -21,9 +21,9 @@ from data_prep.core.errors import (
     RunFailure,
     UserError,
 )
-from data_prep.core.runlock import RunLock, lock_path_for
-from data_prep.core.secrets import register_secret, scrub
-from data_prep.core.yamlio import load_yaml, parse_yaml
+from real_fae_core.runlock import RunLock, lock_path_for
+from real_fae_core.secrets import register_secret, scrub
+from real_fae_core.yamlio import load_yaml, parse_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,7 @@ def test_sigterm_runs_finally_blocks_and_exits_143(tmp_path):
     marker = tmp_path / "flushed"
     script = textwrap.dedent(f"""
         import sys, time
-        from data_prep.core.cli import run_guarded, set_interrupt_note
+        from real_fae_core.cli import run_guarded, set_interrupt_note
         def body(argv):
             set_interrupt_note("3 claims kept")
             try:
@@ -138,7 +138,7 @@ def test_sigterm_keeps_its_default_action_in_a_multi_process_run():
     """A rank stuck in a collective never returns to Python: only the default action ends it."""
     script = textwrap.dedent("""
         import sys, time
-        from data_prep.core.cli import run_guarded
+        from real_fae_core.cli import run_guarded
         def body(argv):
             print("ready", flush=True)
             time.sleep(60)
@@ -156,7 +156,7 @@ def test_sigterm_keeps_its_default_action_in_a_multi_process_run():
 def test_broken_pipe_on_stdout_is_quiet(tmp_path):
     script = textwrap.dedent("""
         import sys
-        from data_prep.core.cli import run_guarded
+        from real_fae_core.cli import run_guarded
         def body(argv):
             for k in range(200000):
                 print("line", k)
@@ -174,7 +174,7 @@ def test_broken_pipe_on_stdout_is_quiet(tmp_path):
 
 _HOLDER = textwrap.dedent("""
     import sys, time
-    from data_prep.core.runlock import RunLock
+    from real_fae_core.runlock import RunLock
     lock = RunLock(sys.argv[1], "fae run --output x").acquire()
     print("locked", flush=True)
     time.sleep(120)

@@ -1,4 +1,4 @@
-"""The one retry policy (data_prep.core.openai_client) against a real HTTP server on 127.0.0.1.
+"""The one retry policy (real_fae_core.openai_client) against a real HTTP server on 127.0.0.1.
 
 No mock of the openai client: every error here is what the client raised for a
 real response (429 with Retry-After, 408, 409, 400, 503, a refused connection).
@@ -11,15 +11,15 @@ import itertools
 import json
 import random
 import socket
+from dataclasses import dataclass, field
 
 import openai
 import pytest
 from openai_server import LocalOpenAIServer, overlap_annotator
 
-from data_prep.core.errors import UserError
-from data_prep.core.openai_client import (
+from real_fae_core.errors import UserError
+from real_fae_core.openai_client import (
     NO_KEY,
-    CallCounts,
     RetriesExhausted,
     RetryPolicy,
     failure_kind,
@@ -39,12 +39,20 @@ def first_then_ok(*faults):
     return lambda body, attempt: faults[attempt] if attempt < len(faults) else None
 
 
-def ask_sync(srv, policy, counts=None):
-    client = open_client(srv.base_url, KEY, timeout=5, asynchronous=False)
-    try:
-        return policy.call(lambda: client.chat.completions.create(model="m", messages=MSGS), hooks=counts)
-    finally:
-        client.close()
+@dataclass
+class CallCounts:
+    """The :class:`CallHooks` a caller writes (as enhance's client and the openai backend do)."""
+
+    attempts: int = 0
+    retries: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def attempt(self) -> None:
+        self.attempts += 1
+
+    def failure(self, kind: str, retrying: bool) -> None:
+        self.failures[kind] = self.failures.get(kind, 0) + 1
+        self.retries += int(retrying)
 
 
 def ask_async(srv, policy, counts=None, again=None):
@@ -78,13 +86,11 @@ def test_backoff_is_exponential_with_full_jitter_and_capped():
         assert max(waits) > 0.8 * cap  # the whole range is used, not a fixed wait
 
 
-@pytest.mark.parametrize("entry", ["sync", "async"])
-def test_429_with_retry_after_waits_the_hint_and_counts_once(entry):
+def test_429_with_retry_after_waits_the_hint_and_counts_once():
     counts = CallCounts()
     with LocalOpenAIServer(responder=overlap_annotator, faults=first_then_ok("429"),
                            error_headers={"Retry-After": "1"}) as srv:
-        ask = ask_sync if entry == "sync" else ask_async
-        r = ask(srv, RetryPolicy(max_retries=3, **FAST), counts)
+        r = ask_async(srv, RetryPolicy(max_retries=3, **FAST), counts)
         assert [x.outcome for x in srv.log] == ["429", "ok"]
         assert gaps(srv)[0] >= 1.0  # the hint, not the 0.01 s backoff
     assert json.loads(r.choices[0].message.content) == {"evidence": [0]}
@@ -109,18 +115,16 @@ def test_408_and_409_are_retried_400_is_not():
     counts = CallCounts()
     with LocalOpenAIServer(faults=first_then_ok("400")) as srv:
         with pytest.raises(openai.BadRequestError):  # raised as it is: the caller words it
-            ask_sync(srv, RetryPolicy(max_retries=3, **FAST), counts)
+            ask_async(srv, RetryPolicy(max_retries=3, **FAST), counts)
         assert srv.count() == 1
     assert (counts.attempts, counts.retries, counts.failures) == (1, 0, {"http_400": 1})
 
 
-@pytest.mark.parametrize("entry", ["sync", "async"])
-def test_exhausted_retries_name_attempts_and_error_never_the_key(entry):
+def test_exhausted_retries_name_attempts_and_error_never_the_key():
     counts = CallCounts()
     with LocalOpenAIServer(faults=lambda b, a: "503", echo_auth=True) as srv:
-        ask = ask_sync if entry == "sync" else ask_async
         with pytest.raises(RetriesExhausted) as info:
-            ask(srv, RetryPolicy(max_retries=2, **FAST), counts)
+            ask_async(srv, RetryPolicy(max_retries=2, **FAST), counts)
         assert srv.count(outcome="503") == 3
     exc = info.value
     assert (exc.attempts, exc.retries, exc.kind) == (3, 2, "http_503")

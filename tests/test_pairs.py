@@ -9,7 +9,7 @@ import pytest
 from helpers import make_record_dict
 
 from data_prep.cli import main as real_data
-from data_prep.pairs import (
+from data_prep.pairs.build import (
     VARIANTS,
     MissingEnhancedEvidence,
     build_pairs,

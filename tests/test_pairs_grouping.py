@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_prep.pairs import build_pairs
+from data_prep.pairs.build import build_pairs
 from data_prep.records import ClaimRecord
 
 

@@ -1,4 +1,4 @@
-"""PAVE formulas (fae/comparison/pave_metrics.py): states, CR/PR/Margin/odds, JSD, τ tuning, CE/IE/OA."""
+"""PAVE formulas (fae/pave/metrics.py): states, CR/PR/Margin/odds, JSD, τ tuning, CE/IE/OA."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fae.comparison import pave_metrics as pm
+from fae.pave import metrics as pm
 
 S, R, N = "SUPPORT", "REFUTE", "NOT_ENOUGH_INFO"
 
@@ -128,8 +128,10 @@ def test_jsd_reproduces_the_paper_case_study():
     assert pm.jsd(c3) == pytest.approx(0.0316, abs=1e-4)  # the paper truncates to 4 decimals
     # the rule with the paper's τ ≈ -0.07: case 1 keeps the claim-only answer, cases 2-3 take the evidence
     tau = -0.07
-    assert pm.arbitrate(pm.jsd(c1) - pm.jsd(e1), tau, "prior", "evid") == "prior"
-    assert pm.arbitrate(pm.jsd(c2) - pm.jsd(e2), tau, "prior", "evid") == "evid"
+    deltas = [pm.jsd(c1) - pm.jsd(e1), pm.jsd(c2) - pm.jsd(e2)]
+    claim_only, evidence = ["prior", "prior"], ["evid", "evid"]
+    assert pm.arbitration_accuracy(deltas, tau, claim_only, evidence, ["prior", "evid"]) == 1.0
+    assert pm.arbitration_accuracy(deltas, tau, claim_only, evidence, ["evid", "prior"]) == 0.0
     # (K, L) rows and the binary vector agree
     assert pm.jsd(np.stack([c2, 1 - np.array(c2)], 1)) == pytest.approx(pm.jsd(c2))
 

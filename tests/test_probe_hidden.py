@@ -4,7 +4,7 @@ import pytest
 import torch
 from probe_data import make_lora_adapter, make_records, tiny_gemma3, with_nonzero_pad  # noqa: F401
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord
 from fae.backends.hf import load_hf_model as load_model

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from probe_data import make_lora_adapter, make_records, make_run_dir, write_jsonl
 
-from data_prep.core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
+from real_fae_core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
 from fae.cli import main
 from fae.probes.knowledge import abstaining, label_shares, reference_note
 

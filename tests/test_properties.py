@@ -21,7 +21,7 @@ from helpers import make_record_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_prep.core.jsonl import RecordFileError
+from real_fae_core.jsonl import RecordFileError
 from data_prep.enhance.prompt import parse_annotation
 from data_prep.prompts import format_answer, parse_answer
 from data_prep.records import (

@@ -144,7 +144,7 @@ def test_save_is_atomic_on_failure(tmp_path):
 
 # -- encodings, file kinds, lone surrogates (issue #12) -------------------------------
 
-from data_prep.core.jsonl import RecordFileError
+from real_fae_core.jsonl import RecordFileError
 
 
 def test_non_utf8_line_names_line_and_byte_offset(tmp_path):

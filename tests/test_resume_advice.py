@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 resume_checks = pytest.importorskip("real.training.checkpoints")
 fingerprint = pytest.importorskip("real.training.fingerprint")

@@ -410,7 +410,7 @@ def test_a_finished_claim_is_written_after_one_backend_call_not_after_its_chunk(
 def test_every_writer_command_stops_when_its_output_is_locked(command, records_file, tmp_path, capsys):
     from probe_data import make_records, make_run_dir, write_jsonl
 
-    from data_prep.core.runlock import RunLock
+    from real_fae_core.runlock import RunLock
 
     toy = write_jsonl(tmp_path / "toy.jsonl", make_records(4))
     run_dir = make_run_dir(tmp_path / "fae-run", toy, make_records(4))

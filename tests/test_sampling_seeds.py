@@ -7,7 +7,7 @@ import asyncio
 import json
 import urllib.request
 
-from data_prep.core.hashing import derived_seed
+from real_fae_core.hashing import derived_seed
 from data_prep.enhance.client import AnnotatorClient
 from data_prep.enhance.config import AnnotatorConfig
 from data_prep.enhance.prompt import render_annotator_prompt

@@ -329,7 +329,7 @@ def _soft_run(path, which):
 
 def test_compare_adds_paired_soft_differences(tmp_path):
     from fae.ablation.runio import read_claims
-    from fae.ablation.soft_metrics import soft_scalars
+    from fae.ablation.soft_metrics import soft_metrics
     from fae.cli import main
 
     a, b = _soft_run(tmp_path / "a", 0), _soft_run(tmp_path / "b", 1)
@@ -347,7 +347,8 @@ def test_compare_adds_paired_soft_differences(tmp_path):
     assert d["ci_low"] <= d["estimate"] <= d["ci_high"]
     # the bootstrap point estimates agree with the metrics.json definitions
     for run, key in ((a, "A"), (b, "B")):
-        want = soft_scalars(read_claims(run / "claims.jsonl"))
+        m = soft_metrics(read_claims(run / "claims.jsonl"))
+        want = {"soft_IS": m["soft_IS"], "nei_area": m["nei_area"], "p_gold_0": m["p_gold"][0], "ece": m["ece"]}
         for name, v in want.items():
             assert res[name][key]["estimate"] == pytest.approx(100 * v)
     md = (tmp_path / "cmp" / "compare.md").read_text()

@@ -216,7 +216,7 @@ def test_the_evidence_cap_and_a_vocabulary_that_cannot_write_the_answer(tmp_path
     from fae.backends.constrained import GrammarCache, SchemaLogitsProcessor
     from fae.backends.hf import HFBackend, generate_batched
 
-    from data_prep.core.errors import UserError
+    from real_fae_core.errors import UserError
     from data_prep.prompts import encode_chat, parse_answer
 
     backend = HFBackend({"model": str(random_model(tmp_path / "m", "llama", 3, 5.0)), "device": "cpu",

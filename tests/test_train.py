@@ -19,8 +19,8 @@ import yaml
 from helpers import REPO, CpuBurner, alive, free_port, make_record_dict, tagged_processes
 
 from data_prep.cli import main as real_data
-from data_prep.core.errors import UserError
-from data_prep.core.runlock import RunLock
+from real_fae_core.errors import UserError
+from real_fae_core.runlock import RunLock
 from data_prep.prompts import render_chat
 from real import training as rt
 from real.train import main as real_train
@@ -366,7 +366,7 @@ def test_rank_stops_with_one_line_when_the_main_process_outlasts_ddp_timeout(tmp
     code = textwrap.dedent(f"""
         import datetime, os, sys, time, types
         import torch.distributed as dist
-        from data_prep.core.errors import UserError
+        from real_fae_core.errors import UserError
         from real.training.trainer import on_main_then_share
         rank = int(sys.argv[1])
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{free_port()}", rank=rank, world_size=2,

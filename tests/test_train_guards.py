@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from data_prep.cli import main as real_data
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from real import training as rt
 from real.merge import main as real_merge
 from real.train import main as real_train
@@ -420,7 +420,7 @@ def test_second_writer_stops_naming_the_holder(cc, tmp_path, capsys):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from data_prep.core.runlock import RunLock
+            from real_fae_core.runlock import RunLock
             RunLock({str(out)!r}, "real-train", is_dir=True).acquire()
             print("held", flush=True)
             time.sleep(60)
@@ -443,7 +443,7 @@ def test_two_process_launch_stops_on_every_rank_when_the_lock_is_held(cc, tmp_pa
 
     out = tmp_path / "o"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from data_prep.core.runlock import RunLock; "
+        [sys.executable, "-c", "import time; from real_fae_core.runlock import RunLock; "
          f"RunLock({str(out)!r}, 'real-train', is_dir=True).acquire(); print('held', flush=True); time.sleep(120)"],
         cwd=REPO, env=ENV, stdout=subprocess.PIPE, text=True)
     try:

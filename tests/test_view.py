@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.core.hashing import sha256_file
+from real_fae_core.hashing import sha256_file
 from data_prep.records import save_records
 from fae.ablation.metrics import compute_metrics
 from fae.cli import main as fae

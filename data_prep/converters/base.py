@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from data_prep.core.errors import UserError
-from data_prep.core.jsonl import RecordFileError, iter_jsonl_lines
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import RecordFileError, iter_jsonl_lines
 from data_prep.records import ClaimRecord, RecordError
 
 # How many locations per drop reason the summary keeps (the counts are exact).
@@ -103,6 +103,21 @@ def get_label(obj: dict, name: str, table: dict[str, Any], path, line: int) -> A
         raise InputError(path, line, name,
                          f"unknown label {raw!r} (expected one of {', '.join(table)})")
     return table[raw]
+
+
+def claim_lines(inputs: ConvertInputs, stats: ConvertStats, id_field: str,
+                id_kind: type | tuple[type, ...]) -> Iterator[tuple[Path, int, dict, Any, str]]:
+    """``(path, line, object, id, claim text)`` of every claim line of ``--claims``, counted as read.
+
+    The id and the (non-empty) claim text are checked first, in that order, as every
+    one-file-per-claim-line converter does before its own fields.
+    """
+    for path in inputs.claims:
+        for lineno, obj in read_jsonl(path):
+            stats.claims_read += 1
+            cid = get_field(obj, id_field, id_kind, path, lineno)
+            claim = get_field(obj, "claim", str, path, lineno, nonempty=True)
+            yield path, lineno, obj, cid, claim
 
 
 def load_abstract_corpus(path, id_field: str, id_kind: type | tuple[type, ...],

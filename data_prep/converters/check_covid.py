@@ -22,10 +22,10 @@ from .base import (
     ConvertStats,
     Emitted,
     InputError,
+    claim_lines,
     get_field,
     get_label,
     load_abstract_corpus,
-    read_jsonl,
 )
 
 NAME = "check-covid"
@@ -39,58 +39,54 @@ def load_corpus(path) -> dict[str, list[str]]:
 
 def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
     corpus = load_corpus(inputs.corpus)
-    for path in inputs.claims:
-        for lineno, obj in read_jsonl(path):
-            stats.claims_read += 1
-            cid = get_field(obj, "id", (str, int), path, lineno)
-            claim = get_field(obj, "claim", str, path, lineno, nonempty=True)
-            label = get_label(obj, "label", LABELS, path, lineno)
-            cord_id = get_field(obj, "cord_id", str, path, lineno)
-            evidence_set = get_field(obj, "evidence_set", list, path, lineno)
-            indices: list[int] = []
-            primary: list[int] = []
-            for k, ev in enumerate(evidence_set):
-                fld = f"evidence_set[{k}]"
-                if not isinstance(ev, dict):
-                    raise InputError(path, lineno, fld, "must be an object with 'sent_index'")
-                idx = get_field(ev, "sent_index", int, path, lineno)
-                if idx not in indices:
-                    indices.append(idx)
-                if ev.get("type") == "PRIMARY" and idx not in primary:
-                    primary.append(idx)
+    for path, lineno, obj, cid, claim in claim_lines(inputs, stats, "id", (str, int)):
+        label = get_label(obj, "label", LABELS, path, lineno)
+        cord_id = get_field(obj, "cord_id", str, path, lineno)
+        evidence_set = get_field(obj, "evidence_set", list, path, lineno)
+        indices: list[int] = []
+        primary: list[int] = []
+        for k, ev in enumerate(evidence_set):
+            fld = f"evidence_set[{k}]"
+            if not isinstance(ev, dict):
+                raise InputError(path, lineno, fld, "must be an object with 'sent_index'")
+            idx = get_field(ev, "sent_index", int, path, lineno)
+            if idx not in indices:
+                indices.append(idx)
+            if ev.get("type") == "PRIMARY" and idx not in primary:
+                primary.append(idx)
 
-            if label == NOT_ENOUGH_INFO and not inputs.keep_nei:
-                stats.drop(NEI_REASON, path, lineno, "label")
-                continue
-            abstract = corpus.get(cord_id)
-            if abstract is None:
-                stats.drop("cord_id not in corpus", path, lineno, "cord_id", repr(cord_id))
-                continue
-            bad = [i for i in indices if not 0 <= i < len(abstract)]
-            if bad:
-                stats.drop("sent_index outside the abstract", path, lineno, "evidence_set",
-                           f"{bad} (abstract has {len(abstract)} sentences)")
-                continue
-            if any(not abstract[i].strip() for i in indices):
-                stats.drop("gold sentence is empty", path, lineno, "evidence_set")
-                continue
-            if label != NOT_ENOUGH_INFO and not indices:
-                stats.drop("no gold evidence", path, lineno, "evidence_set")
-                continue
-            sentences = [Sentence(id=i, text=t, doc=cord_id)
-                         for i, t in enumerate(abstract) if t.strip()]
-            extra: dict = {}
-            if label == NOT_ENOUGH_INFO:
-                evidence: list[list[int]] = []
-                extra["related_evidence"] = sorted(indices)
-            else:
-                evidence = [sorted(indices)]
-                extra["primary_evidence"] = sorted(primary)
-            if "is_auth" in obj:
-                extra["is_auth"] = obj["is_auth"]
-            rec = ClaimRecord(id=f"{NAME}-{cid}", dataset=NAME, claim=claim, label=label,
-                              sentences=sentences, evidence=evidence, extra=extra)
-            yield rec, path, lineno
+        if label == NOT_ENOUGH_INFO and not inputs.keep_nei:
+            stats.drop(NEI_REASON, path, lineno, "label")
+            continue
+        abstract = corpus.get(cord_id)
+        if abstract is None:
+            stats.drop("cord_id not in corpus", path, lineno, "cord_id", repr(cord_id))
+            continue
+        bad = [i for i in indices if not 0 <= i < len(abstract)]
+        if bad:
+            stats.drop("sent_index outside the abstract", path, lineno, "evidence_set",
+                       f"{bad} (abstract has {len(abstract)} sentences)")
+            continue
+        if any(not abstract[i].strip() for i in indices):
+            stats.drop("gold sentence is empty", path, lineno, "evidence_set")
+            continue
+        if label != NOT_ENOUGH_INFO and not indices:
+            stats.drop("no gold evidence", path, lineno, "evidence_set")
+            continue
+        sentences = [Sentence(id=i, text=t, doc=cord_id)
+                     for i, t in enumerate(abstract) if t.strip()]
+        extra: dict = {}
+        if label == NOT_ENOUGH_INFO:
+            evidence: list[list[int]] = []
+            extra["related_evidence"] = sorted(indices)
+        else:
+            evidence = [sorted(indices)]
+            extra["primary_evidence"] = sorted(primary)
+        if "is_auth" in obj:
+            extra["is_auth"] = obj["is_auth"]
+        rec = ClaimRecord(id=f"{NAME}-{cid}", dataset=NAME, claim=claim, label=label,
+                          sentences=sentences, evidence=evidence, extra=extra)
+        yield rec, path, lineno
 
 
 CONVERTER = Converter(NAME, "Check-COVID: --claims covidCheck_*.json --corpus corpus.json",

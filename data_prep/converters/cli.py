@@ -15,8 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from data_prep.core.atomicio import atomic_write_text
-from data_prep.core.errors import UserError
+from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.errors import UserError
 from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
 
 from . import CONVERTERS

@@ -21,7 +21,7 @@ from json.decoder import scanstring
 from pathlib import Path
 from typing import Iterator
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
 from .base import (

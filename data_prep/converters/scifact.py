@@ -21,9 +21,9 @@ from .base import (
     ConvertStats,
     Emitted,
     InputError,
+    claim_lines,
     get_field,
     load_abstract_corpus,
-    read_jsonl,
 )
 
 NAME = "scifact"
@@ -36,82 +36,78 @@ def load_corpus(path) -> dict[str, list[str]]:
 
 def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
     corpus = load_corpus(inputs.corpus)
-    for path in inputs.claims:
-        for lineno, obj in read_jsonl(path):
-            stats.claims_read += 1
-            cid = get_field(obj, "id", (int, str), path, lineno)
-            claim = get_field(obj, "claim", str, path, lineno, nonempty=True)
-            evidence = get_field(obj, "evidence", dict, path, lineno)
-            cited = get_field(obj, "cited_doc_ids", list, path, lineno)
-            cited_ids: list[str] = []
-            for k, d in enumerate(cited):
-                if isinstance(d, bool) or not isinstance(d, (int, str)):
-                    raise InputError(path, lineno, f"cited_doc_ids[{k}]", "must be a doc id")
-                if str(d) not in cited_ids:
-                    cited_ids.append(str(d))
-            # rationale sets per label, as (doc, sentence indices)
-            sets: dict[str, list[tuple[str, list[int]]]] = {SUPPORT: [], REFUTE: []}
-            for doc, entries in evidence.items():
-                if not isinstance(entries, list):
-                    raise InputError(path, lineno, f"evidence[{doc}]", "must be a list of rationales")
-                for k, ent in enumerate(entries):
-                    fld = f"evidence[{doc}][{k}]"
-                    if not isinstance(ent, dict):
-                        raise InputError(path, lineno, fld, "must be an object with 'sentences' and 'label'")
-                    lab = ent.get("label")
-                    if lab not in RATIONALE_LABELS:
-                        raise InputError(path, lineno, fld + ".label",
-                                         f"unknown rationale label {lab!r} (expected SUPPORT or CONTRADICT)")
-                    sents = ent.get("sentences")
-                    if (not isinstance(sents, list) or not sents
-                            or any(isinstance(i, bool) or not isinstance(i, int) for i in sents)):
-                        raise InputError(path, lineno, fld + ".sentences",
-                                         "must be a non-empty list of sentence indices")
-                    sets[RATIONALE_LABELS[lab]].append((str(doc), sents))
-            label = SUPPORT if sets[SUPPORT] else REFUTE if sets[REFUTE] else NOT_ENOUGH_INFO
+    for path, lineno, obj, cid, claim in claim_lines(inputs, stats, "id", (int, str)):
+        evidence = get_field(obj, "evidence", dict, path, lineno)
+        cited = get_field(obj, "cited_doc_ids", list, path, lineno)
+        cited_ids: list[str] = []
+        for k, d in enumerate(cited):
+            if isinstance(d, bool) or not isinstance(d, (int, str)):
+                raise InputError(path, lineno, f"cited_doc_ids[{k}]", "must be a doc id")
+            if str(d) not in cited_ids:
+                cited_ids.append(str(d))
+        # rationale sets per label, as (doc, sentence indices)
+        sets: dict[str, list[tuple[str, list[int]]]] = {SUPPORT: [], REFUTE: []}
+        for doc, entries in evidence.items():
+            if not isinstance(entries, list):
+                raise InputError(path, lineno, f"evidence[{doc}]", "must be a list of rationales")
+            for k, ent in enumerate(entries):
+                fld = f"evidence[{doc}][{k}]"
+                if not isinstance(ent, dict):
+                    raise InputError(path, lineno, fld, "must be an object with 'sentences' and 'label'")
+                lab = ent.get("label")
+                if lab not in RATIONALE_LABELS:
+                    raise InputError(path, lineno, fld + ".label",
+                                     f"unknown rationale label {lab!r} (expected SUPPORT or CONTRADICT)")
+                sents = ent.get("sentences")
+                if (not isinstance(sents, list) or not sents
+                        or any(isinstance(i, bool) or not isinstance(i, int) for i in sents)):
+                    raise InputError(path, lineno, fld + ".sentences",
+                                     "must be a non-empty list of sentence indices")
+                sets[RATIONALE_LABELS[lab]].append((str(doc), sents))
+        label = SUPPORT if sets[SUPPORT] else REFUTE if sets[REFUTE] else NOT_ENOUGH_INFO
 
-            if label == NOT_ENOUGH_INFO and not inputs.keep_nei:
-                stats.drop(NEI_REASON, path, lineno, "evidence")
-                continue
-            if not cited_ids:
-                stats.drop("no cited documents (empty pool)", path, lineno, "cited_doc_ids")
-                continue
-            missing = [d for d in cited_ids if d not in corpus]
-            if missing:
-                stats.drop("doc id not in corpus", path, lineno, "cited_doc_ids", ", ".join(missing))
-                continue
-            uncited = [d for d, _ in sets[SUPPORT] + sets[REFUTE] if d not in cited_ids]
-            if uncited:
-                stats.drop("evidence doc not in cited_doc_ids", path, lineno, "evidence",
-                           ", ".join(sorted(set(uncited))))
-                continue
+        if label == NOT_ENOUGH_INFO and not inputs.keep_nei:
+            stats.drop(NEI_REASON, path, lineno, "evidence")
+            continue
+        if not cited_ids:
+            stats.drop("no cited documents (empty pool)", path, lineno, "cited_doc_ids")
+            continue
+        missing = [d for d in cited_ids if d not in corpus]
+        if missing:
+            stats.drop("doc id not in corpus", path, lineno, "cited_doc_ids", ", ".join(missing))
+            continue
+        uncited = [d for d, _ in sets[SUPPORT] + sets[REFUTE] if d not in cited_ids]
+        if uncited:
+            stats.drop("evidence doc not in cited_doc_ids", path, lineno, "evidence",
+                       ", ".join(sorted(set(uncited))))
+            continue
 
-            sentences: list[Sentence] = []
-            pool_id: dict[tuple[str, int], int] = {}
-            for d in cited_ids:
-                for idx, text in enumerate(corpus[d]):
-                    if text.strip():
-                        pool_id[(d, idx)] = len(sentences)
-                        sentences.append(Sentence(id=len(sentences), text=text, doc=d))
-            groups: list[list[int]] = []
-            problem = None
-            for d, idxs in sets.get(label, []):
-                if any(not 0 <= i < len(corpus[d]) for i in idxs):
-                    problem = ("sentence index outside the abstract",
-                               f"doc {d} sentences {idxs} (abstract has {len(corpus[d])})")
-                    break
-                if any((d, i) not in pool_id for i in idxs):
-                    problem = ("gold sentence is empty", f"doc {d} sentences {idxs}")
-                    break
-                group = sorted({pool_id[(d, i)] for i in idxs})
-                if group not in groups:
-                    groups.append(group)
-            if problem:
-                stats.drop(problem[0], path, lineno, "evidence", problem[1])
-                continue
-            rec = ClaimRecord(id=f"{NAME}-{cid}", dataset=NAME, claim=claim, label=label,
-                              sentences=sentences, evidence=groups)
-            yield rec, path, lineno
+        sentences: list[Sentence] = []
+        pool_id: dict[tuple[str, int], int] = {}
+        for d in cited_ids:
+            for idx, text in enumerate(corpus[d]):
+                if text.strip():
+                    pool_id[(d, idx)] = len(sentences)
+                    sentences.append(Sentence(id=len(sentences), text=text, doc=d))
+        groups: list[list[int]] = []
+        problem = None
+        for d, idxs in sets.get(label, []):
+            if any(not 0 <= i < len(corpus[d]) for i in idxs):
+                problem = ("sentence index outside the abstract",
+                           f"doc {d} sentences {idxs} (abstract has {len(corpus[d])})")
+                break
+            if any((d, i) not in pool_id for i in idxs):
+                problem = ("gold sentence is empty", f"doc {d} sentences {idxs}")
+                break
+            group = sorted({pool_id[(d, i)] for i in idxs})
+            if group not in groups:
+                groups.append(group)
+        if problem:
+            stats.drop(problem[0], path, lineno, "evidence", problem[1])
+            continue
+        rec = ClaimRecord(id=f"{NAME}-{cid}", dataset=NAME, claim=claim, label=label,
+                          sentences=sentences, evidence=groups)
+        yield rec, path, lineno
 
 
 CONVERTER = Converter(NAME, "SciFact: --claims claims_*.jsonl --corpus corpus.jsonl",

@@ -25,8 +25,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from data_prep.core.atomicio import atomic_write_text
-from data_prep.core.errors import UserError
+from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.errors import UserError
+from data_prep.records import load_records_or_fail
 
 from .rewrite import OPPOSITE
 
@@ -301,8 +302,6 @@ def _run_sheets(args) -> int:
 
 
 def _read_records(path: Path) -> list[dict]:
-    from data_prep.records import load_records_or_fail
-
     return [r.to_dict() for r in load_records_or_fail(path)]
 
 

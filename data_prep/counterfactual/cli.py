@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 from . import KINDS
 

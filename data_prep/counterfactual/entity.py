@@ -21,7 +21,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from data_prep.core.labels import REFUTE, SUPPORT
+from real_fae_core.labels import REFUTE, SUPPORT
+
+from .rewrite import content_words
 
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December")
 # Kind -> pattern; earlier kinds win where spans overlap.
@@ -177,8 +179,6 @@ def _words(text: str) -> list[str]:
 
 def _context(text: str, span: Span, width: int = 3) -> set[str]:
     """Content words around a span: which sentence value answers which claim value ("days", "rate")."""
-    from .rewrite import content_words
-
     before = " ".join(_words(text[:span.start])[-width:])
     after = " ".join(_words(text[span.end:])[:width])
     return content_words(f"{before} {after}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 
-from data_prep.core.labels import LABELS, REFUTE, SUPPORT
+from real_fae_core.labels import LABELS, REFUTE, SUPPORT
 
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 _STOP = frozenset("""

@@ -35,10 +35,10 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from data_prep.core.cli import set_interrupt_note
-from data_prep.core.errors import Terminated, UserError
-from data_prep.core.runlock import RunLock
-from data_prep.core.secrets import scrub
+from real_fae_core.cli import set_interrupt_note
+from real_fae_core.errors import Terminated, UserError
+from real_fae_core.runlock import RunLock
+from real_fae_core.secrets import scrub
 from data_prep.enhance.cache import OK, AnswerCache, CachedAnswer, request_key
 from data_prep.enhance.client import AnnotatorClient, TransportFailure
 from data_prep.enhance.config import ConfigError, load_annotators

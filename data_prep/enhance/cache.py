@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_prep.core.hashing import sha256_json
+from real_fae_core.hashing import sha256_json
 
 OK = "ok"
 ABSTAIN = "abstain"

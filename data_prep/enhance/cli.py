@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 
 def add_arguments(p) -> None:

@@ -1,7 +1,7 @@
 """Async requests to one annotator: bounded concurrency, retries with backoff + jitter.
 
 One client per annotator under the project's one policy for OpenAI-compatible
-servers (:mod:`data_prep.core.openai_client`; the library's own retries are
+servers (:mod:`real_fae_core.openai_client`; the library's own retries are
 off, so every HTTP request is counted here). The annotator YAML's
 ``max_retries``, ``backoff_base`` and ``backoff_max`` are that policy's:
 
@@ -20,7 +20,7 @@ off, so every HTTP request is counted here). The annotator YAML's
   again at once, not counted as a retry).
 
 Error texts name the endpoint (base URL and model, never the key) and go
-through :func:`data_prep.core.secrets.scrub` before they are stored or printed:
+through :func:`real_fae_core.secrets.scrub` before they are stored or printed:
 servers echo the ``Authorization`` header in error bodies, and the openai
 client puts those bodies in its exception messages.
 """
@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 
 import openai
 
-from data_prep.core.hashing import derived_seed
-from data_prep.core.openai_client import (
+from real_fae_core.hashing import derived_seed
+from real_fae_core.openai_client import (
     RetriesExhausted,
     RetryPolicy,
     open_client,
 )
-from data_prep.core.secrets import scrub
+from real_fae_core.secrets import scrub
 
 from .cache import ABSTAIN, OK, CachedAnswer
 from .config import AnnotatorConfig
@@ -79,7 +79,7 @@ class AnnotatorStats:
 
 
 class AnnotatorClient:
-    """One annotator's requests; also the policy's :class:`~data_prep.core.openai_client.CallHooks`."""
+    """One annotator's requests; also the policy's :class:`~real_fae_core.openai_client.CallHooks`."""
 
     def __init__(
         self,

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from data_prep.core.errors import UserError
-from data_prep.core.openai_client import NO_KEY
-from data_prep.core.secrets import read_key, register_secret
-from data_prep.core.yamlio import load_yaml
+from real_fae_core.errors import UserError
+from real_fae_core.openai_client import NO_KEY
+from real_fae_core.secrets import read_key, register_secret
+from real_fae_core.yamlio import load_yaml
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from data_prep.core.jsonl import short_repr
+from real_fae_core.jsonl import short_repr
 from data_prep.prompts import coerce_id, format_pool, one_line, single_answer_object
 from data_prep.records import ClaimRecord
 

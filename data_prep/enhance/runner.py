@@ -10,7 +10,7 @@ Files next to ``--output OUT``:
 - ``OUT.summary.json``: request, token, agreement and vote statistics.
 - ``OUT.cache.sqlite`` (default ``--cache``): the answers; what makes a
   re-run or a resumed run send no request twice.
-- ``OUT.lock`` and ``CACHE.lock``: held (``data_prep.core.runlock.RunLock``) for the
+- ``OUT.lock`` and ``CACHE.lock``: held (``real_fae_core.runlock.RunLock``) for the
   whole run, so a second enhance on the same output or the same cache stops at
   once naming the holder instead of interleaving two runs.
 
@@ -37,10 +37,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from data_prep.core.cli import set_interrupt_note
-from data_prep.core.errors import Terminated, UserError
-from data_prep.core.runlock import RunLock
-from data_prep.core.secrets import scrub
+from real_fae_core.cli import set_interrupt_note
+from real_fae_core.errors import Terminated, UserError
+from real_fae_core.runlock import RunLock
+from real_fae_core.secrets import scrub
 from data_prep.records import (
     NOT_ENOUGH_INFO,
     ClaimRecord,

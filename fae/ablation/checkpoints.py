@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 # table columns: the step, then the FAE numbers a training curve is read by
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], out: Path) -> None:
-    from data_prep.core.atomicio import atomic_write_text
+    from real_fae_core.atomicio import atomic_write_text
     from fae.ablation.runio import write_json_atomic
 
     out.mkdir(parents=True, exist_ok=True)

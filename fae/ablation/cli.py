@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from data_prep.core.errors import RunFailure, UserError
+from real_fae_core.errors import RunFailure, UserError
 from fae.ablation.options import make_parser, parse_run_args  # noqa: F401 - make_parser: the whole parser
 
 
 def parse_args(argv: list[str], prog: str = "fae run") -> argparse.Namespace:
     """``options`` (:class:`FaeRunArguments`), ``config`` (the YAML path) and ``given`` (the flags used).
 
-    Called by :func:`data_prep.core.cli.dispatch` instead of ``add_arguments``:
+    Called by :func:`real_fae_core.cli.dispatch` instead of ``add_arguments``:
     the options are a dataclass parsed by ``TrlParser`` (fae.ablation.options).
     """
     options, config, given = parse_run_args(argv, prog)
@@ -156,7 +156,7 @@ def open_backend(backend_cls, opts: dict[str, Any]):
 
 def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[str, Any],
                  claim_ids: list[str] | None = None) -> dict[str, Any]:
-    from data_prep.core.hashing import sha256_file
+    from real_fae_core.hashing import sha256_file
     from data_prep.prompts import PROMPT_FORMAT_VERSION
     from fae.ablation.runio import adapter_sha256, claim_set, package_versions
 
@@ -183,7 +183,7 @@ def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[
 
 
 def run(args: argparse.Namespace) -> int:
-    from data_prep.core.runlock import RunLock
+    from real_fae_core.runlock import RunLock
     from data_prep.records import RecordError, load_records
     from fae.ablation.metrics import fae_claims, nei_exclusion_note
     from fae.backends import get_backend
@@ -216,8 +216,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, rank: int, world: int,
                 barrier) -> int:
-    from data_prep.core.cli import set_interrupt_note
-    from data_prep.core.errors import Terminated
+    from real_fae_core.cli import set_interrupt_note
+    from real_fae_core.errors import Terminated
     from fae.ablation import runio
     from fae.ablation.engine import run_ablation
     from fae.backends import BackendError
@@ -270,7 +270,7 @@ def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, ran
                                      progress=bool(opts["progress"]) and rank == 0, desc=tag)
             stopped = None
         except BackendError as exc:
-            from data_prep.core.secrets import scrub
+            from real_fae_core.secrets import scrub
 
             error = exc
             stopped = scrub(str(exc))  # an error body may echo the key

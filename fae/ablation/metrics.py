@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
-from data_prep.core.labels import REFUTE, SUPPORT
+from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
+from real_fae_core.labels import REFUTE, SUPPORT
+from fae.ablation.population import evidence_claims, fae_claims, is_nei, mean_or_none
+from fae.ablation.soft_metrics import soft_metrics
 
-# The FEVER scorer's own spelling of NEI is the same label (exact strings, no case folding).
-_NEI_SPELLINGS = {NEI, "NOT ENOUGH INFO", "NEI"}
 # The official FEVER scorer counts only the first five predicted sentences.
 FEVER_MAX_EVIDENCE = 5
 
@@ -74,10 +74,6 @@ METRIC_KEYS = (
 # ---------------------------------------------------------------------------
 
 
-def is_nei(label: str | None) -> bool:
-    return label in _NEI_SPELLINGS
-
-
 def same_label(pred: str | None, gold: str) -> bool:
     """Is an answer's label the gold label? The one definition (score accounting uses it too).
 
@@ -112,47 +108,10 @@ def has_complete_group(predicted: Sequence, gold_groups: Sequence[Sequence],
     return any(all(i in top for i in g) for g in gold_groups)
 
 
-def _gold_label_of(item: Any) -> str:
-    if hasattr(item, "label") and not isinstance(item, Mapping):  # a ClaimRecord
-        return item.label
-    return item["gold_label"] if "gold_label" in item else item["label"]
-
-
-def fae_claims(items: Iterable[Any], source: str | None = None) -> tuple[list, int]:
-    """SPEC §1: the items FAE evaluates (gold SUPPORT/REFUTE) and how many NEI-gold ones were left out.
-
-    ``items`` are ClaimRecords, record dicts or claims.jsonl lines. With
-    ``source`` (the records file a command reads), a file whose every record
-    is NEI-gold is a :class:`UserError`: there is nothing to evaluate.
-    """
-    kept, n_nei = [], 0
-    for item in items:
-        if is_nei(_gold_label_of(item)):
-            n_nei += 1
-        else:
-            kept.append(item)
-    if source is not None and n_nei and not kept:
-        from data_prep.core.errors import UserError
-
-        raise UserError(f"{source}: no SUPPORT/REFUTE record (all {n_nei} have gold label {NEI}); "
-                        "FAE evaluates SUPPORT/REFUTE claims only (SPEC §1)")
-    return kept, n_nei
-
-
 def nei_exclusion_note(n_excluded: int, source: str) -> str:
     """The warning ``fae run`` prints when it leaves NEI-gold records out."""
     return (f"warning: {source}: {n_excluded} record(s) with gold label {NEI} are not evaluated "
             "(SPEC §1: FAE needs gold evidence to ablate); metrics.json counts them in n_excluded_nei")
-
-
-def evidence_claims(claims: Iterable[Mapping]) -> list[Mapping]:
-    """Claims whose gold label is SUPPORT/REFUTE (the population of every metric)."""
-    return fae_claims(claims)[0]
-
-
-def mean_or_none(xs: Sequence[float]) -> float | None:
-    """The mean, None for no values (metrics are None where undefined, never NaN)."""
-    return sum(xs) / len(xs) if xs else None
 
 
 def _f1(p: float | None, r: float | None) -> float | None:
@@ -503,8 +462,6 @@ def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[
     NEI-gold claims still in ``claims`` (runs made before ``fae run`` skipped
     them) are dropped here; ``n_excluded_nei`` adds the ones the run skipped.
     """
-    from fae.ablation.soft_metrics import soft_metrics
-
     claims = list(claims)
     R = _n_rounds(claims)
     pop, n_nei = fae_claims(claims)

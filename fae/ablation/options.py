@@ -3,7 +3,7 @@
 :class:`FaeRunArguments` holds every option; ``TrlParser`` (TRL's
 ``HfArgumentParser``) turns its fields into flags, so the precedence is the
 training one: field defaults < YAML (``--config``) < command line. The YAML is
-read strictly here (:func:`data_prep.core.yamlio.load_yaml`: a key given twice
+read strictly here (:func:`real_fae_core.yamlio.load_yaml`: a key given twice
 is an error) and each value is checked against its field before it becomes a
 parser default, so a typo'd key or a bad value names the file and the key
 instead of reaching argparse, which never checks non-string defaults.
@@ -21,7 +21,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 # Lower bounds, checked for YAML values, flags and direct construction alike.
 MINIMUM: dict[str, int] = {
@@ -163,7 +163,7 @@ def load_yaml_options(path: str) -> dict[str, Any]:
     (``batch_size``). An unknown key, a value of the wrong type or out of range
     is one :class:`UserError` line naming the file and the key.
     """
-    from data_prep.core.yamlio import load_yaml
+    from real_fae_core.yamlio import load_yaml
 
     data = load_yaml(path)  # missing file, directory, not UTF-8, bad YAML, a key twice: one line
     if data is None:

@@ -23,8 +23,11 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from data_prep.core.errors import UserError
-from fae.ablation.metrics import truncation_note
+from real_fae_core.errors import UserError
+from fae.ablation.metrics import compute_metrics, truncation_note, undefined_reason
+from fae.ablation.population import evidence_claims
+from fae.ablation.runio import load_run
+from fae.ablation.soft_metrics import claim_curves, soft_metrics
 
 LOW_ACCURACY = 0.5
 TABLE_COLUMNS = (
@@ -60,10 +63,6 @@ def load_reported(run_dir: str | Path, name: str | None = None) -> dict[str, Any
     An unfinished run, or one whose metrics.json was not computed from its
     claims.jsonl, is refused; a missing metrics.json is recomputed from the claims.
     """
-    from fae.ablation.metrics import compute_metrics
-    from fae.ablation.runio import load_run
-    from fae.ablation.soft_metrics import soft_metrics
-
     data = load_run(run_dir)
     metrics = data.metrics if data.metrics is not None else compute_metrics(data.claims)
     if "soft" not in metrics:  # metrics.json of a run made before soft FAE
@@ -78,8 +77,6 @@ def pct(x: float | None) -> str:
 
 def fae_reason(m: dict) -> str | None:
     """Why IS/ER/IO are n/a; for a metrics.json of older code (no ``IS_reason``) derived from a_r."""
-    from fae.ablation.metrics import undefined_reason
-
     if "IS_reason" in m:
         return m["IS_reason"]
     return undefined_reason(m.get("round_accuracy") or [None])
@@ -295,9 +292,6 @@ def plot_soft(runs: Sequence[dict], out: str | Path) -> tuple[Path, Path]:
 
 def soft_trajectory_figure(runs: Sequence[dict]):
     """Mean P(gold) and P(NOT_ENOUGH_INFO) per round with 95% bootstrap bands, styled like the trajectory."""
-    from fae.ablation.metrics import evidence_claims
-    from fae.ablation.soft_metrics import claim_curves
-
     fig, axes = _pyplot().subplots(1, 2, figsize=(9.5, 3.8), dpi=120, sharey=True)
     R_all = 1
     for k, run in enumerate(runs):

@@ -23,10 +23,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from data_prep.core.atomicio import atomic_write_text
-from data_prep.core.errors import UserError
-from data_prep.core.hashing import sha256_bytes, sha256_file, sha256_text
-from data_prep.core.jsonl import RecordError, read_appended
+from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.errors import UserError
+from real_fae_core.hashing import sha256_bytes, sha256_file, sha256_text
+from real_fae_core.jsonl import RecordError, read_appended
 
 CLAIMS = "claims.jsonl"
 CONFIG = "config.json"
@@ -56,7 +56,7 @@ def read_claims(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
     """Complete claim lines of ``path`` (missing file: none).
 
     A last line without its newline is the trace of a kill mid-write: it is
-    ignored, and cut from the file when ``repair`` (:func:`data_prep.core.jsonl.read_appended`).
+    ignored, and cut from the file when ``repair`` (:func:`real_fae_core.jsonl.read_appended`).
     A complete line that is not a claim object is an error naming the file and line.
     """
     out = []

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
-from fae.ablation.metrics import evidence_claims, mean_or_none
+from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
+from fae.ablation.population import evidence_claims, is_nei, mean_or_none
 
 NO_PROBS = "no label probabilities in this run (backend gave no logprobs, or --no-label-probs)"
 ECE_BINS = 10
@@ -131,13 +131,6 @@ def soft_metrics(claims: Sequence[Mapping]) -> dict[str, Any]:
     }
 
 
-def soft_scalars(claims: Sequence[Mapping]) -> dict[str, float | None]:
-    """The scalar soft metrics ``fae compare`` bootstraps (soft IS, NEI area, P_0(gold), ECE)."""
-    m = soft_metrics(claims)
-    return {"soft_IS": m["soft_IS"], "nei_area": m["nei_area"],
-            "p_gold_0": m["p_gold"][0] if m["p_gold"] else None, "ece": m["ece"]}
-
-
 # ---------------------------------------------------------------------------
 # per-claim columns for the paired bootstrap of ``fae compare``
 # ---------------------------------------------------------------------------
@@ -158,8 +151,6 @@ def soft_columns(claims: Sequence[Mapping], R: int):
     so that ECE = Σ_b |column_b| / Σ h.
     """
     import numpy as np
-
-    from fae.ablation.metrics import is_nei
 
     rows = []
     for c in claims:

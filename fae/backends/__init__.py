@@ -26,7 +26,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 Message = dict[str, str]
 

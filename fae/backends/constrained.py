@@ -26,7 +26,7 @@ import json
 import time
 from typing import Any
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from data_prep.schemas import schema_key
 
 

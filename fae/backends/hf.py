@@ -14,8 +14,8 @@ import copy
 from pathlib import Path
 from typing import Any, Callable
 
-from data_prep.core.errors import UserError
-from data_prep.core.modelref import is_hub_id
+from real_fae_core.errors import UserError
+from real_fae_core.modelref import is_hub_id
 from data_prep.prompts import encode_chat
 from fae.backends import Backend, Generation, register, wants_label_probs
 

@@ -27,7 +27,7 @@ import math
 import re
 from typing import Any, Sequence
 
-from data_prep.core.labels import LABELS
+from real_fae_core.labels import LABELS
 
 ANSWER_PREFIX = '{"label": "'
 _LABEL_START = re.compile(r'"label"\s*:\s*"')

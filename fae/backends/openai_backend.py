@@ -1,7 +1,7 @@
 """OpenAI-compatible chat backend: GPT-4o-mini, Gemini (OpenAI endpoint), a vLLM server.
 
 Requests run concurrently (``--concurrency``) under the project's one policy for
-OpenAI-compatible servers (:mod:`data_prep.core.openai_client`): 408, 409, 429,
+OpenAI-compatible servers (:mod:`real_fae_core.openai_client`): 408, 409, 429,
 5xx, timeouts, connection errors and malformed bodies are retried with
 exponential backoff and jitter (or the server's ``Retry-After``), and every
 request and retry is counted in ``stats`` (written to ``runs.jsonl``; keys
@@ -20,10 +20,10 @@ a :class:`BackendError`; no answer is invented. Claims of earlier chunks are
 already on disk, so rerunning the same command resumes.
 
 The API key is read from the environment variable named by ``--api-key-env``
-(through :func:`data_prep.core.openai_client.key_from_env`) and is never stored: config.json
+(through :func:`real_fae_core.openai_client.key_from_env`) and is never stored: config.json
 records only the variable's name. Servers echo the ``Authorization`` header in
 error bodies, so every error text is passed through
-:func:`data_prep.core.secrets.scrub` before it is raised, printed or written to
+:func:`real_fae_core.secrets.scrub` before it is raised, printed or written to
 ``runs.jsonl``.
 
 With ``constrained_decoding`` each request carries the JSON schema of its
@@ -41,8 +41,8 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from data_prep.core.errors import UserError
-from data_prep.core.openai_client import (
+from real_fae_core.errors import UserError
+from real_fae_core.openai_client import (
     BadResponse,
     RetriesExhausted,
     describe_error,
@@ -52,7 +52,7 @@ from data_prep.core.openai_client import (
     open_client,
     options_policy,
 )
-from data_prep.core.secrets import register_secret, scrub
+from real_fae_core.secrets import register_secret, scrub
 from fae.backends import Backend, BackendError, Generation, register, wants_label_probs
 from fae.backends.label_probs import label_probs_from_top_logprobs, openai_token_list
 

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from data_prep.prompts import encode_chat
 from fae.backends import Backend, Generation, register, wants_label_probs
 from fae.backends.label_probs import label_probs_from_top_logprobs

@@ -1,1 +1,1 @@
-"""Comparing verifiers: `fae compare` (score accounting, SPEC §8) and `fae pave` (prior-state diagnostics, SPEC §9)."""
+"""Comparing verifiers: `fae compare` (score accounting, SPEC §8); PAVE is fae.pave (SPEC §9)."""

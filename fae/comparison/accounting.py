@@ -32,19 +32,18 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from data_prep.core.labels import NOT_ENOUGH_INFO as NEI
-from data_prep.core.labels import REFUTE, SUPPORT
+from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
+from real_fae_core.labels import REFUTE, SUPPORT
 from fae.ablation.metrics import (
     cites_gold,
-    fae_claims,
     gold_union,
     has_complete_group,
     is_flip,
-    is_nei,
     is_valid,
     named_ids,
     round_label,
 )
+from fae.ablation.population import fae_claims, is_nei
 
 # An answer is correct when its label equals gold (invalid answers are wrong): the one
 # definition of metrics.json, so accounting and metrics can never disagree on a claim.
@@ -79,7 +78,7 @@ DESCRIPTIONS = {
 def fae_claim_order(order: Sequence[str], claims: Mapping[str, Mapping]) -> tuple[list[str], int]:
     """The claim ids of ``order`` that FAE evaluates (gold SUPPORT/REFUTE) and how many were left out.
 
-    The same claim set as ``metrics.json`` (:func:`fae.ablation.metrics.fae_claims`):
+    The same claim set as ``metrics.json`` (:func:`fae.ablation.population.fae_claims`):
     runs made before ``fae run`` skipped NOT_ENOUGH_INFO-gold claims still hold them.
     """
     kept, n_nei = fae_claims([{"id": cid, "gold_label": claims[cid]["gold_label"]} for cid in order])
@@ -164,13 +163,6 @@ def indicators_from_answers(
 # ---------------------------------------------------------------------------
 # Point estimates
 # ---------------------------------------------------------------------------
-
-
-def score_cells(ind: Indicators) -> dict[str, float]:
-    """The 2x2 table ``S_ab = 100 * mean(a_a * d_b)``."""
-    a = {"0": ind.a0, "1": ind.a1}
-    d = {"0": ind.d0, "1": ind.d1}
-    return {f"S{x}{y}": 100.0 * float(np.mean(a[x] * d[y])) for x in "01" for y in "01"}
 
 
 def decompose(cells: Mapping[str, float]) -> dict[str, float]:

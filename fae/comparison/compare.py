@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.core.errors import UserError
-from data_prep.core.jsonl import RecordError, iter_jsonl_lines
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from fae.ablation.runio import CLAIMS, RunData, load_run
 from fae.ablation.soft_metrics import (
     SOFT_COMPARE_NAMES,

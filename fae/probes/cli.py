@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.core.atomicio import atomic_write_text
-from data_prep.core.errors import UserError
-from data_prep.core.hashing import sha256_file
+from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.errors import UserError
+from real_fae_core.hashing import sha256_file
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import CLAIMS, RunData, load_run
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--knowledge-reference base needs --adapter: without one the verifier is the base model")
     if args.knowledge_max_new_tokens is not None and args.knowledge_max_new_tokens < 1:
         raise UserError("--knowledge-max-new-tokens must be >= 1")
-    from data_prep.core.runlock import RunLock
+    from real_fae_core.runlock import RunLock
 
     data = load_run(run_dir)  # refuses unfinished runs and stale metrics.json
     out = Path(args.output)

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from data_prep.prompts import encode_chat
 from fae.backends.hf import left_pad
 

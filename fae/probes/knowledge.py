@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from data_prep.core.labels import LABELS, NOT_ENOUGH_INFO
+from real_fae_core.labels import LABELS, NOT_ENOUGH_INFO
 
 INVALID = "invalid"
 ABSTAIN_SHARE = 0.5  # more than half NOT_ENOUGH_INFO: the reference is an abstention state

@@ -8,13 +8,14 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from data_prep.prompts import (
     encode_chat,
     render_evidence_prompt,
     render_knowledge_prompt,
 )
 from data_prep.records import ClaimRecord
+from fae.probes.hidden import left_pad_batch
 
 PARADIGMS = ("evidence", "knowledge")
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -74,8 +75,6 @@ class ActivationAccumulator:
 
     def add(self, paradigm: str, token_seqs, pad_id: int) -> None:
         import torch
-
-        from fae.probes.hidden import left_pad_batch
 
         dev = next(self.model.parameters()).device
         enc = left_pad_batch(token_seqs, pad_id, dev)

@@ -26,10 +26,11 @@ from typing import Iterator
 
 import numpy as np
 
-from data_prep.core.errors import UserError
-from data_prep.core.labels import NOT_ENOUGH_INFO
+from real_fae_core.errors import UserError
+from real_fae_core.labels import NOT_ENOUGH_INFO
+from real_fae_core.runlock import RunLock
 from data_prep.records import ClaimRecord, RecordError, iter_records
-from fae.probes.neuron_activations import accumulate
+from fae.backends.hf import load_hf_model
 from fae.probes.neuron_overlap import analyse
 from fae.probes.neuron_report import markdown, plot_venn
 
@@ -69,8 +70,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--batch-size must be >= 1")
     if not Path(args.records).is_file():
         raise UserError(f"--records {args.records!r}: file not found")
-    from data_prep.core.runlock import RunLock
-
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
@@ -79,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _neurons(args: argparse.Namespace, out: Path) -> int:
-    from fae.backends.hf import load_hf_model
+    from fae.probes.neuron_activations import accumulate  # loads torch: not for `fae --help`
 
     model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
                                trust_remote_code=args.trust_remote_code)

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from fae.probes.knowledge import shares_text
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
+from fae.view.data import DEFAULT_SHARD_SIZE, build_view, load_view_runs
+from fae.view.site import write_site
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,9 +31,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fae.view.data import DEFAULT_SHARD_SIZE, build_view, load_view_runs
-    from fae.view.site import write_site
-
     if args.names and len(args.names) != len(args.runs):
         raise UserError(f"--names has {len(args.names)} names for {len(args.runs)} runs")
     shard_size = args.shard_size or DEFAULT_SHARD_SIZE

@@ -19,8 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from data_prep.core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
-from fae.ablation.metrics import cites_gold, is_flip, is_nei, is_valid, round_label, same_label
+from real_fae_core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
+from data_prep.records import load_records_or_fail
+from fae.ablation.metrics import cites_gold, is_flip, is_valid, round_label, same_label
+from fae.ablation.population import is_nei
+from fae.ablation.report import load_reported
+from fae.probes.cli import resolve_records
 
 INDEX_VERSION = 1
 DEFAULT_SHARD_SIZE = 100
@@ -175,10 +179,6 @@ def load_view_runs(run_dirs: Sequence[str | Path], names: Sequence[str] | None =
     The records file is the one in the run's config.json (or ``records``), checked against the
     stored sha256: the claim text and the pool sentences come from it.
     """
-    from data_prep.records import load_records_or_fail
-    from fae.ablation.report import load_reported
-    from fae.probes.cli import resolve_records
-
     loaded: dict[Path, dict[str, Any]] = {}
     out = []
     for k, run_dir in enumerate(run_dirs):

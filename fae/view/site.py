@@ -3,7 +3,7 @@
 Data files are JavaScript (``FAE_VIEW.index({...})``, ``FAE_VIEW.shard(k, [...])``)
 rather than JSON because browsers refuse ``fetch()`` of local files: a
 ``<script>`` tag works from ``file://``. The site is built in a temporary
-directory and swapped in whole (:func:`data_prep.core.atomicio.atomic_dir`),
+directory and swapped in whole (:func:`real_fae_core.atomicio.atomic_dir`),
 so a stopped ``fae view`` never leaves half a viewer; a directory that is not
 a viewer is refused rather than replaced.
 """
@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Iterable
 
-from data_prep.core.atomicio import atomic_dir
-from data_prep.core.errors import UserError
+from real_fae_core.atomicio import atomic_dir
+from real_fae_core.errors import UserError
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 ASSET_FILES = ("view.js", "view.css")

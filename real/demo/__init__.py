@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from real_fae_core.cli import run_guarded
+
+from .base_model import build_base
+from .pipeline import run_demo
+
 
 def main(argv: list[str] | None = None) -> int:
-    from data_prep.core.cli import run_guarded
-
     return run_guarded("real-demo", _main, argv)
 
 
@@ -29,8 +32,6 @@ def _main(argv: list[str]) -> int:
         p.add_argument("--target", type=float, default=0.97,
                        help="stop once this share of held-out full-pool answers is exact")
         args = p.parse_args(argv[1:])
-        from .base_model import build_base
-
         final = None if args.final_phase_from < 0 else args.final_phase_from
         info = build_base(args.output, steps=args.steps, schedule_steps=args.schedule_steps,
                           final_phase_from=final, stop_after=args.stop_after, seed=args.seed,
@@ -43,8 +44,6 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--base", help="base model directory (default: the one shipped in real/demo/base)")
     args = p.parse_args(argv)
-    from .pipeline import run_demo
-
     run_demo(args.output, seed=args.seed, base=args.base)
     return 0
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.core.runlock import RunLock
+from real_fae_core.runlock import RunLock
 from data_prep.prompts import (
     EVIDENCE_SYSTEM_PROMPT,
     KNOWLEDGE_SYSTEM_PROMPT,

@@ -28,10 +28,18 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
-from data_prep.core.errors import UserError
-from data_prep.core.runlock import LOCK_NAME, RunLock
+from real_fae_core.errors import UserError
+from real_fae_core.runlock import LOCK_NAME, RunLock
+from data_prep.cli import main as real_data_cli
 from data_prep.records import load_records, save_records
+from fae.ablation.metrics import compute_metrics
+from fae.cli import main as fae_cli
+from fae.pave.analysis import analyse
+from fae.pave.io import SAMPLES, jsd_condition, read_samples
+from fae.probes.knowledge import shares_text
+from fae.probes.report import load_probe, markdown_table
 
 from .annotators import AnnotatorServer, enhancement_quality, write_annotators_yaml
 from .world import add_counterfactuals, add_incomplete_gold, build_world, make_split, train_test_facts
@@ -227,9 +235,6 @@ def base_reference_dir(variant: str) -> str:
 def dirk_lines(out: Path) -> list[str]:
     """The report's DirK section: what each variant answers on the claim-only prompt (h(K)'s prompt),
     what DirK then measures, and DirK with h(K) from the base model, from ``probes/*/dirk.json``."""
-    from fae.probes.knowledge import shares_text
-    from fae.probes.report import load_probe, markdown_table
-
     lines = ["", "## DirK: what h(K) stands for (`fae probe`)", "",
              "DirK (dirk.md, dirk.png) measures drift toward h(K), the state on the claim-only prompt. It is a "
              "direction toward parametric knowledge only where the verifier answers from knowledge there.", "",
@@ -256,8 +261,6 @@ def dirk_lines(out: Path) -> list[str]:
 
 def subset_metrics(run_dir: Path, ids: set[str]) -> dict:
     """FAE metrics (fae.ablation.metrics.compute_metrics, the one definition) on the claims in ``ids``."""
-    from fae.ablation.metrics import compute_metrics
-
     claims = [json.loads(line) for line in (run_dir / "claims.jsonl").read_text().splitlines() if line.strip()]
     m = compute_metrics([c for c in claims if c["id"] in ids])
     return {k: m[k] for k in ("n_claims", "label_accuracy", "strict_accuracy", "evidence_precision",
@@ -327,11 +330,6 @@ def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed
     to keep the demo short. Where filtering leaves nothing, the unfiltered
     profile is shown, labelled as such, and the report says what it cannot show.
     """
-    from types import SimpleNamespace
-
-    from fae.comparison.pave_analysis import analyse
-    from fae.comparison.pave_io import SAMPLES, jsd_condition, read_samples
-
     kept, results = {}, {}
     for variant in PAVE_VARIANTS:
         _stage(f"{variant}: fae pave ({size.pave_claims} claims, N = K = {size.pave_samples})", t0)
@@ -418,9 +416,6 @@ def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed
 
 
 def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, base: str | Path | None = None) -> dict:
-    from data_prep.cli import main as real_data
-    from fae.cli import main as fae
-
     size = size or DemoSize()
     out = Path(output)
     base = Path(base) if base else BASE_DIR
@@ -432,7 +427,7 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
     # A demo run always starts fresh: stale models must never be resumed into new runs.
     lock = claim_output(out)
     try:
-        return _run_demo_locked(real_data, fae, out, base, size, seed, accelerate_cfg, recipes, t0)
+        return _run_demo_locked(real_data_cli, fae_cli, out, base, size, seed, accelerate_cfg, recipes, t0)
     finally:
         lock.release()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from trl import ModelConfig, ScriptArguments, SFTConfig
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from real.training import recipe_checks
 
 logger = logging.getLogger("real.train")

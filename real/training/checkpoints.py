@@ -27,7 +27,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 from real.training.fingerprint import FINISHED_FILE, definition_differences, finished_definition, stored_definition
 
 logger = logging.getLogger("real.train")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_prep.core.errors import UserError
-from data_prep.core.hashing import sha256_tree
+from real_fae_core.errors import UserError
+from real_fae_core.hashing import sha256_tree
 
 
 def load_pairs(path: str | None, split: str = "train"):

@@ -16,7 +16,13 @@ import time
 
 from transformers import TrainerCallback
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
+from data_prep.records import RecordError, load_records
+from fae.ablation.checkpoints import checkpoint_row
+from fae.ablation.engine import ablate_chunk
+from fae.ablation.metrics import compute_metrics
+from fae.ablation.population import fae_claims
+from fae.backends.hf import HFBackend
 
 logger = logging.getLogger("real.train")
 
@@ -32,9 +38,6 @@ class FaeEvalCallback(TrainerCallback):
 
     def __init__(self, records: str, limit: int | None = 20, rounds: int = 2, max_new_tokens: int = 64,
                  batch_size: int = 8, constrained_decoding: bool = False):
-        from data_prep.records import RecordError, load_records
-        from fae.ablation.metrics import fae_claims
-
         try:
             claims, _ = fae_claims(load_records(records), source=records)
         except RecordError as exc:
@@ -55,10 +58,6 @@ class FaeEvalCallback(TrainerCallback):
         """The FAE metrics of ``model`` now (``compute_metrics``); its train/eval mode is left as found."""
         import torch
 
-        from fae.ablation.engine import ablate_chunk
-        from fae.ablation.metrics import compute_metrics
-        from fae.backends.hf import HFBackend
-
         was_training = model.training
         model.eval()
         try:
@@ -74,8 +73,6 @@ class FaeEvalCallback(TrainerCallback):
             return
         if self.trainer is None:
             raise RuntimeError("FaeEvalCallback.attach(trainer) was not called")
-        from fae.ablation.checkpoints import checkpoint_row
-
         t0 = time.perf_counter()
         row = checkpoint_row(self.evaluate(model, processing_class or self.trainer.processing_class))
         logs = {f"fae/{k.lower()}": float(v) for k, v in row.items() if v is not None}

@@ -16,8 +16,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from data_prep.core.atomicio import atomic_write_text
-from data_prep.core.hashing import sha256_json
+from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.hashing import sha256_json
 
 CALLBACK_NAME = "RunDefinition"
 FINISHED_FILE = "run_fingerprint.json"

@@ -6,8 +6,8 @@ import logging
 import os
 from pathlib import Path
 
-from data_prep.core.errors import UserError
-from data_prep.core.modelref import is_hub_id
+from real_fae_core.errors import UserError
+from real_fae_core.modelref import is_hub_id
 from real.training import recipe_checks
 
 logger = logging.getLogger("real.train")

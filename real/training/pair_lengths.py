@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 
 def _lengths(batch, tokenizer) -> dict:

@@ -4,7 +4,7 @@
 keeps the last value) and hands YAML values to argparse as *defaults*, which
 argparse never type-checks unless they are strings: ``lora_r: 1.5`` or
 ``per_device_train_batch_size: [2]`` reach the Trainer as they are and fail deep
-inside it. Here the recipe is read strictly (:func:`data_prep.core.yamlio.load_yaml`),
+inside it. Here the recipe is read strictly (:func:`real_fae_core.yamlio.load_yaml`),
 every value is checked against its dataclass field type, and the parsed
 arguments (YAML and command line together) against their ranges.
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import yaml
 
-from data_prep.core.errors import UserError
-from data_prep.core.yamlio import load_yaml
+from real_fae_core.errors import UserError
+from real_fae_core.yamlio import load_yaml
 
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
                list: "a list", dict: "a mapping"}

@@ -15,8 +15,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_prep.core.cli import set_interrupt_note
-from data_prep.core.errors import UserError
+from real_fae_core.cli import set_interrupt_note
+from real_fae_core.errors import UserError
+from real_fae_core.runlock import RunLock
 from real.training import checkpoints, fingerprint
 from real.training.data import check_variant, data_fingerprint, load_pairs
 from real.training.fae_callback import fae_eval_callback
@@ -186,8 +187,6 @@ def build_trainer(script_args, training_args, model_args, *, callbacks: list | N
 
 def train(script_args, training_args, model_args, argv: list[str] | None = None) -> dict:
     """Train under an exclusive lock on output_dir (main process; the other ranks wait for it)."""
-    from data_prep.core.runlock import RunLock
-
     check_output_paths(training_args)
     lock = RunLock(training_args.output_dir, "real-train", is_dir=True)
     on_main_then_share(training_args, lambda: lock.acquire() and None, f"the lock on {training_args.output_dir}")

@@ -36,16 +36,16 @@ import argparse
 import json
 from pathlib import Path
 
-from data_prep.core.atomicio import atomic_write_text
-from data_prep.core.errors import RunFailure, UserError
-from data_prep.core.labels import REFUTE, SUPPORT
-from data_prep.core.secrets import scrub
+from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.errors import RunFailure, UserError
+from real_fae_core.labels import REFUTE, SUPPORT
+from real_fae_core.secrets import scrub
 from data_prep.records import RecordError, load_records
 from fae.backends import BackendError
-from fae.comparison.pave_analysis import FAE_GAP_POINTS, analyse, fae_round0_check
-from fae.comparison.pave_io import SAMPLES, collect, jsd_condition
-from fae.comparison.pave_prompts import counterfactual_records
-from fae.comparison.pave_report import render_markdown, summary_lines
+from fae.pave.analysis import FAE_GAP_POINTS, analyse, fae_round0_check
+from fae.pave.io import SAMPLES, collect, jsd_condition
+from fae.pave.prompts import counterfactual_records
+from fae.pave.report import render_markdown, summary_lines
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,7 +128,7 @@ def run(args) -> int:
         from fae.ablation.runio import load_run
 
         fae_run = load_run(args.fae_run)  # refuses an unfinished or inconsistent run, one line
-    from data_prep.core.runlock import RunLock
+    from real_fae_core.runlock import RunLock
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -145,7 +145,7 @@ FINGERPRINT = ("records", "backend", "model", "adapter", "samples", "temperature
 
 
 def _pave(args, records: list, out: Path, fae_run=None) -> int:
-    from fae.comparison.pave_sampling import make_sampler
+    from fae.pave.sampling import make_sampler
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"records": str(args.records), "backend": args.backend, "model": args.model, "adapter": args.adapter,

@@ -40,8 +40,8 @@ import math
 import re
 from typing import Any, Callable
 
-from data_prep.core.hashing import derived_seed
-from data_prep.core.labels import LABELS
+from real_fae_core.hashing import derived_seed
+from real_fae_core.labels import LABELS
 from data_prep.prompts import encode_chat
 from fae.backends.constrained import max_answer_tokens
 from fae.backends.label_probs import ANSWER_PREFIX
@@ -229,6 +229,6 @@ def make_sampler(backend: str, options: dict[str, Any]):
         return HFSampler(options)
     if backend == "openai":
         return _openai_sampler_class()(options)
-    from data_prep.core.errors import UserError
+    from real_fae_core.errors import UserError
 
     raise UserError(f"fae pave supports --backend hf or openai, not {backend!r}")

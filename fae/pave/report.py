@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fae.comparison import pave_metrics as pm
-from fae.comparison.pave_prompts import LEGACY_KIND
+from fae.pave import metrics as pm
+from fae.pave.prompts import LEGACY_KIND
 
 
 def _p(x) -> str:

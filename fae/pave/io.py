@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from data_prep.core.errors import UserError
-from data_prep.core.jsonl import read_appended
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import read_appended
 from data_prep.prompts import parse_answer
 from data_prep.records import ClaimRecord, RecordError
-from fae.comparison.pave_prompts import prompts_for
+from fae.pave.prompts import prompts_for
 
 SAMPLES = "samples.jsonl"
 JSD_SUFFIX = "@jsd"

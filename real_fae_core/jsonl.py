@@ -4,7 +4,7 @@ Bytes are decoded line by line as strict UTF-8, so a bad line is reported with
 its file, line and byte offset instead of a bare UnicodeDecodeError; blank
 lines are skipped; whole-file problems (a directory, a compressed or UTF-16
 file) are refused at once. Errors are :class:`RecordError` (``path:line:
-record 'id': field 'x': reason``), a :class:`~data_prep.core.errors.UserError`:
+record 'id': field 'x': reason``), a :class:`~real_fae_core.errors.UserError`:
 bad input, exit 2.
 """
 
@@ -17,7 +17,7 @@ import reprlib
 from pathlib import Path
 from typing import Any, Iterator
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _short_repr = reprlib.Repr()

@@ -1,6 +1,6 @@
 """Subcommand dispatcher and the one top-level error handler of every entry point.
 
-Exit codes: :mod:`data_prep.core.errors` (docs/errors.md).
+Exit codes: :mod:`real_fae_core.errors` (docs/errors.md).
 
 Every failure prints one line ``PROG: error: ...`` with secrets scrubbed. Set
 ``REAL_FAE_DEBUG=1`` (or pass ``--debug`` anywhere on the command line) to see
@@ -17,7 +17,7 @@ import signal
 import sys
 from typing import Callable
 
-from data_prep.core.errors import (
+from real_fae_core.errors import (
     DEBUG_ENV,
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -27,6 +27,7 @@ from data_prep.core.errors import (
     Terminated,
     UserError,
 )
+from real_fae_core.secrets import scrub
 
 _interrupt_notes: list[str] = []
 
@@ -43,8 +44,6 @@ def _debug_enabled() -> bool:
 
 
 def _describe_os_error(exc: OSError) -> str:
-    from data_prep.core.secrets import scrub
-
     reason = exc.strerror or type(exc).__name__
     names = [n for n in (exc.filename, getattr(exc, "filename2", None)) if n]
     where = " -> ".join(str(n) for n in names)
@@ -86,8 +85,6 @@ def _sigterm_as_interrupt():
 
 def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
     """Call ``fn(argv)`` and turn every way it can fail into one line and an exit code."""
-    from data_prep.core.secrets import scrub
-
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = _debug_enabled()
     if "--debug" in argv:

@@ -8,11 +8,12 @@ stdout early can never cost it.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from typing import Iterator
 
-from data_prep.core.atomicio import atomic_write_text
-from data_prep.core.errors import UserError
-from data_prep.core.jsonl import RecordFileError
+from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.errors import UserError
 from data_prep.records import RecordError, load_records, validate_file
 
 
@@ -23,22 +24,25 @@ def add_arguments(p):
     p.add_argument("--report", help="write the bad lines as a JSON report here (implies --keep-going)")
 
 
-def run(args) -> int:
-    if not args.keep_going and not args.report:
-        try:
-            records = load_records(args.records)
-        except RecordError as exc:
-            raise UserError(str(exc)) from None
-        except FileNotFoundError:
-            raise UserError(f"{args.records}: records file not found") from None
-        print(f"{args.records}: {len(records)} valid records")
-        return 0
+@contextlib.contextmanager
+def records_file(path: str) -> Iterator[None]:
+    """A bad or missing records file becomes one UserError line naming it."""
     try:
-        report = validate_file(args.records)
-    except RecordFileError as exc:
+        yield
+    except RecordError as exc:  # a bad record, or a file unreadable as records (RecordFileError)
         raise UserError(str(exc)) from None
     except FileNotFoundError:
-        raise UserError(f"{args.records}: records file not found") from None
+        raise UserError(f"{path}: records file not found") from None
+
+
+def run(args) -> int:
+    if not args.keep_going and not args.report:
+        with records_file(args.records):
+            records = load_records(args.records)
+        print(f"{args.records}: {len(records)} valid records")
+        return 0
+    with records_file(args.records):
+        report = validate_file(args.records)
     if args.report:
         atomic_write_text(args.report, json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     print(report.summary())

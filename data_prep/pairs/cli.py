@@ -11,10 +11,10 @@ import json
 import os
 from pathlib import Path
 
-from data_prep.core.atomicio import atomic_dir
-from data_prep.core.errors import UserError
-from data_prep.core.jsonl import iter_jsonl_lines
-from data_prep.pairs import (
+from real_fae_core.atomicio import atomic_dir
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import iter_jsonl_lines
+from data_prep.pairs.build import (
     VARIANTS,
     MissingEnhancedEvidence,
     build_pairs,

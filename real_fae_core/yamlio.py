@@ -4,7 +4,7 @@ PyYAML keeps the last of two equal keys, so a recipe with ``learning_rate``
 twice trains at whichever came last. :func:`load_yaml` refuses such a file
 naming the key and both lines, and turns every other way a config file can be
 unreadable (missing, a directory, not UTF-8, not YAML) into one
-:class:`~data_prep.core.cli.UserError` line.
+:class:`~real_fae_core.cli.UserError` line.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -1,9 +1,8 @@
 """The one policy for calling OpenAI-compatible servers: client, retryable failures, backoff, counts.
 
-Used by ``real-data enhance`` / ``counterfactual`` (async), ``fae run --backend
-openai`` and ``fae pave`` (async), and by anyone who wants the same policy from
-synchronous code (:meth:`RetryPolicy.call`). Both entries share one decision
-function, so what is retried and how long to wait is written once.
+Used by ``real-data enhance`` / ``counterfactual``, ``fae run --backend openai``
+and ``fae pave`` (all async, through :meth:`RetryPolicy.acall`), so what is
+retried and how long to wait is written once.
 
 Why our retries and not the openai client's own: :func:`open_client` sets
 ``max_retries=0`` so every HTTP attempt passes through here. The client's loop
@@ -24,12 +23,11 @@ The policy, per request:
 - after ``max_retries`` retries :class:`RetriesExhausted` carries the last error.
 
 Counting goes through :class:`CallHooks` (``attempt()`` before every request,
-``failure(kind, retrying)`` after every failed one); :class:`CallCounts` is a
-ready one. Failure kinds are ``"timeout"``, ``"connection"``, ``"malformed"``
+``failure(kind, retrying)`` after every failed one). Failure kinds are ``"timeout"``, ``"connection"``, ``"malformed"``
 and ``"http_<status>"``.
 
 Messages built here (:func:`describe_error`, :class:`RetriesExhausted`) go
-through :func:`data_prep.core.secrets.scrub`: servers echo the Authorization
+through :func:`real_fae_core.secrets.scrub`: servers echo the Authorization
 header in error bodies and the openai client puts those bodies in its messages.
 """
 
@@ -46,8 +44,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from data_prep.core.errors import UserError
-from data_prep.core.secrets import read_key, register_secret, scrub
+from real_fae_core.errors import UserError
+from real_fae_core.secrets import read_key, register_secret, scrub
 
 T = TypeVar("T")
 
@@ -59,8 +57,8 @@ class BadResponse(ValueError):
     """A 200 whose body holds no usable answer (e.g. no ``choices[0].message.content``); retried."""
 
 
-def open_client(base_url: str | None, api_key: str, *, timeout: float, asynchronous: bool = True):
-    """An ``openai.AsyncOpenAI`` (or ``OpenAI``) with the library's retries off: ours are the only ones.
+def open_client(base_url: str | None, api_key: str, *, timeout: float):
+    """An ``openai.AsyncOpenAI`` with the library's retries off: ours are the only ones.
 
     The key and any password in ``base_url`` are registered for :func:`scrub` first.
     """
@@ -72,8 +70,7 @@ def open_client(base_url: str | None, api_key: str, *, timeout: float, asynchron
         register_secret(urlsplit(base_url or "").password)
     except ValueError:  # an invalid URL: the client reports it on the first request
         pass
-    cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
-    return cls(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+    return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
 
 
 def key_from_env(env_var: str | None, named_by: str) -> str:
@@ -162,22 +159,6 @@ class CallHooks(Protocol):
         """A request failed with ``kind``; ``retrying`` says whether it will be sent again."""
 
 
-@dataclass
-class CallCounts:
-    """Ready-made :class:`CallHooks`: requests sent, retries, failed attempts by kind."""
-
-    attempts: int = 0
-    retries: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
-
-    def attempt(self) -> None:
-        self.attempts += 1
-
-    def failure(self, kind: str, retrying: bool) -> None:
-        self.failures[kind] = self.failures.get(kind, 0) + 1
-        self.retries += int(retrying)
-
-
 class RetriesExhausted(Exception):
     """A request still failing after ``max_retries`` retries; ``last`` is its final error."""
 
@@ -206,8 +187,7 @@ class RetryPolicy:
     def next_wait(self, exc: Exception, retries: int, hooks: CallHooks | None) -> float | None:
         """The wait before the next try after ``exc`` (``retries`` done so far); None: re-raise ``exc``.
 
-        Raises :class:`RetriesExhausted` when the budget is spent. The one decision
-        behind :meth:`call` and :meth:`acall`.
+        Raises :class:`RetriesExhausted` when the budget is spent.
         """
         kind = failure_kind(exc)
         if kind is None:
@@ -244,24 +224,6 @@ class RetryPolicy:
                     raise
             retries += 1
             await asyncio.sleep(wait)
-
-    def call(self, send: Callable[[], T], *, hooks: CallHooks | None = None,
-             again: Callable[[Exception], bool] | None = None) -> T:
-        """``send()`` under this policy, from synchronous code (same rules as :meth:`acall`)."""
-        retries = 0
-        while True:
-            if hooks is not None:
-                hooks.attempt()
-            try:
-                return send()
-            except Exception as exc:  # sorted by next_wait
-                if again is not None and again(exc):
-                    continue
-                wait = self.next_wait(exc, retries, hooks)
-                if wait is None:
-                    raise
-            retries += 1
-            time.sleep(wait)
 
 
 def options_policy(options: dict[str, Any], *, seed: int | None = None) -> RetryPolicy:

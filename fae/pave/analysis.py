@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from data_prep.core.errors import UserError
-from fae.comparison import pave_metrics as pm
-from fae.comparison.pave_prompts import LEGACY_KIND, condition_name, kind_sort_key
+from real_fae_core.errors import UserError
+from fae.pave import metrics as pm
+from fae.pave.prompts import LEGACY_KIND, condition_name, kind_sort_key
 
 
 VARIANT_TEXT = {

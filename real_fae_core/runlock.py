@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from data_prep.core.errors import UserError
+from real_fae_core.errors import UserError
 
 try:  # POSIX only; elsewhere the lock degrades to a no-op
     import fcntl

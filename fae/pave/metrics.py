@@ -43,8 +43,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from data_prep.core.hashing import sha256_text
-from data_prep.core.labels import REFUTE, SUPPORT
+from real_fae_core.hashing import sha256_text
+from real_fae_core.labels import REFUTE, SUPPORT
 from fae.ablation.metrics import same_label
 
 STATES = ("KK", "KU", "UK", "UU")
@@ -232,13 +232,9 @@ def identical_runs(probs: Sequence[Sequence[float] | None], tol: float = 1e-9) -
     return bool(np.all(np.abs(p - p[0]) <= tol))
 
 
-def arbitrate(delta: float, tau: float, claim_answer: str | None, evidence_answer: str | None) -> str | None:
-    """Evidence-run majority when Δ = JSD(claim only) - JSD(evidence) > τ, else the claim-only majority."""
-    return evidence_answer if delta > tau else claim_answer
-
-
 def arbitration_accuracy(deltas, tau: float, claim_answers, evidence_answers, gold) -> float:
-    """Accuracy of the arbitrated answers over claims."""
+    """Accuracy of the arbitrated answers over claims: per claim the evidence-run majority when
+    Δ = JSD(claim only) - JSD(evidence) > τ, else the claim-only majority."""
     d = np.asarray(deltas, float)
     chosen = np.where(d > tau, np.asarray(evidence_answers, object), np.asarray(claim_answers, object))
     return float(np.mean(chosen == np.asarray(gold, object))) if len(d) else math.nan

@@ -1,0 +1,1 @@
+"""REAL training pairs (SPEC §4): building them (``build``) and `real-data pairs` (``cli``)."""
