@@ -382,7 +382,6 @@ def test_a_failed_stage_stops_the_stages_running_beside_it(tmp_path):
     import sys
     import time
 
-    from data_prep.core.errors import UserError
     from real.demo.pipeline import run_stages
 
     pid_file = tmp_path / "grandchild.pid"
