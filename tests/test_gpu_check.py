@@ -73,7 +73,7 @@ def test_cpu_reference_is_a_full_demo_summary():
     # what docs/demo.md quotes: the variants trained on ablated negatives abstain after
     # round 0, the two without them do not
     a_1 = {v: m["round_accuracy"][1] for v, m in ref["variants"].items()}
-    assert max(a_1["real"], a_1["no_enhancement"]) < 0.2 < 0.9 < min(a_1["sft"], a_1["no_ablation"])
+    assert max(a_1["real"], a_1["no_enhancement"]) < 0.25 < 0.9 < min(a_1["sft"], a_1["no_ablation"])
 
 
 @settings(derandomize=True, max_examples=40, deadline=None)

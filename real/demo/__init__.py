@@ -7,8 +7,7 @@ import shlex
 
 from real_fae_core.cli import run_guarded
 
-from .base_model import build_base
-from .pipeline import run_demo
+from . import base_model, pipeline
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +32,7 @@ def _main(argv: list[str]) -> int:
                        help="stop once this share of held-out full-pool answers is exact")
         args = p.parse_args(argv[1:])
         final = None if args.final_phase_from < 0 else args.final_phase_from
-        info = build_base(args.output, steps=args.steps, schedule_steps=args.schedule_steps,
+        info = base_model.build_base(args.output, steps=args.steps, schedule_steps=args.schedule_steps,
                           final_phase_from=final, stop_after=args.stop_after, seed=args.seed,
                           target=args.target, command=shlex.join(["real-demo", *argv]))
         print(info)
@@ -44,7 +43,7 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--base", help="base model directory (default: the one shipped in real/demo/base)")
     args = p.parse_args(argv)
-    run_demo(args.output, seed=args.seed, base=args.base)
+    pipeline.run_demo(args.output, seed=args.seed, base=args.base)
     return 0
 
 
