@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from real_fae_core.config import check_mapping
+from real_fae_core.config import check_mapping, locator
 from real_fae_core.errors import UserError
 from real_fae_core.openai_client import NO_KEY
 from real_fae_core.secrets import read_key, register_secret
@@ -92,9 +92,10 @@ def _check_entry(raw: Any, path: Path, lines: dict[tuple, int], i: int) -> Annot
     if isinstance(raw, dict) and isinstance(raw.get("name"), str) and raw["name"]:
         where = f"{where} ({raw['name']!r})"
 
+    place = locator(path, lines, ("annotators", i))
+
     def at(key) -> str:
-        line = lines.get(("annotators", i, key) if key is not None else ("annotators", i))
-        return f"{path}:{line}: {where}" if line else f"{path}: {where}"
+        return f"{place(key)}: {where}"
 
     def bad(fld: str, reason: str):
         raise ConfigError(f"{at(fld)}: {fld}: {reason}")
