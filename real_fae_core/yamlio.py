@@ -58,6 +58,30 @@ def parse_yaml(text: str, source: str = "<string>") -> Any:
 
 def load_yaml(path: str | os.PathLike) -> Any:
     """Read and strictly parse a YAML file, with one clear error for every failure."""
+    return load_yaml_located(path)[0]
+
+
+def key_lines(text: str) -> dict[tuple, int]:
+    """Line (1-based) of every mapping key and list item, by its path (``("annotators", 1, "model")``)."""
+    lines: dict[tuple, int] = {}
+
+    def walk(node, path: tuple) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    lines[(*path, key_node.value)] = key_node.start_mark.line + 1
+                    walk(value_node, (*path, key_node.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                lines[(*path, i)] = item.start_mark.line + 1
+                walk(item, (*path, i))
+
+    walk(yaml.compose(text, Loader=yaml.SafeLoader), ())
+    return lines
+
+
+def load_yaml_located(path: str | os.PathLike) -> tuple[Any, dict[tuple, int]]:
+    """:func:`load_yaml` and the line of every key (:func:`key_lines`), for file:line messages."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path} is a directory, not a YAML file")
@@ -71,4 +95,4 @@ def load_yaml(path: str | os.PathLike) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-    return parse_yaml(text, str(path))
+    return parse_yaml(text, str(path)), key_lines(text)

@@ -32,9 +32,14 @@ def _heavy_after(module: str, argv: list[str], heavy: tuple[str, ...] = HEAVY) -
     return json.loads(proc.stderr.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["compare", "--help"], ["pave", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["pave", "--help"]])
 def test_fae_help_imports_no_heavy_library(argv):
     assert _heavy_after("fae.cli", argv) == []
+
+
+def test_fae_run_help_imports_only_its_parser():
+    """`fae run` parses with transformers' HfArgumentParser: it may import transformers, never torch or trl."""
+    assert _heavy_after("fae.cli", ["run", "--help"], heavy=(*HEAVY, "trl")) == ["transformers"]
 
 
 def test_real_data_help_imports_no_heavy_library():
@@ -47,5 +52,5 @@ def test_real_data_help_does_not_load_the_openai_client():
 
 
 def test_fae_help_does_not_build_the_run_options_parser():
-    """`fae run` parses its options with TRL's parser; only `fae run` itself may pay for importing trl."""
-    assert _heavy_after("fae.cli", ["--help"], heavy=("trl",)) == []
+    """Only `fae run` itself may pay for importing its parser (transformers); `fae` never imports trl."""
+    assert _heavy_after("fae.cli", ["--help"], heavy=("trl", "transformers")) == []

@@ -51,15 +51,15 @@ def test_shipped_recipes_load(name, monkeypatch):
 @pytest.mark.parametrize(
     "mutate, expected",
     [
-        (lambda e: e.replace("    max_tokens: 64\n", ""), r"annotators\[1\] \('b'\): field 'max_tokens': missing"),
-        (lambda e: e.replace("max_concurrency: 4", "max_concurrency: 0"), r"\[1\].*'max_concurrency'.*>= 1"),
-        (lambda e: e + "    api_key: sk-secret-value\n", r"\[1\].*'api_key': keys never go into this file"),
-        (lambda e: e.replace("SOME_KEY", "sk-abc-123"), r"\[1\].*'api_key_env': must be the NAME"),
-        (lambda e: e.replace("http://127.0.0.1:8000/v1", "localhost:8000"), r"\[1\].*'base_url'"),
-        (lambda e: e + "    colour: red\n", r"\[1\].*'colour': unknown field"),
+        (lambda e: e.replace("    max_tokens: 64\n", ""), r"yaml:\d+: annotators\[1\] \('b'\): max_tokens: missing required field"),
+        (lambda e: e.replace("max_concurrency: 4", "max_concurrency: 0"), r"ann\.yaml:13: annotators\[1\] \('b'\): max_concurrency: must be >= 1, got 0"),
+        (lambda e: e + "    api_key: sk-secret-value\n", r"\[1\].*: api_key: keys never go into this file"),
+        (lambda e: e.replace("SOME_KEY", "sk-abc-123"), r"\[1\].*: api_key_env: must be the NAME"),
+        (lambda e: e.replace("http://127.0.0.1:8000/v1", "localhost:8000"), r"\[1\].*: base_url: must start with http"),
+        (lambda e: e + "    colour: red\n", r"\[1\].*: colour: unknown key"),
         (lambda e: e.replace("model: m-b", "model: m-a"),
          r"\[1\].*same model and decoding settings as annotators\[0\]"),
-        (lambda e: e.replace("name: b", "name: a"), r"\[1\]: field 'name': duplicate name 'a'"),
+        (lambda e: e.replace("name: b", "name: a"), r"yaml:\d+: annotators\[1\]: name: duplicate name 'a'"),
     ],
 )
 def test_config_errors_name_file_entry_and_field(tmp_path, mutate, expected):

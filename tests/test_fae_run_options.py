@@ -12,7 +12,7 @@ from fae.cli import main
 REPO = Path(__file__).resolve().parents[1]
 REQUIRED = ["--records", "r.jsonl", "--output", "out", "--model", "m"]
 
-# config.json "settings" keys, in order: a file format, so it must not drift with the dataclass.
+# config.json "settings" keys: a file format, so they must not drift with the dataclass.
 SETTINGS_KEYS = ["records", "output", "backend", "model", "adapter", "rounds", "max_new_tokens", "limit",
                  "chunk_size", "constrained_decoding", "label_probs", "batch_size", "device", "dtype", "base_url",
                  "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base", "seed",
@@ -41,14 +41,14 @@ def test_defaults_then_yaml_then_command_line(tmp_path, key, flag, yaml_value, c
     assert getattr(parse_run_args(REQUIRED)[0], key) == default
     cfg = yaml_file(tmp_path, f"{key}: {yaml_value}\n")
     assert getattr(parse_run_args(["--config", cfg, *REQUIRED])[0], key) == expected_yaml
-    options, config, given = parse_run_args(["--config", cfg, *REQUIRED, *flag, *cli_value])
-    assert getattr(options, key) == expected_cli and config == cfg and given[key] == expected_cli
+    options, config = parse_run_args(["--config", cfg, *REQUIRED, *flag, *cli_value])
+    assert getattr(options, key) == expected_cli and config == cfg
 
 
 def test_a_flag_equal_to_the_default_still_beats_the_yaml(tmp_path):
     cfg = yaml_file(tmp_path, "rounds: 2\n")
-    options, _, given = parse_run_args(["--config", cfg, *REQUIRED, "--rounds", "4"])
-    assert options.rounds == 4 and given["rounds"] == 4
+    options, _ = parse_run_args(["--config", cfg, *REQUIRED, "--rounds", "4"])
+    assert options.rounds == 4
 
 
 def test_keys_may_be_spelled_like_flags_and_values_take_their_field_types(tmp_path):
@@ -58,17 +58,19 @@ def test_keys_may_be_spelled_like_flags_and_values_take_their_field_types(tmp_pa
 
 
 @pytest.mark.parametrize("text, message", [
-    ("model: m\nmax_new_token: 8\n", "unknown key 'max_new_token' (did you mean 'max_new_tokens'?)"),
-    ("config: other.yaml\n", "unknown key 'config'"),
-    ("rounds: 1.5\n", "key 'rounds': must be an integer, got 1.5"),
-    ("rounds: -1\n", "key 'rounds': must be >= 0, got -1"),
-    ("rounds: true\n", "key 'rounds': must be an integer"),
-    ("rounds:\n", "key 'rounds': must not be empty (null)"),
-    ("no_progress: true\n", "unknown key 'no_progress'"),
-    ("progress: 'off'\n", "key 'progress': must be true or false"),
-    ("model: [a, b]\n", "key 'model': must be a string"),
-    ("rounds: 2\nrounds: 3\n", "key 'rounds' is given twice (lines 1 and 2)"),
-    ("- rounds\n", "expected a mapping of option: value"),
+    ("model: m\nmax_new_token: 8\n", "bad.yaml:2: max_new_token: unknown key (did you mean 'max_new_tokens'?)"),
+    ("config: other.yaml\n", "bad.yaml:1: config: unknown key"),
+    ("rounds: 1.5\n", "bad.yaml:1: rounds: must be a whole number, got 1.5"),
+    ("model: m\nrounds: -1\n", "bad.yaml:2: rounds: must be >= 0, got -1"),
+    ("rounds: true\n", "bad.yaml:1: rounds: must be an integer"),
+    ("rounds:\n", "bad.yaml:1: rounds: must not be empty (null)"),
+    ("no_progress: true\n", "bad.yaml:1: no_progress: unknown key"),
+    ("progress: 'off'\n", "bad.yaml:1: progress: must be true or false"),
+    ("model: [a, b]\n", "bad.yaml:1: model: must be a string"),
+    ("batch-size: 0\n", "bad.yaml:1: batch-size: must be >= 1, got 0"),  # a backend's declared range
+    ("request_timeout: 0\n", "bad.yaml:1: request_timeout: must be > 0, got 0.0"),
+    ("rounds: 2\nrounds: 3\n", "bad.yaml:2: key 'rounds' is given twice (lines 1 and 2)"),
+    ("- rounds\n", "bad.yaml: expected a mapping of option: value"),
 ])
 def test_bad_yaml_is_one_line_naming_the_file_and_the_key(tmp_path, capsys, text, message):
     cfg = yaml_file(tmp_path, text, "bad.yaml")
@@ -109,8 +111,8 @@ def test_missing_required_options_name_the_flags(tmp_path):
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes" / "eval").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_eval_recipe_parses_and_flags_override_it(recipe):
-    options, config, _ = parse_run_args(["--config", str(recipe), "--records", "r.jsonl", "--output", "o",
-                                         "--rounds", "2"])
+    options, config = parse_run_args(["--config", str(recipe), "--records", "r.jsonl", "--output", "o",
+                                      "--rounds", "2"])
     assert config == str(recipe) and options.rounds == 2 and options.backend in ("hf", "openai", "vllm")
     assert options.model == load_yaml_options(str(recipe))["model"]
 
@@ -126,16 +128,24 @@ def test_help_lists_every_option(capsys):
     assert "(default: 4)" in out  # defaults shown from the dataclass, not a marker
 
 
-def test_the_recorded_command_keeps_the_given_flags_in_order(tmp_path):
+def test_the_recorded_command_is_the_command_line_as_given(tmp_path):
     cfg = yaml_file(tmp_path, "rounds: 2\n")
     args = run_cli.parse_args(["--model", "m", "--config", cfg, "--records", "r.jsonl", "--output", "o d",
                                "--max_new_tokens=8", "--no-progress"])
-    assert run_cli.command_line(args.given) == (f"fae run --model m --config {cfg} --records r.jsonl "
-                                                "--output 'o d' --max-new-tokens 8 --no-progress")
+    assert args.command == (f"fae run --model m --config {cfg} --records r.jsonl "
+                            "--output 'o d' --max_new_tokens=8 --no-progress")
 
 
-def test_merged_options_keep_the_config_json_settings_format(tmp_path):
-    args = run_cli.parse_args(["--config", yaml_file(tmp_path, "rounds: 2\n"), *REQUIRED])
-    opts = run_cli.merged_options(args)
-    assert list(opts) == ["config", *SETTINGS_KEYS[:9], "progress", *SETTINGS_KEYS[9:]]
-    assert opts["rounds"] == 2 and opts["config"].endswith("eval.yaml")
+def test_config_json_stores_the_command_and_every_resolved_option(tmp_path):
+    from fae.backends.hf import HFBackend
+
+    records = tmp_path / "r.jsonl"
+    records.write_text("{}\n")
+    argv = ["--config", yaml_file(tmp_path, "rounds: 2\nbatch-size: 3\n"), "--records", str(records),
+            "--output", "o", "--model", "m", "--no-label-probs"]
+    args = run_cli.parse_args(argv)
+    cfg = run_cli.build_config(args, HFBackend, {"greedy": True}, ["a"])
+    assert cfg["command"] == "fae run " + " ".join(argv) and cfg["config_file"].endswith("eval.yaml")
+    assert sorted(cfg["settings"]) == sorted(SETTINGS_KEYS)
+    assert cfg["settings"]["rounds"] == 2 and cfg["settings"]["batch_size"] == 3
+    assert cfg["settings"]["label_probs"] is False and cfg["settings"]["concurrency"] == 8  # a default

@@ -2,24 +2,27 @@
 
 The file names the *environment variable* that holds each key, never the
 key, so recipes can be committed and shared; a keyless local server (llama.cpp,
-vLLM without ``--api-key``) needs no variable at all. The file is read with the
-strict YAML loader (a key given twice is an error naming both lines). Errors
-name the file, the entry index (and name when known) and the field.
+vLLM without ``--api-key``) needs no variable at all. Each entry is checked
+against :class:`AnnotatorConfig` by the project's one strict loader
+(:mod:`real_fae_core.config`: unknown fields, types, ranges in the field
+metadata, a key given twice). Errors name the file and line, the entry index
+(and name when known) and the field: ``file:line: annotators[1] ('b'): field: reason``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from real_fae_core.config import check_mapping, locator
 from real_fae_core.errors import UserError
 from real_fae_core.openai_client import NO_KEY
 from real_fae_core.secrets import read_key, register_secret
-from real_fae_core.yamlio import load_yaml
+from real_fae_core.yamlio import load_yaml_located
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -35,15 +38,18 @@ class AnnotatorConfig:
     name: str
     base_url: str
     model: str
-    max_concurrency: int
-    temperature: float
-    max_tokens: int
+    max_concurrency: int = field(metadata={"min": 1})
+    temperature: float = field(metadata={"min": 0.0})
+    max_tokens: int = field(metadata={"min": 1})
     api_key_env: str | None = None  # None: a keyless server (llama.cpp, vLLM without --api-key)
-    timeout: float = 60.0  # seconds per HTTP request
-    max_retries: int = 6  # transport retries (429, 5xx, timeouts, connection errors)
-    malformed_retries: int = 2  # re-asks after an unparseable answer, then abstain
-    backoff_base: float = 1.0  # seconds; delay ~ U(0, min(backoff_max, base * 2**attempt))
-    backoff_max: float = 60.0
+    timeout: float = field(default=60.0, metadata={"above": 0.0})  # seconds per HTTP request
+    # transport retries (429, 5xx, timeouts, connection errors)
+    max_retries: int = field(default=6, metadata={"min": 0})
+    # re-asks after an unparseable answer, then abstain
+    malformed_retries: int = field(default=2, metadata={"min": 0})
+    # seconds; delay ~ U(0, min(backoff_max, base * 2**attempt))
+    backoff_base: float = field(default=1.0, metadata={"min": 0.0})
+    backoff_max: float = field(default=60.0, metadata={"min": 0.0})
     seed: int | None = None  # sent when set (vLLM and OpenAI honour it)
     # answers held to {"evidence": [ids of the pool]} through response_format (docs/structured.md)
     constrained_decoding: bool = False
@@ -80,69 +86,37 @@ class AnnotatorConfig:
         return value
 
 
-_REQUIRED = ("name", "base_url", "model", "max_concurrency", "temperature", "max_tokens")
-_ALLOWED = {f.name for f in fields(AnnotatorConfig)}
+def _check_entry(raw: Any, path: Path, lines: dict[tuple, int], i: int) -> AnnotatorConfig:
+    """``annotators[i]`` as an :class:`AnnotatorConfig`; an absent or null optional field takes its default."""
+    where = f"annotators[{i}]"
+    if isinstance(raw, dict) and isinstance(raw.get("name"), str) and raw["name"]:
+        where = f"{where} ({raw['name']!r})"
 
+    place = locator(path, lines, ("annotators", i))
 
-def _check_entry(raw: Any, where: str) -> AnnotatorConfig:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: must be a mapping with fields {', '.join(_REQUIRED)}")
-    name = raw.get("name")
-    if isinstance(name, str) and name:
-        where = f"{where} ({name!r})"
+    def at(key) -> str:
+        return f"{place(key)}: {where}"
 
     def bad(fld: str, reason: str):
-        raise ConfigError(f"{where}: field {fld!r}: {reason}")
+        raise ConfigError(f"{at(fld)}: {fld}: {reason}")
 
-    unknown = sorted(set(raw) - _ALLOWED)
-    if unknown:
-        if "api_key" in unknown:
-            bad("api_key", "keys never go into this file; name the environment variable in 'api_key_env'")
-        bad(unknown[0], f"unknown field (allowed: {', '.join(sorted(_ALLOWED))})")
-    for fld in _REQUIRED:
-        if fld not in raw or raw[fld] is None:
-            bad(fld, "missing required field")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{at(None)}: must be a mapping with fields name, base_url, model, max_concurrency, "
+                          "temperature, max_tokens")
+    if "api_key" in raw:
+        bad("api_key", "keys never go into this file; name the environment variable in 'api_key_env'")
+    try:
+        kwargs = check_mapping({k: v for k, v in raw.items() if v is not None}, [AnnotatorConfig], at)
+    except UserError as exc:
+        raise ConfigError(str(exc)) from None
     for fld in ("name", "base_url", "model", "api_key_env"):
-        if fld == "api_key_env" and raw.get(fld) is None:
-            continue  # optional: a keyless server
-        if not isinstance(raw[fld], str) or not raw[fld].strip():
+        if fld in kwargs and not kwargs[fld].strip():
             bad(fld, "must be a non-empty string")
-    if not re.match(r"^https?://", raw["base_url"]):
-        bad("base_url", f"must start with http:// or https://, got {raw['base_url']!r}")
-    if raw.get("api_key_env") is not None and not _ENV_NAME.match(raw["api_key_env"]):
+    if not re.match(r"^https?://", kwargs["base_url"]):
+        bad("base_url", f"must start with http:// or https://, got {kwargs['base_url']!r}")
+    if "api_key_env" in kwargs and not _ENV_NAME.match(kwargs["api_key_env"]):
         # Never echo the value: it may be a pasted key.
         bad("api_key_env", "must be the NAME of an environment variable (letters, digits, _), not a key")
-
-    def integer(fld: str, lo: int) -> None:
-        v = raw.get(fld)
-        if v is None:
-            return
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            bad(fld, f"must be an integer >= {lo}, got {v!r}")
-
-    def number(fld: str, lo: float, strict: bool) -> None:
-        v = raw.get(fld)
-        if v is None:
-            return
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (v <= lo if strict else v < lo):
-            bad(fld, f"must be a number {'>' if strict else '>='} {lo}, got {v!r}")
-
-    integer("max_concurrency", 1)
-    integer("max_tokens", 1)
-    integer("max_retries", 0)
-    integer("malformed_retries", 0)
-    number("temperature", 0.0, strict=False)
-    number("timeout", 0.0, strict=True)
-    number("backoff_base", 0.0, strict=False)
-    number("backoff_max", 0.0, strict=False)
-    if raw.get("seed") is not None and (isinstance(raw["seed"], bool) or not isinstance(raw["seed"], int)):
-        bad("seed", f"must be an integer, got {raw['seed']!r}")
-    if raw.get("constrained_decoding") is not None and not isinstance(raw["constrained_decoding"], bool):
-        bad("constrained_decoding", f"must be true or false, got {raw['constrained_decoding']!r}")
-    kwargs = {k: v for k, v in raw.items() if v is not None}
-    for fld in ("temperature", "timeout", "backoff_base", "backoff_max"):
-        if fld in kwargs:
-            kwargs[fld] = float(kwargs[fld])
     kwargs["base_url"] = kwargs["base_url"].rstrip("/")
     try:
         register_secret(urlsplit(kwargs["base_url"]).password)  # https://user:PASS@host: errors name the URL
@@ -157,7 +131,7 @@ def load_annotators(path: str | os.PathLike) -> list[AnnotatorConfig]:
     if not path.exists():
         raise ConfigError(f"{path}: annotators file not found")
     try:
-        doc = load_yaml(path)  # strict: duplicate keys, not UTF-8, a directory -> one line
+        doc, lines = load_yaml_located(path)  # strict: duplicate keys, not UTF-8, a directory -> one line
     except UserError as exc:
         raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict) or "annotators" not in doc:
@@ -168,15 +142,15 @@ def load_annotators(path: str | os.PathLike) -> list[AnnotatorConfig]:
     entries = doc["annotators"]
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{path}: 'annotators' must be a non-empty list")
-    out = [_check_entry(raw, f"{path}: annotators[{i}]") for i, raw in enumerate(entries)]
+    out = [_check_entry(raw, path, lines, i) for i, raw in enumerate(entries)]
 
     seen_names: dict[str, int] = {}
     seen_requests: dict[tuple, int] = {}
     for i, a in enumerate(out):
         if a.name in seen_names:
             raise ConfigError(
-                f"{path}: annotators[{i}]: field 'name': duplicate name {a.name!r} "
-                f"(first at annotators[{seen_names[a.name]}])"
+                f"{path}:{lines.get(('annotators', i, 'name'), '?')}: annotators[{i}]: name: duplicate name "
+                f"{a.name!r} (first at annotators[{seen_names[a.name]}])"
             )
         seen_names[a.name] = i
         # Identical model + decoding would send identical requests: the cache would
@@ -184,8 +158,8 @@ def load_annotators(path: str | os.PathLike) -> list[AnnotatorConfig]:
         ident = (a.model, tuple(sorted(a.decoding().items())))
         if ident in seen_requests:
             raise ConfigError(
-                f"{path}: annotators[{i}] ({a.name!r}): field 'model': same model and decoding "
-                f"settings as annotators[{seen_requests[ident]}]; their votes would be copies"
+                f"{path}:{lines.get(('annotators', i, 'model'), '?')}: annotators[{i}] ({a.name!r}): model: same "
+                f"model and decoding settings as annotators[{seen_requests[ident]}]; their votes would be copies"
             )
         seen_requests[ident] = i
     return out

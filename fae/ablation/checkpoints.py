@@ -11,21 +11,31 @@ finishes a half-done one; the table is rebuilt from every run's
 - ``checkpoints.json`` / ``checkpoints.csv``: one row per step (:func:`checkpoint_row`);
 - ``checkpoints.png``: Acc and IS against the training step.
 
-``--model`` defaults to the adapter's base (``base_model_name_or_path``).
+The `fae run` options are parsed once; each checkpoint's run gets them with
+its own ``--output`` and ``--adapter``, and ``--model`` (when neither a flag
+nor the YAML names one) is the adapter's base (``base_model_name_or_path``).
+Each run's config.json stores this command line as given: rerunning it resumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.errors import UserError
+from fae.ablation import cli as fae_run
+from fae.ablation.options import make_parser as run_parser
+from fae.ablation.options import parse_options, require
+from fae.ablation.runio import METRICS, write_json_atomic
 
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 # table columns: the step, then the FAE numbers a training curve is read by
@@ -91,8 +101,6 @@ def _own_arguments(p: argparse.ArgumentParser, with_output: bool = True) -> None
 
 def make_parser(prog: str = "fae checkpoints"):
     """The whole command line for ``--help``: this command's flags and every `fae run` option."""
-    from fae.ablation.options import make_parser as run_parser
-
     p = run_parser(prog)
     p.description, p.epilog = __doc__.splitlines()[0], EPILOG
     _own_arguments(p, with_output=False)  # --output is fae run's flag too; here it is the table's directory
@@ -113,7 +121,8 @@ def parse_args(argv: list[str], prog: str = "fae checkpoints") -> argparse.Names
     args, rest = p.parse_known_args(argv)
     if "--adapter" in rest or any(a.startswith("--adapter=") for a in rest):
         p.error("--adapter is set per checkpoint; give --training-output")
-    args.run_argv = rest
+    args.run_options, args.config = parse_options(rest, f"{prog} (fae run)")
+    args.command = shlex.join([*prog.split(), *argv])
     return args
 
 
@@ -125,19 +134,15 @@ def base_model_of(checkpoint: Path) -> str:
     return str(base)
 
 
-def run_argv(args: argparse.Namespace, step_dir: Path, checkpoint: Path) -> list[str]:
-    """The `fae run` command line of one checkpoint."""
-    argv = [*args.run_argv, "--output", str(step_dir), "--adapter", str(checkpoint)]
-    given_model = "--model" in args.run_argv or any(a.startswith("--model=") for a in args.run_argv)
-    if not given_model:
-        argv += ["--model", base_model_of(checkpoint)]
-    return argv
+def run_args(args: argparse.Namespace, step_dir: Path, checkpoint: Path) -> argparse.Namespace:
+    """The `fae run` arguments of one checkpoint: the parsed options with its output, adapter and model."""
+    opts = dataclasses.replace(args.run_options, output=str(step_dir), adapter=str(checkpoint),
+                               model=args.run_options.model or base_model_of(checkpoint))
+    require(opts)
+    return argparse.Namespace(options=opts, config=args.config, command=args.command)
 
 
 def run(args: argparse.Namespace) -> int:
-    from fae.ablation import cli as fae_run
-    from fae.ablation.runio import METRICS
-
     out = Path(args.output)
     checkpoints = find_checkpoints(args.training_output)
     rows = []
@@ -147,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"fae checkpoints: {ckpt.name}: evaluated before, checking it is the same run", file=sys.stderr)
         else:
             print(f"fae checkpoints: {ckpt.name} (step {step})", file=sys.stderr)
-        fae_run.run(fae_run.parse_args(run_argv(args, step_dir, ckpt), prog="fae checkpoints (fae run)"))
+        fae_run.run(run_args(args, step_dir, ckpt))
         metrics = json.loads((step_dir / METRICS).read_text(encoding="utf-8"))
         rows.append({"step": step, "checkpoint": ckpt.name, **checkpoint_row(metrics)})
     write_table(rows, out)
@@ -159,9 +164,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], out: Path) -> None:
-    from real_fae_core.atomicio import atomic_write_text
-    from fae.ablation.runio import write_json_atomic
-
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "checkpoints.json", {"columns": list(COLUMNS), "rows": list(rows)})
     buf = io.StringIO()

@@ -24,23 +24,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-from real_fae_core.errors import RunFailure, UserError
-from fae.ablation.options import make_parser, parse_run_args  # noqa: F401 - make_parser: the whole parser
+from real_fae_core.cli import set_interrupt_note
+from real_fae_core.errors import RunFailure, Terminated, UserError
+from real_fae_core.hashing import sha256_file
+from real_fae_core.runlock import RunLock
+from real_fae_core.secrets import scrub
+from data_prep.prompts import PROMPT_FORMAT_VERSION
+from data_prep.records import RecordError, load_records
+from fae.ablation import runio
+from fae.ablation.engine import run_ablation
+from fae.ablation.metrics import compute_metrics, fae_claims, nei_exclusion_note, truncation_note
+from fae.ablation.options import FaeRunArguments, make_parser, parse_run_args  # noqa: F401 - the whole parser
+from fae.ablation.report import write_report
+from fae.backends import BackendError, backend_options, get_backend
 
 
 def parse_args(argv: list[str], prog: str = "fae run") -> argparse.Namespace:
-    """``options`` (:class:`FaeRunArguments`), ``config`` (the YAML path) and ``given`` (the flags used).
+    """``options`` (:class:`FaeRunArguments`), ``config`` (the YAML path) and ``command`` (the command line).
 
     Called by :func:`real_fae_core.cli.dispatch` instead of ``add_arguments``:
-    the options are a dataclass parsed by ``TrlParser`` (fae.ablation.options).
+    the options are a dataclass parsed by ``HfArgumentParser`` (fae.ablation.options).
+    ``command`` is the command line as given, stored in config.json: the one
+    to rerun to resume (never rebuilt from the options).
     """
-    options, config, given = parse_run_args(argv, prog)
-    return argparse.Namespace(options=options, config=config, given=given)
-
-
-def merged_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Every option as a plain dict (what backends and config.json read), ``config`` first."""
-    return {"config": args.config, **dataclasses.asdict(args.options)}
+    options, config = parse_run_args(argv, prog)
+    return argparse.Namespace(options=options, config=config, command=shlex.join([*prog.split(), *argv]))
 
 
 # ---------------------------------------------------------------------------
@@ -66,47 +74,21 @@ def _dist_state():
 # ---------------------------------------------------------------------------
 
 
-def command_line(given: dict[str, Any]) -> str:
-    """The `fae run` command as given (flags only; the API key is never a flag)."""
-    words = ["fae", "run"]
-    for key, value in given.items():
-        flag = "--" + key.replace("_", "-")
-        if key in ("progress", "label_probs"):
-            words += [] if value else ["--no-" + key.replace("_", "-")]
-        elif key == "constrained_decoding":
-            words += [flag] if value else []
-        elif value is not None:
-            words += [flag, str(value)]
-    return shlex.join(words)
-
-
-def chunk_size_for(opts: dict[str, Any], backend_name: str) -> int:
-    """Claims in flight: the flag, else one backend batch (what a kill may cost)."""
-    if opts.get("chunk_size"):
-        return int(opts["chunk_size"])
-    if backend_name == "hf":
-        return int(opts.get("batch_size") or 8)
-    if backend_name == "openai":
-        return int(opts.get("concurrency") or 8)
-    return 256
-
-
 _DEVICE = re.compile(r"auto|(cpu|mps|cuda|xpu)(:\d+)?")
 
 
-def check_paths_and_values(opts: dict[str, Any]) -> None:
+def check_paths_and_values(opts: FaeRunArguments) -> None:
     """Bad --records/--output/--adapter/--device values as one line each, before anything loads."""
-    records, output = Path(opts["records"]), Path(opts["output"])
+    records, output = Path(opts.records), Path(opts.output)
     if records.is_dir():
         raise UserError(f"--records {records} is a directory; give the records .jsonl file")
     if not records.is_file():
         raise UserError(f"records file {records} not found")
     if output.exists() and not output.is_dir():
         raise UserError(f"--output {output} is a file; give a run directory (created if missing)")
-    device = str(opts.get("device") or "auto")
-    if opts.get("backend", "hf") == "hf" and not _DEVICE.fullmatch(device):
-        raise UserError(f"--device {device!r} is not a device: use auto, cpu, cuda, cuda:N, mps or xpu")
-    adapter = opts.get("adapter")
+    if opts.backend == "hf" and not _DEVICE.fullmatch(opts.device):
+        raise UserError(f"--device {opts.device!r} is not a device: use auto, cpu, cuda, cuda:N, mps or xpu")
+    adapter = opts.adapter
     if adapter and Path(adapter).is_dir() and not (Path(adapter) / "adapter_config.json").is_file():
         raise UserError(f"--adapter {adapter}: no adapter_config.json; is it a PEFT adapter directory?")
 
@@ -132,9 +114,9 @@ def quiet_loading_bars() -> None:
     hf_logging.disable_progress_bar()
 
 
-def open_backend(backend_cls, opts: dict[str, Any]):
-    """The backend; an adapter whose weights do not fit the model is one clear line."""
-    adapter, model = opts.get("adapter"), opts["model"]
+def open_backend(backend_cls, opts):
+    """The backend (``opts``: its options); an adapter whose weights do not fit the model is one clear line."""
+    adapter, model = opts.adapter, opts.model
     base = adapter_base(adapter)
     if backend_cls.name != "openai" and not sys.stderr.isatty():
         quiet_loading_bars()
@@ -154,78 +136,65 @@ def open_backend(backend_cls, opts: dict[str, Any]):
     return backend
 
 
-def build_config(opts: dict[str, Any], backend_cls, decoding: dict, given: dict[str, Any],
+def build_config(args: argparse.Namespace, backend_cls, decoding: dict,
                  claim_ids: list[str] | None = None) -> dict[str, Any]:
-    from real_fae_core.hashing import sha256_file
-    from data_prep.prompts import PROMPT_FORMAT_VERSION
-    from fae.ablation.runio import adapter_sha256, claim_set, package_versions
-
-    records = Path(opts["records"])
-    settings = {k: v for k, v in opts.items() if k not in ("config", "progress")}
+    """config.json: the command line as given, the resolved options (``settings``) and the run's fingerprint."""
+    opts = args.options
+    records = Path(opts.records)
+    settings = {k: v for k, v in dataclasses.asdict(opts).items() if k != "progress"}
     return {
-        "command": command_line(given),
-        "config_file": opts.get("config"),
+        "command": args.command,
+        "config_file": args.config,
         "records": str(records),
         "records_sha256": sha256_file(records),
         "backend": backend_cls.name,
-        "model": opts["model"],
-        "adapter": opts.get("adapter"),
-        "adapter_sha256": adapter_sha256(opts.get("adapter")),
-        "rounds": int(opts["rounds"]),
+        "model": opts.model,
+        "adapter": opts.adapter,
+        "adapter_sha256": runio.adapter_sha256(opts.adapter),
+        "rounds": opts.rounds,
         "decoding": decoding,
-        "constrained_decoding": bool(opts.get("constrained_decoding")),
+        "constrained_decoding": opts.constrained_decoding,
         "prompt_format_version": PROMPT_FORMAT_VERSION,
-        "limit": opts.get("limit"),
-        **claim_set(claim_ids or []),
-        "settings": settings,  # every merged option (never the API key, only its variable's name)
-        "versions": package_versions(),
+        "limit": opts.limit,
+        **runio.claim_set(claim_ids or []),
+        "settings": settings,  # every resolved option (never the API key, only its variable's name)
+        "versions": runio.package_versions(),
     }
 
 
 def run(args: argparse.Namespace) -> int:
-    from real_fae_core.runlock import RunLock
-    from data_prep.records import RecordError, load_records
-    from fae.ablation.metrics import fae_claims, nei_exclusion_note
-    from fae.backends import get_backend
-
-    opts = merged_options(args)
-    backend_cls = get_backend(opts["backend"])
+    opts = args.options
+    backend_cls = get_backend(opts.backend)
     rank, world, barrier, dist_device = _dist_state()
     if world > 1:
         if backend_cls.name != "hf":
             raise UserError(f"multi-process runs split claims for the hf backend only, not {backend_cls.name!r}"
                             " (vllm: --tensor-parallel-size; openai: --concurrency)")
-        opts["device"] = dist_device
+        args = argparse.Namespace(**{**vars(args), "options": dataclasses.replace(opts, device=dist_device)})
+        opts = args.options
     check_paths_and_values(opts)
     try:
-        records = load_records(opts["records"])
+        records = load_records(opts.records)
     except RecordError as exc:
         raise UserError(str(exc)) from None
-    records, n_nei = fae_claims(records, source=opts["records"])  # SPEC §1: no model calls on NEI-gold claims
+    records, n_nei = fae_claims(records, source=opts.records)  # SPEC §1: no model calls on NEI-gold claims
     if n_nei and rank == 0:
-        print(f"fae run: {nei_exclusion_note(n_nei, opts['records'])}", file=sys.stderr)
-    if opts.get("limit"):
-        records = records[: int(opts["limit"])]
+        print(f"fae run: {nei_exclusion_note(n_nei, opts.records)}", file=sys.stderr)
+    if opts.limit:
+        records = records[: opts.limit]
     if not records:
-        raise UserError(f"{opts['records']}: no records")
-    run_dir = Path(opts["output"])
+        raise UserError(f"{opts.records}: no records")
+    run_dir = Path(opts.output)
     # The lock comes first: nothing in the directory is read or written without it.
     with RunLock(run_dir, "fae run", is_dir=True, enabled=rank == 0):
-        return _run_locked(args, opts, backend_cls, records, n_nei, run_dir, rank, world, barrier)
+        return _run_locked(args, backend_cls, records, n_nei, run_dir, rank, world, barrier)
 
 
-def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, rank: int, world: int,
-                barrier) -> int:
-    from real_fae_core.cli import set_interrupt_note
-    from real_fae_core.errors import Terminated
-    from fae.ablation import runio
-    from fae.ablation.engine import run_ablation
-    from fae.backends import BackendError
-
+def _run_locked(args, backend_cls, records, n_nei: int, run_dir: Path, rank: int, world: int, barrier) -> int:
+    opts = backend_options(backend_cls, args.options)  # a third-party backend's fields are checked here
     decoding = backend_cls.decoding_of(opts)
     claim_ids = [r.id for r in records]
-    given = args.given
-    config = build_config(opts, backend_cls, decoding, given, claim_ids)
+    config = build_config(args, backend_cls, decoding, claim_ids)
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
     barrier()
@@ -265,13 +234,13 @@ def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, ran
                     stats["claims"] = kept[0] - len(done)
                     note()
 
-                stats = run_ablation(mine, backend, int(opts["rounds"]), write,
-                                     chunk_size=chunk_size_for(opts, backend_cls.name),
-                                     progress=bool(opts["progress"]) and rank == 0, desc=tag)
+                chunk_size = args.options.chunk_size
+                if chunk_size is None:
+                    chunk_size = backend_cls.default_chunk_size(opts)
+                stats = run_ablation(mine, backend, args.options.rounds, write, chunk_size=chunk_size,
+                                     progress=args.options.progress and rank == 0, desc=tag)
             stopped = None
         except BackendError as exc:
-            from real_fae_core.secrets import scrub
-
             error = exc
             stopped = scrub(str(exc))  # an error body may echo the key
         except KeyboardInterrupt as exc:
@@ -301,15 +270,12 @@ def _run_locked(args, opts, backend_cls, records, n_nei: int, run_dir: Path, ran
     claims = runio.merge_claims(run_dir, claim_ids)
     if len(claims) != len(records):
         raise UserError(f"{run_dir}: {len(records) - len(claims)} claims missing after the run; rerun to resume")
-    from fae.ablation.metrics import compute_metrics, truncation_note
-    from fae.ablation.report import write_report
-
     metrics = runio.stamp_metrics(compute_metrics(claims, n_excluded_nei=n_nei), run_dir / runio.CLAIMS, len(claims))
     runio.write_json_atomic(run_dir / runio.METRICS, metrics)
     write_report([run_dir], run_dir)
     print(json.dumps({k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
                                                "IS", "ER", "IO", "model_calls", "reused_calls")}))
-    note = truncation_note(metrics, opts.get("max_new_tokens"))
+    note = truncation_note(metrics, args.options.max_new_tokens)
     if note:
         print(f"fae run: warning: {note}", file=sys.stderr)
     print(f"fae run: wrote {run_dir}/claims.jsonl, metrics.json, report.md, trajectory.png", file=sys.stderr)

@@ -2,8 +2,17 @@
 
 A backend turns chat prompts into answers::
 
-    backend = get_backend("hf")(options)      # options: the merged `fae run` settings
+    backend = get_backend("hf")(options)      # its options dataclass, or a mapping of its fields
     answers = backend.generate(list_of_messages, callback=progress_update)
+
+Each backend declares its options once, as a dataclass (``options_class``:
+:class:`BackendOptions` and its subclasses ``HFOptions``, ``OpenAIOptions``,
+``VLLMOptions``), the way vLLM's ``EngineArgs`` and lm-eval's ``model_args``
+do: names, types, defaults and ranges (field metadata, checked by
+:mod:`real_fae_core.config`). ``fae run``'s ``FaeRunArguments`` is built from
+the built-in ones; a mapping (a test, the training callback, ``fae pave``) is
+turned into the backend's options by :func:`backend_options`, keeping the
+keys that are its fields and checking their values.
 
 An answer is a :class:`Generation` (text + why generation stopped, as vLLM's
 and the OpenAI API's ``finish_reason``) or a plain string: third-party
@@ -13,19 +22,23 @@ whether they were cut off (:func:`as_generation`).
 A backend may also attach the verifier's label probabilities (soft FAE,
 :mod:`fae.backends.label_probs`); ``label_probs: false`` in the options turns that off.
 
-``decoding_of(options)`` returns the decoding settings that identify the
+``decoding_of(options)`` (typed options) returns the decoding settings that identify the
 answers (for config.json and the resume check), ``stats`` counts backend events (retries, ...) for the run
-log, and ``close()`` frees resources. Built-ins are imported lazily on first
-use, so ``vllm`` is only imported when the ``vllm`` backend is asked for;
-third-party backends call :func:`register` (as a decorator) to plug in.
+log, ``default_chunk_size(options)`` the claims in flight when ``--chunk-size``
+is not given, and ``close()`` frees resources. A third-party backend subclasses
+:class:`Backend`, sets ``options_class`` to its own subclass of
+:class:`BackendOptions` and calls :func:`register` (as a decorator): its
+options are checked like the built-ins'.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
+from real_fae_core.config import options_from
 from real_fae_core.errors import UserError
 
 Message = dict[str, str]
@@ -36,6 +49,22 @@ _BUILTIN = {
     "vllm": "fae.backends.vllm_backend",
 }
 _REGISTRY: dict[str, type] = {}
+
+
+@dataclass
+class BackendOptions:
+    """The options every backend reads: the verifier, the answer cap, soft FAE, constrained decoding."""
+
+    model: str | None = field(default=None, metadata={
+        "help": "model path / name (hf, vllm) or served model name (openai); required"})
+    adapter: str | None = field(default=None, metadata={"help": "PEFT LoRA adapter directory (hf, vllm)"})
+    max_new_tokens: int = field(default=64, metadata={"help": "answer length cap", "min": 1})
+    constrained_decoding: bool = field(default=False, metadata={
+        "help": "hold every answer to the JSON schema of its prompt (label enum, ids of the pool shown); "
+                "not the paper's protocol, see docs/structured.md"})
+    label_probs: bool = field(default=True, metadata={
+        "help": "per-round label probabilities (soft FAE); --no-label-probs skips them (hf: two extra forward "
+                "passes per batch; openai: no logprobs request)"})
 
 
 @dataclass(frozen=True)
@@ -56,11 +85,6 @@ class Generation:
         return None if self.finish_reason is None else self.finish_reason == "length"
 
 
-def wants_label_probs(options: dict[str, Any]) -> bool:
-    """Soft FAE is on unless the run says ``label_probs: false`` (``--no-label-probs``)."""
-    return options.get("label_probs", True) is not False
-
-
 def as_generation(answer: Any) -> Generation:
     """A backend's answer as a :class:`Generation` (a plain string: reason unknown; anything else: empty)."""
     if isinstance(answer, Generation):
@@ -76,9 +100,10 @@ class Backend:
     """Base class: subclasses implement ``generate``; the rest has defaults."""
 
     name = "base"
+    options_class: type = BackendOptions
 
-    def __init__(self, options: dict[str, Any]):
-        self.options = options
+    def __init__(self, options: BackendOptions | Mapping[str, Any]):
+        self.options = backend_options(type(self), options)
         self.stats: dict[str, int] = {}
 
     def generate(
@@ -90,9 +115,14 @@ class Backend:
         return self.generate(prompts, callback=callback)
 
     @classmethod
-    def decoding_of(cls, options: dict[str, Any]) -> dict[str, Any]:
+    def decoding_of(cls, options: BackendOptions) -> dict[str, Any]:
         """Settings that change the answers (a resume must match them); no model loaded."""
-        return {"greedy": True, "max_new_tokens": int(options.get("max_new_tokens") or 64)}
+        return {"greedy": True, "max_new_tokens": options.max_new_tokens}
+
+    @classmethod
+    def default_chunk_size(cls, options: BackendOptions) -> int:
+        """Claims in flight when ``--chunk-size`` is not given: one backend batch (what a kill may cost)."""
+        return 256
 
     def close(self) -> None:
         pass
@@ -107,6 +137,20 @@ def register(name: str) -> Callable[[type], type]:
         return cls
 
     return deco
+
+
+def backend_options(backend_cls: type, values: Any) -> BackendOptions:
+    """``values`` as ``backend_cls.options_class``: an instance of it as is, else its fields picked and checked.
+
+    ``values`` is that dataclass (``FaeRunArguments`` is one of every built-in's),
+    another dataclass (its fields are copied) or a mapping.
+    """
+    cls = backend_cls.options_class
+    if isinstance(values, cls):
+        return values
+    if dataclasses.is_dataclass(values):
+        values = dataclasses.asdict(values)
+    return options_from(cls, values, source=f"--backend {backend_cls.name} options")
 
 
 def available() -> list[str]:

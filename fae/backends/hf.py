@@ -11,13 +11,27 @@ are ~100x slower). :func:`load_hf_model` is shared with the probes.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from real_fae_core.errors import UserError
 from real_fae_core.modelref import is_hub_id
 from data_prep.prompts import encode_chat
-from fae.backends import Backend, Generation, register, wants_label_probs
+from data_prep.schemas import schema_for_prompt
+from fae.backends import Backend, BackendOptions, Generation, register
+from fae.backends.constrained import HFConstraint
+from fae.backends.label_probs import label_continuations, teacher_forced_label_probs
+from fae.backends.padding import left_pad
+
+
+@dataclass
+class HFOptions(BackendOptions):
+    """``--backend hf``: a local transformers model."""
+
+    batch_size: int = field(default=8, metadata={"help": "hf: prompts per generate call", "min": 1})
+    device: str = field(default="auto", metadata={"help": "hf: auto, cpu, cuda, cuda:1 ..."})
+    dtype: str = field(default="auto", metadata={"help": "hf: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16, fp32"})
 
 
 def resolve_device(device: str | None = "auto") -> str:
@@ -111,21 +125,6 @@ def greedy_config(lm, tok, max_new_tokens: int):
     return gc
 
 
-def left_pad(batch: list[list[int]], pad_id: int):
-    """(input_ids, attention_mask) tensors, padded on the left: the one padding of
-    generation, label probabilities and the probes (which add position ids)."""
-    import torch
-
-    width = max(len(x) for x in batch)
-    ids = torch.full((len(batch), width), int(pad_id), dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for i, x in enumerate(batch):
-        if x:
-            ids[i, width - len(x):] = torch.tensor(x, dtype=torch.long)
-            mask[i, width - len(x):] = 1
-    return ids, mask
-
-
 def finish_reasons(new_tokens, eos_ids, max_new_tokens: int) -> list[str]:
     """Why each generated row stopped: ``"length"`` when it filled ``max_new_tokens`` without an eos id.
 
@@ -158,7 +157,6 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
     """
     import torch
 
-    from fae.backends.label_probs import teacher_forced_label_probs
 
     order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
     out: list[Generation] = [Generation("")] * len(token_ids)
@@ -205,12 +203,10 @@ def constrained_kwargs(constraint, schemas: list | None, idx: list[int]) -> dict
     return {"logits_processor": constraint.processors([schemas[i] for i in idx])}
 
 
-def open_constraint(options: dict[str, Any], lm, tok, eos_ids):
+def open_constraint(options: BackendOptions, lm, tok, eos_ids):
     """The xgrammar constraint when ``constrained_decoding`` is on (else None); see fae/backends/constrained.py."""
-    if not options.get("constrained_decoding"):
+    if not options.constrained_decoding:
         return None
-    from fae.backends.constrained import HFConstraint
-
     return HFConstraint(lm, tok, eos_ids)
 
 
@@ -218,23 +214,20 @@ def open_constraint(options: dict[str, Any], lm, tok, eos_ids):
 class HFBackend(Backend):
     """``--backend hf``: local transformers model, optionally with a PEFT adapter."""
 
-    def __init__(self, options: dict[str, Any], loaded: tuple | None = None):
+    options_class = HFOptions
+
+    def __init__(self, options: HFOptions | Mapping[str, Any], loaded: tuple | None = None):
         """``loaded``: a (model, tokenizer) already in memory (a model being trained, evaluated at a
-        checkpoint save) instead of ``options["model"]``; the caller sets its eval/train mode."""
+        checkpoint save) instead of ``options.model``; the caller sets its eval/train mode."""
         super().__init__(options)
-        self.batch_size = int(options.get("batch_size") or 8)
-        self.max_new_tokens = int(options.get("max_new_tokens") or 64)
-        self.lm, self.tok = loaded if loaded is not None else load_hf_model(
-            options["model"], options.get("adapter"), options.get("dtype") or "auto",
-            options.get("device") or "auto",
-        )
+        o = self.options
+        self.batch_size, self.max_new_tokens = o.batch_size, o.max_new_tokens
+        self.lm, self.tok = loaded if loaded is not None else load_hf_model(o.model, o.adapter, o.dtype, o.device)
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
         self.stats = {"generate_calls": 0, "prompts": 0}
-        self.constraint = open_constraint(options, self.lm, self.tok, self.gc.eos_token_id)
-        self.label_probs = wants_label_probs(options)
+        self.constraint = open_constraint(o, self.lm, self.tok, self.gc.eos_token_id)
+        self.label_probs = o.label_probs
         if self.label_probs:
-            from fae.backends.label_probs import label_continuations
-
             try:
                 label_continuations(self.tok)
             except ValueError as exc:  # e.g. a word-level tokenizer without the label words
@@ -248,8 +241,6 @@ class HFBackend(Backend):
         if self.constraint is None:  # the call as before the option (wrappers such as gpu_check rely on it)
             return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
                                     label_probs=self.label_probs)
-        from data_prep.schemas import schema_for_prompt
-
         out = generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
                                schemas=[schema_for_prompt(m) for m in prompts], constraint=self.constraint,
                                label_probs=self.label_probs)
@@ -257,8 +248,10 @@ class HFBackend(Backend):
         return out
 
     @classmethod
-    def decoding_of(cls, options):
-        device = resolve_device(options.get("device") or "auto")
-        dtype = resolve_dtype(options.get("dtype") or "auto", device)
-        return {"greedy": True, "max_new_tokens": int(options.get("max_new_tokens") or 64),
-                "dtype": str(dtype).replace("torch.", "")}
+    def decoding_of(cls, options: HFOptions):
+        dtype = resolve_dtype(options.dtype, resolve_device(options.device))
+        return {"greedy": True, "max_new_tokens": options.max_new_tokens, "dtype": str(dtype).replace("torch.", "")}
+
+    @classmethod
+    def default_chunk_size(cls, options: HFOptions) -> int:
+        return options.batch_size

@@ -28,6 +28,7 @@ import re
 from typing import Any, Sequence
 
 from real_fae_core.labels import LABELS
+from fae.backends.padding import left_pad
 
 ANSWER_PREFIX = '{"label": "'
 _LABEL_START = re.compile(r'"label"\s*:\s*"')
@@ -84,7 +85,7 @@ def teacher_forced_label_probs(lm, tok, prompt_ids: Sequence[Sequence[int]], pad
     """``(probs, logprobs)`` per prompt, batched, reusing the prompts' KV cache.
 
     ``cache``: the KV cache of exactly these prompts left-padded by
-    :func:`fae.backends.hf.left_pad` — :func:`fae.backends.hf.generate_batched`
+    :func:`fae.backends.padding.left_pad` — :func:`fae.backends.hf.generate_batched`
     passes the one its ``generate`` call built, cropped to the prompt, so the
     prompt is not run again; without it one prompt pass builds it. Then one
     pass runs the shared answer head (``{"label": "``) on top, the cache is
@@ -93,8 +94,6 @@ def teacher_forced_label_probs(lm, tok, prompt_ids: Sequence[Sequence[int]], pad
     ``generate`` does. Log-softmax in fp32.
     """
     import torch
-
-    from fae.backends.hf import left_pad
 
     shared, conts = label_continuations(tok)
     device = lm.device

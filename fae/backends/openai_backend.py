@@ -37,8 +37,8 @@ the run (``stats["json_object_fallback"]``).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from real_fae_core.errors import UserError
@@ -53,7 +53,8 @@ from real_fae_core.openai_client import (
     options_policy,
 )
 from real_fae_core.secrets import register_secret, scrub
-from fae.backends import Backend, BackendError, Generation, register, wants_label_probs
+from data_prep.schemas import JSON_OBJECT_FORMAT, response_format, schema_for_prompt
+from fae.backends import Backend, BackendError, BackendOptions, Generation, register
 from fae.backends.label_probs import label_probs_from_top_logprobs, openai_token_list
 
 
@@ -79,37 +80,55 @@ class _StatsHooks:
         self.stats["retries"] += int(retrying)
 
 
+@dataclass
+class OpenAIOptions(BackendOptions):
+    """``--backend openai``: an OpenAI-compatible endpoint (``model`` is the served model's name)."""
+
+    base_url: str | None = field(default=None, metadata={
+        "help": "openai: OpenAI-compatible endpoint, e.g. http://localhost:8000/v1"})
+    api_key_env: str | None = field(default=None, metadata={
+        "help": "openai: environment variable holding the API key (the key itself is never stored)",
+        "metavar": "VAR"})
+    concurrency: int = field(default=8, metadata={"help": "openai: requests in flight", "min": 1})
+    request_timeout: float = field(default=60.0, metadata={"help": "openai: seconds per request", "above": 0})
+    max_retries: int = field(default=6, metadata={"help": "openai: retries on 429/5xx/timeouts/bad bodies",
+                                                  "min": 0})
+    backoff_base: float = field(default=1.0, metadata={"help": "openai: first backoff in seconds (doubles)",
+                                                       "min": 0})
+    seed: int | None = field(default=None, metadata={"help": "openai: sampling seed sent to the endpoint"})
+
+
 @register("openai")
 class OpenAIBackend(Backend):
     """``--backend openai``: any endpoint speaking ``/v1/chat/completions``."""
 
-    def __init__(self, options: dict[str, Any]):
+    options_class = OpenAIOptions
+
+    def __init__(self, options: OpenAIOptions | Mapping[str, Any]):
         super().__init__(options)
+        o = self.options
         try:
             import openai  # noqa: F401
         except ImportError:  # pragma: no cover - a core dependency
             raise UserError("the openai backend needs the 'openai' package: pip install openai")
-        self.model = options["model"]
-        self.base_url = options.get("base_url")
+        self.model = o.model
+        self.base_url = o.base_url
         try:  # https://user:PASS@host: errors name the URL, never the password
             register_secret(urlsplit(self.base_url or "").password)
         except ValueError:
             raise UserError("--base-url is not a valid URL (check the host part)") from None
         # no --api-key-env: local servers (vLLM) that do not check keys get NO_KEY
-        self._api_key = key_from_env(options.get("api_key_env"), "--api-key-env")
-        self.concurrency = int(options.get("concurrency") or 8)
-        self.timeout = float(options.get("request_timeout") or 60.0)
-        self.policy = options_policy(options, seed=0)  # --max-retries, --backoff-base (backoff_max)
+        self._api_key = key_from_env(o.api_key_env, "--api-key-env")
+        self.concurrency, self.timeout = o.concurrency, o.request_timeout
+        self.policy = options_policy(vars(o), seed=0)  # --max-retries, --backoff-base
         self.max_retries = self.policy.max_retries
-        self.max_new_tokens = int(options.get("max_new_tokens") or 64)
-        self.seed = options.get("seed")
+        self.max_new_tokens, self.seed = o.max_new_tokens, o.seed
         # a subclass with its own parse_response (fae pave) handles logprobs itself
-        self.label_probs = (wants_label_probs(options)
-                            and type(self).parse_response is OpenAIBackend.parse_response)
+        self.label_probs = o.label_probs and type(self).parse_response is OpenAIBackend.parse_response
         self.stats = {"requests": 0, "retries": 0, "429": 0, "5xx": 0, "timeout": 0,
                       "connection": 0, "malformed": 0}
         self.logprobs_rejected = False  # the endpoint refused logprobs once: never asked again
-        self.constrained = bool(options.get("constrained_decoding"))
+        self.constrained = o.constrained_decoding
         self.schema_rejected = False  # the endpoint refused json_schema once: json_object from then on
         if self.constrained:
             self.stats["json_object_fallback"] = 0
@@ -118,12 +137,15 @@ class OpenAIBackend(Backend):
         return f"OpenAIBackend(model={self.model!r}, base_url={self.base_url!r})"
 
     @classmethod
-    def decoding_of(cls, options):
-        out = {"greedy": True, "temperature": 0.0,
-               "max_new_tokens": int(options.get("max_new_tokens") or 64)}
-        if options.get("seed") is not None:
-            out["seed"] = int(options["seed"])
+    def decoding_of(cls, options: OpenAIOptions):
+        out = {"greedy": True, "temperature": 0.0, "max_new_tokens": options.max_new_tokens}
+        if options.seed is not None:
+            out["seed"] = options.seed
         return out
+
+    @classmethod
+    def default_chunk_size(cls, options: OpenAIOptions) -> int:
+        return options.concurrency
 
     def generate(self, prompts, callback=None):
         return asyncio.run(self._generate_all(prompts, callback))
@@ -162,12 +184,6 @@ class OpenAIBackend(Backend):
 
     def response_format_for(self, messages) -> dict[str, Any]:
         """The prompt's JSON schema, or ``json_object`` once the endpoint has rejected schemas."""
-        from data_prep.schemas import (
-            JSON_OBJECT_FORMAT,
-            response_format,
-            schema_for_prompt,
-        )
-
         if self.schema_rejected:
             return dict(JSON_OBJECT_FORMAT)
         return response_format(schema_for_prompt(messages), name="fae_answer")

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from real_fae_core.errors import UserError
 from data_prep.prompts import encode_chat
-from fae.backends import Backend, Generation, register, wants_label_probs
+from data_prep.schemas import schema_for_prompt
+from fae.backends import Backend, BackendOptions, Generation, register
+from fae.backends.constrained import answer_grammar, max_answer_tokens
 from fae.backends.label_probs import label_probs_from_top_logprobs
 
 # vLLM accepts these ranks for LoRA; round an adapter's rank up to one of them.
@@ -53,42 +56,55 @@ def _import_vllm():
     return vllm, LoRARequest
 
 
+@dataclass
+class VLLMOptions(BackendOptions):
+    """``--backend vllm``: offline ``vllm.LLM`` (its ``EngineArgs`` of the same names)."""
+
+    dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on vllm), or a dtype vLLM knows"})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: GPUs per model", "min": 1})
+    gpu_memory_utilization: float | None = field(default=None, metadata={
+        "help": "vllm: share of GPU memory", "above": 0, "max": 1})
+    max_model_len: int | None = field(default=None, metadata={"help": "vllm: context length cap", "min": 1})
+
+    @property
+    def vllm_dtype(self) -> str:
+        return "bfloat16" if self.dtype == "auto" else self.dtype
+
+
 @register("vllm")
 class VLLMBackend(Backend):
     """``--backend vllm``: offline batched generation with ``vllm.LLM``."""
 
-    def __init__(self, options: dict[str, Any]):
+    options_class = VLLMOptions
+
+    def __init__(self, options: VLLMOptions | Mapping[str, Any]):
         super().__init__(options)
+        o = self.options
         vllm, LoRARequest = _import_vllm()
-        self.max_new_tokens = int(options.get("max_new_tokens") or 64)
-        adapter = options.get("adapter")
-        kwargs: dict[str, Any] = {
-            "model": options["model"],
-            "tensor_parallel_size": int(options.get("tensor_parallel_size") or 1),
-            "dtype": "bfloat16" if (options.get("dtype") or "auto") == "auto" else options["dtype"],
-            "seed": 0,
-        }
-        if options.get("gpu_memory_utilization"):
-            kwargs["gpu_memory_utilization"] = float(options["gpu_memory_utilization"])
-        if options.get("max_model_len"):
-            kwargs["max_model_len"] = int(options["max_model_len"])
+        self.max_new_tokens = o.max_new_tokens
+        adapter = o.adapter
+        kwargs: dict[str, Any] = {"model": o.model, "tensor_parallel_size": o.tensor_parallel_size,
+                                  "dtype": o.vllm_dtype, "seed": 0}
+        if o.gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = o.gpu_memory_utilization
+        if o.max_model_len is not None:
+            kwargs["max_model_len"] = o.max_model_len
         if adapter:
             kwargs.update(enable_lora=True, max_lora_rank=adapter_rank(adapter))
         self.llm = vllm.LLM(**kwargs)
         self.tok = self.llm.get_tokenizer()
         self.lora = LoRARequest("adapter", 1, str(adapter)) if adapter else None
-        stop_ids = _eos_ids(options["model"], self.tok)
-        self.label_probs = wants_label_probs(options)
+        stop_ids = _eos_ids(o.model, self.tok)
+        self.label_probs = o.label_probs
         self.params = vllm.SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens,
                                           stop_token_ids=stop_ids or None,
                                           logprobs=5 if self.label_probs else None)
         self.stats = {"prompts": 0}
-        self.constrained = bool(options.get("constrained_decoding"))
+        self.constrained = o.constrained_decoding
 
     @classmethod
-    def decoding_of(cls, options):
-        return {"greedy": True, "max_new_tokens": int(options.get("max_new_tokens") or 64),
-                "dtype": "bfloat16" if (options.get("dtype") or "auto") == "auto" else options["dtype"]}
+    def decoding_of(cls, options: VLLMOptions):
+        return {"greedy": True, "max_new_tokens": options.max_new_tokens, "dtype": options.vllm_dtype}
 
     def generate(self, prompts, callback=None):
         inputs = [{"prompt_token_ids": encode_chat(self.tok, m)} for m in prompts]
@@ -129,8 +145,6 @@ def constrained_params(base, messages):
     whitespace), and ``max_tokens`` is raised to the longest admissible answer
     as the hf backend raises ``max_new_tokens``, so none is cut off.
     """
-    from data_prep.schemas import schema_for_prompt
-    from fae.backends.constrained import answer_grammar, max_answer_tokens
 
     schema = schema_for_prompt(messages)
     grammar = answer_grammar(schema)

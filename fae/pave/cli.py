@@ -166,8 +166,7 @@ def _pave(args, records: list, out: Path, fae_run=None) -> int:
     atomic_write_text(cfg_path, json.dumps(cfg, indent=2) + "\n")
     for derived in ("pave.json", "pave.md"):  # a stopped run never leaves an earlier run's numbers behind
         (out / derived).unlink(missing_ok=True)
-    options = dict(vars(args))
-    sampler = make_sampler(args.backend, options)
+    sampler = make_sampler(args.backend, vars(args), args.stability)
     try:
         lines = collect(records, sampler, args, out)
     except BackendError as exc:  # its text is scrubbed of the key by the backend

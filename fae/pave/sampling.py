@@ -38,13 +38,18 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from real_fae_core.config import options_from
+from real_fae_core.errors import UserError
 from real_fae_core.hashing import derived_seed
 from real_fae_core.labels import LABELS
 from data_prep.prompts import encode_chat
+from data_prep.schemas import schema_for_prompt
 from fae.backends.constrained import max_answer_tokens
+from fae.backends.hf import HFOptions, load_hf_model, open_constraint
 from fae.backends.label_probs import ANSWER_PREFIX
+from fae.backends.openai_backend import MalformedResponse, OpenAIBackend
 
 _LABEL_PREFIX = re.compile(r'"label"\s*:\s*"')
 DEFAULT_PREFIX = ANSWER_PREFIX  # the answer format's text before the label value (SPEC §3)
@@ -82,23 +87,17 @@ def distribution_from_top_logprobs(top: list[tuple[str, float]], labels=LABELS) 
 class HFSampler:
     """N sampled answers per prompt and each run's label distribution, with a local transformers model."""
 
-    def __init__(self, options: dict[str, Any]):
+    def __init__(self, options: HFOptions | Mapping[str, Any], with_probs: bool = True):
         import torch
 
-        from fae.backends.hf import load_hf_model
-
-        self.lm, self.tok = load_hf_model(options["model"], options.get("adapter"),
-                                          options.get("dtype") or "auto", options.get("device") or "auto")
-        self.max_new_tokens = int(options.get("max_new_tokens") or 64)
-        self.with_probs = options.get("stability", "auto") != "vote"
+        o = options if isinstance(options, HFOptions) else options_from(HFOptions, options, "fae pave")
+        self.lm, self.tok = load_hf_model(o.model, o.adapter, o.dtype, o.device)
+        self.max_new_tokens = o.max_new_tokens
+        self.with_probs = with_probs
         self.torch = torch
         gc = self.lm.generation_config
         self.eos = gc.eos_token_id if gc.eos_token_id is not None else self.tok.eos_token_id
-        from fae.backends.hf import (
-            open_constraint,  # --constrained-decoding (docs/structured.md)
-        )
-
-        self.constraint = open_constraint(options, self.lm, self.tok, self.eos)
+        self.constraint = open_constraint(o, self.lm, self.tok, self.eos)  # --constrained-decoding
 
     def sample(self, prompts: list, n: int, temperature: float, keys: list[tuple],
                callback: Callable[[int], None] | None = None) -> list[list[Sample]]:
@@ -111,8 +110,6 @@ class HFSampler:
             extra = {}
             max_new = self.max_new_tokens
             if self.constraint is not None:
-                from data_prep.schemas import schema_for_prompt
-
                 schemas = [schema_for_prompt(messages)] * n
                 extra["logits_processor"] = self.constraint.processors(schemas)
                 # a cut-off constrained answer is invalid: let the longest admissible one finish
@@ -168,67 +165,62 @@ class HFSampler:
         self.lm = None
 
 
-def _openai_sampler_class():
-    from fae.backends.openai_backend import MalformedResponse, OpenAIBackend
+class OpenAISampler(OpenAIBackend):
+    """``n`` sampled choices per request (+ logprobs), with the FAE openai backend's retries."""
 
-    class OpenAISampler(OpenAIBackend):
-        """``n`` sampled choices per request (+ logprobs), with the FAE openai backend's retries."""
+    def __init__(self, options, with_probs: bool = True):
+        super().__init__(options)
+        self.want_logprobs = with_probs
+        self.n, self.temperature = 1, 1.0
+        self._seeds: dict[int, int] = {}
 
-        def __init__(self, options):
-            super().__init__(options)
-            self.want_logprobs = options.get("stability", "auto") != "vote"
-            self.n, self.temperature = 1, 1.0
-            self._seeds: dict[int, int] = {}
+    def sample(self, prompts, n, temperature, keys, callback=None):
+        self.n, self.temperature = n, temperature
+        # by object identity: two prompts with equal messages still get their own keys' seeds
+        self._seeds = {id(m): derived_seed(*k) for m, k in zip(prompts, keys, strict=True)}
+        try:
+            return asyncio.run(self._generate_all(prompts, callback))
+        finally:
+            self._seeds = {}
 
-        def sample(self, prompts, n, temperature, keys, callback=None):
-            self.n, self.temperature = n, temperature
-            # by object identity: two prompts with equal messages still get their own keys' seeds
-            self._seeds = {id(m): derived_seed(*k) for m, k in zip(prompts, keys, strict=True)}
-            try:
-                return asyncio.run(self._generate_all(prompts, callback))
-            finally:
-                self._seeds = {}
+    def request_kwargs(self, messages):
+        kwargs = super().request_kwargs(messages)
+        kwargs.update(n=self.n, temperature=self.temperature, seed=self._seeds[id(messages)])
+        if self.want_logprobs:
+            kwargs.update(logprobs=True, top_logprobs=5)
+        return kwargs
 
-        def request_kwargs(self, messages):
-            kwargs = super().request_kwargs(messages)
-            kwargs.update(n=self.n, temperature=self.temperature, seed=self._seeds[id(messages)])
-            if self.want_logprobs:
-                kwargs.update(logprobs=True, top_logprobs=5)
-            return kwargs
+    def parse_response(self, resp):
+        choices = getattr(resp, "choices", None)
+        if not choices or any(c.message is None or not isinstance(c.message.content, str)
+                              for c in choices):
+            raise MalformedResponse("response has no choices[*].message.content")
+        return [(c.message.content, self._distribution(c)) for c in choices]
 
-        def parse_response(self, resp):
-            choices = getattr(resp, "choices", None)
-            if not choices or any(c.message is None or not isinstance(c.message.content, str)
-                                  for c in choices):
-                raise MalformedResponse("response has no choices[*].message.content")
-            return [(c.message.content, self._distribution(c)) for c in choices]
-
-        @staticmethod
-        def _distribution(choice) -> list[float] | None:
-            lp = getattr(choice, "logprobs", None)
-            content = getattr(lp, "content", None) if lp is not None else None
-            if not content:
-                return None
-            text = "".join(t.token for t in content)
-            m = _LABEL_PREFIX.search(text)
-            if not m:
-                return None
-            pos = 0
-            for t in content:  # the token covering the first character of the label value
-                if pos + len(t.token) > m.end():
-                    top = [(x.token, x.logprob) for x in (t.top_logprobs or [])] or [(t.token, t.logprob)]
-                    return distribution_from_top_logprobs(top)
-                pos += len(t.token)
+    @staticmethod
+    def _distribution(choice) -> list[float] | None:
+        lp = getattr(choice, "logprobs", None)
+        content = getattr(lp, "content", None) if lp is not None else None
+        if not content:
             return None
+        text = "".join(t.token for t in content)
+        m = _LABEL_PREFIX.search(text)
+        if not m:
+            return None
+        pos = 0
+        for t in content:  # the token covering the first character of the label value
+            if pos + len(t.token) > m.end():
+                top = [(x.token, x.logprob) for x in (t.top_logprobs or [])] or [(t.token, t.logprob)]
+                return distribution_from_top_logprobs(top)
+            pos += len(t.token)
+        return None
 
-    return OpenAISampler
 
-
-def make_sampler(backend: str, options: dict[str, Any]):
+def make_sampler(backend: str, options: Mapping[str, Any], stability: str = "auto"):
+    """The sampler of ``--backend`` (``options``: the command's, each backend keeps its own fields)."""
+    with_probs = stability != "vote"  # the vote-based rule needs no label distributions
     if backend == "hf":
-        return HFSampler(options)
+        return HFSampler(options, with_probs)
     if backend == "openai":
-        return _openai_sampler_class()(options)
-    from real_fae_core.errors import UserError
-
+        return OpenAISampler(options, with_probs)
     raise UserError(f"fae pave supports --backend hf or openai, not {backend!r}")

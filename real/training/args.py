@@ -2,9 +2,10 @@
 
 Subclasses of ``ScriptArguments`` / ``SFTConfig`` only add fields, so every
 TRL and transformers option keeps its name and meaning. The recipe is read
-strictly (:mod:`real.training.recipe_checks`) instead of by ``TrlParser``,
-whose ``yaml.safe_load`` keeps the last of two equal keys and never
-type-checks YAML values.
+strictly (:mod:`real_fae_core.config`, through :mod:`real.training.recipe_checks`)
+instead of by ``TrlParser``, whose ``yaml.safe_load`` keeps the last of two
+equal keys and never type-checks YAML values; ``TrlParser`` still turns the
+dataclasses into flags and takes the checked values as its defaults.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl import ModelConfig, ScriptArguments, SFTConfig
+from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
 from real_fae_core.errors import UserError
 from real.training import recipe_checks
@@ -134,8 +135,6 @@ DATACLASSES = (RealScriptArguments, RealSFTConfig, ModelConfig)
 
 
 def make_parser():
-    from trl import TrlParser
-
     parser = TrlParser(DATACLASSES, prog="real-train")
 
     def error(message: str):  # argparse would print the whole (huge) usage first
@@ -143,15 +142,6 @@ def make_parser():
 
     parser.error = error
     return parser
-
-
-def known_keys() -> set[str]:
-    return recipe_checks.known_keys(DATACLASSES)
-
-
-def check_recipe(path: str | os.PathLike) -> dict:
-    """Strictly load a recipe YAML: unknown keys (did-you-mean), keys given twice, values of the wrong type."""
-    return recipe_checks.load_recipe(path, DATACLASSES)
 
 
 def parse_args(argv: list[str] | None = None):
@@ -170,8 +160,7 @@ def parse_args(argv: list[str] | None = None):
         recipe, rest = argv[i + 1], argv[:i] + argv[i + 2:]
         if "--config" in rest:
             raise UserError("--config is given twice; pass one recipe and override values with --name value")
-        config = check_recipe(recipe)
-        recipe_lines = recipe_checks.key_lines(Path(recipe).read_text(encoding="utf-8"))
+        config, recipe_lines = recipe_checks.load_recipe(recipe, DATACLASSES)
         for key, value in (config.pop("env", None) or {}).items():
             os.environ[str(key)] = str(value)
         parser.set_defaults_with_config(**config)
@@ -181,6 +170,6 @@ def parse_args(argv: list[str] | None = None):
         raise UserError(str(exc).splitlines()[0]) from None
     model_args.lora_target_modules = recipe_checks.normalize_target_modules(model_args.lora_target_modules)
     cli_keys = {a[2:].split("=", 1)[0].replace("-", "_") for a in rest if a.startswith("--")}
-    recipe_checks.check_ranges(script_args, training_args, model_args, recipe=recipe, recipe_keys=recipe_lines,
+    recipe_checks.check_ranges(script_args, training_args, model_args, recipe=recipe, recipe_lines=recipe_lines,
                                cli_keys=cli_keys)
     return script_args, training_args, model_args

@@ -4,181 +4,37 @@
 keeps the last value) and hands YAML values to argparse as *defaults*, which
 argparse never type-checks unless they are strings: ``lora_r: 1.5`` or
 ``per_device_train_batch_size: [2]`` reach the Trainer as they are and fail deep
-inside it. Here the recipe is read strictly (:func:`real_fae_core.yamlio.load_yaml`),
-every value is checked against its dataclass field type, and the parsed
-arguments (YAML and command line together) against their ranges.
+inside it. Here the recipe is read by the project's one strict loader
+(:func:`real_fae_core.config.load_config`: keys, types, a key given twice), and
+the parsed arguments (YAML and command line together) are checked against the
+ranges the trainer can use; those depend on each other (LoRA ranges only with
+``use_peft``), so they are a function here, not field metadata of TRL's classes.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import enum
 import math
 import os
 import re
-import types
-import typing
-from pathlib import Path
 
-import yaml
-
+from real_fae_core.config import load_config
 from real_fae_core.errors import UserError
-from real_fae_core.yamlio import load_yaml
-
-_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-               list: "a list", dict: "a mapping"}
 
 
 # ---------------------------------------------------------------------------
 # The recipe file
 # ---------------------------------------------------------------------------
 
-def known_keys(dataclass_types) -> set[str]:
-    keys = {"env"}
-    for dc in dataclass_types:
-        keys |= {f.name for f in dataclasses.fields(dc) if f.init}
-    return keys
+def load_recipe(path: str | os.PathLike, dataclass_types) -> tuple[dict, dict[tuple, int]]:
+    """(the recipe's values, each checked against its field's type, the line of every key).
 
-
-def key_lines(text: str) -> dict[str, int]:
-    """Line (1-based) of each top-level key, for messages."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return {}
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    return {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
-
-
-def _field_types(dataclass_types) -> dict[str, object]:
-    out = {}
-    for dc in dataclass_types:
-        hints = typing.get_type_hints(dc)
-        for f in dataclasses.fields(dc):
-            if f.init:
-                out[f.name] = hints.get(f.name, f.type)
-    return out
-
-
-def _allowed(tp) -> list:
-    """The plain types a field annotation admits (Union / Optional flattened)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return [t for arg in typing.get_args(tp) for t in _allowed(arg)]
-    if tp is type(None):
-        return [None]
-    if origin is typing.Literal:
-        return [("literal", typing.get_args(tp))]
-    if origin in (list, tuple):
-        args = typing.get_args(tp)
-        return [(list, args[0] if args else typing.Any)]
-    if origin is dict or tp is dict:
-        return [dict]
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return [str]
-    return [tp]
-
-
-def _value_error(value, tp) -> tuple[str | None, object]:
-    """(problem or None, value converted where YAML gave an equivalent form)."""
-    allowed = _allowed(tp)
-    if typing.Any in allowed or object in allowed:
-        return None, value
-    if value is None:
-        return (None, value) if None in allowed else ("must not be empty (null)", value)
-    literals = [a[1] for a in allowed if isinstance(a, tuple) and a[0] == "literal"]
-    if literals and value in literals[0]:
-        return None, value
-    if isinstance(value, bool):
-        if bool in allowed:
-            return None, value
-    elif isinstance(value, int):
-        if int in allowed or float in allowed:
-            return None, value
-    elif isinstance(value, float):
-        if float in allowed:
-            return None, value
-        if int in allowed and math.isfinite(value) and value.is_integer():
-            return None, int(value)  # `2.0` means 2
-        if int in allowed:
-            return f"must be a whole number, got {value!r}", value
-    elif isinstance(value, str):
-        if literals:
-            return f"must be one of {', '.join(map(str, literals[0]))}, got {value!r}", value
-        if str not in allowed and (int in allowed or float in allowed):
-            # YAML 1.1 reads `1e-4` as a string; argparse would convert it, but name no file
-            try:
-                number = float(value)
-            except ValueError:
-                return f"must be {_describe(tp)}, got {value!r}", value
-            return _value_error(number, tp)
-        return None, value
-    elif isinstance(value, (list, tuple)):
-        lists = [a[1] for a in allowed if isinstance(a, tuple) and a[0] is list]
-        if lists:
-            item_tp = lists[0]
-            for item in value:
-                problem, _ = _value_error(item, item_tp)
-                if problem or isinstance(item, (list, dict)):
-                    return f"list items must be {_describe(item_tp)}, got {item!r}", value
-            return None, list(value)
-    elif isinstance(value, dict):
-        if dict in allowed:
-            return None, value
-    return f"must be {_describe(tp)}, got {_describe_value(value)}", value
-
-
-def _describe(tp) -> str:
-    words = []
-    for a in _allowed(tp):
-        if a is None:
-            continue
-        if isinstance(a, tuple):
-            words.append("one of " + ", ".join(map(str, a[1])) if a[0] == "literal" else "a list")
-        else:
-            words.append(_TYPE_WORDS.get(a, getattr(a, "__name__", str(a))))
-    words = list(dict.fromkeys(words))
-    return " or ".join(words) or "a value"
-
-
-def _describe_value(value) -> str:
-    kind = ("true/false" if isinstance(value, bool) else "a list" if isinstance(value, (list, tuple))
-            else "a mapping" if isinstance(value, dict) else type(value).__name__)
-    return f"{kind} ({value!r})" if not isinstance(value, (list, dict)) else f"{kind} {value!r}"
-
-
-def load_recipe(path: str | os.PathLike, dataclass_types) -> dict:
-    """Strictly read a recipe: a mapping of known keys whose values fit their field types.
-
-    Returns the mapping (with ``2.0``-style whole numbers turned into ints).
+    The one strict loader (:mod:`real_fae_core.config`) reads it; ``env`` (a
+    mapping of environment variables) is the one key that is no field.
     """
-    p = Path(path)
-    config = load_yaml(p)  # missing file, directory, non-UTF-8, invalid YAML, key given twice
-    if not isinstance(config, dict):
-        raise UserError(f"recipe {p} must be a YAML mapping of argument names to values")
-    lines = key_lines(p.read_text(encoding="utf-8"))
-    keys = known_keys(dataclass_types)
-    for k in config:
-        if k not in keys:
-            close = difflib.get_close_matches(str(k), sorted(keys), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            where = f"{p}:{lines[k]}" if k in lines else str(p)
-            raise UserError(f"recipe {where}: unknown key {k!r}{hint}; keys must be fields of "
-                            "ScriptArguments, SFTConfig or ModelConfig")
-    env = config.get("env", {})
-    if not isinstance(env, dict):
-        raise UserError(f"recipe {p}:{lines.get('env', '?')}: env must be a mapping of variable names to values")
-    fields = _field_types(dataclass_types)
-    for k, v in list(config.items()):
-        if k == "env":
-            continue
-        problem, config[k] = _value_error(v, fields[k])
-        if problem:
-            where = f"{p}:{lines[k]}" if k in lines else str(p)
-            raise UserError(f"recipe {where}: {k} {problem}")
-    return config
+    config, lines = load_config(path, dataclass_types, extra=("env",))
+    if not isinstance(config.get("env", {}), dict):
+        raise UserError(f"{path}:{lines.get(('env',), '?')}: env: must be a mapping of variable names to values")
+    return config, lines
 
 
 # ---------------------------------------------------------------------------
@@ -222,16 +78,15 @@ def range_problems(script_args, training_args, model_args) -> list[tuple[str, st
     return out
 
 
-def check_ranges(script_args, training_args, model_args, *, recipe: str | None, recipe_keys: dict[str, int],
+def check_ranges(script_args, training_args, model_args, *, recipe: str | None, recipe_lines: dict[tuple, int],
                  cli_keys: set[str]) -> None:
+    """The first value out of range as one line: ``recipe:line: key: problem`` or ``argument --key: problem``."""
     problems = range_problems(script_args, training_args, model_args)
     if problems:
         key, problem = problems[0]
-        if key in cli_keys or key not in recipe_keys:
-            where = f"--{key}"
-        else:
-            where = f"recipe {recipe}:{recipe_keys[key]}: {key}"
-        raise UserError(f"{where} {problem}")
+        if key in cli_keys or (key,) not in recipe_lines:
+            raise UserError(f"argument --{key}: {problem}")
+        raise UserError(f"{recipe}:{recipe_lines[(key,)]}: {key}: {problem}")
 
 
 # ---------------------------------------------------------------------------
