@@ -9,11 +9,12 @@ that looks complete is ever left behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 
 def _temp_name(path: Path) -> str:
@@ -40,20 +41,23 @@ def _default_mode(path: str | os.PathLike, is_dir: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """``open(path, mode)`` that renames a temporary file into place on success."""
-    if "w" not in mode:
-        raise ValueError("atomic_open writes whole files: mode must contain 'w'")
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path``, renamed to ``path`` once the body wrote it.
+
+    For writers that take a file name (``safetensors.save_file``,
+    ``Figure.savefig``); the temporary keeps ``path``'s suffix, so a writer
+    that picks its format from the name picks the same one.
+    """
     path = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_name(path), suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_name(path), suffix=".tmp" + path.suffix)
     except OSError as exc:
         raise _naming(exc, path) from None
     try:
+        os.close(fd)
         _default_mode(tmp, is_dir=False)
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
-            yield fh
-            fh.flush()
+        yield Path(tmp)
+        with open(tmp, "rb") as fh:  # durable before it gets the final name
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
@@ -64,9 +68,24 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
         raise
 
 
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """``open(path, mode)`` that renames a temporary file into place on success."""
+    if "w" not in mode:
+        raise ValueError("atomic_open writes whole files: mode must contain 'w'")
+    with atomic_file(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else encoding) as fh:
+        yield fh
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_open(path, "w") as fh:
         fh.write(text)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, *, ensure_ascii: bool = True,
+                      sort_keys: bool = False) -> None:
+    """``obj`` as indented JSON (``json.dumps(obj, indent=2)``) plus a final newline."""
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=ensure_ascii, sort_keys=sort_keys) + "\n")
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from real_fae_core.atomicio import atomic_file, atomic_write_text
 from real_fae_core.errors import UserError
 
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
@@ -159,7 +160,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], out: Path) -> None:
-    from real_fae_core.atomicio import atomic_write_text
     from fae.ablation.runio import write_json_atomic
 
     out.mkdir(parents=True, exist_ok=True)
@@ -192,6 +192,7 @@ def plot_steps(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
     return path
