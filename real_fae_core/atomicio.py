@@ -41,16 +41,10 @@ def _default_mode(path: str | os.PathLike, is_dir: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed to ``path`` once the body wrote it.
-
-    For writers that take a file name (``safetensors.save_file``,
-    ``Figure.savefig``); the temporary keeps ``path``'s suffix, so a writer
-    that picks its format from the name picks the same one.
-    """
-    path = Path(path)
+def _renamed_into_place(path: Path, suffix: str) -> Iterator[Path]:
+    """A temporary file beside ``path`` (``.NAME.PID.*SUFFIX``), renamed to ``path`` when the body succeeds."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_name(path), suffix=".tmp" + path.suffix)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_name(path), suffix=suffix)
     except OSError as exc:
         raise _naming(exc, path) from None
     try:
@@ -63,9 +57,21 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.filename in (None, tmp):
+        if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename) == tmp):
             raise _naming(exc, path) from None
         raise
+
+
+def atomic_file(path: str | os.PathLike) -> contextlib.AbstractContextManager[Path]:
+    """A temporary path beside ``path``, renamed to ``path`` once the body wrote it.
+
+    For writers that take a file name (``safetensors.save_file``,
+    ``Figure.savefig``, ``torch.save``); the temporary ends in ``path``'s
+    suffix (``.tmp.png``), so a writer that picks its format from the name
+    picks the same one.
+    """
+    path = Path(path)
+    return _renamed_into_place(path, ".tmp" + path.suffix)
 
 
 @contextlib.contextmanager
@@ -73,7 +79,8 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     """``open(path, mode)`` that renames a temporary file into place on success."""
     if "w" not in mode:
         raise ValueError("atomic_open writes whole files: mode must contain 'w'")
-    with atomic_file(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else encoding) as fh:
+    with _renamed_into_place(Path(path), ".tmp") as tmp, \
+            open(tmp, mode, encoding=None if "b" in mode else encoding) as fh:
         yield fh
 
 

@@ -19,7 +19,7 @@ def test_atomic_file_keeps_the_suffix_for_writers_that_pick_a_format_by_name(tmp
     ax.plot([0, 1], [1, 0])
     path = tmp_path / "fig.svg"
     with atomic_file(path) as tmp:
-        assert tmp.suffix == ".svg" and tmp.parent == tmp_path and tmp != path
+        assert tmp.name.endswith(".tmp.svg") and tmp.parent == tmp_path
         fig.savefig(tmp)  # the format comes from the name: svg, not the default png
         assert not path.exists()
     plt.close(fig)
@@ -34,6 +34,7 @@ def test_a_failed_writer_leaves_the_old_file_and_no_temporary(tmp_path):
         tmp.write_bytes(b"half")
         raise RuntimeError("killed mid-write")
     with pytest.raises(ValueError), atomic_open(path, "wb") as fh:
+        assert fh.name.endswith(".tmp")  # the temporary's name as docs/errors.md gives it: .NAME.PID.*.tmp
         fh.write(b"half")
         raise ValueError("bad record")
     assert path.read_bytes() == b"old"

@@ -38,15 +38,8 @@ from real_fae_core.errors import UserError
 from data_prep.enhance.cache import OK, AnswerCache, CachedAnswer, request_key
 from data_prep.enhance.client import AnnotatorClient, AnnotatorStats
 from data_prep.enhance.config import ConfigError, load_annotators
-from data_prep.llm_requests import (
-    RequestTable,
-    RequestUsage,
-    default_cache_path,
-    run_locks,
-    run_requests,
-    summary_path,
-    write_summary,
-)
+from data_prep import llm_requests
+from data_prep.llm_requests import summary_path  # noqa: F401 - the CLI names the summary it wrote
 from data_prep.records import (
     REFUTE,
     SUPPORT,
@@ -88,7 +81,7 @@ class CounterfactualJob:
 
     @property
     def cache_path(self) -> Path:
-        return Path(self.cache) if self.cache else default_cache_path(Path(self.output))
+        return Path(self.cache) if self.cache else llm_requests.default_cache_path(Path(self.output))
 
     def llm_kinds(self) -> list[str]:
         return [k for k in self.kinds if k == "semantic" or (k == "entity" and self.entity_method == "llm")]
@@ -105,7 +98,7 @@ def gold_sentences(rec: ClaimRecord):
 def run_counterfactual(job: CounterfactualJob) -> tuple[int, dict]:
     records = load_records_or_fail(job.records)
     targets = [i for i, r in enumerate(records) if r.label in (SUPPORT, REFUTE) and r.gold_ids]
-    with run_locks("real-data counterfactual", Path(job.output),
+    with llm_requests.run_locks("real-data counterfactual", Path(job.output),
                    job.cache_path if job.annotators is not None else None):
         return _run_locked(job, records, targets)
 
@@ -150,7 +143,7 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
                 cand = Candidate(i, "entity", sent, swap.text, "rule" if swap.proved else None, swap.swaps)
                 (checked if swap.proved else unchecked).append(cand)
 
-    usage = RequestUsage()
+    usage = llm_requests.RequestUsage()
     transport: list[str] = []
     model = judge_model = None
     ann = judge = None
@@ -268,7 +261,7 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
         "failure_examples": sorted(set(transport))[:5],
         "elapsed_s": round(time.monotonic() - t0, 3),
     }
-    write_summary(summary, job.output)
+    llm_requests.write_summary(summary, job.output)
     return (0 if complete else 1), summary
 
 
@@ -363,7 +356,7 @@ class SeededClient(AnnotatorClient):
         return await self.annotate(req.messages, [], check=check)
 
 
-def _ask(job: CounterfactualJob, ann, items: list[Request], usage: RequestUsage, task: str):
+def _ask(job: CounterfactualJob, ann, items: list[Request], usage: llm_requests.RequestUsage, task: str):
     """One answer per request (CachedAnswer, or an error string for a transport failure)."""
     cache = AnswerCache(job.cache_path)
     try:
@@ -372,7 +365,8 @@ def _ask(job: CounterfactualJob, ann, items: list[Request], usage: RequestUsage,
             api_key = ann.api_key() if need_key else None
         except ConfigError as exc:
             raise UserError(str(exc)) from None
-        answers, stats = run_requests(_ask_async(job, ann, api_key, items, cache, task), cache, job.resume_command)
+        answers, stats = llm_requests.run_requests(_ask_async(job, ann, api_key, items, cache, task), cache,
+                                                   job.resume_command)
         usage.add(task, stats)
         return answers
     finally:
@@ -387,7 +381,7 @@ async def _ask_async(job, ann, api_key, items: list[Request], cache, task: str):
     client = SeededClient(ann, api_key) if api_key is not None else None
     if client is not None:
         client.stats = stats
-    table = RequestTable(cache, "counterfactual")
+    table = llm_requests.RequestTable(cache, "counterfactual")
 
     try:
         with tqdm(total=len(items), desc=f"counterfactual {task}", unit="sentence",

@@ -271,8 +271,7 @@ def subset_lines(subsets: dict[str, dict]) -> list[str]:
 
 
 def _append(report: Path, lines: list[str]) -> None:
-    with report.open("a") as fh:
-        fh.write("\n".join(lines) + "\n")
+    atomic_write_text(report, report.read_text(encoding="utf-8") + "\n".join(lines) + "\n")
 
 
 def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed: int, t0: float) -> dict:
