@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 from pathlib import Path
 
+from real_fae_core.atomicio import atomic_dir, atomic_write_text
 from real_fae_core.errors import UserError
 
 logger = logging.getLogger("real.merge")
@@ -62,18 +62,14 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
     if (ad / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(str(ad))
 
-    if out.exists() and overwrite:
-        shutil.rmtree(out)
-    model.save_pretrained(str(out), safe_serialization=True)
-    tokenizer.save_pretrained(str(out))
-    card = ad / "README.md"
-    if card.is_file():
-        text = card.read_text(encoding="utf-8")
-        (out / "README.md").write_text(
-            text.replace("library_name: peft", "library_name: transformers")
-            + f"\nMerged from adapter `{ad.resolve()}` into `{base}` with `real-merge`.\n",
-            encoding="utf-8",
-        )
+    with atomic_dir(out, replace=overwrite) as tmp:  # the merged model appears whole or not at all
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        card = ad / "README.md"
+        if card.is_file():
+            text = card.read_text(encoding="utf-8")
+            atomic_write_text(tmp / "README.md", text.replace("library_name: peft", "library_name: transformers")
+                              + f"\nMerged from adapter `{ad.resolve()}` into `{base}` with `real-merge`.\n")
     return out
 
 

@@ -9,11 +9,12 @@ that looks complete is ever left behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 
 def _temp_name(path: Path) -> str:
@@ -40,33 +41,58 @@ def _default_mode(path: str | os.PathLike, is_dir: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """``open(path, mode)`` that renames a temporary file into place on success."""
-    if "w" not in mode:
-        raise ValueError("atomic_open writes whole files: mode must contain 'w'")
-    path = Path(path)
+def _renamed_into_place(path: Path, suffix: str) -> Iterator[Path]:
+    """A temporary file beside ``path`` (``.NAME.PID.*SUFFIX``), renamed to ``path`` when the body succeeds."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_name(path), suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_name(path), suffix=suffix)
     except OSError as exc:
         raise _naming(exc, path) from None
     try:
+        os.close(fd)
         _default_mode(tmp, is_dir=False)
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
-            yield fh
-            fh.flush()
+        yield Path(tmp)
+        with open(tmp, "rb") as fh:  # durable before it gets the final name
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.filename in (None, tmp):
+        if isinstance(exc, OSError) and (exc.filename is None or str(exc.filename) == tmp):
             raise _naming(exc, path) from None
         raise
+
+
+def atomic_file(path: str | os.PathLike) -> contextlib.AbstractContextManager[Path]:
+    """A temporary path beside ``path``, renamed to ``path`` once the body wrote it.
+
+    For writers that take a file name (``safetensors.save_file``,
+    ``Figure.savefig``, ``torch.save``); the temporary ends in ``path``'s
+    suffix (``.tmp.png``), so a writer that picks its format from the name
+    picks the same one.
+    """
+    path = Path(path)
+    return _renamed_into_place(path, ".tmp" + path.suffix)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """``open(path, mode)`` that renames a temporary file into place on success."""
+    if "w" not in mode:
+        raise ValueError("atomic_open writes whole files: mode must contain 'w'")
+    with _renamed_into_place(Path(path), ".tmp") as tmp, \
+            open(tmp, mode, encoding=None if "b" in mode else encoding) as fh:
+        yield fh
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_open(path, "w") as fh:
         fh.write(text)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, *, ensure_ascii: bool = True,
+                      sort_keys: bool = False) -> None:
+    """``obj`` as indented JSON (``json.dumps(obj, indent=2)``) plus a final newline."""
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=ensure_ascii, sort_keys=sort_keys) + "\n")
 
 
 @contextlib.contextmanager

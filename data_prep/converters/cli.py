@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.atomicio import atomic_write_json
 from real_fae_core.errors import UserError
 from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
 
@@ -116,7 +116,7 @@ def convert_to_file(dataset: str, inputs: ConvertInputs, output: Path,
         "seconds": round(time.perf_counter() - t0, 3),
     }
     summary_path = output.with_name(output.name + ".summary.json")
-    atomic_write_text(summary_path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_json(summary_path, summary, ensure_ascii=False)
     return summary
 
 

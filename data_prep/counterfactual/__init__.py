@@ -9,7 +9,7 @@ or by an LLM judge. Records get ``counterfactual_sentences: {"entity":
 [...], "semantic": [...]}`` with the gold sentences' ids. Modules:
 ``entity`` (rule-based swaps, no model), ``rewrite`` (LLM prompts, the topic
 check, the judge's prompt), ``runner`` (LLM requests through the enhancement
-client and cache), ``cli`` (``real-data counterfactual``), ``audit`` (the
+client and :mod:`data_prep.llm_requests`), ``cli`` (``real-data counterfactual``), ``audit`` (the
 human validity audit: sheets out, agreement back).
 """
 

@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import UserError
 from data_prep.records import load_records_or_fail
 
@@ -197,8 +197,8 @@ def score_markdown(result: dict) -> str:
 
 def write_sheets(out: Path, sample: list[dict], raters: int, settings: dict) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / SAMPLE_FILE, json.dumps({**settings, "criteria": dict(CRITERIA), "sample": sample},
-                                                   indent=2, ensure_ascii=False) + "\n")
+    atomic_write_json(out / SAMPLE_FILE, {**settings, "criteria": dict(CRITERIA), "sample": sample},
+                      ensure_ascii=False)
     paths = []
     for r in range(1, raters + 1):
         path = out / f"sheet-{r}.csv"
@@ -324,7 +324,7 @@ def run_score(args) -> int:
     sheets = {p.name: read_sheet(p, sample) for p in paths}
     result = score(sample, sheets)
     md = score_markdown(result)
-    atomic_write_text(args.audit_dir / "score.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_json(args.audit_dir / "score.json", result)
     atomic_write_text(args.audit_dir / "score.md", md)
     print(md, end="")
     print(f"written: {args.audit_dir / 'score.json'}, {args.audit_dir / 'score.md'}")

@@ -11,9 +11,10 @@ reason in the summary.
 LLM requests reuse the enhancement machinery: the annotator YAML
 (``data_prep.enhance.config``), the async client with its concurrency limit,
 retries and backoff (``client.AnnotatorClient``, here sending each request a
-seed derived from what it asks when the temperature is above 0), the SQLite
-answer cache (re-runs and resumed runs send nothing twice) and its token
-counts. Files next to ``--output OUT``: ``OUT`` (every input record, written
+seed derived from what it asks when the temperature is above 0), and
+:mod:`data_prep.llm_requests` (locks, the SQLite answer cache so re-runs and
+resumed runs send nothing twice, de-duplication, token counts, interrupts,
+the atomic summary). Files next to ``--output OUT``: ``OUT`` (every input record, written
 atomically once no request failed), ``OUT.summary.json`` (per-kind counts,
 dropped sentences by reason, requests and tokens), ``OUT.cache.sqlite``
 (default ``--cache``), ``OUT.lock``/``CACHE.lock``.
@@ -25,8 +26,6 @@ import asyncio
 import contextvars
 import dataclasses
 import hashlib
-import json
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -35,14 +34,12 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from real_fae_core.cli import set_interrupt_note
-from real_fae_core.errors import Terminated, UserError
-from real_fae_core.runlock import RunLock
-from real_fae_core.secrets import scrub
+from real_fae_core.errors import UserError
 from data_prep.enhance.cache import OK, AnswerCache, CachedAnswer, request_key
-from data_prep.enhance.client import AnnotatorClient, TransportFailure
+from data_prep.enhance.client import AnnotatorClient, AnnotatorStats
 from data_prep.enhance.config import ConfigError, load_annotators
-from data_prep.enhance.runner import TERMINATED, cancel_on_sigterm
+from data_prep import llm_requests
+from data_prep.llm_requests import summary_path  # noqa: F401 - the CLI names the summary it wrote
 from data_prep.records import (
     REFUTE,
     SUPPORT,
@@ -84,7 +81,7 @@ class CounterfactualJob:
 
     @property
     def cache_path(self) -> Path:
-        return Path(self.cache) if self.cache else self.output.with_name(self.output.name + ".cache.sqlite")
+        return Path(self.cache) if self.cache else llm_requests.default_cache_path(Path(self.output))
 
     def llm_kinds(self) -> list[str]:
         return [k for k in self.kinds if k == "semantic" or (k == "entity" and self.entity_method == "llm")]
@@ -98,23 +95,12 @@ def gold_sentences(rec: ClaimRecord):
     return [s for s in rec.sentences if s.id in gold]
 
 
-def summary_path(output: Path) -> Path:
-    return output.with_name(output.name + ".summary.json")
-
-
 def run_counterfactual(job: CounterfactualJob) -> tuple[int, dict]:
     records = load_records_or_fail(job.records)
     targets = [i for i, r in enumerate(records) if r.label in (SUPPORT, REFUTE) and r.gold_ids]
-    locks = [RunLock(job.output, "real-data counterfactual", is_dir=False)]
-    if job.annotators is not None:
-        locks.append(RunLock(job.cache_path, "real-data counterfactual", is_dir=False))
-    try:
-        for lock in locks:
-            lock.acquire()
+    with llm_requests.run_locks("real-data counterfactual", Path(job.output),
+                   job.cache_path if job.annotators is not None else None):
         return _run_locked(job, records, targets)
-    finally:
-        for lock in reversed(locks):
-            lock.release()
 
 
 @dataclass
@@ -157,7 +143,7 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
                 cand = Candidate(i, "entity", sent, swap.text, "rule" if swap.proved else None, swap.swaps)
                 (checked if swap.proved else unchecked).append(cand)
 
-    usage = _Usage()
+    usage = llm_requests.RequestUsage()
     transport: list[str] = []
     model = judge_model = None
     ann = judge = None
@@ -275,10 +261,7 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
         "failure_examples": sorted(set(transport))[:5],
         "elapsed_s": round(time.monotonic() - t0, 3),
     }
-    path = summary_path(job.output)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    llm_requests.write_summary(summary, job.output)
     return (0 if complete else 1), summary
 
 
@@ -373,24 +356,7 @@ class SeededClient(AnnotatorClient):
         return await self.annotate(req.messages, [], check=check)
 
 
-class _Usage:
-    """Requests and tokens over the rewrite and judge phases."""
-
-    def __init__(self):
-        self.by_task: dict[str, dict[str, int]] = {}
-        self.tokens = {"in": 0, "out": 0, "in_incl_cache": 0, "out_incl_cache": 0}
-
-    def add(self, task: str, stats) -> None:
-        self.by_task[task] = {"made": stats.requests, "served_from_cache": stats.from_cache, "failed": stats.failed}
-        for key, value in (("in", stats.tokens_in), ("out", stats.tokens_out),
-                           ("in_incl_cache", stats.tokens_in_all), ("out_incl_cache", stats.tokens_out_all)):
-            self.tokens[key] += value
-
-    def requests(self) -> dict[str, int]:
-        return {k: sum(t[k] for t in self.by_task.values()) for k in ("made", "served_from_cache", "failed")}
-
-
-def _ask(job: CounterfactualJob, ann, items: list[Request], usage: _Usage, task: str):
+def _ask(job: CounterfactualJob, ann, items: list[Request], usage: llm_requests.RequestUsage, task: str):
     """One answer per request (CachedAnswer, or an error string for a transport failure)."""
     cache = AnswerCache(job.cache_path)
     try:
@@ -399,15 +365,8 @@ def _ask(job: CounterfactualJob, ann, items: list[Request], usage: _Usage, task:
             api_key = ann.api_key() if need_key else None
         except ConfigError as exc:
             raise UserError(str(exc)) from None
-        try:
-            state = asyncio.run(cancel_on_sigterm(_ask_async(job, ann, api_key, items, cache, task)))
-            if state is TERMINATED:
-                raise Terminated()
-        except KeyboardInterrupt:
-            set_interrupt_note(f"kept {len(cache)} answers in the cache {job.cache_path}; resume with: "
-                               f"{job.resume_command or 'the same command'}")
-            raise
-        answers, stats = state
+        answers, stats = llm_requests.run_requests(_ask_async(job, ann, api_key, items, cache, task), cache,
+                                                   job.resume_command)
         usage.add(task, stats)
         return answers
     finally:
@@ -415,8 +374,6 @@ def _ask(job: CounterfactualJob, ann, items: list[Request], usage: _Usage, task:
 
 
 async def _ask_async(job, ann, api_key, items: list[Request], cache, task: str):
-    from data_prep.enhance.client import AnnotatorStats
-
     stats = AnnotatorStats()
     # The annotator schema ({"evidence": [...]}) fits neither a rewrite ({"sentence": ...}) nor a verdict:
     # these requests are never sent with the annotators' constrained decoding.
@@ -424,42 +381,14 @@ async def _ask_async(job, ann, api_key, items: list[Request], cache, task: str):
     client = SeededClient(ann, api_key) if api_key is not None else None
     if client is not None:
         client.stats = stats
-    inflight: dict[str, asyncio.Future] = {}
-
-    async def fetch(req: Request):
-        try:
-            ans = await client.annotate_seeded(req)
-        except TransportFailure as exc:
-            return scrub(f"{ann.name}: {exc}")
-        cache.put(req.key, ann.model, ans)
-        if ans.status == OK:
-            stats.answered += 1
-        else:
-            stats.abstained += 1
-        return ans
-
-    async def one(req: Request):
-        hit = cache.get(req.key)
-        fresh = hit is None
-        if fresh:
-            if req.key not in inflight:
-                inflight[req.key] = asyncio.ensure_future(fetch(req))
-            hit = await inflight[req.key]
-        if isinstance(hit, str):
-            stats.failed += 1
-            return hit
-        if not fresh:
-            stats.from_cache += 1
-        stats.tokens_in_all += hit.prompt_tokens
-        stats.tokens_out_all += hit.completion_tokens
-        return hit
+    table = llm_requests.RequestTable(cache, "counterfactual")
 
     try:
         with tqdm(total=len(items), desc=f"counterfactual {task}", unit="sentence",
                   disable=None if job.progress else True) as bar:
-            async def tracked(req):
+            async def tracked(req: Request):
                 try:
-                    return await one(req)
+                    return await table.ask(req.key, ann.model, lambda: client.annotate_seeded(req), stats, ann.name)
                 finally:
                     bar.update(1)
 

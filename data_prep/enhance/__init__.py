@@ -7,6 +7,8 @@ majority of them pick. Modules: ``config`` (annotator YAML), ``prompt``
 (annotator prompt + answer parser), ``client`` (async requests with retries),
 ``cache`` (SQLite answer cache for resume), ``vote`` (pure vote and metrics),
 ``runner`` (orchestration), ``cli`` (the ``real-data enhance`` subcommand).
+Around each request (locks, cache, de-duplication, counts, interrupts) is
+:mod:`data_prep.llm_requests`, shared with ``real-data counterfactual``.
 """
 
 from .config import AnnotatorConfig, ConfigError, load_annotators

@@ -10,9 +10,13 @@ Files next to ``--output OUT``:
 - ``OUT.summary.json``: request, token, agreement and vote statistics.
 - ``OUT.cache.sqlite`` (default ``--cache``): the answers; what makes a
   re-run or a resumed run send no request twice.
-- ``OUT.lock`` and ``CACHE.lock``: held (``real_fae_core.runlock.RunLock``) for the
-  whole run, so a second enhance on the same output or the same cache stops at
-  once naming the holder instead of interleaving two runs.
+- ``OUT.lock`` and ``CACHE.lock``: held for the whole run, so a second enhance
+  on the same output or the same cache stops at once naming the holder
+  instead of interleaving two runs.
+
+Locks, cache, de-duplication, counting, interrupts and the summary write are
+:mod:`data_prep.llm_requests` (shared with ``real-data counterfactual``);
+this module keeps the annotation prompts, the vote and the outputs.
 
 Claim counts (summary and printed line): ``claims_total`` claims are sent to
 the annotators (SUPPORT/REFUTE; NOT_ENOUGH_INFO too with ``--include-nei``);
@@ -28,19 +32,22 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from real_fae_core.cli import set_interrupt_note
-from real_fae_core.errors import Terminated, UserError
-from real_fae_core.runlock import RunLock
-from real_fae_core.secrets import scrub
+from real_fae_core.errors import UserError
+from data_prep.llm_requests import (
+    RequestTable,
+    RequestUsage,
+    default_cache_path,
+    run_locks,
+    run_requests,
+    summary_path,
+    write_summary,
+)
 from data_prep.records import (
     NOT_ENOUGH_INFO,
     ClaimRecord,
@@ -50,23 +57,15 @@ from data_prep.records import (
     save_records,
 )
 
-from .cache import ABSTAIN, OK, AnswerCache, CachedAnswer, request_key
-from .client import AnnotatorClient, AnnotatorStats, TransportFailure
+from .cache import ABSTAIN, OK, AnswerCache, request_key
+from .client import AnnotatorClient, AnnotatorStats
 from .config import AnnotatorConfig, ConfigError, load_annotators
 from .prompt import estimate_tokens, parse_annotation, render_annotator_prompt
 from .vote import enhanced_evidence, vote_summary, votes_needed
 
 
-def summary_path(output: Path) -> Path:
-    return output.with_name(output.name + ".summary.json")
-
-
 def partial_path(output: Path) -> Path:
     return output.with_name(output.name + ".partial")
-
-
-def default_cache_path(output: Path) -> Path:
-    return output.with_name(output.name + ".cache.sqlite")
 
 
 @dataclass
@@ -102,14 +101,6 @@ def _check_min_votes(min_votes: int | None, n: int) -> int:
     if not 1 <= need <= n:
         raise UserError(f"--min-votes must be between 1 and the number of annotators ({n}), got {need}")
     return need
-
-
-def _write_summary(summary: dict, output: Path) -> Path:
-    path = summary_path(output)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
 
 
 # ---------------------------------------------------------------------------
@@ -173,83 +164,21 @@ def dry_run(job: EnhanceJob) -> int:
     return 0
 
 
-def _locks(job: EnhanceJob) -> list[RunLock]:
-    """One writer per output file and per cache file (the same cache may serve several outputs)."""
-    output = Path(job.output)
-    locks = [RunLock(output, "real-data enhance", is_dir=False)]
-    if job.cache_path.resolve() != output.resolve():
-        locks.append(RunLock(job.cache_path, "real-data enhance", is_dir=False))
-    return locks
-
-
-def _note_interrupt(job: EnhanceJob, cache: AnswerCache) -> None:
-    """On Ctrl-C / SIGTERM: one line saying what is kept and how to resume."""
-    try:
-        answers = len(cache)
-    except Exception:  # noqa: BLE001 - the note must not mask the interrupt
-        answers = "the"
+def _finished_claims(job: EnhanceJob) -> str:
+    """For the interrupt note: the claims already in ``OUT.partial``."""
     part = partial_path(Path(job.output))
     try:
         with part.open("rb") as fh:
             claims = sum(1 for line in fh if line.endswith(b"\n"))
     except OSError:
         claims = 0
-    resume = job.resume_command or "the same command"
-    set_interrupt_note(f"kept {answers} answers in the cache {job.cache_path} and {claims} finished claims "
-                       f"in {part}; resume with: {resume}")
-
-
-TERMINATED = object()
-
-
-async def cancel_on_sigterm(coro):
-    """Await ``coro``; SIGTERM cancels it the way asyncio.run cancels on Ctrl-C (returns TERMINATED).
-
-    The top-level handler turns SIGTERM into an exception raised wherever the
-    main thread happens to be, which inside the event loop can be between a
-    response and its cache commit, or inside the loop's own machinery. A loop
-    signal handler instead cancels the main task, so the same clean-up as for
-    Ctrl-C runs (requests cancelled, clients closed) and only then
-    :class:`Terminated` is raised, outside the loop.
-    """
-    loop = asyncio.get_running_loop()
-    me = asyncio.current_task()
-    hit: list[bool] = []
-
-    def on_term() -> None:
-        hit.append(True)
-        me.cancel()
-
-    previous = signal.getsignal(signal.SIGTERM)
-    installed = False
-    if threading.current_thread() is threading.main_thread():
-        try:
-            loop.add_signal_handler(signal.SIGTERM, on_term)
-            installed = True
-        except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not POSIX
-            pass
-    try:
-        return await coro
-    except asyncio.CancelledError:
-        if hit:
-            return TERMINATED
-        raise
-    finally:
-        if installed:
-            loop.remove_signal_handler(signal.SIGTERM)  # resets to SIG_DFL: put the previous one back
-            signal.signal(signal.SIGTERM, previous)
+    return f" and {claims} finished claims in {part}"
 
 
 def enhance(job: EnhanceJob) -> tuple[int, dict]:
     """Run (or resume) the annotation under the output and cache locks; returns (exit code, summary)."""
-    locks = _locks(job)
-    try:
-        for lock in locks:
-            lock.acquire()
+    with run_locks("real-data enhance", Path(job.output), job.cache_path):
         return _enhance_locked(job)
-    finally:
-        for lock in reversed(locks):
-            lock.release()
 
 
 def _enhance_locked(job: EnhanceJob) -> tuple[int, dict]:
@@ -268,14 +197,8 @@ def _enhance_locked(job: EnhanceJob) -> tuple[int, dict]:
         except ConfigError as exc:
             raise UserError(str(exc)) from None
         output.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            state = asyncio.run(cancel_on_sigterm(
-                _enhance_async(job, records, annotators, targets, need, cache, keys)))
-            if state is TERMINATED:
-                raise Terminated()
-        except KeyboardInterrupt:  # Ctrl-C and SIGTERM (Terminated): every answer is already committed
-            _note_interrupt(job, cache)
-            raise
+        state = run_requests(_enhance_async(job, records, annotators, targets, need, cache, keys), cache,
+                             job.resume_command, lambda: _finished_claims(job))
     finally:
         cache.close()
     outputs, failures, stats = state["outputs"], state["failures"], state["stats"]
@@ -301,8 +224,10 @@ def _enhance_locked(job: EnhanceJob) -> tuple[int, dict]:
         for i in targets if i in outputs
     ]
     votes = vote_summary(claims, [a.name for a in annotators])
+    usage = RequestUsage()
     per_ann = {}
     for a in annotators:
+        usage.add(a.name, stats[a.name])
         st: AnnotatorStats = stats[a.name]
         agreement = votes["annotators"][a.name]
         per_ann[a.name] = {
@@ -338,17 +263,13 @@ def _enhance_locked(job: EnhanceJob) -> tuple[int, dict]:
         "failure_examples": {k: failures[k]["errors"] for k in sorted(failures, key=str)[:5]},
         "n_annotators": len(annotators),
         "votes_needed": need,
-        "requests": {
-            "made": sum(s.requests for s in stats.values()),
-            "served_from_cache": sum(s.from_cache for s in stats.values()),
-            "failed": sum(s.failed for s in stats.values()),
-        },
+        "requests": usage.requests(),
         "annotators": per_ann,
         "claims_enhanced_differs_from_gold": votes["claims_enhanced_differs_from_gold"],
         "sentences_added": votes["sentences_added"],
         "elapsed_s": round(time.monotonic() - t0, 3),
     }
-    _write_summary(summary, output)
+    write_summary(summary, output)
     return (0 if complete else 1), summary
 
 
@@ -362,57 +283,16 @@ async def _enhance_async(job, records, annotators, targets, need, cache, keys):
         c.stats = stats[name]
     outputs: dict[int, dict] = {}
     failures: dict[str, dict] = {}
-    reported: set[str] = set()
     part = partial_path(Path(job.output))
     window_size = max(64, 4 * sum(a.max_concurrency for a in annotators))
     window = asyncio.Semaphore(window_size)
+    table = RequestTable(cache, "enhance", retry_abstentions=job.retry_abstentions)
 
-    inflight: dict[str, asyncio.Future] = {}  # key -> request under way (identical prompts share it)
-    fetched: set[str] = set()  # keys answered (or abstained) in this run
-
-    async def fetch(a: AnnotatorConfig, key: str, msgs, pool) -> CachedAnswer | str:
-        st = stats[a.name]
-        try:
-            ans = await clients[a.name].annotate(msgs, pool)
-        except TransportFailure as exc:
-            text = scrub(exc)  # already scrubbed by the client; again here, where it is printed and stored
-            if a.name not in reported:  # first failure per annotator
-                reported.add(a.name)
-                tqdm.write(f"enhance: annotator {a.name!r} failed a request: {text}", file=sys.stderr)
-            return f"{a.name}: {text}"
-        cache.put(key, a.model, ans)
-        fetched.add(key)
-        if ans.status == OK:
-            st.answered += 1
-        else:
-            st.abstained += 1
-        return ans
-
-    async def one(a: AnnotatorConfig, msgs, pool) -> CachedAnswer | str:
-        st = stats[a.name]
+    def one(a: AnnotatorConfig, msgs, pool):
         key = request_key(a.model, msgs, a.decoding())
-        hit = cache.get(key)
-        if hit is not None and (hit.status == OK or not job.retry_abstentions or key in fetched):
-            st.from_cache += 1
-        elif key in inflight:  # the same prompt (a duplicate claim) is being asked right now
-            hit = await inflight[key]
-            if isinstance(hit, str):
-                st.failed += 1
-                return hit
-            st.from_cache += 1
-        else:
-            inflight[key] = asyncio.ensure_future(fetch(a, key, msgs, pool))
-            try:
-                hit = await inflight[key]
-            finally:
-                del inflight[key]
-            if isinstance(hit, str):
-                st.failed += 1
-                return hit
-        st.tokens_in_all += hit.prompt_tokens
-        st.tokens_out_all += hit.completion_tokens
-        return hit
+        return table.ask(key, a.model, lambda: clients[a.name].annotate(msgs, pool), stats[a.name], a.name)
 
+    # OUT.partial is the run's append-only log of finished claims (rewritten whole at the end)
     with part.open("w", encoding="utf-8") as fh, tqdm(
         total=len(targets), desc="enhance", unit="claim", disable=None if job.progress else True
     ) as bar:
@@ -485,7 +365,7 @@ def _check_annotations(rec: ClaimRecord, path, line) -> dict | None:
 
 def revote(records_path: Path, output: Path, min_votes: int | None) -> tuple[int, dict]:
     """Recompute ``enhanced_evidence`` from stored ``annotations``: no request is sent."""
-    with RunLock(output, "real-data enhance --revote", is_dir=False):
+    with run_locks("real-data enhance --revote", output, None):
         return _revote_locked(records_path, output, min_votes)
 
 
@@ -536,7 +416,7 @@ def _revote_locked(records_path: Path, output: Path, min_votes: int | None) -> t
         "claims_enhanced_differs_from_gold": votes["claims_enhanced_differs_from_gold"],
         "sentences_added": votes["sentences_added"],
     }
-    _write_summary(summary, output)
+    write_summary(summary, output)
     return 0, summary
 
 

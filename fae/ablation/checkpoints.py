@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.atomicio import atomic_file, atomic_write_text
 from real_fae_core.errors import UserError
 from fae.ablation import cli as fae_run
 from fae.ablation.options import make_parser as run_parser
@@ -194,6 +194,7 @@ def plot_steps(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
     return path

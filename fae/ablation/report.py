@@ -23,6 +23,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
+from real_fae_core.atomicio import atomic_file, atomic_write_text
 from real_fae_core.errors import UserError
 from fae.ablation.metrics import compute_metrics, truncation_note, undefined_reason
 from fae.ablation.population import evidence_claims
@@ -278,7 +279,8 @@ def _pyplot():
 
 def _save(fig, path: Path) -> Path:
     """Save with the legend outside the axes inside the image, and free the figure."""
-    fig.savefig(path, bbox_inches="tight")
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, bbox_inches="tight")
     _pyplot().close(fig)
     return path
 
@@ -371,7 +373,7 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     md = out / "report.md"
-    md.write_text(render_markdown(runs), encoding="utf-8")
+    atomic_write_text(md, render_markdown(runs))
     png = plot_trajectories(runs, out / "trajectory.png")
     if has_soft(runs):
         plot_soft(runs, out)

@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import UserError
 from real_fae_core.hashing import sha256_bytes, sha256_file, sha256_text
 from real_fae_core.jsonl import RecordError, read_appended
@@ -117,12 +117,7 @@ def merge_claims(run_dir: str | os.PathLike, record_ids: Sequence[str]) -> list[
             f"{run_dir}: claims {unknown[:3]} are not in the records file; use a fresh output directory"
         )
     merged = sorted(by_id.values(), key=lambda c: order[str(c["id"])])
-    tmp = run_dir / (CLAIMS + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in merged))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, run_dir / CLAIMS)
+    atomic_write_text(run_dir / CLAIMS, "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in merged))
     for f in files:
         if f.name != CLAIMS:
             f.unlink()
@@ -147,7 +142,7 @@ def package_versions(packages: Iterable[str] = _VERSION_PACKAGES) -> dict[str, s
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_json(path, obj, ensure_ascii=False)
 
 
 def adapter_sha256(adapter: str | os.PathLike | None) -> str | None:

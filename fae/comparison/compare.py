@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from fae.ablation.runio import CLAIMS, RunData, load_run
@@ -434,8 +435,8 @@ def run(args) -> int:
         raise UserError(str(exc)) from None
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(res, indent=2) + "\n")
-    (out / "compare.md").write_text(render_markdown(res))
+    atomic_write_json(out / "compare.json", res)
+    atomic_write_text(out / "compare.md", render_markdown(res))
     g = res["G"]
     print(f"G = {_fmt(g['estimate'])} {_ci(g)}  E0 = {_fmt(res['E0']['estimate'])}  "
           f"E1 = {_fmt(res['E1']['estimate'])}  ({res['metric']}, {res['n_claims']} claims)")

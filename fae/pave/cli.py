@@ -36,7 +36,7 @@ import argparse
 import json
 from pathlib import Path
 
-from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.labels import REFUTE, SUPPORT
 from real_fae_core.secrets import scrub
@@ -163,7 +163,7 @@ def _pave(args, records: list, out: Path, fae_run=None) -> int:
         if diff:
             raise UserError(f"{out} holds samples made with different settings ({', '.join(diff)}); "
                             "use another --output")
-    atomic_write_text(cfg_path, json.dumps(cfg, indent=2) + "\n")
+    atomic_write_json(cfg_path, cfg)
     for derived in ("pave.json", "pave.md"):  # a stopped run never leaves an earlier run's numbers behind
         (out / derived).unlink(missing_ok=True)
     sampler = make_sampler(args.backend, vars(args), args.stability)
@@ -180,7 +180,7 @@ def _pave(args, records: list, out: Path, fae_run=None) -> int:
     if fae_run is not None:
         _fae_check(res, lines, fae_run, args)
     res["config"] = cfg
-    atomic_write_text(out / "pave.json", json.dumps(res, indent=2) + "\n")
+    atomic_write_json(out / "pave.json", res)
     atomic_write_text(out / "pave.md", render_markdown(res, cfg))
     for line in summary_lines(res):
         print(line)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.atomicio import atomic_file, atomic_open, atomic_write_text
 from real_fae_core.errors import UserError
 from real_fae_core.hashing import sha256_file
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
@@ -186,9 +186,8 @@ def save_states(path: Path, ids, hK, hr, round_mask, meta: dict, dtype: str) -> 
     }
     metadata = {"format": STATES_FORMAT, "ids": json.dumps(list(ids)), "dtype": dtype}
     metadata.update({k: json.dumps(v) for k, v in meta.items()})
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
     return dtype
 
 
@@ -338,8 +337,7 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
     knowledge["reference_note"] = reference_note(ref_summary, args.knowledge_reference)
     saved_dtype = save_states(out / "states.safetensors", [str(c["id"]) for c in claims],
                               hK, hr, mask, meta, args.states_dtype)
-    tmp = out / "dirk_claims.jsonl.tmp"
-    with tmp.open("w", encoding="utf-8") as fh:
+    with atomic_open(out / "dirk_claims.jsonl") as fh:
         for k, (c, row) in enumerate(zip(claims, table)):
             fh.write(json.dumps({
                 "id": str(c["id"]),
@@ -351,7 +349,6 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
                 "knowledge_label": verifier_labels[k],
                 **({"reference_knowledge_label": reference_labels[k]} if reference_states is not None else {}),
             }) + "\n")
-    tmp.replace(out / "dirk_claims.jsonl")
     summary = {
         **meta,
         "records": str(records_path),

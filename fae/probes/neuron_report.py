@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from real_fae_core.atomicio import atomic_file
+
 
 def lens_area(r1: float, r2: float, d: float) -> float:
     if d >= r1 + r2:
@@ -65,7 +67,8 @@ def plot_venn(stats: dict, path: Path, title: str) -> None:
     ax.set_title(f"{title}\n{sub}", fontsize=10)
     ax.legend(loc="lower center", ncol=2, fontsize=8, bbox_to_anchor=(0.5, -0.08))
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=150)
     plt.close(fig)
 
 

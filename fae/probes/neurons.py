@@ -26,6 +26,7 @@ from typing import Iterator
 
 import numpy as np
 
+from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
 from real_fae_core.errors import UserError
 from real_fae_core.labels import NOT_ENOUGH_INFO
 from real_fae_core.runlock import RunLock
@@ -113,8 +114,7 @@ def _neurons(args: argparse.Namespace, out: Path) -> int:
         "score": "mean |input of mlp.down_proj| over all prompt tokens (padding excluded)",
         "overall_scope": "one ranking and one total over all neurons of all layers",
     }
-    (out / "neurons.json").write_text(json.dumps({**meta, **result}, indent=2) + "\n",
-                                      encoding="utf-8")
+    atomic_write_json(out / "neurons.json", {**meta, **result})
     import torch
     from safetensors.torch import save_file
 
@@ -123,12 +123,12 @@ def _neurons(args: argparse.Namespace, out: Path) -> int:
         "mean_abs_knowledge": torch.from_numpy(mean_kn.astype(np.float32)),
     }
     tensors.update({f"set_{k}": torch.from_numpy(v.astype(np.uint8)) for k, v in masks.items()})
-    save_file(tensors, str(out / "neuron_stats.safetensors"),
-              metadata={"layers": json.dumps(acc.layers), "coverage": str(args.coverage)})
+    with atomic_file(out / "neuron_stats.safetensors") as tmp:
+        save_file(tensors, str(tmp), metadata={"layers": json.dumps(acc.layers), "coverage": str(args.coverage)})
     plot_venn(result["overall"], out / "neurons_venn.png",
               f"Neurons covering {args.coverage:.0%} of |activation|")
     md = markdown(result, meta)
-    (out / "neurons.md").write_text(md, encoding="utf-8")
+    atomic_write_text(out / "neurons.md", md)
     print(md, end="")
     print(f"fae neurons: wrote {out / 'neurons.json'}, neurons.md, neurons_venn.png")
     return 0

@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from real_fae_core.atomicio import atomic_file, atomic_write_text
 from real_fae_core.errors import UserError
 from fae.probes.knowledge import shares_text
 
@@ -114,7 +115,8 @@ def plot(labels: list[str], probes: list[dict], path: Path, title: str) -> None:
         ax.text(0.5, 0.5, "no defined DirK values\n(every pool unchanged)",
                 transform=ax.transAxes, ha="center", va="center")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=150)
     plt.close(fig)
 
 
@@ -136,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     notes = reference_notes(labels, probes)
     if notes:
         md += "\nWhat DirK measures here:\n\n" + "\n".join(notes) + "\n"
-    (out / "dirk.md").write_text(md, encoding="utf-8")
+    atomic_write_text(out / "dirk.md", md)
     print(md, end="")
     print(f"fae probe-report: wrote {out / 'dirk.png'} and {out / 'dirk.md'}")
     return 0

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from real_fae_core.atomicio import atomic_write_text
+
 _CLAIM = re.compile(r"^Claim: (.*)$", re.MULTILINE)
 _LINE = re.compile(r"^line(\d+): (.*)$", re.MULTILINE)
 _FACT = re.compile(r"^The (\S+) of (\S+) is \S+ \.$")
@@ -171,7 +173,7 @@ def write_annotators_yaml(path: str | Path, base_url: str, seed: int = 0,
                   "    timeout: 30", "    max_retries: 2", f"    seed: {seed}", ""]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
+    atomic_write_text(path, "\n".join(lines))
     return path
 
 

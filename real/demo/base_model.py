@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from real_fae_core.atomicio import atomic_file, atomic_write_json
 from real_fae_core.runlock import RunLock
 from data_prep.prompts import (
     EVIDENCE_SYSTEM_PROMPT,
@@ -331,9 +332,11 @@ def build_base(
                     best = exact
                     final_saved = final_saved or in_final
                     _save(model, tok, output_dir)
-                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                            "data_rng": factory.rng.getstate(), "torch_rng": torch.get_rng_state(), "best": best,
-                            "step": step, "elapsed": elapsed, "final_saved": final_saved, "running": running}, resume_path)
+                with atomic_file(resume_path) as tmp:
+                    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                "scheduler": sched.state_dict(), "data_rng": factory.rng.getstate(),
+                                "torch_rng": torch.get_rng_state(), "best": best, "step": step, "elapsed": elapsed,
+                                "final_saved": final_saved, "running": running}, tmp)
                 if (exact >= target and step > abstain_from_step) or step == stop_after:
                     break
         log_fh.close()
@@ -344,7 +347,7 @@ def build_base(
                 "best_exact_full_pool": best,
                 "wall_seconds": round(elapsed0 + time.time() - t0, 1),
                 "parameters": sum(p.numel() for p in model.parameters())}
-        (output_dir / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
+        atomic_write_json(output_dir / "build_info.json", info)
         return info
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import LOCK_NAME, RunLock
 from data_prep.cli import main as real_data_cli
@@ -89,7 +90,7 @@ def claim_output(out: Path) -> RunLock:
         shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
         raise UserError(f"{out} is not empty and not a real-demo output (holds {shown}); a demo run "
                         "replaces its output directory: pass a new or empty --output")
-    (out / MARKER).write_text("written by real-demo; the directory is replaced by each demo run\n")
+    atomic_write_text(out / MARKER, "written by real-demo; the directory is replaced by each demo run\n")
     for sub in OUTPUT_DIRS:
         shutil.rmtree(out / sub, ignore_errors=True)
     for name in OUTPUT_FILES:
@@ -304,8 +305,7 @@ def subset_lines(subsets: dict[str, dict]) -> list[str]:
 
 
 def _append(report: Path, lines: list[str]) -> None:
-    with report.open("a") as fh:
-        fh.write("\n".join(lines) + "\n")
+    atomic_write_text(report, report.read_text(encoding="utf-8") + "\n".join(lines) + "\n")
 
 
 def counterfactual_check_line(test_path: Path, n_claims: int) -> str:
@@ -503,7 +503,7 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
         "enhancement": enhancement,
         "pave": pave,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write_json(out / "summary.json", summary)
     _stage("done", t0)
     print()
     print((out / "report.md").read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.atomicio import atomic_write_json
 from real_fae_core.hashing import sha256_json
 
 CALLBACK_NAME = "RunDefinition"
@@ -80,7 +80,7 @@ def write_finished(output_dir: str | Path, definition: dict) -> Path:
     """Mark ``output_dir`` as holding the finished model of this run (call after everything else is saved)."""
     path = Path(output_dir) / FINISHED_FILE
     record = {"fingerprint": sha256_json(definition), "definition": definition}
-    atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    atomic_write_json(path, record, sort_keys=True)
     return path
 
 

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.cli import set_interrupt_note
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
@@ -274,14 +275,14 @@ def save_outputs(run: Run, result, script_args, training_args, model_args) -> di
         run.model.generation_config.save_pretrained(str(out))
         run.tokenizer.save_pretrained(str(out))
         cfg = resolved_config(script_args, training_args, model_args)
-        (out / "resolved_config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=True), encoding="utf-8")
+        atomic_write_text(out / "resolved_config.yaml", yaml.safe_dump(cfg, sort_keys=True))
         versions = {"torch": torch.__version__, "transformers": transformers.__version__,
                     "trl": trl.__version__, "peft": peft.__version__}
         card = model_card(base_model=model_args.model_name_or_path, variant=script_args.variant,
                           data_path=os.path.abspath(script_args.dataset_name), data_info=data_info,
                           data_sha=run.data_sha or data_fingerprint(script_args.dataset_name), args=training_args,
                           model_args=model_args, metrics=metrics, versions=versions)
-        (out / "README.md").write_text(card, encoding="utf-8")
+        atomic_write_text(out / "README.md", card)
         if run.definition is not None:
             fingerprint.write_finished(out, run.definition)
     return metrics
