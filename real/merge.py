@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_dir, atomic_write_text
+from real_fae_core.cli import run_guarded
 from real_fae_core.errors import UserError
 
 logger = logging.getLogger("real.merge")
@@ -74,8 +75,6 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from real_fae_core.cli import run_guarded
-
     return run_guarded("real-merge", _main, argv)
 
 

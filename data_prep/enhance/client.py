@@ -41,6 +41,7 @@ from real_fae_core.openai_client import (
     open_client,
 )
 from real_fae_core.secrets import scrub
+from data_prep.schemas import JSON_OBJECT_FORMAT, annotator_schema, response_format
 
 from .cache import ABSTAIN, OK, CachedAnswer
 from .config import AnnotatorConfig
@@ -125,12 +126,6 @@ class AnnotatorClient:
         derived from it and the re-ask number after a malformed answer (the
         same seed would only sample the same malformed answer again).
         """
-        from data_prep.schemas import (
-            JSON_OBJECT_FORMAT,
-            annotator_schema,
-            response_format,
-        )
-
         kwargs = self.cfg.decoding()
         if self.cfg.temperature > 0:
             base = kwargs.get("seed", 0)

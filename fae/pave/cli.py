@@ -39,13 +39,16 @@ from pathlib import Path
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.labels import REFUTE, SUPPORT
+from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 from data_prep.records import RecordError, load_records
+from fae.ablation.runio import adapter_sha256, load_run
 from fae.backends import BackendError
 from fae.pave.analysis import FAE_GAP_POINTS, analyse, fae_round0_check
 from fae.pave.io import SAMPLES, collect, jsd_condition
 from fae.pave.prompts import counterfactual_records
 from fae.pave.report import render_markdown, summary_lines
+from fae.pave.sampling import make_sampler
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -125,10 +128,7 @@ def run(args) -> int:
         raise UserError(f"{args.records}: no SUPPORT/REFUTE records")
     fae_run = None
     if args.fae_run:
-        from fae.ablation.runio import load_run
-
         fae_run = load_run(args.fae_run)  # refuses an unfinished or inconsistent run, one line
-    from real_fae_core.runlock import RunLock
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -145,8 +145,6 @@ FINGERPRINT = ("records", "backend", "model", "adapter", "samples", "temperature
 
 
 def _pave(args, records: list, out: Path, fae_run=None) -> int:
-    from fae.pave.sampling import make_sampler
-
     out.mkdir(parents=True, exist_ok=True)
     cfg = {"records": str(args.records), "backend": args.backend, "model": args.model, "adapter": args.adapter,
            "samples": args.samples, "temperature": args.temperature, "jsd_samples": args.jsd_samples,
@@ -190,8 +188,6 @@ def _pave(args, records: list, out: Path, fae_run=None) -> int:
 
 def _fae_check(res: dict, lines: list[dict], fae_run, args) -> None:
     """--fae-run: the gold-evidence vs round-0 comparison, and a note when the run is of another verifier."""
-    from fae.ablation.runio import adapter_sha256
-
     chk = res["fae_check"] = fae_round0_check(lines, fae_run.claims, fae_run=str(args.fae_run),
                                               temperature=args.temperature)
     same = (fae_run.config.get("model") == args.model

@@ -29,9 +29,11 @@ import numpy as np
 from real_fae_core.atomicio import atomic_file, atomic_open, atomic_write_text
 from real_fae_core.errors import UserError
 from real_fae_core.hashing import sha256_file
-from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
+from real_fae_core.runlock import RunLock
+from data_prep.prompts import parse_answer, render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import CLAIMS, RunData, load_run
+from fae.backends.hf import generate_batched, greedy_config, load_hf_model
 from fae.probes.dirk import dirk_values, summarize_rounds
 from fae.probes.knowledge import abstaining, label_shares, reference_note, shares_text
 
@@ -140,9 +142,6 @@ def build_prompts(claims: list[dict], records: dict, data: RunData):
 
 def knowledge_labels(model, tok, seqs: list[list[int]], batch_size: int, max_new_tokens: int) -> list[str | None]:
     """The greedy label of each claim-only prompt (None for an answer that does not parse)."""
-    from data_prep.prompts import parse_answer
-    from fae.backends.hf import generate_batched, greedy_config
-
     gens = generate_batched(model, tok, seqs, greedy_config(model, tok, max_new_tokens), batch_size)
     out = []
     for g in gens:
@@ -245,7 +244,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--knowledge-reference base needs --adapter: without one the verifier is the base model")
     if args.knowledge_max_new_tokens is not None and args.knowledge_max_new_tokens < 1:
         raise UserError("--knowledge-max-new-tokens must be >= 1")
-    from real_fae_core.runlock import RunLock
 
     data = load_run(run_dir)  # refuses unfinished runs and stale metrics.json
     out = Path(args.output)
@@ -266,7 +264,6 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
     claims = probe_claims(data, args.limit)
     prompts = build_prompts(claims, records, data)
 
-    from fae.backends.hf import load_hf_model
     from fae.probes.hidden import capture_last_token_states, check_layer, encode_prompts
 
     model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
