@@ -33,7 +33,8 @@ from data_prep.prompts import PROMPT_FORMAT_VERSION
 from data_prep.records import RecordError, load_records
 from fae.ablation import runio
 from fae.ablation.engine import run_ablation
-from fae.ablation.metrics import compute_metrics, fae_claims, nei_exclusion_note, truncation_note
+from fae.ablation.metrics import compute_metrics, nei_exclusion_note, truncation_note
+from fae.ablation.population import fae_claims
 from fae.ablation.options import FaeRunArguments, make_parser, parse_run_args  # noqa: F401 - the whole parser
 from fae.ablation.report import write_report
 from fae.backends import BackendError, backend_options, get_backend
