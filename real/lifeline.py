@@ -1,4 +1,5 @@
-"""A launched training rank never outlives its launcher.
+"""A launched training rank never outlives its launcher, never waits without bound for a rank that
+has gone, and leaves within seconds of its last step.
 
 ``accelerate launch`` (two or more processes) and ``torchrun`` start each rank
 in a session of its own (torch elastic's ``start_new_session``), so neither a
@@ -21,17 +22,45 @@ A process in its launcher's own process group (accelerate's one-process
 launcher, DeepSpeed's) is not tied: every signal to that group reaches it
 directly, it waits for no peer, and Ctrl-C must leave it time to say what it
 kept. A ``real-train`` started from a shell is never tied (``nohup`` works).
+
+:func:`watch_peers` covers the case no launcher handles: torch elastic (and so
+``accelerate launch``) stops the other ranks when one *fails*, but when one rank
+exits 0 it waits for the rest for ever. A rank whose sibling has exited and that
+is still alive ``grace`` seconds later (:data:`PEER_GRACE_ENV`) prints its
+threads' stacks and one line naming the rank that left and what this one was
+still doing (:func:`set_stage`), and ends.
+
+:func:`leave` is how a launched rank exits: its non-daemon threads and
+``atexit`` work get a bounded time (:data:`EXIT_CEILING_ENV`), it says that it
+exited, and it ends with ``os._exit`` instead of running the interpreter's
+teardown. That teardown is where multi-process runs hung or aborted after a
+successful training: C++ destructors of torch's process-group and DeepSpeed's
+objects run after Python has stopped, when a peer is gone, and one blocked in a
+futex for ever (the rank of a finished DDP run) or called ``std::terminate``
+(``terminate called without an active exception`` after a ZeRO-3 run). Nothing
+of the run is lost by skipping it: every output file is written and closed
+(atomically) before :func:`leave`, and the ``atexit`` handlers (logging, trackers)
+still run.
 """
 
 from __future__ import annotations
 
+import atexit
+import faulthandler
 import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PEER_GRACE_ENV = "REAL_TRAIN_PEER_GRACE"  # seconds a rank may outlive a sibling that exited (default 60)
+EXIT_CEILING_ENV = "REAL_TRAIN_EXIT_SECONDS"  # seconds a finished rank may take to exit (default 30)
+DEFAULT_PEER_GRACE = 60.0
+DEFAULT_EXIT_CEILING = 30.0
+
+_stage = "starting"
 
 
 def launched() -> bool:
@@ -76,3 +105,188 @@ def _watch_parent(parent: int, period: float = 1.0) -> None:
     while os.getppid() == parent:
         time.sleep(period)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+# ----------------------------------------------------------------- stage, rank
+
+def set_stage(text: str) -> None:
+    """Say what this rank is doing now; the line that ends a stuck rank names it."""
+    global _stage
+    _stage = text
+
+
+def stage() -> str:
+    return _stage
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank and the number of ranks, from the launcher's environment ((0, 1) outside one)."""
+    def number(name: str, default: int) -> int:
+        try:
+            return int(os.environ.get(name, default))
+        except ValueError:
+            return default
+    return number("RANK", 0), number("WORLD_SIZE", 1)
+
+
+def _seconds(env: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(env, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def _say(prog: str, text: str) -> None:
+    rank, world = rank_and_world()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        print(f"{prog}: rank {rank} of {world}: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+# ----------------------------------------------------------------- the peer watch
+
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` (field 22 of /proc/PID/stat), so a reused pid is not taken for the old process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped by the launcher: gone all the same
+        return None
+    return fields[19]
+
+
+def _sibling_ranks(parent: int) -> dict[int, tuple[int, str, int]]:
+    """The other ranks of this launch alive now, by local rank: (pid, start time, global rank).
+
+    They are the launcher's other children whose environment carries a rank of the same run.
+    """
+    mine = os.environ.get("TORCHELASTIC_RUN_ID"), os.environ.get("MASTER_PORT")
+    found = {}
+    try:
+        tasks = list(Path(f"/proc/{parent}/task").iterdir())
+    except OSError:
+        return found
+    children = set()
+    for task in tasks:
+        try:
+            children.update(int(pid) for pid in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    for pid in children - {os.getpid()}:
+        try:
+            env = dict(item.split("=", 1) for item in
+                       Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0") if "=" in item)
+            local, rank = int(env["LOCAL_RANK"]), int(env["RANK"])
+        except (OSError, KeyError, ValueError):
+            continue
+        start = _process_start(pid)
+        if start is not None and (env.get("TORCHELASTIC_RUN_ID"), env.get("MASTER_PORT")) == mine:
+            found[local] = (pid, start, rank)
+    return found
+
+
+def watch_peers(prog: str, grace: float | None = None, period: float = 1.0, startup: float = 10.0) -> bool:
+    """End this rank ``grace`` seconds after a sibling rank of the same launch exited, if it is still alive.
+
+    Siblings are the ranks on this machine (``LOCAL_WORLD_SIZE``), found through /proc as the launcher's
+    other children: Linux only, a no-op outside a launched multi-process run. A sibling never seen alive
+    within ``startup`` seconds counts as exited from then on. Returns whether the watch runs.
+    """
+    _, world = rank_and_world()
+    try:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    except ValueError:
+        return False
+    if not launched() or local_world < 2 or not sys.platform.startswith("linux"):
+        return False
+    grace = _seconds(PEER_GRACE_ENV, DEFAULT_PEER_GRACE) if grace is None else grace
+    expected = set(range(local_world)) - {local_rank}
+    parent = os.getppid()
+    known = _sibling_ranks(parent)  # at once: a sibling that exits early is still seen alive once
+    threading.Thread(target=_watch_peers, args=(prog, parent, expected, known, grace, period, startup),
+                     name="peer-watch", daemon=True).start()
+    return True
+
+
+def _watch_peers(prog: str, parent: int, expected: set[int], known: dict, grace: float, period: float,
+                 startup: float) -> None:
+    started = time.monotonic()
+    my_local = int(os.environ.get("LOCAL_RANK", 0))
+    gone: dict[int, float] = {}
+    while os.getppid() == parent:
+        time.sleep(period)
+        for local, entry in _sibling_ranks(parent).items():
+            known.setdefault(local, entry)
+        now = time.monotonic()
+        for local in expected - gone.keys():
+            if local in known:
+                pid, start, _ = known[local]
+                if _process_start(pid) != start:
+                    gone[local] = now
+            elif now - started >= startup:
+                gone[local] = now
+        if gone:
+            local, since = min(gone.items(), key=lambda item: item[1])
+            if now - since >= grace:
+                # torch elastic numbers a machine's ranks contiguously: a sibling never seen has this rank
+                peer = known[local][2] if local in known else rank_and_world()[0] - my_local + local
+                _end_stuck(prog, peer, now - since)
+
+
+def _end_stuck(prog: str, peer: int, seconds: float) -> None:
+    """This rank outlived a sibling by the grace period: its stacks, one line, and the end."""
+    print(f"{prog}: threads of the stuck rank (rank {rank_and_world()[0]}):", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    _say(prog, f"ended: rank {peer} exited {seconds:.0f} s ago and this rank was still {_stage} "
+               f"(its threads' stacks are above; {PEER_GRACE_ENV} sets the grace period)")
+    os._exit(1)
+
+
+# ----------------------------------------------------------------- a bounded exit
+
+def leave(prog: str, code: int, ceiling: float | None = None) -> None:
+    """Exit this launched rank with ``code`` within ``ceiling`` seconds, saying so; never returns.
+
+    Non-daemon threads are joined and ``atexit`` handlers run within the ceiling; past it the rank prints
+    its threads' stacks and one line naming what it was still doing, and exits 1. Then ``os._exit``: the
+    interpreter's and the C++ libraries' teardown, where finished runs hung or aborted, does not run.
+    """
+    ceiling = _seconds(EXIT_CEILING_ENV, DEFAULT_EXIT_CEILING) if ceiling is None else ceiling
+    started = time.monotonic()
+    threading.Thread(target=_watch_exit, args=(prog, ceiling), name="exit-watch", daemon=True).start()
+    # the last resort, should the watch above never get the interpreter's lock back: stacks, then exit 1
+    faulthandler.dump_traceback_later(ceiling + 5, exit=True, file=sys.stderr)
+    deadline = started + ceiling / 2
+    left = []
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or thread.daemon:
+            continue
+        set_stage(f"exiting: waiting for its thread {thread.name!r} to finish")
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            left.append(thread.name)
+    if left:
+        _say(prog, f"leaving without thread(s) {', '.join(left)}, still running after {ceiling / 2:.0f} s")
+    set_stage("exiting: running the atexit handlers")
+    atexit._run_exitfuncs()
+    how = "cleanly" if code == 0 else "after an error"
+    _say(prog, f"exited {how} (exit code {code}, {time.monotonic() - started:.1f} s to leave)")
+    os._exit(code)
+
+
+def _watch_exit(prog: str, ceiling: float) -> None:
+    time.sleep(ceiling)
+    print(f"{prog}: threads of the stuck rank (rank {rank_and_world()[0]}):", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    _say(prog, f"ended: still {_stage} {ceiling:.0f} s after its work finished (its threads' stacks are above; "
+               f"{EXIT_CEILING_ENV} sets this limit)")
+    os._exit(1)

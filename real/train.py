@@ -18,11 +18,14 @@ from __future__ import annotations
 import logging
 
 from real_fae_core.cli import run_guarded
-from real.lifeline import die_with_launcher
+from real.lifeline import die_with_launcher, launched, leave, watch_peers
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one training; a launched rank started from the command line (``argv`` None) ends through
+    :func:`real.lifeline.leave`, so it exits within seconds of its last step and says so."""
     die_with_launcher()  # first, before the heavy imports: a launched rank never outlives its launcher
+    watch_peers("real-train")  # nor a sibling rank that has exited
     from real.training import parse_args, train  # torch, transformers, trl: after the lifeline
 
     def body(argv: list[str]) -> int:
@@ -31,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         train(script_args, training_args, model_args, argv)
         return 0
 
-    return run_guarded("real-train", body, argv)
+    code = run_guarded("real-train", body, argv)
+    if argv is None and launched():
+        leave("real-train", code)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,11 +1,58 @@
-"""Fixtures: tiny models with real chat templates, the real Check-COVID / SciFact files; the gpu lane."""
+"""Fixtures: tiny models with real chat templates, the real Check-COVID / SciFact files; the gpu lane;
+a suite that leaves no process behind."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+import uuid
 from pathlib import Path
 
 import pytest
-from helpers import REAL_DATA
+from helpers import REAL_DATA, tagged_processes
+
+SUITE_TAG = "REAL_TEST_SUITE"  # every process this run starts inherits REAL_TEST_SUITE=<this run's id>
+LEFT_GRACE_SECONDS = 15
+
+
+def pytest_configure(config):
+    """Tag this run: each child (launcher, rank, server, browser) inherits the tag through its environment."""
+    config.suite_tag = uuid.uuid4().hex
+    os.environ[SUITE_TAG] = config.suite_tag
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if a process it started is still alive once every test is done (after a short grace);
+    name each one, and end it."""
+    tag = getattr(session.config, "suite_tag", None)
+    if tag is None:
+        return
+    deadline = time.monotonic() + LEFT_GRACE_SECONDS
+    while (left := [pid for pid in tagged_processes(tag, SUITE_TAG) if pid != os.getpid()]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not left:
+        return
+    report = []
+    for pid in left:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmd = "?"
+        report.append(f"  pid {pid}: {cmd[:200]}")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+    text = (f"{len(left)} process(es) started by this test run were still alive {LEFT_GRACE_SECONDS} s after "
+            "the last test (now killed):\n" + "\n".join(report))
+    if terminal is not None:
+        terminal.write_line(text, red=True)
+    else:
+        print(text)
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _cuda_missing() -> str | None:

@@ -7,6 +7,7 @@ conftest.py or from each other, so each file collects on its own.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -49,10 +50,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def tagged_processes(tag: str) -> list[int]:
-    """Live processes (Linux /proc) whose environment holds ``REAL_TEST_TAG=<tag>``: every process a test
-    started with that tag, launchers and ranks alike, wherever they were re-parented."""
-    needle = f"REAL_TEST_TAG={tag}".encode()
+def tagged_processes(tag: str, variable: str = "REAL_TEST_TAG") -> list[int]:
+    """Live processes (Linux /proc) whose environment holds ``<variable>=<tag>``: every process a test (or
+    the whole run) started with that tag, launchers and ranks alike, wherever they were re-parented."""
+    needle = f"{variable}={tag}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -94,3 +95,14 @@ class CpuBurner:
         for p in self.procs:
             p.kill()
             p.wait()
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a child a test will interrupt with SIGINT: Ctrl-C's default action restored in it.
+
+    A shell starts a background job (``cmd &``, also ``nohup``) with SIGINT ignored, and an ignored signal
+    stays ignored through fork and exec, so a child started from such a suite never sees a SIGINT (Python
+    installs its KeyboardInterrupt handler only where SIGINT is not ignored). Restoring it in the child makes
+    the test check the command, not how the suite was started.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -25,7 +25,7 @@ from enhance_world import annotators_yaml, make_records, responder, write_record
 from openai_server import LocalOpenAIServer
 
 from data_prep.records import save_records
-from helpers import make_record_dict
+from helpers import interruptible, make_record_dict
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-CLIERR-LEAKCHECK-77aa11"
@@ -137,7 +137,8 @@ def test_cli_row(row: Row, tmp_path):
         ann = annotators_yaml(tmp_path / "ann.yaml", url, env=ENV, concurrency=2, timeout=5, max_retries=4,
                               malformed_retries=0)
         cmd = _fill(row.argv, {"in": inp, "ann": ann, "out": out, "verifier": verifier, "url": url})
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                                preexec_fn=interruptible)
         if row.send is not None:
             deadline = time.monotonic() + 60
             while srv.count() < row.after:

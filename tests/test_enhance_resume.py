@@ -21,6 +21,7 @@ from enhance_world import (
     responder,
     write_records,
 )
+from helpers import interruptible
 from openai_server import LocalOpenAIServer, body_key
 
 from data_prep.cli import main
@@ -83,7 +84,8 @@ def test_sigkill_and_ctrl_c_then_resume(tmp_path, monkeypatch):
         assert all(json.loads(line)["annotations"] for line in partial)  # complete lines only
 
         # 2. resume, interrupted by Ctrl-C
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=interruptible)
         _wait_for(srv, after_kill + 30, proc)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)

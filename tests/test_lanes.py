@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,48 @@ def test_gpu_tests_are_skipped_with_a_reason_without_cuda(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "1 passed, 1 skipped" in p.stdout
     assert "needs a CUDA device (none found)" in p.stdout
+
+
+def test_interruptible_gives_ctrl_c_back_to_a_child_of_a_background_suite():
+    """A suite started as a background job (`pytest &`, nohup) has SIGINT ignored, and so would every child;
+    helpers.interruptible restores Ctrl-C in the child a test will interrupt."""
+    from helpers import interruptible
+
+    probe = [sys.executable, "-c", "import signal; h = signal.getsignal(signal.SIGINT); "
+             "print('ignored' if h == signal.SIG_IGN else 'python' if h is signal.default_int_handler else h)"]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the shell starts a background job
+    try:
+        plain = subprocess.run(probe, capture_output=True, text=True, timeout=60).stdout.strip()
+        restored = subprocess.run(probe, capture_output=True, text=True, timeout=60,
+                                  preexec_fn=interruptible).stdout.strip()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert plain == "ignored"  # what the signal tests used to meet
+    assert restored == "python"  # Ctrl-C raises KeyboardInterrupt in the child
+
+
+def test_every_test_has_a_time_ceiling(request):
+    """pytest-timeout is configured: a hang fails its test with every thread's stack instead of stalling CI."""
+    assert 0 < float(request.config.getini("timeout")) <= 1800
+    assert request.config.getini("timeout_method") == "signal"  # the run goes on after a timed-out test
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds left-over processes through /proc")
+def test_a_run_that_leaves_a_process_behind_fails_and_names_it(tmp_path):
+    """The conftest's end-of-run check, on a real pytest run whose one test starts a detached process."""
+    for name in ("conftest.py", "helpers.py"):
+        shutil.copy(TESTS / name, tmp_path / name)
+    marker = f"{time.time_ns()}"
+    (tmp_path / "test_leak.py").write_text(
+        "import subprocess, sys\n\n\ndef test_leaks():\n"
+        f"    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', '{marker}'],\n"
+        "                     start_new_session=True)\n", encoding="utf-8")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "1 passed" in p.stdout
+    assert "1 process(es) started by this test run were still alive" in p.stdout
+    assert marker in p.stdout  # named by its command line
+    leftover = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""  # and ended

@@ -318,6 +318,10 @@ def test_cpu_2proc_really_runs_two_processes_on_a_busy_machine(work, tiny_llama,
                            timeout=600)
     assert p.returncode == 0, f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
     assert "world size 2" in p.stdout
+    for rank in (0, 1):  # each rank says it left, within seconds of the end of its work
+        m = re.search(rf"^real-train: rank {rank} of 2: exited cleanly \(exit code 0, ([\d.]+) s to leave\)$",
+                      p.stderr, flags=re.M)
+        assert m and float(m.group(1)) < 10, p.stderr[-3000:]
     assert _left_after(tag, 10) == []
     results = json.loads((out / "train_results.json").read_text())
     assert results["world_size"] == 2

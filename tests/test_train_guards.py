@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, interruptible
 from fae_helpers import write_checkcovid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -467,7 +467,7 @@ def _start_training(cc, out) -> subprocess.Popen:
     cmd = [REAL_TRAIN, *_base(cc, out), "--max_steps", "400", "--save_steps", "1", "--save_total_limit", "2",
            "--logging_steps", "50"]
     return subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=interruptible)
 
 
 @pytest.mark.slow

@@ -15,10 +15,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformers import TrainerCallback
+
 from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.cli import set_interrupt_note
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
+from real.lifeline import set_stage
 from real.training import checkpoints, fingerprint
 from real.training.data import check_variant, data_fingerprint, load_pairs
 from real.training.fae_callback import fae_eval_callback
@@ -190,6 +193,7 @@ def train(script_args, training_args, model_args, argv: list[str] | None = None)
     """Train under an exclusive lock on output_dir (main process; the other ranks wait for it)."""
     check_output_paths(training_args)
     lock = RunLock(training_args.output_dir, "real-train", is_dir=True)
+    set_stage(f"taking the lock on {training_args.output_dir}")
     on_main_then_share(training_args, lambda: lock.acquire() and None, f"the lock on {training_args.output_dir}")
     try:
         return _train_locked(script_args, training_args, model_args, argv)
@@ -217,12 +221,14 @@ def _finished_results(script_args, training_args, plan: Plan) -> dict | None:
 def _train_locked(script_args, training_args, model_args, argv) -> dict:
     again = resume_command(list(sys.argv[1:] if argv is None else argv))
     note = InterruptNote(training_args.output_dir, again, None)  # sets the Ctrl-C line
+    set_stage("checking the data and the recipe")
     plan = plan_run(script_args, training_args, model_args)
     done = _finished_results(script_args, training_args, plan)
     if done is not None:
         set_interrupt_note(None)
         return done
-    run = build_trainer(script_args, training_args, model_args, callbacks=[note], plan=plan)
+    set_stage("loading the tokenizer and the model")
+    run = build_trainer(script_args, training_args, model_args, callbacks=[note, StageCallback()], plan=plan)
     trainer, resume = run.trainer, run.resume
     acc = trainer.accelerator
     acc.print(
@@ -242,12 +248,27 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
         raise
     set_interrupt_note(f"training finished but saving the final adapter to {training_args.output_dir} was cut "
                        f"short; run again to resume from the last checkpoint: {again}")
+    set_stage(f"saving the adapter to {training_args.output_dir}")
     metrics = save_outputs(run, result, script_args, training_args, model_args)
     acc.print(f"real-train: saved to {training_args.output_dir}")
-    if hasattr(trainer, "end"):
-        trainer.end()
+    # No rank leaves while another still works (the main process writes the model card; the FAE callback
+    # runs there alone): a rank that left early would make the others' peer watch end them.
+    set_stage("waiting for the other ranks at the end of the run")
+    acc.wait_for_everyone()
+    set_stage("closing the process group")
+    acc.end_training()  # trackers finished, process group destroyed on every rank (Trainer.end does just this)
     set_interrupt_note(None)
     return metrics
+
+
+class StageCallback(TrainerCallback):
+    """Keeps :func:`real.lifeline.set_stage` at the step being trained, for the line a stuck rank ends with."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        set_stage(f"training step {state.global_step + 1} of {state.max_steps}")
+
+    def on_save(self, args, state, control, **kwargs):
+        set_stage(f"after saving checkpoint-{state.global_step}")
 
 
 def save_outputs(run: Run, result, script_args, training_args, model_args) -> dict:

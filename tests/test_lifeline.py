@@ -1,0 +1,112 @@
+"""Launched ranks leave within seconds: a rank stuck at exit, or outliving a sibling that exited, is ended
+with its stacks and one line (real/lifeline.py), under a real `accelerate launch` of two CPU processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import REPO, free_port, make_record_dict, tagged_processes
+
+from data_prep.cli import main as real_data
+
+ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+       "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds sibling ranks through /proc")]
+
+
+def _launch(script_or_module: list[str], tag: str, extra_env: dict, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    cmd = [ACCELERATE, "launch", "--config_file", "accelerate_configs/cpu_2proc.yaml",
+           "--main_process_port", str(free_port()), *script_or_module]
+    started = time.monotonic()
+    p = subprocess.run(cmd, cwd=REPO, env={**ENV, "REAL_TEST_TAG": tag, **extra_env}, capture_output=True,
+                       text=True, timeout=timeout)
+    return p, time.monotonic() - started
+
+
+def _none_left(tag: str, seconds: float = 10) -> list[int]:
+    deadline = time.time() + seconds
+    while (left := tagged_processes(tag)) and time.time() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def test_a_rank_that_outlives_an_exited_sibling_is_ended_with_one_line(tmp_path):
+    """Rank 0 exits 0; rank 1 blocks for ever (in a futex, as the ranks of the exit hang did). torch elastic
+    would wait for it without end; its peer watch ends it after the grace period, naming what it was doing."""
+    script = tmp_path / "stuck_rank.py"
+    script.write_text(textwrap.dedent("""
+        import os, threading
+        from real.lifeline import die_with_launcher, leave, set_stage, watch_peers
+        die_with_launcher()
+        assert watch_peers("stuck-test")
+        if os.environ["RANK"] == "1":
+            set_stage("waiting for a lock nobody releases")
+            lock = threading.Lock()
+            lock.acquire()
+            lock.acquire()
+        leave("stuck-test", 0)
+    """))
+    tag = uuid.uuid4().hex
+    p, took = _launch([str(script)], tag, {"PYTHONPATH": str(REPO), "REAL_TRAIN_PEER_GRACE": "3"}, timeout=240)
+    assert p.returncode == 1, p.stderr[-3000:]  # the launcher reports rank 1's failure, and returns
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("stuck-test: rank")]
+    assert "stuck-test: rank 0 of 2: exited cleanly (exit code 0" in "\n".join(lines), p.stderr[-3000:]
+    ended = [ln for ln in lines if ln.startswith("stuck-test: rank 1 of 2: ended:")]
+    assert len(ended) == 1, p.stderr[-3000:]
+    m = re.match(r"stuck-test: rank 1 of 2: ended: rank 0 exited (\d+) s ago and this rank was still "
+                 r"waiting for a lock nobody releases \(its threads' stacks are above", ended[0])
+    assert m and 3 <= int(m.group(1)) <= 10, ended[0]
+    assert re.search(r'File ".*stuck_rank\.py", line 10 in <module>', p.stderr)  # the stuck thread: lock.acquire()
+    assert _none_left(tag) == []
+    assert took < 150, f"the launcher took {took:.0f} s to return"
+
+
+def test_a_rank_stuck_at_exit_after_training_is_ended_and_the_adapter_is_whole(tiny_llama, tmp_path):
+    """A real two-process training whose rank 1 blocks in an atexit handler (code outside ours: a tracker, a
+    library) after the run is saved: the rank is ended after REAL_TRAIN_EXIT_SECONDS with one line, rank 0
+    exits cleanly, the saved adapter is complete, no process is left."""
+    recs = tmp_path / "train.jsonl"
+    pool = [{"id": 0, "text": "The vaccine reduces the risk of severe disease.", "doc": "V"},
+            {"id": 9, "text": "The study found no significant effect.", "doc": "S"}]
+    recs.write_text("".join(json.dumps(make_record_dict(id=f"t{i}", label="SUPPORT" if i % 2 else "REFUTE",
+                                                         sentences=pool, evidence=[[0]] if i % 2 else [[9]]))
+                            + "\n" for i in range(4)))
+    assert real_data(["pairs", "--records", str(recs), "--variant", "no_enhancement", "--output",
+                      str(tmp_path / "pairs"), "--tokenizer", str(tiny_llama)]) == 0
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent("""
+        import atexit, os, threading
+        if os.environ.get("RANK") == "1" and os.environ.get("REAL_TEST_HANG_AT_EXIT") == "1":
+            atexit.register(lambda: threading.Event().wait())
+    """))
+    out, tag = tmp_path / "out", uuid.uuid4().hex
+    args = ["-m", "real.train", "--config", str(REPO / "recipes" / "tiny" / "llama-real.yaml"),
+            "--model_name_or_path", str(tiny_llama), "--dataset_name", str(tmp_path / "pairs"),
+            "--variant", "no_enhancement", "--output_dir", str(out), "--max_steps", "2",
+            "--per_device_train_batch_size", "1", "--global_batch_size", "2", "--save_strategy", "no"]
+    env = {"PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "REAL_TEST_HANG_AT_EXIT": "1",
+           "REAL_TRAIN_EXIT_SECONDS": "4"}
+    p, _ = _launch(args, tag, env, timeout=480)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "real-train: rank 0 of 2: exited cleanly (exit code 0" in p.stderr, p.stderr[-3000:]
+    ended = [ln for ln in p.stderr.splitlines() if ln.startswith("real-train: rank 1 of 2: ended:")]
+    assert ended == ["real-train: rank 1 of 2: ended: still exiting: running the atexit handlers 4 s after its "
+                     "work finished (its threads' stacks are above; REAL_TRAIN_EXIT_SECONDS sets this limit)"], \
+        p.stderr[-3000:]
+    assert re.search(r'File ".*sitecustomize\.py", line \d+ in <lambda>', p.stderr)  # the stuck thread's stack
+    assert "real-train: rank 1 of 2: exited" not in p.stderr
+    assert (out / "adapter_model.safetensors").is_file() and (out / "run_fingerprint.json").is_file()
+    assert _none_left(tag) == []
