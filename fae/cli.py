@@ -7,6 +7,7 @@ and ``run(args) -> int``; this file only dispatches.
 from __future__ import annotations
 
 from real_fae_core.cli import dispatch
+from real_fae_core.lifeline import die_with_launcher, launched, leave, watch_peers
 
 SUBCOMMANDS = {
     "run": ("fae.ablation.cli", "run multi-round evidence ablation (SPEC §6) on a verifier"),
@@ -22,7 +23,14 @@ SUBCOMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dispatch("fae", __doc__, SUBCOMMANDS, argv)
+    """Dispatch; a rank of ``accelerate launch -m fae.cli run ...`` (``argv`` None) is tied to its launcher
+    and its sibling ranks, and leaves through :func:`real_fae_core.lifeline.leave`."""
+    die_with_launcher()
+    watch_peers("fae")
+    code = dispatch("fae", __doc__, SUBCOMMANDS, argv)
+    if argv is None and launched():
+        leave("fae", code)
+    return code
 
 
 if __name__ == "__main__":

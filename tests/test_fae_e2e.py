@@ -155,6 +155,8 @@ def test_accelerate_two_cpu_processes_split_and_merge(reference_run, cc_records,
     res = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "[rank 0/2] 10 claims to do" in res.stderr and "[rank 1/2] 10 claims to do" in res.stderr
+    for rank in (0, 1):  # both ranks wait for the merge, then leave at once and say so
+        assert f"fae: rank {rank} of 2: exited cleanly (exit code 0" in res.stderr, res.stderr[-3000:]
     assert not list(out.glob("claims.rank*"))
     assert_same_claims(read_claims(out / "claims.jsonl"), read_claims(reference_run / "claims.jsonl"))
     log = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]

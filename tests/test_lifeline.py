@@ -1,5 +1,5 @@
 """Launched ranks leave within seconds: a rank stuck at exit, or outliving a sibling that exited, is ended
-with its stacks and one line (real/lifeline.py), under a real `accelerate launch` of two CPU processes."""
+with its stacks and one line (real_fae_core/lifeline.py), under a real `accelerate launch` of two CPU processes."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_a_rank_that_outlives_an_exited_sibling_is_ended_with_one_line(tmp_path)
     script = tmp_path / "stuck_rank.py"
     script.write_text(textwrap.dedent("""
         import os, threading
-        from real.lifeline import die_with_launcher, leave, set_stage, watch_peers
+        from real_fae_core.lifeline import die_with_launcher, leave, set_stage, watch_peers
         die_with_launcher()
         assert watch_peers("stuck-test")
         if os.environ["RANK"] == "1":

@@ -266,8 +266,15 @@ def _run_locked(args, backend_cls, records, n_nei: int, run_dir: Path, rank: int
         raise RunFailure(f"{error}. Finished claims are saved in {out_path}; rerun the same command to resume")
     barrier()
     if rank != 0:
+        barrier()  # the main process merges and writes the run; no rank leaves before it is done
         return 0
+    _write_run(args, run_dir, claim_ids, records, n_nei)
+    barrier()
+    return 0
 
+
+def _write_run(args, run_dir: Path, claim_ids, records, n_nei: int) -> None:
+    """The main process: every rank's claims merged in record order, the metrics and the report."""
     claims = runio.merge_claims(run_dir, claim_ids)
     if len(claims) != len(records):
         raise UserError(f"{run_dir}: {len(records) - len(claims)} claims missing after the run; rerun to resume")
@@ -280,4 +287,3 @@ def _run_locked(args, backend_cls, records, n_nei: int, run_dir: Path, rank: int
     if note:
         print(f"fae run: warning: {note}", file=sys.stderr)
     print(f"fae run: wrote {run_dir}/claims.jsonl, metrics.json, report.md, trajectory.png", file=sys.stderr)
-    return 0

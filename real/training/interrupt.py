@@ -10,7 +10,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from real_fae_core.cli import set_interrupt_note
-from real.lifeline import launched
+from real_fae_core.lifeline import launched
 
 
 class InterruptNote(TrainerCallback):

@@ -21,7 +21,7 @@ from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.cli import set_interrupt_note
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
-from real.lifeline import set_stage
+from real_fae_core.lifeline import set_stage
 from real.training import checkpoints, fingerprint
 from real.training.data import check_variant, data_fingerprint, load_pairs
 from real.training.fae_callback import fae_eval_callback
@@ -262,7 +262,7 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
 
 
 class StageCallback(TrainerCallback):
-    """Keeps :func:`real.lifeline.set_stage` at the step being trained, for the line a stuck rank ends with."""
+    """Keeps :func:`real_fae_core.lifeline.set_stage` at the step being trained, for the line a stuck rank ends with."""
 
     def on_step_begin(self, args, state, control, **kwargs):
         set_stage(f"training step {state.global_step + 1} of {state.max_steps}")

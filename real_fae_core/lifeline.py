@@ -278,8 +278,15 @@ def leave(prog: str, code: int, ceiling: float | None = None) -> None:
         _say(prog, f"leaving without thread(s) {', '.join(left)}, still running after {ceiling / 2:.0f} s")
     set_stage("exiting: running the atexit handlers")
     atexit._run_exitfuncs()
-    how = "cleanly" if code == 0 else "after an error"
-    _say(prog, f"exited {how} (exit code {code}, {time.monotonic() - started:.1f} s to leave)")
+    if rank_and_world()[1] > 1:
+        how = "cleanly" if code == 0 else "after an error"
+        _say(prog, f"exited {how} (exit code {code}, {time.monotonic() - started:.1f} s to leave)")
+    else:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
     os._exit(code)
 
 
