@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_prep.cli import main as real_data
-from data_prep.counterfactual.entity import VALUE_KINDS, SpanCorpus, claim_aware_swap, find_spans
+from data_prep.counterfactual.entity import SpanCorpus, claim_aware_swap, find_spans
 from data_prep.counterfactual.rewrite import OPPOSITE, rewrite_problem, topic_overlap
 from data_prep.counterfactual.runner import request_seed
 from data_prep.records import save_records
@@ -65,27 +65,41 @@ def _gold_texts(rec: dict) -> dict[int, str]:
 # ---------------------------------------------------------------------------
 
 
+# An oracle written apart from the implementation (no find_spans): what values a sentence states.
+_MONTH_NAMES = "January|February|March|April|May|June|July|August|September|October|November|December"
+_VALUE_RE = re.compile(rf"(?<![\w.,-])\d+(?:[.,]\d+)*(?:\s?%)?(?![\w%-]|[.,]\d)|\b(?:{_MONTH_NAMES})\b")
+_UP_WORDS = {"increase", "increased", "increases", "rose", "rise", "rises", "higher", "more", "greater", "grew"}
+_DOWN_WORDS = {"decrease", "decreased", "decreases", "fell", "fall", "falls", "lower", "less", "fewer", "declined",
+               "reduced", "reduction"}
+
+
 def _values(text: str) -> set[str]:
-    """Numbers, percentages, years and months a text states (the spans a rule may prove a flip with)."""
-    return {s.text.casefold() for s in find_spans(text) if s.kind in VALUE_KINDS}
+    """Numbers, percentages (years among them) and months a text states."""
+    return {" ".join(m.group().casefold().split()) for m in _VALUE_RE.finditer(text)}
 
 
 def _masked(text: str) -> str:
-    out, pos = [], 0
-    for s in find_spans(text):
-        if s.kind in VALUE_KINDS:
-            out += [text[pos:s.start], "<V>"]
-            pos = s.end
-    return "".join(out) + text[pos:]
+    return _VALUE_RE.sub("<V>", text)
+
+
+def _direction_words(text: str) -> tuple[bool, bool]:
+    words = set(re.findall(r"[a-z]+", text.lower()))
+    return bool(words & _UP_WORDS), bool(words & _DOWN_WORDS)
 
 
 def flips_by_rule(claim: str, label: str, original: str, new: str) -> bool:
     """An independent reading of the rule: SUPPORT -> a value the claim and the evidence stated is gone;
-    REFUTE -> a value the claim states and the evidence lacked is now stated; nothing else moved."""
+    REFUTE -> a value the claim states and the evidence lacked is now stated, and the evidence does not
+    speak of the opposite direction alone ("decreased" where the claim says "increased"); nothing else moved."""
     if _masked(original) != _masked(new):
         return False
     if label == "SUPPORT":
         return bool((_values(claim) & _values(original)) - _values(new))
+    claim_up, claim_down = _direction_words(claim)
+    new_up, new_down = _direction_words(new)
+    if (claim_up and not claim_down and new_down and not new_up) or (claim_down and not claim_up and new_up
+                                                                      and not new_down):
+        return False
     return bool((_values(claim) - _values(original)) & _values(new))
 
 
@@ -641,3 +655,45 @@ def test_demo_world_counterfactuals_carry_the_opposite_verdict_and_leave_the_rec
     again = add_counterfactuals(world, make_split(world, facts, seed=12, prefix="t"), seed=13)
     assert [r.extra["counterfactual_sentences"] for r in again] == \
         [r.extra["counterfactual_sentences"] for r in add_counterfactuals(world, with_cf, seed=13)]
+
+
+_UP_VERBS, _DOWN_VERBS = ("increased", "rose", "grew"), ("decreased", "fell", "declined")
+_STATED = re.compile(r"(increased|rose|grew|decreased|fell|declined) by (\d+)%")
+
+
+def _stated(text: str) -> tuple[str, str]:
+    """The oracle: the direction and value a generated sentence states, read from the template itself."""
+    verb, value = _STATED.search(text).groups()
+    return ("up" if verb in _UP_VERBS else "down"), value
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(st.sampled_from(["hospital admissions", "mortality", "viral load", "the infection rate"]),
+       st.sampled_from(_UP_VERBS + _DOWN_VERBS), st.sampled_from(_UP_VERBS + _DOWN_VERBS),
+       st.integers(10, 99), st.integers(10, 99), st.sampled_from(["SUPPORT", "REFUTE"]), st.integers(0, 5))
+def test_a_proved_swap_states_the_opposite_verdict_with_the_claims_direction(metric, verb_claim, verb_sentence,
+                                                                            v_claim, v_sentence, label, seed):
+    """Generated (claim, sentence) pairs, read back by a template oracle: a swap is proved only when the new
+    sentence states the opposite verdict — REFUTE -> the claim's value with the claim's direction; SUPPORT ->
+    another value in the claim's direction — and a swap with both directions equal is proved (the rule is not
+    vacuous)."""
+    claim = f"In 2021, {metric} {verb_claim} by {v_claim}% in adults."
+    if label == "SUPPORT":  # a sentence that supports the claim states its direction and value
+        verb_sentence, v_sentence = verb_claim, v_claim
+    elif (verb_claim in _UP_VERBS) == (verb_sentence in _UP_VERBS) and v_claim == v_sentence:
+        v_sentence = v_claim + 1  # a refuting sentence differs in direction or value
+    sentence = f"In 2021, {metric} {verb_sentence} by {v_sentence}% in adults."
+    corpus = SpanCorpus.from_texts([claim, sentence, "About 44% and 7% were seen; 61% and 13% later."])
+    swap, why = claim_aware_swap(claim, label, sentence, corpus, seed=seed, record_id="g", sentence_id=seed)
+    claim_says = _stated(claim)
+    same_direction = (verb_claim in _UP_VERBS) == (verb_sentence in _UP_VERBS)
+    if swap is None:
+        assert label == "REFUTE" and v_claim == v_sentence, why  # only a pure direction flip has no value to swap
+        return
+    new_says = _stated(swap.text)
+    if label == "SUPPORT":
+        assert swap.proved and new_says[0] == claim_says[0] and new_says[1] != claim_says[1]
+    elif swap.proved:
+        assert new_says == claim_says  # the claim's value with the claim's direction: it now supports it
+    if label == "REFUTE":
+        assert swap.proved == same_direction  # "decreased by 30%" never passes for "increased by 30%"

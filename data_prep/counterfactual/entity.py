@@ -190,6 +190,23 @@ def _unit(text: str, span: Span) -> str | None:
     return words[0] if words else None
 
 
+# Words that give a value a direction: "increased by 30%" and "decreased by 30%" state the same number
+# with opposite meanings, so a value swapped into a sentence proves a verdict only with the claim's direction.
+_UP = frozenset("""increase increased increases increasing rise rises rose risen rising higher greater more
+grew grow grows growing growth gain gains gained elevated elevation raise raised raises exceed exceeded exceeds
+boost boosted surge surged jump jumped doubled tripled upward""".split())
+_DOWN = frozenset("""decrease decreased decreases decreasing fall falls fell fallen falling lower less fewer
+smaller drop drops dropped dropping decline declines declined declining reduce reduces reduced reducing
+reduction reductions shrank shrink shrinks cut cuts lowered halved downward loss losses lost""".split())
+
+
+def direction(text: str, span: Span, before: int = 4, after: int = 3) -> str | None:
+    """"up", "down", "both" or None: the direction words next to a value ("rose by 30%", "30% fewer")."""
+    words = _words(text[:span.start])[-before:] + _words(text[span.end:])[:after]
+    up, down = bool(_UP.intersection(words)), bool(_DOWN.intersection(words))
+    return "both" if up and down else "up" if up else "down" if down else None
+
+
 def provable_value(text: str, span: Span) -> bool:
     """A span whose swap flips the verdict by rule: a value (not a name), standing alone (not "1–5",
     "PI(3,4)P2"), not a one-digit label ("type 2", "grade 3"), not bounded ("more than 5")."""
@@ -224,8 +241,11 @@ def claim_aware_swap(claim: str, label: str, text: str, corpus: SpanCorpus, *, s
     claim: a span of the sentence that the claim does not state is replaced
     by the claim's own span of the same kind that the sentence lacks (the
     pair whose neighbouring content words match best), so the sentence now
-    supports it. A swap of :func:`provable_value` spans proves the flip by
-    rule and is preferred; any other swap is returned unproved, for the judge.
+    supports it, proved only where the sentence gives the value the claim's
+    unit and direction ("decreased by 12%" -> "decreased by 30%" does not
+    support "increased by 30%"). A swap of :func:`provable_value` spans
+    proves the flip by rule and is preferred; any other swap is returned
+    unproved, for the judge.
     """
     rng = _rng(seed, record_id, sentence_id)
     claim_spans = find_spans(claim)
@@ -262,7 +282,9 @@ def claim_aware_swap(claim: str, label: str, text: str, corpus: SpanCorpus, *, s
                 continue
             fit = len(_context(claim, c) & _context(text, spans[0]))
             same_unit = c.kind != "number" or _unit(claim, c) == _unit(text, spans[0])  # "44 percent" != "77 pairs"
-            proved = (fit > 0 and same_unit and provable_value(claim, c)
+            # "increased by 30%" is not supported by "decreased by 30%": the claim's direction, or none on both
+            same_direction = all(direction(text, sp) == direction(claim, c) != "both" for sp in spans)
+            proved = (fit > 0 and same_unit and same_direction and provable_value(claim, c)
                       and all(provable_value(text, sp) for sp in spans))
             pairs.append((proved, fit, key, _fold(c.text), c, spans))
     if not pairs:
