@@ -183,7 +183,10 @@ def test_identical_run_distributions_switch_to_the_vote_variant_which_beats_evid
     forced = json.loads((tmp_path / "jsd" / "pave.json").read_text())["arbitration"]
     assert forced["variant"] == "jsd" and "WARNING" in forced["variant_reason"]
     b = forced["baselines"]
-    assert (forced["IE"], forced["CE"]) in {(b[s]["IE"], b[s]["CE"]) for s in ("claim_only", "evidence_only")}
+    # with every Δ = 0 a threshold takes all of the evidence or none of it; tuning keeps the source with the
+    # better OA on the tuning claims: the prior (right, stable), not the evidence that misleads 3:2
+    assert (forced["IE"], forced["CE"]) == (b["claim_only"]["IE"], b["claim_only"]["CE"]) == (1.0, 1.0)
+    assert (b["evidence_only"]["IE"], b["evidence_only"]["CE"]) == (0.0, 1.0)
     # the JSD rule's own runs: K = 5 at 1.0 beside the profile's N = 4 at 0.8
     line = json.loads((tmp_path / "auto" / "samples.jsonl").read_text().splitlines()[0])
     assert len(line["conditions"]["claim_only"]["answers"]) == 4
@@ -252,3 +255,44 @@ def test_fae_run_cross_check_flags_a_verifier_that_abstains_on_gold_only_pools(t
     out = capsys.readouterr().out
     assert "DISAGREEMENT (> 10 points)" in out and "FAE round-0 accuracy 100.00%" in out
     assert "Gold-evidence accuracy beside FAE round 0" in (tmp_path / "p" / "pave.md").read_text()
+
+
+def test_resume_refuses_a_retrained_adapter_or_rewritten_records_at_the_same_paths(tmp_path, tiny_llama, capsys):
+    """The resume fingerprint holds the contents (sha256) of the records and the adapter, not only their paths:
+    samples of the old adapter or counterfactuals are never mixed with new ones."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    def save_adapter(seed: int) -> None:
+        torch.manual_seed(seed)
+        lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama), lora).save_pretrained(tmp_path / "adapter")
+
+    records, _ = _records(tmp_path, n=2)
+    out = tmp_path / "pave"
+    cmd = ["pave", "--records", str(records), "--backend", "hf", "--model", str(tiny_llama), "--adapter",
+           str(tmp_path / "adapter"), "--samples", "2", "--temperature", "1.0", "--jsd-samples", "2",
+           "--max-new-tokens", "4", "--output", str(out), "--no-progress", "--tune-split", "0.5",
+           "--keep-refusals"]
+    save_adapter(0)
+    assert main(cmd) == 0
+    first = (out / "samples.jsonl").read_bytes()
+    cfg = json.loads((out / "config.json").read_text())
+    assert len(cfg["records_sha256"]) == len(cfg["adapter_sha256"]) == 64
+    capsys.readouterr()
+
+    save_adapter(1)  # retrained in place
+    assert main(cmd) == 2
+    err = capsys.readouterr().err
+    assert "holds samples made with different settings or inputs (adapter_sha256)" in err, err
+
+    save_adapter(0)
+    original = records.read_text()
+    records.write_text(original.replace("FAKE statement number 1", "FAKE claim-aware rewrite 1"))
+    assert main(cmd) == 2
+    assert "(records_sha256)" in capsys.readouterr().err
+
+    records.write_text(original)  # the same inputs again: resumes, nothing left to sample
+    assert main(cmd) == 0
+    assert (out / "samples.jsonl").read_bytes() == first

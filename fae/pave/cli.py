@@ -38,6 +38,7 @@ from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import RunFailure, UserError
+from real_fae_core.hashing import sha256_file
 from real_fae_core.labels import REFUTE, SUPPORT
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
@@ -140,13 +141,16 @@ def run(args) -> int:
 # Compared on resume: a difference means the stored answers are not this command's answers.
 # "sampling" names the seeding scheme (answers seeded per prompt by (seed, claim id, condition)).
 SAMPLING_SCHEME = "per-prompt-seed-1"
-FINGERPRINT = ("records", "backend", "model", "adapter", "samples", "temperature", "jsd_samples",
-               "jsd_temperature", "max_new_tokens", "seed", "sampling")
+# Contents, not only paths (as `fae run`): a records file or adapter rewritten in place (a retrained adapter
+# at the same path, counterfactuals rebuilt into the records) is another run, never mixed with the old samples.
+FINGERPRINT = ("records", "records_sha256", "backend", "model", "adapter", "adapter_sha256", "samples",
+               "temperature", "jsd_samples", "jsd_temperature", "max_new_tokens", "seed", "sampling")
 
 
 def _pave(args, records: list, out: Path, fae_run=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    cfg = {"records": str(args.records), "backend": args.backend, "model": args.model, "adapter": args.adapter,
+    cfg = {"records": str(args.records), "records_sha256": sha256_file(args.records), "backend": args.backend,
+           "model": args.model, "adapter": args.adapter, "adapter_sha256": adapter_sha256(args.adapter),
            "samples": args.samples, "temperature": args.temperature, "jsd_samples": args.jsd_samples,
            "jsd_temperature": args.jsd_temperature, "max_new_tokens": args.max_new_tokens,
            "seed": args.seed, "sampling": SAMPLING_SCHEME, "base_url": args.base_url,
@@ -155,11 +159,11 @@ def _pave(args, records: list, out: Path, fae_run=None) -> int:
     cfg_path = out / "config.json"
     if cfg_path.is_file() and (out / SAMPLES).is_file():
         old = json.loads(cfg_path.read_text())
-        diff = [k for k in FINGERPRINT if old.get(k) != cfg[k]]
+        diff = [k if k in old else f"{k} (not recorded there)" for k in FINGERPRINT if old.get(k) != cfg[k]]
         if bool(old.get("constrained_decoding")) != cfg["constrained_decoding"]:
             diff.append("constrained_decoding")
         if diff:
-            raise UserError(f"{out} holds samples made with different settings ({', '.join(diff)}); "
+            raise UserError(f"{out} holds samples made with different settings or inputs ({', '.join(diff)}); "
                             "use another --output")
     atomic_write_json(cfg_path, cfg)
     for derived in ("pave.json", "pave.md"):  # a stopped run never leaves an earlier run's numbers behind
