@@ -100,6 +100,13 @@ def test_fae_run_then_probe_then_report(tiny_llama, tmp_path, capsys):
     for probe in (base, lora):
         for r in probe["rounds"]:
             assert f"{r['mean']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]" in md
+    # the same probes read on one common subset: here both ran on the same run, so the subset is every
+    # claim defined in both, and each column's n is that subset's size
+    common = json.loads((rep / "dirk_common.json").read_text())
+    assert "## On one common subset" in md and common["labels"] == ["base", "REAL"]
+    for r in common["rounds"]:
+        assert {c["n"] for c in r["cells"]} == {r["n"]}
+        assert r["n"] <= min(next(x["n"] for x in p["rounds"] if x["round"] == r["round"]) for p in (base, lora))
 
 
 @pytest.mark.slow

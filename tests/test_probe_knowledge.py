@@ -20,7 +20,8 @@ from probe_data import make_lora_adapter, make_records, make_run_dir, write_json
 
 from real_fae_core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
 from fae.cli import main
-from fae.probes.knowledge import abstaining, label_shares, reference_note
+from fae.probes.knowledge import abstaining, invalid_reference, label_shares, reference_note
+from fae.probes.report import common_subset_rounds
 
 
 def test_label_shares_count_each_label_and_invalid_answers():
@@ -35,6 +36,28 @@ def test_label_shares_count_each_label_and_invalid_answers():
     assert "--knowledge-reference base" in reference_note(most, "verifier")
     assert "base model" in reference_note(most, "base") and "--knowledge-reference" not in reference_note(most, "base")
     assert label_shares([])["shares"][SUPPORT] is None and not abstaining(label_shares([]))
+
+
+def test_a_reference_that_answers_nothing_valid_is_flagged():
+    """A base that writes prose to every claim-only prompt: h(K) is no verdict at all, and the note says so."""
+    prose = label_shares([None] * 4)
+    assert invalid_reference(prose) and not abstaining(prose)
+    assert reference_note(prose, "base").startswith("invalid reference: none of the base model's answers to the 4")
+    almost = label_shares([None] * 3 + [SUPPORT])
+    assert not invalid_reference(almost) and reference_note(almost, "base") is None
+    assert not invalid_reference(label_shares([]))
+
+
+def test_common_subset_reads_every_probe_on_the_same_claims():
+    """Per round, only claims defined in every probe count; each probe's mean is its mean over exactly those."""
+    a = {"c1": [None, 0.1, 0.5], "c2": [None, 0.3, None], "c3": [None, 0.9, 0.7], "only-a": [None, 1.0, 1.0]}
+    b = {"c1": [None, 0.2, 0.4], "c2": [None, None, 0.6], "c3": [None, 0.4, 0.8]}
+    r1, r2 = common_subset_rounds([a, b], n_resamples=200, seed=0)
+    assert (r1["round"], r1["n"], r2["n"]) == (1, 2, 2)  # round 1: c1, c3 (c2 undefined in b); round 2: c1, c3
+    assert r1["cells"][0]["mean"] == pytest.approx((0.1 + 0.9) / 2) and r1["cells"][1]["mean"] == pytest.approx(0.3)
+    assert r2["cells"][0]["mean"] == pytest.approx(0.6) and r2["cells"][1]["mean"] == pytest.approx(0.6)
+    assert all(c["n"] == r["n"] for r in (r1, r2) for c in r["cells"])
+    assert common_subset_rounds([a, {"zz": [None, 0.5]}], n_resamples=0, seed=0) == []  # no common claim
 
 
 def one_answer_model(out: Path, label: str) -> Path:

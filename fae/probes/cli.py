@@ -35,7 +35,7 @@ from data_prep.records import RecordError, load_records
 from fae.ablation.runio import CLAIMS, RunData, load_run
 from fae.backends.hf import generate_batched, greedy_config, load_hf_model
 from fae.probes.dirk import dirk_values, summarize_rounds
-from fae.probes.knowledge import abstaining, label_shares, reference_note, shares_text
+from fae.probes.knowledge import abstaining, invalid_reference, label_shares, reference_note, shares_text
 
 FP16_MAX = 65504.0
 STATES_FORMAT = "fae-probe-states/1"
@@ -331,6 +331,7 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
     }
     ref_summary = label_shares(reference_labels, gold)
     knowledge["abstaining_reference"] = abstaining(ref_summary)
+    knowledge["invalid_reference"] = invalid_reference(ref_summary)
     knowledge["reference_note"] = reference_note(ref_summary, args.knowledge_reference)
     saved_dtype = save_states(out / "states.safetensors", [str(c["id"]) for c in claims],
                               hK, hr, mask, meta, args.states_dtype)

@@ -37,12 +37,22 @@ def abstaining(summary: dict, threshold: float = ABSTAIN_SHARE) -> bool:
     return share is not None and share > threshold
 
 
+def invalid_reference(summary: dict) -> bool:
+    """Every claim-only answer is invalid (a base that writes prose): h(K) answers nothing at all."""
+    return bool(summary.get("n")) and summary["shares"].get(INVALID) == 1.0
+
+
 def reference_note(summary: dict, reference: str) -> str | None:
-    """The sentence a report prints beside DirK when its reference abstains (None when it does not)."""
+    """The sentence a report prints beside DirK when its reference abstains or answers nothing valid
+    (None when it does neither)."""
+    who = "the base model" if reference == "base" else "the verifier"
+    if invalid_reference(summary):
+        return (f"invalid reference: none of {who}'s answers to the {summary['n']} claim-only prompts is a valid "
+                "answer (prose, not the answer format), so h(K) is the state of a model that does not answer the "
+                "task; DirK here measures drift toward that state, whose verdict is unknown.")
     if not abstaining(summary):
         return None
     share = summary["shares"][NOT_ENOUGH_INFO]
-    who = "the base model" if reference == "base" else "the verifier"
     advice = ("" if reference == "base" else
               " `fae probe --knowledge-reference base` takes h(K) from the base model without the adapter instead.")
     return (f"abstaining reference: {who} answers NOT_ENOUGH_INFO to {100 * share:.0f}% of the claim-only prompts, "

@@ -4,7 +4,10 @@ Reads the ``dirk.json`` of each probe directory and writes ``dirk.png`` (one
 line with a shaded 95% CI band per checkpoint) and ``dirk.md`` (rounds x
 checkpoints, ``mean [ci_low, ci_high]``), with what each checkpoint answers
 on the claim-only prompt, where h(K) came from, and a flagged note for every
-abstaining reference (DirK then measures drift toward abstaining).
+abstaining reference (DirK then measures drift toward abstaining) or invalid one
+(every claim-only answer invalid). With several probes, a second table reads
+them on one common subset: per round, the claims whose DirK is defined in every
+probe, so the systems are compared on the same claims.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from pathlib import Path
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
 from real_fae_core.errors import UserError
+from fae.probes.dirk import bootstrap_ci
 from fae.probes.knowledge import shares_text
+
+CLAIMS_FILE = "dirk_claims.jsonl"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,14 +75,51 @@ def markdown_table(labels: list[str], probes: list[dict]) -> str:
         lines.append("| claim-only answers (base, h(K)) | "
                      + " | ".join(shares_text((p.get("knowledge_answers") or {}).get("reference")) for p in probes)
                      + " |")
-    lines.append("| abstaining reference | " + " | ".join(_flag(p) for p in probes) + " |")
+    lines.append("| abstaining reference | " + " | ".join(_flag(p, "abstaining_reference") for p in probes) + " |")
+    lines.append("| invalid reference | " + " | ".join(_flag(p, "invalid_reference") for p in probes) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _flag(probe: dict) -> str:
-    if "abstaining_reference" not in probe:
-        return "unknown (probe without claim-only answers)"
-    return "**yes**" if probe["abstaining_reference"] else "no"
+def _flag(probe: dict, key: str) -> str:
+    if key not in probe:
+        return "unknown (probe without claim-only answers)" if "knowledge_answers" not in probe else "–"
+    return "**yes**" if probe[key] else "no"
+
+
+def load_claim_values(d: str | Path) -> dict[str, list]:
+    """Per claim id, its DirK value per round (None = undefined), from a probe's dirk_claims.jsonl."""
+    path = Path(d) / CLAIMS_FILE
+    if not path.is_file():
+        raise UserError(f"{path}: not found (run `fae probe --output {d}` first)")
+    out = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+            out[str(row["id"])] = list(row["dirk"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise UserError(f"{path}:{n}: not a `fae probe` claim line (fields 'id', 'dirk')") from None
+    return out
+
+
+def common_subset_rounds(values: list[dict[str, list]], *, n_resamples: int, seed: int | None) -> list[dict]:
+    """Per round r >= 1: the claims whose DirK is defined in every probe, and each probe's mean and 95%
+    bootstrap CI on exactly those claims (so a system is never read on claims another one lacks)."""
+    ids = sorted(set.intersection(*(set(v) for v in values)))
+    n_rounds = max((len(v[i]) for v in values for i in ids), default=1) - 1
+    out = []
+    for r in range(1, n_rounds + 1):
+        common = [i for i in ids if all(r < len(v[i]) and v[i][r] is not None for v in values)]
+        cells = [bootstrap_ci([v[i][r] for i in common], n_resamples=n_resamples,
+                              seed=None if seed is None else seed + r) for v in values]
+        out.append({"round": r, "n": len(common), "cells": cells})
+    return out
+
+
+def common_subset_table(labels: list[str], rounds: list[dict]) -> str:
+    lines = ["| round | n (common) | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
+    for r in rounds:
+        lines.append(f"| {r['round']} | {r['n']} | " + " | ".join(_cell(c) for c in r["cells"]) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def reference_notes(labels: list[str], probes: list[dict]) -> list[str]:
@@ -135,6 +178,14 @@ def run(args: argparse.Namespace) -> int:
     if len({p.get("knowledge_reference", "verifier") for p in probes}) > 1:
         md += ("\nWarning: h(K) comes from the verifier in some probes and from the base model in others: "
                "their DirK values measure drift toward different states.\n")
+    if len(probes) > 1:
+        boot = probes[0].get("bootstrap") or {}
+        common = common_subset_rounds([load_claim_values(d) for d in args.dirs],
+                                      n_resamples=boot.get("n_resamples", 2000), seed=boot.get("seed", 0))
+        md += ("\n## On one common subset\n\nPer round, only the claims whose DirK is defined in every probe "
+               "(the pool changed and the state moved for all systems), so every column reads the same claims:\n\n"
+               + common_subset_table(labels, common))
+        atomic_write_text(out / "dirk_common.json", json.dumps({"labels": labels, "rounds": common}, indent=2) + "\n")
     notes = reference_notes(labels, probes)
     if notes:
         md += "\nWhat DirK measures here:\n\n" + "\n".join(notes) + "\n"

@@ -28,7 +28,8 @@ MODEL_ID=smollm2-135m-instruct
 # 30 claims per test set (R = 4), DirK on the first 20 of them: the evaluation budget that keeps the
 # whole script within 60 min on 2 cores next to 2 x 60 training steps (docs/real-model.md, wall time)
 : "${FAE_ARGS:=--limit 30}"
-: "${PROBE_ARGS:=--bootstrap 2000 --limit 20}"
+# h(K) from the base model for every system: REAL's own claim-only state is an abstention state
+: "${PROBE_ARGS:=--bootstrap 2000 --limit 20 --knowledge-reference base}"
 : "${PAVE_SETS=check-covid-test}"  # PAVE_SETS= (empty) skips PAVE
 # PAVE on 12 claims, N = K = 5 at temperature 0.3 so the JSD rule reuses the state samples (the paper:
 # N = 10 at 0.3, K = 5 at 1.0; docs/compare.md): one sampled prompt costs seconds on a CPU
