@@ -177,3 +177,27 @@ def test_split_tune_is_deterministic():
     assert not (pm.split_tune(ids, 0.3, seed=2) == a).all()
     with pytest.raises(ValueError):
         pm.split_tune(ids, 1.5)
+
+
+def test_profile_intervals_cover_the_estimate_narrow_with_more_claims_and_say_when_undefined():
+    from fae.pave.metrics import arbitration_profile, profile_intervals
+
+    states = ["KK", "KU", "UK", "UU", "KK", "UK", "KU", "KK", "UU", "KK"]
+    ge = [1, 0.8, 1, 0.6, 1, 0.9, 0.2, 1, 1, 0.7]
+    cf = [0.9, None, 0.4, None, 0.2, 0.8, None, 1.0, None, 0.6]
+    point = arbitration_profile(states, ge, cf)
+    small = profile_intervals(states, ge, cf, n_resamples=500, seed=1)
+    assert small == profile_intervals(states, ge, cf, n_resamples=500, seed=1)  # seeded
+    for key in ("CR", "PR", "pooled_margin", "Margin"):
+        ci = small[key]
+        assert ci["ci_low"] <= point[key] <= ci["ci_high"], key
+    big = profile_intervals(states * 20, ge * 20, cf * 20, n_resamples=500, seed=1)  # same rates, 20x the claims
+    for key in ("CR", "PR", "pooled_margin"):
+        assert big[key]["ci_high"] - big[key]["ci_low"] < (small[key]["ci_high"] - small[key]["ci_low"]) / 2, key
+    # every claim alike: the interval is the point itself
+    same = profile_intervals(["KK", "KU"] * 5, [1, 0.5] * 5, [0.8, None] * 5, n_resamples=200, seed=0)
+    assert same["CR"]["ci_low"] == same["CR"]["ci_high"] == 0.5
+    # no prior-wrong claim in the sample: CR and every margin have no value, and no interval
+    none_wrong = profile_intervals(["KK", "UK"] * 4, [1] * 8, [0.5] * 8, n_resamples=200, seed=0)
+    assert none_wrong["CR"] == {"ci_low": None, "ci_high": None, "defined": 0.0}
+    assert none_wrong["Margin"]["ci_low"] is None and none_wrong["PR"]["defined"] == 1.0

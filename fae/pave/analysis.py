@@ -142,11 +142,10 @@ def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, 
     cf = [ln["conditions"].get(cond_name) if cond_name else None for ln in lines]
     has_cf = [c is not None for c in cf]
     states = [pm.knowledge_state(c["answers"], g) for c, g in zip(co, gold)]
-    profile = pm.arbitration_profile(
-        states,
-        [pm.correctness_rate(c["answers"], g) for c, g in zip(ge, gold)],
-        [pm.correctness_rate(c["answers"], g) if c is not None else None for c, g in zip(cf, gold)],
-    )
+    ge_correct = [pm.correctness_rate(c["answers"], g) for c, g in zip(ge, gold)]
+    cf_correct = [pm.correctness_rate(c["answers"], g) if c is not None else None for c, g in zip(cf, gold)]
+    profile = pm.arbitration_profile(states, ge_correct, cf_correct)
+    profile["intervals"] = pm.profile_intervals(states, ge_correct, cf_correct, seed=seed)
     profile["n_with_counterfactual"] = int(sum(has_cf))
     profile["gold_evidence_accuracy"] = float(np.mean([pm.correctness_rate(c["answers"], g)
                                                        for c, g in zip(ge, gold)]))

@@ -168,6 +168,44 @@ def arbitration_profile(
     return out
 
 
+INTERVAL_KEYS = ("Margin", "margin_known", "margin_unknown", "CR", "PR", "pooled_margin")
+
+
+def profile_intervals(states: Sequence[str], gold_evidence_correct: Sequence[float],
+                      counterfactual_correct: Sequence[float | None] | None = None, *,
+                      n_resamples: int = 2000, confidence_level: float = 0.95, seed: int = 0) -> dict:
+    """Percentile-bootstrap intervals (claims resampled with replacement) of the profile's rates and margins.
+
+    A resample in which a margin is undefined (a state it needs is empty) is left out of that margin's
+    interval; ``defined`` says in what share of the resamples it was defined, so an interval drawn from few
+    resamples is visible as such. A value undefined in more than half of them gets no interval.
+    """
+    states = np.asarray(states)
+    n = len(states)
+    ge = np.asarray(gold_evidence_correct, float)
+    cf = None if counterfactual_correct is None else list(counterfactual_correct)
+    rng = np.random.default_rng(seed)
+    draws = {k: [] for k in INTERVAL_KEYS}
+    for _ in range(int(n_resamples)):
+        idx = rng.integers(0, n, n)
+        prof = arbitration_profile(states[idx], ge[idx], None if cf is None else [cf[i] for i in idx])
+        for k in INTERVAL_KEYS:
+            draws[k].append(prof[k])
+    alpha = (1 - confidence_level) / 2
+    out = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
+           "confidence_level": confidence_level, "seed": seed}
+    for k, values in draws.items():
+        x = np.asarray(values, float)
+        finite = x[np.isfinite(x)]
+        share = float(finite.size / x.size) if x.size else 0.0
+        if finite.size == 0 or share < 0.5:
+            out[k] = {"ci_low": None, "ci_high": None, "defined": share}
+        else:
+            lo, hi = np.quantile(finite, [alpha, 1 - alpha])
+            out[k] = {"ci_low": float(lo), "ci_high": float(hi), "defined": share}
+    return out
+
+
 def _rate_undefined(row: dict, state: str) -> str | None:
     """Why a state's CR/PR (and so every margin using it) has no value, or None when it has one."""
     if row["n"] == 0:

@@ -14,11 +14,27 @@ def _f(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
+def interval_text(pr: dict, key: str, fmt: str = "{:+.3f}") -> str:
+    """" [low, high]" from the profile's bootstrap intervals, or "" where there is none."""
+    ci = (pr.get("intervals") or {}).get(key) or {}
+    if ci.get("ci_low") is None:
+        return ""
+    return f" [{fmt.format(ci['ci_low'])}, {fmt.format(ci['ci_high'])}]"
+
+
 def margin_text(pr: dict, which: str = "") -> str:
-    """A margin's value, or "undefined: state X is empty" (``which``: "", "known" or "unknown")."""
+    """A margin's value with its 95% interval, or "undefined: state X is empty" (``which``: "", "known" or
+    "unknown")."""
     key = f"margin_{which}" if which else "Margin"
     why = pr.get(f"margin_{which}_undefined" if which else "margin_undefined") or []
-    return f"undefined: {'; '.join(why)}" if why or pr.get(key) is None else f"{pr[key]:+.3f}"
+    if why or pr.get(key) is None:
+        return f"undefined: {'; '.join(why)}"
+    return f"{pr[key]:+.3f}{interval_text(pr, key)}"
+
+
+def rate_text(pr: dict, key: str) -> str:
+    """A pooled rate (CR, PR) as a percentage with its 95% interval."""
+    return _p(pr.get(key)) + interval_text(pr, key, "{:.1%}")
 
 
 def filter_text(res: dict) -> str:
@@ -105,7 +121,9 @@ def _kind_sections(pr: dict, arb: dict, suffix: str) -> list[str]:
         "",
         f"**Margin {margin_text(pr)}** (the paper's Table 1: Known-state margin PR_KK + CR_KU − 1 = "
         f"{margin_text(pr, 'known')}, plus Unknown-state margin PR_UK + CR_UU − 1 = {margin_text(pr, 'unknown')}). "
-        f"Pooled over states: CR {_p(pr['CR'])}, PR {_p(pr['PR'])}, pooled CR + PR − 1 = {_f(pr['pooled_margin'])}. "
+        f"Pooled over states: CR {rate_text(pr, 'CR')}, PR {rate_text(pr, 'PR')}, pooled CR + PR − 1 = "
+        f"{_f(pr['pooled_margin'])}{interval_text(pr, 'pooled_margin')}. "
+        f"Brackets: 95% percentile-bootstrap intervals over claims. "
         f"Correct rate {_p(pr['correct_rate_prior'])} → {_p(pr['correct_rate_after'])} under counterfactual "
         f"evidence; wrong rate {_p(pr['wrong_rate_prior'])} → {_p(pr['wrong_rate_after'])} with gold evidence.",
         "",
@@ -129,7 +147,7 @@ def summary_lines(res: dict) -> list[str]:
     rows = [(k, v["profile"], v["arbitration"]) for k, v in (res.get("kinds") or {}).items() if k != LEGACY_KIND]
     if not rows and res["profile"] is not None:
         rows = [(None, res["profile"], res["arbitration"])]
-    out = [(f"{k:<9}" if k else "") + f"Margin {margin_text(pr)}  CR {_p(pr['CR'])}  PR {_p(pr['PR'])}  |  "
+    out = [(f"{k:<9}" if k else "") + f"Margin {margin_text(pr)}  CR {rate_text(pr, 'CR')}  PR {rate_text(pr, 'PR')}  |  "
            f"JSD rule ({arb['variant']}, K={arb.get('runs', '?')}, T={arb.get('temperature', '?')}) "
            f"τ={_f(arb['tau'])}: CE {_p(arb['CE'])} IE {_p(arb['IE'])} OA {_p(arb['OA'])}"
            for k, pr, arb in rows]
