@@ -305,6 +305,13 @@ def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp
     assert all(("--constrained-decoding" in c) == ("/base/" in out) for out, c in runs.items())
     paves = [c for c in cmds if c[:2] == ["fae", "pave"]]
     assert len(paves) == 3 and all(_flag(c, "--fae-run").startswith("runs/") for c in paves)
+    # PAVE reads misleading evidence built for the test claims by rule (no judge here: entity only, said so)
+    cfs = [c for c in cmds if c[:2] == ["real-data", "counterfactual"]]
+    assert [(_flag(c, "--records"), _flag(c, "--kinds")) for c in cfs] == [("data/check-covid-test.jsonl", "entity")]
+    assert all(_flag(c, "--records") == _flag(cfs[0], "--output") for c in paves)
+    assert "the semantic kind needs an LLM rewriter and judge" in p.stdout
+    audits = [c for c in cmds if c[:2] == ["real-data", "counterfactual-audit"]]
+    assert len(audits) == 1 and _flag(audits[0], "--size") == "100"
     assert not [c for c in cmds if c[:2] == ["fae", "checkpoints"]]  # opt-in: the 60-minute budget
     assert "# 6. one summary" in p.stdout
     p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path,
