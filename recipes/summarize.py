@@ -4,8 +4,10 @@
         --sets check-covid-test scifact-dev --output reports/smollm2-135m-instruct/summary.json
 
 It reads only what the steps wrote under the path scheme (recipes/README.md): runs/<model>/<system>/<set>
-(metrics.json), probes/... (dirk.json), pave/... (pave.json), reports/<model>/checkpoints-* and the
-step times; a missing piece is recorded as missing, never invented.
+(metrics.json; claims.jsonl for the 95% bootstrap intervals of Acc, Strict, IS, ER, IO), probes/...
+(dirk.json), pave/... (pave.json, with its own intervals), reports/<model>/<set>/dirk/dirk_common.json (DirK
+on one common claim subset), reports/<model>/checkpoints-* and the step times; a missing piece is recorded as
+missing, never invented.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from real_fae_core.atomicio import atomic_write_text  # noqa: E402
+from fae.ablation.metrics import metric_intervals  # noqa: E402
 
 TABLE1 = (("Prec", "evidence_precision"), ("Rec", "evidence_recall"), ("F1", "evidence_f1"),
           ("Acc", "label_accuracy"), ("Strict", "strict_accuracy"), ("IS", "IS"), ("ER", "ER"), ("IO", "IO"))
@@ -51,6 +54,13 @@ def dirk_row(dirk: dict) -> list[dict]:
             for r in dirk.get("rounds", [])]
 
 
+def _claims(path: Path) -> list[dict] | None:
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
 def step_times(path: Path) -> list[dict]:
     if not path.is_file():
         return []
@@ -68,10 +78,16 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str]) ->
                 out["missing"].append(f"runs/{model_id}/{system}/{s}/metrics.json")
             else:
                 entry["fae"] = fae_row(metrics)
+                claims = _claims(root / "runs" / model_id / system / s / "claims.jsonl")
+                if claims is not None:
+                    entry["fae"]["intervals"] = {k: ({"ci_low": _pct(v["ci_low"]), "ci_high": _pct(v["ci_high"]),
+                                                      "defined": v["defined"]} if isinstance(v, dict) else v)
+                                                 for k, v in metric_intervals(claims).items()}
             dirk = _load(root / "probes" / model_id / system / s / "dirk.json")
             if dirk is not None:
                 entry["dirk"] = dirk_row(dirk)
-                for key in ("knowledge_reference", "knowledge_answers", "abstaining_reference", "reference_note"):
+                for key in ("knowledge_reference", "knowledge_answers", "abstaining_reference", "invalid_reference",
+                            "reference_note"):
                     if key in dirk:
                         entry[f"dirk_{key}"] = dirk[key]
             pave = _load(root / "pave" / model_id / system / s / "pave.json")
@@ -79,6 +95,9 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str]) ->
                 entry["pave"] = pave
             per[system] = entry
         out["sets"][s] = per
+        common = _load(root / "reports" / model_id / s / "dirk" / "dirk_common.json")
+        if common is not None:
+            out.setdefault("dirk_common", {})[s] = common
     checkpoints = {}
     for d in sorted((root / "reports" / model_id).glob("checkpoints-*")):
         table = _load(d / "checkpoints.json")
@@ -95,6 +114,14 @@ def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.1f}"
 
 
+def _cell(row: dict, name: str, key: str) -> str:
+    """A Table-1 value with its 95% bootstrap interval where one was computed."""
+    ci = (row.get("intervals") or {}).get(key) or {}
+    if ci.get("ci_low") is None:
+        return _fmt(row[name])
+    return f"{_fmt(row[name])} [{_fmt(ci['ci_low'])}, {_fmt(ci['ci_high'])}]"
+
+
 def markdown(summary: dict) -> str:
     lines = [f"# {summary['model_id']}: FAE summary", ""]
     for s, per in summary["sets"].items():
@@ -106,7 +133,7 @@ def markdown(summary: dict) -> str:
                 lines.append(f"| {system} | missing |" + " |" * len(TABLE1) + " |")
                 continue
             traj = " / ".join(_fmt(a) for a in row["round_accuracy"])
-            lines.append(f"| {system} | {row['n_claims']} | " + " | ".join(_fmt(row[n]) for n, _ in TABLE1)
+            lines.append(f"| {system} | {row['n_claims']} | " + " | ".join(_cell(row, n, k) for n, k in TABLE1)
                          + f" | {traj} |")
         lines.append("")
     if summary["step_times"]:

@@ -173,3 +173,58 @@ def test_mismatched_round_counts_are_an_error():
     cl[0]["rounds"] = cl[0]["rounds"][:2]
     with pytest.raises(ValueError, match="different numbers of rounds"):
         M.compute_metrics(cl)
+
+
+# ---------------------------------------------------------------------------
+# bootstrap intervals of the headline metrics
+# ---------------------------------------------------------------------------
+
+def _random_claims(n: int, seed: int, R: int = 2) -> list[dict]:
+    """Claims whose round labels are drawn at random: right at round 0 with p 0.7, kept with p 0.4 after."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        gold = "SUPPORT" if k % 2 else "REFUTE"
+        wrong = "REFUTE" if gold == "SUPPORT" else "SUPPORT"
+        first = gold if rng.random() < 0.7 else wrong
+        rounds = [rnd(0, [0, 1, 2, 3], first, [0] if rng.random() < 0.5 else [1])]
+        for r in range(1, R + 1):
+            rounds.append(rnd(r, [2, 3], gold if rng.random() < 0.4 else NEI, [2]))
+        out.append(claim(f"c{k}", gold, [[0]], rounds))
+    return out
+
+
+def test_metric_intervals_hold_the_estimate_and_agree_with_scipys_bootstrap():
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    claims = _random_claims(120, seed=3)
+    point = M.compute_metrics(claims)
+    ci = M.metric_intervals(claims, n_resamples=3000, seed=0)
+    assert ci == M.metric_intervals(claims, n_resamples=3000, seed=0) and ci["n_claims"] == 120
+    for key in M.INTERVAL_METRICS:
+        assert ci[key]["ci_low"] <= point[key] <= ci[key]["ci_high"], key
+        assert ci[key]["defined"] == 1.0
+    # a second measure of the accuracy's interval: scipy's percentile bootstrap of the round-0 correctness
+    right0 = np.array([c["rounds"][0]["label"] == c["gold_label"] for c in claims], float)
+    ref = bootstrap((right0,), np.mean, n_resamples=3000, method="percentile", rng=np.random.default_rng(1))
+    assert ci["label_accuracy"]["ci_low"] == pytest.approx(ref.confidence_interval.low, abs=0.02)
+    assert ci["label_accuracy"]["ci_high"] == pytest.approx(ref.confidence_interval.high, abs=0.02)
+    # four times the claims, same process: about half the width
+    wide = ci["IS"]["ci_high"] - ci["IS"]["ci_low"]
+    big = M.metric_intervals(_random_claims(480, seed=4), n_resamples=3000, seed=0)
+    assert big["IS"]["ci_high"] - big["IS"]["ci_low"] < 0.7 * wide
+
+
+def test_metric_intervals_where_the_metrics_break():
+    # the ideal verifier: IS = ER = IO = 1 in every resample
+    ideal = M.metric_intervals(ideal_claims(), n_resamples=500, seed=0)
+    assert ideal["IS"] == ideal["ER"] == ideal["IO"] == {"ci_low": 1.0, "ci_high": 1.0, "defined": 1.0}
+    # nothing right at round 0: no IS/ER/IO anywhere, and no interval claims otherwise
+    wrong = [claim(f"w{k}", "SUPPORT", [[0]], [rnd(0, [0, 1], "REFUTE", [0]), rnd(1, [1], NEI)]) for k in range(6)]
+    none = M.metric_intervals(wrong, n_resamples=200, seed=0)
+    assert none["label_accuracy"] == {"ci_low": 0.0, "ci_high": 0.0, "defined": 1.0}
+    assert none["IS"] == {"ci_low": None, "ci_high": None, "defined": 0.0}
+    assert M.metric_intervals([], n_resamples=10)["IS"]["ci_low"] is None

@@ -456,6 +456,53 @@ def truncation_note(metrics: Mapping[str, Any], max_new_tokens: int | None = Non
 # ---------------------------------------------------------------------------
 
 
+INTERVAL_METRICS = ("label_accuracy", "strict_accuracy", "IS", "ER", "IO")
+
+
+def metric_intervals(claims: Sequence[Mapping], *, n_resamples: int = 2000, confidence_level: float = 0.95,
+                     seed: int = 0) -> dict[str, Any]:
+    """Percentile-bootstrap intervals over claims of Acc, Strict, IS, ER and IO.
+
+    Each resample draws the population's claims with replacement and computes the metrics exactly as
+    :func:`compute_metrics` does (the same per-claim correctness: :func:`same_label`, :func:`cites_gold`;
+    IS/ER/IO from its ``a_0..a_R`` through :func:`fae_scores`' formulas). A resample whose ``a_0`` is 0
+    has no IS/ER/IO and is left out of theirs; ``defined`` is the share of resamples that had one.
+    """
+    import numpy as np
+
+    pop = evidence_claims(claims)
+    R = _n_rounds(pop) if pop else 0
+    out: dict[str, Any] = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
+                           "confidence_level": confidence_level, "seed": seed, "n_claims": len(pop)}
+    if not pop:
+        return {**out, **{k: {"ci_low": None, "ci_high": None, "defined": 0.0} for k in INTERVAL_METRICS}}
+    right = np.array([[same_label(round_label(c["rounds"][r]), c["gold_label"]) for r in range(R + 1)]
+                      for c in pop], float)
+    strict = np.array([same_label(round_label(c["rounds"][0]), c["gold_label"])
+                       and cites_gold(c["rounds"][0].get("cited") or [], c["gold_groups"]) for c in pop], float)
+    idx = np.random.default_rng(seed).integers(0, len(pop), (int(n_resamples), len(pop)))
+    acc = right[idx].mean(axis=1)  # (resamples, R + 1): a_0..a_R of each resample
+    draws = {"label_accuracy": acc[:, 0], "strict_accuracy": strict[idx].mean(axis=1)}
+    if R >= 1:
+        a0 = acc[:, 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            defined = a0 > 0
+            draws["IS"] = np.where(defined, 1 - acc[:, 1] / a0, np.nan)
+            draws["ER"] = np.where(defined, 1 - acc[:, R] / a0, np.nan)
+            draws["IO"] = np.where(defined, 1 - acc[:, 1:].mean(axis=1), np.nan)
+    alpha = (1 - confidence_level) / 2
+    for key in INTERVAL_METRICS:
+        x = draws.get(key)
+        finite = np.empty(0) if x is None else x[np.isfinite(x)]
+        share = 0.0 if x is None else float(finite.size / x.size)
+        if finite.size == 0 or share < 0.5:
+            out[key] = {"ci_low": None, "ci_high": None, "defined": share}
+        else:
+            lo, hi = np.quantile(finite, [alpha, 1 - alpha])
+            out[key] = {"ci_low": float(lo), "ci_high": float(hi), "defined": share}
+    return out
+
+
 def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[str, Any]:
     """All of ``metrics.json``: exactly :data:`METRIC_KEYS`, fractions in [0, 1].
 
