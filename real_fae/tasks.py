@@ -6,14 +6,14 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai._util.error import PrerequisiteError  # what Inspect's command line prints as one message
+from inspect_ai.util import registry_info
 
 from real_fae_core.errors import UserError
-from fae.harness.inspect_task import DEFAULT_MAX_TOKENS, fae_task
+from fae.harness.inspect_task import DEFAULT_MAX_TOKENS, TASK_NAME, fae_task
 
 
-@task
-def fae(records: str | None = None, rounds: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS,
-        **unknown: Any) -> Task:
+def fae_options(records: str | None = None, rounds: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS,
+                **unknown: Any) -> Task:
     """Fact-Ablated Evaluation (SPEC §6) of the model under evaluation on a records file (SPEC §2).
 
     Args:
@@ -24,4 +24,12 @@ def fae(records: str | None = None, rounds: int = 4, max_tokens: int = DEFAULT_M
     try:
         return fae_task(records, rounds=rounds, max_tokens=max_tokens, unknown=unknown)
     except UserError as exc:  # bad input: one line, no traceback
-        raise PrerequisiteError(f"real_fae/fae: error: {exc}") from None
+        raise PrerequisiteError(f"{TASK_NAME}: error: {exc}") from None
+
+
+# Inspect prefixes a task's name with the installed package that defines it. Where it cannot tell
+# (a source checkout on sys.path ahead of the installed metadata, as under pytest), the name is
+# given in full, so the task is real_fae/fae wherever it is loaded from.
+fae = task(name="fae")(fae_options)
+if registry_info(fae).name != TASK_NAME:
+    fae = task(name=TASK_NAME)(fae_options)
