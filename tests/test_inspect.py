@@ -346,3 +346,18 @@ def test_real_weights_answer_the_same_through_inspect_and_fae_run(smollm2, share
             assert {k: v for k, v in ra.items() if k != "truncated"} == {k: v for k, v in rb.items() if k != "truncated"}
     for key in ("label_accuracy", "strict_accuracy", "IS", "ER", "IO", "round_accuracy", "invalid_rate"):
         assert a.metrics[key] == b.metrics[key], key
+
+
+def test_a_retry_wrappers_error_is_named_by_the_error_behind_it():
+    import tenacity
+
+    from fae.harness.inspect_task import describe_error
+
+    @tenacity.retry(stop=tenacity.stop_after_attempt(2), wait=tenacity.wait_none())
+    def unreachable():
+        raise ConnectionError("connection refused\n  (port 9)")
+
+    with pytest.raises(tenacity.RetryError) as err:
+        unreachable()
+    assert describe_error(err.value) == "ConnectionError: connection refused (port 9)"
+    assert describe_error(ValueError()) == "ValueError"

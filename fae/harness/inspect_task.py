@@ -149,6 +149,19 @@ def truncated_of(stop_reason: str | None) -> bool | None:
     return None
 
 
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` of the error behind ``exc``: the last attempt's error of a retry wrapper
+    (tenacity's ``RetryError`` says only ``RetryError[<Future ...>]``)."""
+    for _ in range(5):
+        attempt = getattr(exc, "last_attempt", None)
+        inner = attempt.exception() if attempt is not None and hasattr(attempt, "exception") else None
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def sample_record(state: TaskState) -> ClaimRecord:
     rec = (state.metadata or {}).get(RECORD_KEY)
     if rec is None:
@@ -171,8 +184,9 @@ def fae_ablation(rounds: int = 4):
             try:
                 state = await generate(state)
             except Exception as exc:  # a provider error after retries, a limit: the claim is incomplete
+                # the cause is in the message; its stack (the provider's internals) would bury it
                 raise RoundError(f"claim {record.id!r}: round {r} of rounds 0..{rounds} did not complete: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+                                 f"{describe_error(exc)}") from None
             output = state.output
             if output.error:
                 raise RoundError(f"claim {record.id!r}: round {r} of rounds 0..{rounds} did not complete: "
