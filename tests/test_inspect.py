@@ -185,7 +185,7 @@ def test_inspect_metrics_are_fae_metrics(scripted):
     sample = next(s for s in log.samples if s.id == "order")
     score = sample.scores["fae_scorer"]
     assert score.value == {"strict": 1.0, "r0": 1.0, "r1": 1.0, "r2": 0.0, "r3": 0.0}
-    assert "| 1 | [2, 3, 4] | REFUTE | [3, 2] |" in score.explanation  # the trace inspect view shows
+    assert '| 1 | [2, 3, 4] | {"label": "REFUTE", "evidence": [3, 2]} | REFUTE | [3, 2] |' in score.explanation
     assert sample.store[STORE_KEY] == score.metadata[CLAIM_KEY]["rounds"]
 
 

@@ -210,16 +210,22 @@ def round_table(claim: dict) -> str:
     gold = {i for g in claim["gold_groups"] for i in g}
     acc = round_accuracy([claim])
     lines = [f"gold {claim['gold_label']}, gold ids {sorted(gold)}", "",
-             "| round | pool | label | cited | hallucinated | correct | note |",
-             "|---|---|---|---|---|---|---|"]
+             "| round | pool | answer | label | cited | hallucinated | correct | note |",
+             "|---|---|---|---|---|---|---|---|"]
     for rnd, ok in zip(claim["rounds"], acc):
         label = rnd["label"] if rnd["valid"] else "invalid"
         note = "reused (pool unchanged)" if rnd["reused"] else (rnd.get("error") or "")
         if rnd.get("truncated"):
             note = (note + "; " if note else "") + "cut off at max_tokens"
-        lines.append(f"| {rnd['round']} | {rnd['pool_ids']} | {label} | {rnd['cited']} | "
-                     f"{rnd['hallucinated']} | {'yes' if ok else 'no'} | {note.replace('|', '/')} |")
+        lines.append(f"| {rnd['round']} | {rnd['pool_ids']} | {table_text(rnd['raw_output'], 80)} | {label} | "
+                     f"{rnd['cited']} | {rnd['hallucinated']} | {'yes' if ok else 'no'} | {table_text(note)} |")
     return "\n".join(lines)
+
+
+def table_text(text: str, limit: int | None = None) -> str:
+    """``text`` as one Markdown table cell: one line, no cell separator or code marks, at most ``limit`` characters."""
+    text = " ".join(str(text).split()).replace("|", "/").replace("`", "'")
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def complete_claim(state: TaskState, rounds: int) -> dict | None:
