@@ -207,6 +207,10 @@ def test_the_log_becomes_a_run_that_fae_commands_read(scripted, capsys):
     out = scripted["tmp"] / "report"
     assert fae_main(["report", str(scripted["run"]), "--output", str(out)]) == 0
     assert f"{100 * run.metrics['label_accuracy']:.2f}" in (out / "report.md").read_text()
+    cmp = scripted["tmp"] / "compare"
+    assert fae_main(["compare", str(scripted["run"]), str(scripted["run"]), "--output", str(cmp),
+                     "--bootstrap", "200"]) == 0
+    assert json.loads((cmp / "compare.json").read_text())["n_claims"] == len(SCRIPT)  # read like any run
     view = scripted["tmp"] / "view"
     assert fae_main(["view", str(scripted["run"]), "--output", str(view)]) == 0
     assert (view / "index.html").is_file()
@@ -240,7 +244,9 @@ def test_a_failed_round_leaves_the_claim_incomplete_never_scored(tmp_path, capsy
     out = tmp_path / "run"
     assert fae_main(["from-inspect", log.location, "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "1 of 3 claims are incomplete (first: sample 'order': error after 2 of 4 rounds" in err[0]
+    assert len(err) == 1 and ("1 of 3 claims are incomplete (first: sample 'order': error after 2 of 4 rounds: "
+                              "claim 'order': round 2 of rounds 0..3 did not complete: ConnectionError: provider "
+                              "unreachable for order); rerun them") in err[0]
     assert not out.exists()
     with pytest.raises(UserError, match="incomplete"):
         log_to_run(log.location, out, command="x")

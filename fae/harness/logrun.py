@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +58,21 @@ def read_log(path: str | os.PathLike) -> EvalLog:
     return log
 
 
+def error_text(message: str | None) -> str:
+    """A sample error as one line: Inspect stores ``RoundError("claim 'x': ...")``; this gives ``claim 'x': ...``."""
+    text = " ".join((message or "").split()) or "unknown error"
+    m = re.fullmatch(r"[A-Za-z_][\w.]*\((['\"])(.*)\1\)", text)
+    if m:
+        inner = m.group(2)
+        text = inner.replace("\\'", "'") if m.group(1) == "'" else inner.replace('\\"', '"')
+    return text
+
+
 def sample_claim(sample: Any, rounds: int) -> tuple[dict | None, str | None]:
     """(the claims.jsonl entry, None) for a complete sample, else (None, why it is incomplete)."""
     if sample.error is not None:
-        first = (sample.error.message or "").strip().splitlines()
         done = (sample.store or {}).get(STORE_KEY) or []
-        return None, f"error after {len(done)} of {rounds + 1} rounds: {first[0] if first else 'unknown error'}"
+        return None, f"error after {len(done)} of {rounds + 1} rounds: {error_text(sample.error.message)}"
     for score in (sample.scores or {}).values():
         claim = (score.metadata or {}).get(CLAIM_KEY)
         if claim is not None:
