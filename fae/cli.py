@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "compare": ("fae.comparison.compare", "answer/evidence score accounting between two runs (SPEC §8)"),
     "pave": ("fae.pave.cli", "PAVE prior-state diagnostics (SPEC §9)"),
     "view": ("fae.view.cli", "static per-claim ablation explorer (HTML) for one or more runs"),
+    "from-inspect": ("fae.harness.cli", "an Inspect AI log of real_fae/fae as a run directory"),
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("real_fae_core", "data_prep", "fae", "real")
+PACKAGES = ("real_fae_core", "data_prep", "fae", "real", "real_fae")
 # Tests of training and of the demo may import the trainer; every other test and benchmark may
 # use only the demo's data and shipped model (real.demo), never the trainer.
 TRAINING_TESTS = {"test_train.py", "test_train_guards.py", "test_resume_advice.py", "test_demo.py",
@@ -134,8 +134,9 @@ def import_cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
 
 # Third-party packages that take seconds to import (or are optional): a command's --help must not wait for them.
 HEAVY = frozenset({"torch", "transformers", "vllm", "trl", "peft", "accelerate", "datasets", "deepspeed",
-                   "matplotlib", "scipy", "openai", "safetensors", "huggingface_hub", "tokenizers", "pandas"})
-OPTIONAL = frozenset({"vllm"})  # extras: a module importing one at top level must be imported only when used
+                   "matplotlib", "scipy", "openai", "safetensors", "huggingface_hub", "tokenizers", "pandas",
+                   "inspect_ai"})
+OPTIONAL = frozenset({"vllm", "inspect_ai"})  # extras: a module importing one at top level must be imported only when used
 
 
 def heavy_at_import() -> dict[str, set[str]]:
@@ -182,8 +183,9 @@ def test_core_imports_nothing_else_of_the_project():
     assert not bad, "real_fae_core must not import the rest of the project:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("package, forbidden", [("real_fae_core", {"data_prep", "fae", "real"}),
-                                                ("data_prep", {"fae", "real"}), ("fae", {"real"})])
+@pytest.mark.parametrize("package, forbidden", [("real_fae_core", {"data_prep", "fae", "real", "real_fae"}),
+                                                ("data_prep", {"fae", "real", "real_fae"}),
+                                                ("fae", {"real", "real_fae"}), ("real_fae", {"real"})])
 def test_layering(package, forbidden):
     bad = [f"{where(p, line)}: {mod}" for p in python_files(package)
            for line, mod, _ in imports(p) if top(mod) in forbidden]

@@ -172,20 +172,34 @@ class _Claim:
         self.k, self.record, self.rounds = k, record, []
 
 
-def _advance(claim: _Claim, rounds: int, on_round) -> list[int] | None:
-    """Fill reused rounds; the pool of the next model call, or None when the claim is done."""
-    while len(claim.rounds) <= rounds:
-        r = len(claim.rounds)
+def advance(done: list[dict], full_pool: Sequence[int], rounds: int,
+            on_reuse: Callable[[int], None] | None = None) -> list[int] | None:
+    """Append the reused rounds that follow ``done``; the pool of the next model call, or None when
+    all ``rounds + 1`` rounds are done.
+
+    The one definition of the round schedule: round 0 is asked on ``full_pool``; a later round is
+    asked on :func:`pool_after` the previous one, unless that pool is unchanged, when the previous
+    answer is copied (:func:`reuse_round`) without a model call. ``on_reuse(r)`` reports each
+    reused round ``r``. ``fae run`` and the Inspect AI task (``fae.harness``) both step with it.
+    """
+    while len(done) <= rounds:
+        r = len(done)
         if r == 0:
-            return claim.record.pool_ids
-        prev = claim.rounds[-1]
+            return full_pool
+        prev = done[-1]
         pool = pool_after(prev)
         if pool != prev["pool_ids"]:
             return pool
-        claim.rounds.append(reuse_round(prev, r))
-        if on_round:
-            on_round(r, 1)
+        done.append(reuse_round(prev, r))
+        if on_reuse:
+            on_reuse(r)
     return None
+
+
+def _advance(claim: _Claim, rounds: int, on_round) -> list[int] | None:
+    """Fill reused rounds; the pool of the next model call, or None when the claim is done."""
+    on_reuse = (lambda r: on_round(r, 1)) if on_round else None
+    return advance(claim.rounds, claim.record.pool_ids, rounds, on_reuse)
 
 
 def run_ablation(

@@ -1,0 +1,35 @@
+"""``inspect eval real_fae/fae``: the task Inspect AI finds through this package's ``inspect_ai`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inspect_ai import Task, task
+from inspect_ai._util.error import PrerequisiteError  # what Inspect's command line prints as one message
+from inspect_ai.util import registry_info
+
+from real_fae_core.errors import UserError
+from fae.harness.inspect_task import DEFAULT_MAX_TOKENS, TASK_NAME, fae_task
+
+
+def fae_options(records: str | None = None, rounds: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS,
+                **unknown: Any) -> Task:
+    """Fact-Ablated Evaluation (SPEC §6) of the model under evaluation on a records file (SPEC §2).
+
+    Args:
+      records: the claim records (.jsonl); required.
+      rounds: R, the ablation rounds after round 0 (fae run's --rounds).
+      max_tokens: the answer length cap (fae run's --max-new-tokens).
+    """
+    try:
+        return fae_task(records, rounds=rounds, max_tokens=max_tokens, unknown=unknown)
+    except UserError as exc:  # bad input: one line, no traceback
+        raise PrerequisiteError(f"{TASK_NAME}: error: {exc}") from None
+
+
+# Inspect prefixes a task's name with the installed package that defines it. Where it cannot tell
+# (a source checkout on sys.path ahead of the installed metadata, as under pytest), the name is
+# given in full, so the task is real_fae/fae wherever it is loaded from.
+fae = task(name="fae")(fae_options)
+if registry_info(fae).name != TASK_NAME:
+    fae = task(name=TASK_NAME)(fae_options)

