@@ -19,7 +19,8 @@ from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.cli import set_interrupt_note
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
-from real.training import checkpoints, fingerprint
+from real.training import checkpoints, engines, fingerprint
+from real.training.args import accelerator_available
 from real.training.data import check_variant, data_fingerprint, load_pairs
 from real.training.fae_callback import fae_eval_callback
 from real.training.interrupt import InterruptNote, resume_command
@@ -123,6 +124,9 @@ def plan_run(script_args, training_args, model_args) -> Plan:
     """Paths, flags, data, variant, batch and LoRA targets checked; the run's fingerprint computed."""
     check_model_path(model_args.model_name_or_path)
     check_output_paths(training_args)
+    engine = engines.current_engine()
+    with engines.said_once():
+        engines.check_engine(engine, use_peft=model_args.use_peft, gpu=accelerator_available())
     checkpoints.check_start_flags(script_args, training_args)
     ds = load_pairs(script_args.dataset_name, script_args.dataset_train_split)
     data_info = check_variant(ds, script_args.variant, script_args.dataset_name)
@@ -130,6 +134,11 @@ def plan_run(script_args, training_args, model_args) -> Plan:
 
     world_size = training_args.world_size
     if training_args.global_batch_size:
+        problem = engines.batch_problem(engine, training_args.global_batch_size,
+                                        training_args.per_device_train_batch_size)
+        if problem and engine.num_processes == world_size:
+            with engines.said_once():
+                raise UserError(problem)
         acc = derive_accumulation(training_args.global_batch_size, training_args.per_device_train_batch_size,
                                   world_size)
         if acc != training_args.gradient_accumulation_steps:
@@ -167,6 +176,8 @@ def build_trainer(script_args, training_args, model_args, *, callbacks: list | N
         "the resume decision")
 
     model = load_model(model_args, training_args)
+    if engines.fsdp_on_cpu(engines.current_engine(), accelerator_available()):
+        logger.info("FSDP on CPU ranks: accelerate's state marked multi-device so that its FSDP plugin applies")
     eos_ids = set_generation_eos(model, tokenizer)
     fae_eval = fae_eval_callback(script_args)  # FAE at each save when the recipe names fae_eval_records
     trainer = SFTTrainer(
@@ -229,7 +240,7 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
         f"real-train: world size {acc.num_processes} (rank {acc.process_index}), per-device batch "
         f"{training_args.per_device_train_batch_size} x accumulation {training_args.gradient_accumulation_steps} "
         f"x {acc.num_processes} processes = global batch {run.global_batch}; {len(trainer.train_dataset)} pairs; "
-        f"variant {script_args.variant}; device {acc.device}"
+        f"variant {script_args.variant}; device {acc.device}; engine {engine_name(acc)}"
     )
     if resume:
         step = json.loads((Path(resume) / "trainer_state.json").read_text()).get("global_step")
@@ -250,6 +261,29 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
     return metrics
 
 
+def engine_name(accelerator) -> str:
+    """How the ranks share the model: ddp, deepspeed-zero<stage>, fsdp<version>, or single (one process)."""
+    kind = str(accelerator.distributed_type).rsplit(".", 1)[-1]
+    if kind == "DEEPSPEED":
+        return f"deepspeed-zero{accelerator.state.deepspeed_plugin.zero_stage}"
+    if kind == "FSDP":
+        return f"fsdp{accelerator.state.fsdp_plugin.fsdp_version}"
+    return "single" if accelerator.num_processes == 1 else "ddp"
+
+
+def per_rank_memory(trainer) -> list[dict]:
+    """Each rank's parameter / optimizer-state bytes and peak RSS (rank order), measured at the end of training."""
+    import torch.distributed as dist
+
+    mine = dict(rank=trainer.accelerator.process_index,
+                **engines.local_memory(trainer.model, getattr(trainer, "optimizer", None)))
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return [mine]
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return sorted(every, key=lambda m: m["rank"])
+
+
 def save_outputs(run: Run, result, script_args, training_args, model_args) -> dict:
     """The final adapter, metrics, state, tokenizer, resolved config, model card; the fingerprint last."""
     import peft
@@ -262,12 +296,13 @@ def save_outputs(run: Run, result, script_args, training_args, model_args) -> di
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
     metrics = dict(result.metrics)
+    metrics["per_rank_memory"] = per_rank_memory(trainer)
     metrics.update(train_samples=len(trainer.train_dataset), pairs_in_dataset=data_info["pairs"],
                    pairs_dropped_overlong=data_info.get("dropped_overlong", 0),
                    world_size=trainer.accelerator.num_processes, global_batch_size=run.global_batch)
     if run.resume:
         metrics["resumed_from"] = str(run.resume)
-    trainer.log_metrics("train", metrics)
+    trainer.log_metrics("train", {k: v for k, v in metrics.items() if k != "per_rank_memory"})
     trainer.save_metrics("train", metrics)
     trainer.save_state()
     if trainer.is_world_process_zero():
