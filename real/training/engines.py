@@ -110,12 +110,16 @@ def _ds_json(path: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def check_engine(engine: Engine, *, use_peft: bool, gpu: bool) -> None:
+def check_engine(engine: Engine, *, use_peft: bool, gpu: bool, cpu_bf16: bool = False) -> None:
     """Refuse a launch that cannot work (or would quietly train something else), before any model loads."""
     env = engine.env
     if engine.kind not in ("deepspeed", "fsdp"):
         return
     what = "DeepSpeed" if engine.kind == "deepspeed" else "FSDP"
+    if cpu_bf16 and not gpu:
+        raise UserError(f"cpu_bf16 (recipe or --cpu_bf16): bf16 autocast is for one process or DDP; under {what} "
+                        f"({engine.config_file}) bf16 would change the dtype the engine keeps the weights in: "
+                        "pass --cpu_bf16 false")
     if engine.kind == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise UserError(f"{engine.where('distributed_type')}: DEEPSPEED needs the deepspeed package, which is not "
                         "installed: pip install -e \".[deepspeed]\" (no CUDA toolkit needed)")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.cli import set_interrupt_note
-from real_fae_core.errors import UserError
+from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.runlock import RunLock
 from real.training import checkpoints, engines, fingerprint
 from real.training.args import accelerator_available
@@ -91,10 +91,25 @@ def on_main_then_share(training_args, fn, what: str):
     return result
 
 
+def _first_sentence(exc: BaseException) -> str:
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return re.sub(r"^\[[^\]]*\]\s*", "", detail).split(". ")[0]  # gloo's "[source:line] " and its advice off
+
+
+PEER_GONE = ("closed by peer", "reset by peer", "Broken pipe", "remote worker", "Connection refused")
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """A collective failed because another rank is gone (torch's DistError, or gloo's closed connection)."""
+    import torch.distributed as dist
+
+    kinds = tuple(k for k in (getattr(dist, "DistError", None),) if k is not None)
+    return isinstance(exc, kinds) or any(s in str(exc) for s in PEER_GONE)
+
+
 def peer_lost_message(training_args, what: str, exc: BaseException) -> str:
     """The one line a rank prints when the others did not take part in sharing ``what`` in time."""
-    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    detail = re.sub(r"^\[[^\]]*\]\s*", "", detail).split(". ")[0]  # gloo's "[source:line] " and its advice off
+    detail = _first_sentence(exc)
     return (f"rank {training_args.process_index} of {training_args.world_size}: gave up waiting for the other "
             f"processes to share {what} (ddp_timeout {training_args.ddp_timeout} s): {detail}; another rank "
             "stopped (see its error) or is stuck; if the main process is only slow, raise --ddp_timeout")
@@ -126,7 +141,8 @@ def plan_run(script_args, training_args, model_args) -> Plan:
     check_output_paths(training_args)
     engine = engines.current_engine()
     with engines.said_once():
-        engines.check_engine(engine, use_peft=model_args.use_peft, gpu=accelerator_available())
+        engines.check_engine(engine, use_peft=model_args.use_peft, gpu=accelerator_available(),
+                             cpu_bf16=training_args.cpu_bf16)
     checkpoints.check_start_flags(script_args, training_args)
     ds = load_pairs(script_args.dataset_name, script_args.dataset_train_split)
     data_info = check_variant(ds, script_args.variant, script_args.dataset_name)
@@ -250,6 +266,15 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
         result = trainer.train(resume_from_checkpoint=resume)
     except KeyboardInterrupt:  # (and SIGTERM): end tqdm's bar line so the one-line note starts a line
         print(file=sys.stderr, flush=True)
+        raise
+    except RuntimeError as exc:  # a peer rank died mid-step: its collective fails here
+        if acc.num_processes > 1 and peer_lost(exc):
+            print(file=sys.stderr, flush=True)
+            last = checkpoints.last_complete_checkpoint(training_args.output_dir)
+            kept = f"the last complete checkpoint ({last}) is kept" if last else "no checkpoint was saved yet"
+            raise RunFailure(f"rank {acc.process_index} of {acc.num_processes}: another process of this run stopped "
+                             f"during training ({_first_sentence(exc)}); see its error; {kept}; run the same "
+                             f"command again to resume: {again}") from None
         raise
     set_interrupt_note(f"training finished but saving the final adapter to {training_args.output_dir} was cut "
                        f"short; run again to resume from the last checkpoint: {again}")
