@@ -159,7 +159,7 @@ def test_sharding_is_measured_per_rank(runs):
 
 
 @pytest.mark.slow
-def test_zero3_adapter_is_read_by_fae_and_merge(runs, work, tiny_llama, tmp_path):
+def test_zero3_adapter_is_read_by_fae_probe_checkpoints_and_merge(runs, work, tiny_llama, tmp_path):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -170,6 +170,9 @@ def test_zero3_adapter_is_read_by_fae_and_merge(runs, work, tiny_llama, tmp_path
     assert fae(["run", "--records", str(work / "train.jsonl"), "--output", str(tmp_path / "fae"),
                 "--model", str(tiny_llama), "--adapter", str(out), *options]) == 0
     assert len((tmp_path / "fae" / "claims.jsonl").read_text().splitlines()) == 2
+    assert fae(["probe", "--run", str(tmp_path / "fae"), "--model", str(tiny_llama), "--adapter", str(out),
+                "--output", str(tmp_path / "probe"), "--bootstrap", "20", "--limit", "2"]) == 0
+    assert (tmp_path / "probe" / "dirk.json").is_file()
     assert fae(["checkpoints", "--training-output", str(out), "--records", str(work / "train.jsonl"),
                 "--output", str(tmp_path / "ev"), *options]) == 0
     rows = json.loads((tmp_path / "ev" / "checkpoints.json").read_text())["rows"]
