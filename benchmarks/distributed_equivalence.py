@@ -84,7 +84,7 @@ def prepare_data(args, work: Path) -> tuple[Path, Path | None]:
                 {"id": 9, "text": "The study found no significant effect.", "doc": "S"}]
         recs = [make_record_dict(id=f"t{i}", label="SUPPORT" if i % 2 else "REFUTE", sentences=pool,
                                  evidence=[[0]] if i % 2 else [[9]], enhanced_evidence=[0, 2] if i % 2 else [2, 9])
-                for i in range(24)]
+                for i in range(48)]
         train = data / "train.jsonl"
         train.write_text("".join(json.dumps(r) + "\n" for r in recs))
         variant, test = "real", None
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--global-batch", type=int, default=4)
-    ap.add_argument("--train-claims", type=int, default=40, help="training pairs from the first N train claims")
+    ap.add_argument("--train-claims", type=int, default=50, help="training pairs from the first N train claims")
     ap.add_argument("--max-pool-tokens", type=int, default=120, help="train pools trimmed to keep pairs short")
     ap.add_argument("--fae-claims", type=int, default=30)
     ap.add_argument("--fae-rounds", type=int, default=2)
@@ -169,6 +169,10 @@ def main(argv=None) -> int:
         args.engines = ["single", *args.engines]
     work = Path(args.work).resolve()
     pairs, test = prepare_data(args, work)
+    n_pairs = json.loads((pairs / "stats.json").read_text())["pairs"]
+    if n_pairs < args.steps * args.global_batch:  # past one epoch, the distributed sampler pads: other batches
+        sys.exit(f"distributed_equivalence: {n_pairs} pairs, fewer than {args.steps} steps x {args.global_batch}; "
+                 "raise --train-claims so that every step stays in the first epoch")
 
     runs = {e: train(e, args, pairs, work / e) for e in args.engines}
     base_losses = runs["single"]["losses"]
@@ -205,7 +209,7 @@ def main(argv=None) -> int:
                 "data order and global batch; lora_dropout 0, fp32",
         "model": "tiny-llama (tests/tiny_models.py)" if args.tiny else args.model,
         "steps": args.steps, "global_batch": args.global_batch, "per_device_batch": 1,
-        "train_pairs_from_claims": args.train_claims, "max_pool_tokens": args.max_pool_tokens,
+        "train_pairs_from_claims": args.train_claims, "train_pairs": n_pairs, "max_pool_tokens": args.max_pool_tokens,
         "fae": None if args.tiny else {"claims": args.fae_claims, "rounds": args.fae_rounds,
                                        "records": "Check-COVID test"},
         "optimizer": "torch AdamW (the recipe's adamw_torch; DeepSpeed wraps it as a client optimizer)",
