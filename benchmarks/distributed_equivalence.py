@@ -24,7 +24,7 @@ Run from the repository root (it takes tens of minutes on two CPU cores)::
         --output benchmarks/results/distributed_equivalence_smollm2.json
 
 ``--tiny`` trains the 2-layer test Llama instead (minutes; no FAE).
-Timing numbers are written but not compared: on a shared machine they say little.
+``train_runtime_s`` is the Trainer's own figure, written but not compared: on a shared machine it says little.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import platform
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +45,13 @@ ENGINES = {"single": "cpu.yaml", "ddp": "cpu_2proc.yaml", "zero2": "cpu_deepspee
            "zero3": "cpu_deepspeed_zero3.yaml", "fsdp": "cpu_fsdp.yaml"}
 SMOLLM2_RECIPE = REPO / "recipes" / "smollm2-135m-instruct" / "no_enhancement.yaml"
 TINY_RECIPE = REPO / "recipes" / "tiny" / "llama-real.yaml"
+# Stated before measuring: fp32 on every engine, the same samples in every optimizer step, so the runs
+# differ only in the order of float additions (one process accumulates four micro-batches in turn; two
+# ranks accumulate two each and all-reduce, ZeRO in flat buckets); Adam divides each update by the root of
+# its second moment, which lets such 1e-7 differences grow in small-gradient coordinates over the steps.
+TOLERANCE = {"loss_rel": 1e-4, "adapter_rel": 1e-3}
+TOLERANCE_WHY = ("fp32, same samples per optimizer step: only the order of float additions differs "
+                 "(micro-batch accumulation, all-reduce, ZeRO buckets), amplified by Adam's normalisation")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 
@@ -56,14 +62,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(cmd: list[str], log: Path) -> float:
-    """Run ``cmd`` from the repository root, output to ``log``; its wall time (a failure stops the script)."""
-    start = time.time()
+def run(cmd: list[str], log: Path) -> None:
+    """Run ``cmd`` from the repository root, output to ``log`` (a failure stops the script)."""
     with log.open("w") as fh:
         code = subprocess.run(cmd, cwd=REPO, env=ENV, stdout=fh, stderr=subprocess.STDOUT).returncode
     if code:
         sys.exit(f"distributed_equivalence: {' '.join(cmd[:8])} ... failed ({code}); see {log}")
-    return round(time.time() - start, 1)
 
 
 def prepare_data(args, work: Path) -> tuple[Path, Path | None]:
@@ -121,11 +125,11 @@ def train(engine: str, args, pairs: Path, out: Path) -> dict:
            "--train_sampling_strategy", "sequential"]  # one process and a distributed sampler: the same batches
     if not args.tiny:
         cmd += ["--cpu_bf16", "false"]  # fp32 everywhere: the engines' arithmetic compared, not bf16 rounding
-    wall = run(cmd, out.with_suffix(".log"))
+    run(cmd, out.with_suffix(".log"))  # a finished run is not trained again (real-train exits at once)
     state = json.loads((out / "trainer_state.json").read_text())
     results = json.loads((out / "train_results.json").read_text())
     losses = [e["loss"] for e in state["log_history"] if "loss" in e]
-    return {"losses": losses, "wall_s": wall, "world_size": results["world_size"],
+    return {"losses": losses, "train_runtime_s": results.get("train_runtime"), "world_size": results["world_size"],
             "global_batch_size": results["global_batch_size"], "per_rank_memory": results.get("per_rank_memory")}
 
 
@@ -183,7 +187,8 @@ def main(argv=None) -> int:
     for e, r in runs.items():
         if len(r["losses"]) != len(base_losses):
             sys.exit(f"distributed_equivalence: {e} logged {len(r['losses'])} losses, one process {len(base_losses)}")
-        row = {"world_size": r["world_size"], "global_batch_size": r["global_batch_size"], "wall_s": r["wall_s"],
+        row = {"world_size": r["world_size"], "global_batch_size": r["global_batch_size"],
+               "train_runtime_s": r["train_runtime_s"],
                "losses": r["losses"],
                "max_rel_loss_diff": max(abs(x - y) / abs(y) for x, y in zip(r["losses"], base_losses)),
                "adapter_rel_diff": rel_diff(adapter(work / e), ref, list(ref)),
@@ -196,6 +201,8 @@ def main(argv=None) -> int:
                     total += 1
                     same += x == y
             row.update(fae_claim_rounds=total, fae_same_label=same, fae_same_share=same / total if total else None)
+        row["within_tolerance"] = (row["max_rel_loss_diff"] <= TOLERANCE["loss_rel"]
+                                   and row["adapter_rel_diff"] <= TOLERANCE["adapter_rel"])
         engines[e] = row
     import accelerate
     import deepspeed
@@ -209,9 +216,11 @@ def main(argv=None) -> int:
                 "data order and global batch; lora_dropout 0, fp32",
         "model": "tiny-llama (tests/tiny_models.py)" if args.tiny else args.model,
         "steps": args.steps, "global_batch": args.global_batch, "per_device_batch": 1,
-        "train_pairs_from_claims": args.train_claims, "train_pairs": n_pairs, "max_pool_tokens": args.max_pool_tokens,
+        "train_records": len((work / "data" / f"train-{args.train_claims}.jsonl").read_text().splitlines()),
+        "train_pairs": n_pairs, "max_pool_tokens": args.max_pool_tokens,
         "fae": None if args.tiny else {"claims": args.fae_claims, "rounds": args.fae_rounds,
                                        "records": "Check-COVID test"},
+        "tolerance": {**TOLERANCE, "why": TOLERANCE_WHY},
         "optimizer": "torch AdamW (the recipe's adamw_torch; DeepSpeed wraps it as a client optimizer)",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
@@ -224,7 +233,7 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(report, indent=1) + "\n")
     for e, r in engines.items():
         mem = r["per_rank_memory"] or []
-        print(f"{e:7s} loss {r['max_rel_loss_diff']:.2e}  adapter {r['adapter_rel_diff']:.2e}  "
+        print(f"{e:7s} {'ok ' if r['within_tolerance'] else 'OUT'} loss {r['max_rel_loss_diff']:.2e}  adapter {r['adapter_rel_diff']:.2e}  "
               f"lora_B {r['lora_B_rel_diff']:.2e}  fae same {r.get('fae_same_share')}  "
               f"params/rank {[m['param_bytes'] for m in mem]}  rss/rank {[m['peak_rss_bytes'] >> 20 for m in mem]} MiB")
     return 0
