@@ -125,7 +125,8 @@ def train(engine: str, args, pairs: Path, out: Path) -> dict:
            "--train_sampling_strategy", "sequential"]  # one process and a distributed sampler: the same batches
     if not args.tiny:
         cmd += ["--cpu_bf16", "false"]  # fp32 everywhere: the engines' arithmetic compared, not bf16 rounding
-    run(cmd, out.with_suffix(".log"))  # a finished run is not trained again (real-train exits at once)
+    if not (out / "run_fingerprint.json").is_file():  # written last by a finished run: reused as it is
+        run(cmd, out.with_suffix(".log"))
     state = json.loads((out / "trainer_state.json").read_text())
     results = json.loads((out / "train_results.json").read_text())
     losses = [e["loss"] for e in state["log_history"] if "loss" in e]
