@@ -12,8 +12,9 @@ Steps, each isolated (a failing step records its error and the check goes on)
 and each under its own time budget (the whole run under ``--time-limit``):
 
 1. ``environment``: versions, GPU name and memory, which optional packages import.
-2. ``train_single_gpu`` / ``train_zero2``: ``accelerate launch -m real.train`` in
-   bf16 (``single_gpu.yaml``; ``deepspeed_zero2.yaml`` with one process) on a
+2. ``train_single_gpu`` / ``train_zero2`` / ``train_zero3``: ``accelerate launch -m real.train`` in
+   bf16 (``single_gpu.yaml``; ``deepspeed_zero2.yaml`` / ``deepspeed_zero3.yaml`` with one process per GPU,
+   at most 2; ZeRO-3's saved adapter gathered from the shards, every tensor non-empty) on a
    random ~1B Llama built in code and REAL pairs of SciFact (``real-data convert``
    + ``real-data pairs``): the loss falls, tokens/s and model FLOPs utilisation.
 3. ``demo``: ``real-demo`` (device chosen automatically); its ``summary.json``
@@ -96,7 +97,8 @@ class Scale:
     probe_bootstrap: int = 200
     time_limit: float = 470.0
     budgets: dict = field(default_factory=lambda: {
-        "environment": 60, "train_single_gpu": 150, "train_zero2": 120, "demo": 200,
+        "environment": 60, "train_single_gpu": 150, "train_zero2": 120, "train_zero3": 120,
+        "demo": 200,
         "eval_hf": 200, "eval_vllm": 150, "probes": 90,
     })
 
@@ -105,7 +107,8 @@ FULL = Scale()
 DRY = Scale(train_shape="tiny", train_steps=2, train_batch=2, eval_shape="tiny", eval_claims=8, eval_batch=4,
             prompt_tokens=256, reduced_demo=True, probe_bootstrap=50, time_limit=1500.0,
             # generous: CI machines are slow and shared; the dry run proves code paths, not speed
-            budgets={"environment": 120, "train_single_gpu": 360, "train_zero2": 60, "demo": 480,
+            budgets={"environment": 120, "train_single_gpu": 360, "train_zero2": 60, "train_zero3": 60,
+                     "demo": 480,
                      "eval_hf": 240, "eval_vllm": 60, "probes": 240})
 
 
@@ -402,12 +405,19 @@ class GpuCheck:
     # -- 2. training ----------------------------------------------------------
     def train(self, name: str, config: str) -> dict:
         s = self.scale
-        if config == "deepspeed_zero2.yaml":
+        processes = 1
+        if config.startswith("deepspeed_zero"):
+            stage = config[len("deepspeed_zero")]
             if not self.cuda:
-                raise Skip("DeepSpeed ZeRO-2 needs a CUDA device (none here)")
+                raise Skip(f"DeepSpeed ZeRO-{stage} needs a CUDA device (none here; on CPU: "
+                           "tests/test_distributed.py)")
             ds = self.env_info.get("packages", {}).get("deepspeed", {})
             if not ds.get("importable"):
                 raise Skip(f"deepspeed is not importable ({ds.get('error')}); bring its wheel (docs/gpu.md)")
+            if stage == "3":  # shards across the GPUs there are (two at most, to stay in budget)
+                import torch
+
+                processes = max(1, min(2, torch.cuda.device_count()))
         if not self.cuda and config == "single_gpu.yaml":
             config = "cpu.yaml"  # same launcher and trainer, fp32 on CPU
         model = self.llama(s.train_shape)
@@ -429,7 +439,8 @@ class GpuCheck:
         recipe_path = self.work / f"{name}.yaml"
         recipe_path.write_text(json.dumps(recipe, indent=1))  # JSON is YAML
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               REPO / "accelerate_configs" / config, "--num_processes", "1", "--main_process_port", str(free_port()),
+               REPO / "accelerate_configs" / config, "--num_processes", str(processes),
+               "--main_process_port", str(free_port()),
                "-m", "real.train", "--config", recipe_path]
         t0 = time.time()
         self.sh(cmd, name)
@@ -455,6 +466,14 @@ class GpuCheck:
             "mfu_formula": "tokens/s x (4 N_linear + 6 L s d) / peak (LoRA: no weight gradients for the frozen "
                            "base; recomputation not counted)",
         }
+        if config == "deepspeed_zero3.yaml":  # the adapter gathered from the shards, not empty placeholders
+            from safetensors.torch import load_file
+
+            tensors = load_file(str(out / "adapter_model.safetensors"))
+            details.update(processes=processes, adapter_tensors=len(tensors),
+                           empty_adapter_tensors=sorted(k for k, v in tensors.items() if v.numel() == 0))
+            if not tensors or details["empty_adapter_tensors"]:
+                raise CheckFailed("ZeRO-3 saved an empty adapter (weights not gathered from the shards)", details)
         if state.get("global_step") != s.train_steps:
             raise CheckFailed(f"trained {state.get('global_step')} steps, expected {s.train_steps}", details)
         if details["loss_check_enforced"] and not trend["falls"]:
@@ -582,6 +601,7 @@ class GpuCheck:
                 self.env_info = {}
         self.step("train_single_gpu", lambda: self.train("train_single_gpu", "single_gpu.yaml"))
         self.step("train_zero2", lambda: self.train("train_zero2", "deepspeed_zero2.yaml"))
+        self.step("train_zero3", lambda: self.train("train_zero3", "deepspeed_zero3.yaml"))
         self.step("demo", self.demo)
         self.step("eval_hf", lambda: self.evaluate("hf"))
         self.step("eval_vllm", lambda: self.evaluate("vllm"))

@@ -7,6 +7,8 @@ One job per module:
 - ``data``: the pairs dataset of ``real-data pairs``, its variant and its sha256;
 - ``pair_lengths``: pair lengths against ``max_length``, measured as TRL tokenizes;
 - ``model``: base model and tokenizer loading, LoRA targets, pad / end-of-turn tokens;
+- ``engines``: the distributed engine of the launch (DDP, DeepSpeed ZeRO, FSDP): its checks, FSDP on CPU
+  ranks, per-rank memory;
 - ``fingerprint``: the settings that define a run, stored in checkpoints and in a finished output;
 - ``checkpoints``: checkpoint discovery and the resume policy;
 - ``interrupt``: the Ctrl-C / SIGTERM line (last checkpoint kept, command to resume);

@@ -19,10 +19,11 @@ from transformers import TrainerCallback
 
 from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.cli import set_interrupt_note
-from real_fae_core.errors import UserError
+from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.runlock import RunLock
 from real_fae_core.lifeline import set_stage
-from real.training import checkpoints, fingerprint
+from real.training import checkpoints, engines, fingerprint
+from real.training.args import accelerator_available
 from real.training.data import check_variant, data_fingerprint, load_pairs
 from real.training.fae_callback import fae_eval_callback
 from real.training.interrupt import InterruptNote, resume_command
@@ -93,10 +94,25 @@ def on_main_then_share(training_args, fn, what: str):
     return result
 
 
+def _first_sentence(exc: BaseException) -> str:
+    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return re.sub(r"^\[[^\]]*\]\s*", "", detail).split(". ")[0]  # gloo's "[source:line] " and its advice off
+
+
+PEER_GONE = ("closed by peer", "reset by peer", "Broken pipe", "remote worker", "Connection refused")
+
+
+def peer_lost(exc: BaseException) -> bool:
+    """A collective failed because another rank is gone (torch's DistError, or gloo's closed connection)."""
+    import torch.distributed as dist
+
+    kinds = tuple(k for k in (getattr(dist, "DistError", None),) if k is not None)
+    return isinstance(exc, kinds) or any(s in str(exc) for s in PEER_GONE)
+
+
 def peer_lost_message(training_args, what: str, exc: BaseException) -> str:
     """The one line a rank prints when the others did not take part in sharing ``what`` in time."""
-    detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    detail = re.sub(r"^\[[^\]]*\]\s*", "", detail).split(". ")[0]  # gloo's "[source:line] " and its advice off
+    detail = _first_sentence(exc)
     return (f"rank {training_args.process_index} of {training_args.world_size}: gave up waiting for the other "
             f"processes to share {what} (ddp_timeout {training_args.ddp_timeout} s): {detail}; another rank "
             "stopped (see its error) or is stuck; if the main process is only slow, raise --ddp_timeout")
@@ -126,6 +142,10 @@ def plan_run(script_args, training_args, model_args) -> Plan:
     """Paths, flags, data, variant, batch and LoRA targets checked; the run's fingerprint computed."""
     check_model_path(model_args.model_name_or_path)
     check_output_paths(training_args)
+    engine = engines.current_engine()
+    with engines.said_once():
+        engines.check_engine(engine, use_peft=model_args.use_peft, gpu=accelerator_available(),
+                             cpu_bf16=training_args.cpu_bf16)
     checkpoints.check_start_flags(script_args, training_args)
     ds = load_pairs(script_args.dataset_name, script_args.dataset_train_split)
     data_info = check_variant(ds, script_args.variant, script_args.dataset_name)
@@ -133,6 +153,11 @@ def plan_run(script_args, training_args, model_args) -> Plan:
 
     world_size = training_args.world_size
     if training_args.global_batch_size:
+        problem = engines.batch_problem(engine, training_args.global_batch_size,
+                                        training_args.per_device_train_batch_size)
+        if problem and engine.num_processes == world_size:
+            with engines.said_once():
+                raise UserError(problem)
         acc = derive_accumulation(training_args.global_batch_size, training_args.per_device_train_batch_size,
                                   world_size)
         if acc != training_args.gradient_accumulation_steps:
@@ -170,6 +195,8 @@ def build_trainer(script_args, training_args, model_args, *, callbacks: list | N
         "the resume decision")
 
     model = load_model(model_args, training_args)
+    if engines.fsdp_on_cpu(engines.current_engine(), accelerator_available()):
+        logger.info("FSDP on CPU ranks: accelerate's state marked multi-device so that its FSDP plugin applies")
     eos_ids = set_generation_eos(model, tokenizer)
     fae_eval = fae_eval_callback(script_args)  # FAE at each save when the recipe names fae_eval_records
     trainer = SFTTrainer(
@@ -235,7 +262,7 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
         f"real-train: world size {acc.num_processes} (rank {acc.process_index}), per-device batch "
         f"{training_args.per_device_train_batch_size} x accumulation {training_args.gradient_accumulation_steps} "
         f"x {acc.num_processes} processes = global batch {run.global_batch}; {len(trainer.train_dataset)} pairs; "
-        f"variant {script_args.variant}; device {acc.device}"
+        f"variant {script_args.variant}; device {acc.device}; engine {engine_name(acc)}"
     )
     if resume:
         step = json.loads((Path(resume) / "trainer_state.json").read_text()).get("global_step")
@@ -245,6 +272,15 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
         result = trainer.train(resume_from_checkpoint=resume)
     except KeyboardInterrupt:  # (and SIGTERM): end tqdm's bar line so the one-line note starts a line
         print(file=sys.stderr, flush=True)
+        raise
+    except RuntimeError as exc:  # a peer rank died mid-step: its collective fails here
+        if acc.num_processes > 1 and peer_lost(exc):
+            print(file=sys.stderr, flush=True)
+            last = checkpoints.last_complete_checkpoint(training_args.output_dir)
+            kept = f"the last complete checkpoint ({last}) is kept" if last else "no checkpoint was saved yet"
+            raise RunFailure(f"rank {acc.process_index} of {acc.num_processes}: another process of this run stopped "
+                             f"during training ({_first_sentence(exc)}); see its error; {kept}; run the same "
+                             f"command again to resume: {again}") from None
         raise
     set_interrupt_note(f"training finished but saving the final adapter to {training_args.output_dir} was cut "
                        f"short; run again to resume from the last checkpoint: {again}")
@@ -271,6 +307,29 @@ class StageCallback(TrainerCallback):
         set_stage(f"after saving checkpoint-{state.global_step}")
 
 
+def engine_name(accelerator) -> str:
+    """How the ranks share the model: ddp, deepspeed-zero<stage>, fsdp<version>, or single (one process)."""
+    kind = str(accelerator.distributed_type).rsplit(".", 1)[-1]
+    if kind == "DEEPSPEED":
+        return f"deepspeed-zero{accelerator.state.deepspeed_plugin.zero_stage}"
+    if kind == "FSDP":
+        return f"fsdp{accelerator.state.fsdp_plugin.fsdp_version}"
+    return "single" if accelerator.num_processes == 1 else "ddp"
+
+
+def per_rank_memory(trainer) -> list[dict]:
+    """Each rank's parameter / optimizer-state bytes and peak RSS (rank order), measured at the end of training."""
+    import torch.distributed as dist
+
+    mine = dict(rank=trainer.accelerator.process_index,
+                **engines.local_memory(trainer.model, getattr(trainer, "optimizer", None)))
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return [mine]
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return sorted(every, key=lambda m: m["rank"])
+
+
 def save_outputs(run: Run, result, script_args, training_args, model_args) -> dict:
     """The final adapter, metrics, state, tokenizer, resolved config, model card; the fingerprint last."""
     import peft
@@ -283,12 +342,13 @@ def save_outputs(run: Run, result, script_args, training_args, model_args) -> di
     out = Path(training_args.output_dir)
     trainer.save_model(str(out))
     metrics = dict(result.metrics)
+    metrics["per_rank_memory"] = per_rank_memory(trainer)
     metrics.update(train_samples=len(trainer.train_dataset), pairs_in_dataset=data_info["pairs"],
                    pairs_dropped_overlong=data_info.get("dropped_overlong", 0),
                    world_size=trainer.accelerator.num_processes, global_batch_size=run.global_batch)
     if run.resume:
         metrics["resumed_from"] = str(run.resume)
-    trainer.log_metrics("train", metrics)
+    trainer.log_metrics("train", {k: v for k, v in metrics.items() if k != "per_rank_memory"})
     trainer.save_metrics("train", metrics)
     trainer.save_state()
     if trainer.is_world_process_zero():
