@@ -106,8 +106,23 @@ def runs(work, tiny_llama, tmp_path_factory):
     for engine in CONFIGS:
         out = base / engine
         p = _run(_cmd(engine, tiny_llama, work, out))
-        done[engine] = {"out": out, "stdout": p.stdout}
+        done[engine] = {"out": out, "stdout": p.stdout, "stderr": p.stderr}
     return done
+
+
+def test_every_engine_leaves_cleanly_and_a_finished_run_relaunches_cleanly(runs, work, tiny_llama):
+    """Both ranks of every engine say they exited cleanly; relaunching a finished FSDP or ZeRO-3 run (nothing
+    to train) exits 0 on both ranks, where the interpreter's teardown used to abort a rank with
+    "terminate called without an active exception"."""
+    for engine, r in runs.items():
+        for rank in (0, 1):
+            assert f"real-train: rank {rank} of 2: exited cleanly (exit code 0" in r["stderr"], (engine, r["stderr"][-2000:])
+    for engine in ("fsdp", "zero3"):
+        p = _run(_cmd(engine, tiny_llama, work, runs[engine]["out"]))
+        assert "already holds the finished model of this run" in p.stdout
+        assert "terminate called" not in p.stderr, p.stderr[-2000:]
+        for rank in (0, 1):
+            assert f"real-train: rank {rank} of 2: exited cleanly (exit code 0" in p.stderr, p.stderr[-2000:]
 
 
 @pytest.mark.slow
