@@ -4,7 +4,7 @@ The same model directory, the same records, greedy decoding and the same answer 
 sides; then, round by round, how often the two agree on the raw answer text (the strongest
 check), on the parsed label and cited ids, and the metrics side by side. Every difference is
 listed with its claim and round. docs/inspect.md discusses the result
-(benchmarks/results/inspect_crosscheck.json).
+(benchmarks/results/inspect_crosscheck_tuned.json).
 
     python benchmarks/inspect_crosscheck.py --model MODEL_DIR --claims covidCheck_test_composed.json \\
         --corpus corpus.json --work /tmp/crosscheck --limit 30 --rounds 4 --max-new-tokens 64
@@ -90,7 +90,7 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "inspect_crosscheck.json"))
+    ap.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "inspect_crosscheck_tuned.json"))
     ap.add_argument("--compare-only", action="store_true",
                     help="compare the runs already in --work (fae_run/, inspect_run/) without running the model")
     args = ap.parse_args()
