@@ -490,17 +490,24 @@ def metric_intervals(claims: Sequence[Mapping], *, n_resamples: int = 2000, conf
             draws["IS"] = np.where(defined, 1 - acc[:, 1] / a0, np.nan)
             draws["ER"] = np.where(defined, 1 - acc[:, R] / a0, np.nan)
             draws["IO"] = np.where(defined, 1 - acc[:, 1:].mean(axis=1), np.nan)
-    alpha = (1 - confidence_level) / 2
     for key in INTERVAL_METRICS:
-        x = draws.get(key)
-        finite = np.empty(0) if x is None else x[np.isfinite(x)]
-        share = 0.0 if x is None else float(finite.size / x.size)
-        if finite.size == 0 or share < 0.5:
-            out[key] = {"ci_low": None, "ci_high": None, "defined": share}
-        else:
-            lo, hi = np.quantile(finite, [alpha, 1 - alpha])
-            out[key] = {"ci_low": float(lo), "ci_high": float(hi), "defined": share}
+        out[key] = percentile_interval(draws.get(key, []), confidence_level)
     return out
+
+
+def percentile_interval(draws, confidence_level: float = 0.95) -> dict[str, Any]:
+    """The percentile interval of a statistic's bootstrap draws; NaN draws (the statistic undefined in that
+    resample) are left out and ``defined`` is the share kept; below one half there is no interval."""
+    import numpy as np
+
+    x = np.asarray(draws, float)
+    finite = x[np.isfinite(x)]
+    share = float(finite.size / x.size) if x.size else 0.0
+    if finite.size == 0 or share < 0.5:
+        return {"ci_low": None, "ci_high": None, "defined": share}
+    alpha = (1 - confidence_level) / 2
+    lo, hi = np.quantile(finite, [alpha, 1 - alpha])
+    return {"ci_low": float(lo), "ci_high": float(hi), "defined": share}
 
 
 def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[str, Any]:

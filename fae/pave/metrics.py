@@ -45,7 +45,7 @@ import numpy as np
 
 from real_fae_core.hashing import sha256_text
 from real_fae_core.labels import REFUTE, SUPPORT
-from fae.ablation.metrics import same_label
+from fae.ablation.metrics import percentile_interval, same_label
 
 STATES = ("KK", "KU", "UK", "UU")
 STATE_NAMES = {"KK": "Known-Knows", "KU": "Known-Unknows", "UK": "Unknown-Knows", "UU": "Unknown-Unknows"}
@@ -191,18 +191,10 @@ def profile_intervals(states: Sequence[str], gold_evidence_correct: Sequence[flo
         prof = arbitration_profile(states[idx], ge[idx], None if cf is None else [cf[i] for i in idx])
         for k in INTERVAL_KEYS:
             draws[k].append(prof[k])
-    alpha = (1 - confidence_level) / 2
     out = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
            "confidence_level": confidence_level, "seed": seed}
     for k, values in draws.items():
-        x = np.asarray(values, float)
-        finite = x[np.isfinite(x)]
-        share = float(finite.size / x.size) if x.size else 0.0
-        if finite.size == 0 or share < 0.5:
-            out[k] = {"ci_low": None, "ci_high": None, "defined": share}
-        else:
-            lo, hi = np.quantile(finite, [alpha, 1 - alpha])
-            out[k] = {"ci_low": float(lo), "ci_high": float(hi), "defined": share}
+        out[k] = percentile_interval(values, confidence_level)
     return out
 
 
