@@ -228,3 +228,8 @@ def test_metric_intervals_where_the_metrics_break():
     assert none["label_accuracy"] == {"ci_low": 0.0, "ci_high": 0.0, "defined": 1.0}
     assert none["IS"] == {"ci_low": None, "ci_high": None, "defined": 0.0}
     assert M.metric_intervals([], n_resamples=10)["IS"]["ci_low"] is None
+
+
+def test_metric_intervals_do_not_depend_on_the_order_of_the_claims():
+    claims = _random_claims(60, seed=5)
+    assert M.metric_intervals(claims, n_resamples=300) == M.metric_intervals(list(reversed(claims)), n_resamples=300)

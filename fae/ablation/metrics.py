@@ -466,11 +466,12 @@ def metric_intervals(claims: Sequence[Mapping], *, n_resamples: int = 2000, conf
     Each resample draws the population's claims with replacement and computes the metrics exactly as
     :func:`compute_metrics` does (the same per-claim correctness: :func:`same_label`, :func:`cites_gold`;
     IS/ER/IO from its ``a_0..a_R`` through :func:`fae_scores`' formulas). A resample whose ``a_0`` is 0
-    has no IS/ER/IO and is left out of theirs; ``defined`` is the share of resamples that had one.
+    has no IS/ER/IO and is left out of theirs; ``defined`` is the share of resamples that had one. Claims
+    are resampled in id order, so the intervals do not depend on the order of the run's claims.
     """
     import numpy as np
 
-    pop = evidence_claims(claims)
+    pop = sorted(evidence_claims(claims), key=lambda c: str(c["id"]))  # the same draws in any file order
     R = _n_rounds(pop) if pop else 0
     out: dict[str, Any] = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
                            "confidence_level": confidence_level, "seed": seed, "n_claims": len(pop)}

@@ -145,7 +145,10 @@ def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, 
     ge_correct = [pm.correctness_rate(c["answers"], g) for c, g in zip(ge, gold)]
     cf_correct = [pm.correctness_rate(c["answers"], g) if c is not None else None for c, g in zip(cf, gold)]
     profile = pm.arbitration_profile(states, ge_correct, cf_correct)
-    profile["intervals"] = pm.profile_intervals(states, ge_correct, cf_correct, seed=seed)
+    # resampled in claim-id order: the intervals do not depend on the order of the records file
+    order = sorted(range(len(lines)), key=lambda i: str(lines[i]["id"]))
+    profile["intervals"] = pm.profile_intervals([states[i] for i in order], [ge_correct[i] for i in order],
+                                                [cf_correct[i] for i in order], seed=seed)
     profile["n_with_counterfactual"] = int(sum(has_cf))
     profile["gold_evidence_accuracy"] = float(np.mean([pm.correctness_rate(c["answers"], g)
                                                        for c, g in zip(ge, gold)]))
