@@ -76,19 +76,13 @@ def prepare_data(args, work: Path) -> tuple[Path, Path | None]:
     data.mkdir(parents=True, exist_ok=True)
     if args.tiny:
         sys.path.insert(0, str(REPO / "tests"))
-        from helpers import make_record_dict
+        from helpers import toy_training_records
         from tiny_models import build_tiny_model
 
         model = build_tiny_model(data / "tiny-llama", "llama") if not (data / "tiny-llama").is_dir() \
             else data / "tiny-llama"
         args.model = str(model)
-        pool = [{"id": 0, "text": "The vaccine reduces the risk of severe disease.", "doc": "V"},
-                {"id": 2, "text": "Results were consistent across trials.", "doc": "V"},
-                {"id": 5, "text": "Grass is green.", "doc": "G"},
-                {"id": 9, "text": "The study found no significant effect.", "doc": "S"}]
-        recs = [make_record_dict(id=f"t{i}", label="SUPPORT" if i % 2 else "REFUTE", sentences=pool,
-                                 evidence=[[0]] if i % 2 else [[9]], enhanced_evidence=[0, 2] if i % 2 else [2, 9])
-                for i in range(48)]
+        recs = toy_training_records(48)
         train = data / "train.jsonl"
         train.write_text("".join(json.dumps(r) + "\n" for r in recs))
         variant, test = "real", None

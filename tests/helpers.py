@@ -43,6 +43,20 @@ def make_record_dict(**overrides) -> dict:
     return rec
 
 
+TOY_POOL = [{"id": 0, "text": "The vaccine reduces the risk of severe disease.", "doc": "V"},
+            {"id": 2, "text": "Results were consistent across trials.", "doc": "V"},
+            {"id": 5, "text": "Grass is green.", "doc": "G"},
+            {"id": 9, "text": "The study found no significant effect.", "doc": "S"}]
+
+
+def toy_training_records(n: int = 6) -> list[dict]:
+    """``n`` records for the training tests: SUPPORT (gold 0) and REFUTE (gold 9) in turn, enhanced evidence
+    set, so every pair variant can be built from them."""
+    return [make_record_dict(id=f"t{i}", label="SUPPORT" if i % 2 else "REFUTE", sentences=TOY_POOL,
+                             evidence=[[0]] if i % 2 else [[9]], enhanced_evidence=[0, 2] if i % 2 else [2, 9])
+            for i in range(n)]
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1, so parallel `accelerate launch` runs never collide on 29500."""
     with socket.socket() as s:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, make_record_dict
+from helpers import REPO, toy_training_records
 
 from data_prep.cli import main as real_data
 from fae.ablation.checkpoints import COLUMNS, checkpoint_row
@@ -24,13 +24,7 @@ FAE_OPTIONS = ["--limit", "4", "--rounds", "1", "--batch-size", "4", "--max-new-
 
 
 def records(path: Path) -> Path:
-    pool = [{"id": 0, "text": "The vaccine reduces the risk of severe disease.", "doc": "V"},
-            {"id": 2, "text": "Results were consistent across trials.", "doc": "V"},
-            {"id": 5, "text": "Grass is green.", "doc": "G"},
-            {"id": 9, "text": "The study found no significant effect.", "doc": "S"}]
-    recs = [make_record_dict(id=f"t{i}", label="SUPPORT" if i % 2 else "REFUTE", sentences=pool,
-                             evidence=[[0]] if i % 2 else [[9]], enhanced_evidence=[0, 2] if i % 2 else [2, 9])
-            for i in range(6)]
+    recs = toy_training_records(6)
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     return path
 

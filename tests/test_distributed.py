@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import REPO, alive, free_port, make_record_dict, tagged_processes
+from helpers import REPO, alive, free_port, tagged_processes, toy_training_records
 
 from data_prep.cli import main as real_data
 from fae.cli import main as fae
@@ -46,21 +46,11 @@ LOSS_RTOL = 1e-5
 ADAPTER_RTOL = 1e-5
 
 
-def _records() -> list[dict]:
-    pool = [{"id": 0, "text": "The vaccine reduces the risk of severe disease.", "doc": "V"},
-            {"id": 2, "text": "Results were consistent across trials.", "doc": "V"},
-            {"id": 5, "text": "Grass is green.", "doc": "G"},
-            {"id": 9, "text": "The study found no significant effect.", "doc": "S"}]
-    return [make_record_dict(id=f"t{i}", label="SUPPORT" if i % 2 else "REFUTE", sentences=pool,
-                             evidence=[[0]] if i % 2 else [[9]], enhanced_evidence=[0, 2] if i % 2 else [2, 9])
-            for i in range(6)]
-
-
 @pytest.fixture(scope="module")
 def work(tmp_path_factory, tiny_llama):
     d = tmp_path_factory.mktemp("dist")
     recs = d / "train.jsonl"
-    recs.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    recs.write_text("".join(json.dumps(r) + "\n" for r in toy_training_records()))
     assert real_data(["pairs", "--records", str(recs), "--variant", "real", "--output", str(d / "pairs"),
                       "--tokenizer", str(tiny_llama)]) == 0
     return d

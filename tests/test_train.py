@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO, CpuBurner, alive, free_port, make_record_dict, tagged_processes
+from helpers import REPO, CpuBurner, alive, free_port, tagged_processes, toy_training_records
 
 from data_prep.cli import main as real_data
 from real_fae_core.errors import UserError
@@ -40,27 +40,12 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFO
 EOT = {"llama": "<|eot_id|>", "qwen2": "<|im_end|>"}
 
 
-def _records() -> list[dict]:
-    pool = [
-        {"id": 0, "text": "The vaccine reduces the risk of severe disease.", "doc": "V"},
-        {"id": 2, "text": "Results were consistent across trials.", "doc": "V"},
-        {"id": 5, "text": "Grass is green.", "doc": "G"},
-        {"id": 9, "text": "The study found no significant effect.", "doc": "S"},
-    ]
-    recs = []
-    for i in range(6):
-        label = "SUPPORT" if i % 2 else "REFUTE"
-        recs.append(make_record_dict(id=f"t{i}", label=label, sentences=pool, evidence=[[0]] if i % 2 else [[9]],
-                                     enhanced_evidence=[0, 2] if i % 2 else [2, 9]))
-    return recs
-
-
 @pytest.fixture(scope="module")
 def work(tmp_path_factory, tiny_llama, tiny_qwen):
     """Records and pairs datasets shared by every test of this module."""
     d = tmp_path_factory.mktemp("train")
     recs = d / "train.jsonl"
-    recs.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    recs.write_text("".join(json.dumps(r) + "\n" for r in toy_training_records()))
     for variant, tok in (("real", tiny_llama), ("sft", tiny_qwen)):
         assert real_data(["pairs", "--records", str(recs), "--variant", variant, "--output",
                           str(d / f"pairs-{variant}"), "--tokenizer", str(tok)]) == 0
