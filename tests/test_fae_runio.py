@@ -34,15 +34,17 @@ def test_a_corrupt_complete_line_is_an_error_with_file_and_line(tmp_path):
         runio.read_claims(path)
 
 
-def test_merge_orders_by_record_dedups_and_removes_shards(tmp_path):
+def test_merge_orders_by_record_dedups_and_keeps_shards(tmp_path):
     (tmp_path / "claims.jsonl").write_text(json.dumps(line("c")) + "\n")
-    runio.shard_path(tmp_path, 0).write_text(json.dumps(line("a")) + "\n" + json.dumps(line("c")) + "\n")
-    runio.shard_path(tmp_path, 1).write_text(json.dumps(line("b")) + "\n" + json.dumps(line("d"))[:5])
+    for i, text in ((0, json.dumps(line("a")) + "\n" + json.dumps(line("c")) + "\n"),
+                    (1, json.dumps(line("b")) + "\n" + json.dumps(line("d"))[:5])):
+        (tmp_path / "shards" / f"{i}-of-2").mkdir(parents=True)
+        (tmp_path / "shards" / f"{i}-of-2" / "claims.jsonl").write_text(text)
     assert runio.finished_ids(tmp_path) == {"a", "b", "c"}
     merged = runio.merge_claims(tmp_path, ["a", "b", "c", "d"])
     assert [c["id"] for c in merged] == ["a", "b", "c"]
     assert [c["id"] for c in runio.read_claims(tmp_path / "claims.jsonl")] == ["a", "b", "c"]
-    assert not list(tmp_path.glob("claims.rank*"))
+    assert len(runio.shard_claim_files(tmp_path)) == 2  # each shard keeps its own record
     with pytest.raises(UserError, match="not in the records file"):
         runio.merge_claims(tmp_path, ["a", "b"])
 

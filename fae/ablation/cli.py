@@ -6,9 +6,11 @@ keys spelled like the flags, ``-`` or ``_``) < command line. The run directory g
 rerunning the same command resumes), ``config.json``, ``metrics.json``,
 ``report.md`` and ``trajectory.png``.
 
-Under ``accelerate launch`` (or torchrun) the ``hf`` backend splits the claims
-across processes: each appends ``claims.rank{k}.jsonl``; the main process
-merges them into ``claims.jsonl`` in record order.
+A run can be split in shards (:mod:`fae.ablation.shards`): ``--shard I/N`` runs
+shard I of N (any backend, any machine; ``fae merge RUN_DIR`` joins them),
+``--executor ray --shards N`` runs all N as Ray tasks, and under ``accelerate
+launch`` (or torchrun) each process of the ``hf`` backend is a shard, merged by
+the main process at the end.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from fae.ablation import runio
 from fae.ablation.engine import run_ablation
 from fae.ablation.metrics import compute_metrics, nei_exclusion_note, truncation_note
 from fae.ablation.population import fae_claims
-from fae.ablation.options import FaeRunArguments, make_parser, parse_run_args  # noqa: F401 - the whole parser
+from fae.ablation.options import EXECUTORS, FaeRunArguments, make_parser, parse_run_args  # noqa: F401 - the whole parser
 from fae.ablation.report import write_report
+from fae.ablation.shards import merge as merge_shards, parse_shard, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend
 
 
@@ -163,127 +166,196 @@ def build_config(args: argparse.Namespace, backend_cls, decoding: dict,
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    opts = args.options
-    backend_cls = get_backend(opts.backend)
-    rank, world, barrier, dist_device = _dist_state()
-    if world > 1:
-        if backend_cls.name != "hf":
-            raise UserError(f"multi-process runs split claims for the hf backend only, not {backend_cls.name!r}"
-                            " (vllm: --tensor-parallel-size; openai: --concurrency)")
-        args = argparse.Namespace(**{**vars(args), "options": dataclasses.replace(opts, device=dist_device)})
-        opts = args.options
-    check_paths_and_values(opts)
+def read_claim_records(opts: FaeRunArguments, announce: bool = True):
+    """(records FAE asks about, count of NEI-gold records left out): SPEC §1, ``--limit`` applied."""
     try:
         records = load_records(opts.records)
     except RecordError as exc:
         raise UserError(str(exc)) from None
     records, n_nei = fae_claims(records, source=opts.records)  # SPEC §1: no model calls on NEI-gold claims
-    if n_nei and rank == 0:
+    if n_nei and announce:
         print(f"fae run: {nei_exclusion_note(n_nei, opts.records)}", file=sys.stderr)
     if opts.limit:
         records = records[: opts.limit]
     if not records:
         raise UserError(f"{opts.records}: no records")
+    return records, n_nei
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = args.options
+    backend_cls = get_backend(opts.backend)
+    rank, world, barrier, dist_device = _dist_state()
+    shard = parse_shard(opts.shard) if opts.shard else None
+    if opts.executor not in EXECUTORS:
+        raise UserError(f"--executor {opts.executor!r}: choose {' or '.join(EXECUTORS)}")
+    if opts.shards is not None and opts.executor == "local":
+        raise UserError("--shards N goes with --executor ray (one process per shard); "
+                        "to split by hand run each --shard I/N and then `fae merge`")
+    if world > 1:
+        if shard is not None or opts.executor != "local":
+            raise UserError("under accelerate launch each process is a shard already: "
+                            "drop --shard / --executor")
+        if backend_cls.name != "hf":
+            raise UserError(f"multi-process runs split claims for the hf backend only, not {backend_cls.name!r}"
+                            " (vllm: --tensor-parallel-size; openai: --concurrency; any backend: --shard I/N)")
+        args = argparse.Namespace(**{**vars(args), "options": dataclasses.replace(opts, device=dist_device)})
+        opts = args.options
+        shard = (rank, world)
+    check_paths_and_values(opts)
+    records, n_nei = read_claim_records(opts, announce=rank == 0)
     run_dir = Path(opts.output)
-    # The lock comes first: nothing in the directory is read or written without it.
-    with RunLock(run_dir, "fae run", is_dir=True, enabled=rank == 0):
-        return _run_locked(args, backend_cls, records, n_nei, run_dir, rank, world, barrier)
+    if opts.executor == "ray":
+        if shard is not None:
+            raise UserError("--executor ray runs every shard itself: drop --shard")
+        from fae.ablation.ray_executor import run_on_ray
+
+        return run_on_ray(args, backend_cls, records, n_nei, run_dir)
+    if shard is None:
+        # The lock comes first: nothing in the directory is read or written without it.
+        with RunLock(run_dir, "fae run", is_dir=True):
+            return run_whole(args, backend_cls, records, n_nei, run_dir)
+    # Under accelerate the main rank also holds the run directory (it merges); --shard runs
+    # of other machines share the directory and each holds only its shard's.
+    with RunLock(run_dir, "fae run", is_dir=True, enabled=world > 1 and rank == 0):
+        return run_shard(args, backend_cls, records, n_nei, run_dir, shard, world, barrier)
 
 
-def _run_locked(args, backend_cls, records, n_nei: int, run_dir: Path, rank: int, world: int, barrier) -> int:
+def run_config(args, backend_cls, records, n_nei: int) -> tuple[Any, dict]:
+    """(the backend's checked options, config.json of the run)."""
     opts = backend_options(backend_cls, args.options)  # a third-party backend's fields are checked here
-    decoding = backend_cls.decoding_of(opts)
-    claim_ids = [r.id for r in records]
-    config = build_config(args, backend_cls, decoding, claim_ids)
-    if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    barrier()
+    config = build_config(args, backend_cls, backend_cls.decoding_of(opts), [r.id for r in records])
+    config["n_excluded_nei"] = n_nei
+    return opts, config
+
+
+def check_earlier_shards(run_dir: Path, config: dict) -> None:
+    """Shards of the same run count as done; shards of another run in the directory are refused."""
+    for path in runio.shard_claim_files(run_dir):
+        if runio.read_claims(path):
+            runio.check_resume(path.parent, config)
+
+
+def run_whole(args, backend_cls, records, n_nei: int, run_dir: Path) -> int:
+    """One process, one claims.jsonl: resume, ablate what is left, write the run."""
+    opts, config = run_config(args, backend_cls, records, n_nei)
+    run_dir.mkdir(parents=True, exist_ok=True)
     done = runio.finished_ids(run_dir)
     # Only finished claims make a run directory worth protecting: a run that
     # failed before its first claim (a typo in --model) may be restarted freely.
     if done:
         runio.check_resume(run_dir, config)
-    if rank == 0:
-        runio.remove_derived(run_dir)  # they describe an earlier state; rewritten at the end
-        runio.write_json_atomic(run_dir / runio.CONFIG, config)
-    barrier()
-
-    mine = [r for r in records[rank::world] if r.id not in done]
-    out_path = run_dir / runio.CLAIMS if world == 1 else runio.shard_path(run_dir, rank)
-    started = time.time()
-    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0}
-    backend = None
-    error = None
-    if mine:
-        tag = f"[rank {rank}/{world}] " if world > 1 else ""
-        print(f"fae run: {tag}{len(mine)} claims to do ({len(done)} already in {run_dir})", file=sys.stderr)
-        backend = open_backend(backend_cls, opts)
-        kept = [len(done)]
-
-        def note() -> None:
-            set_interrupt_note(f"{kept[0]} of {len(records)} claims kept in {run_dir}; "
-                               f"resume with: {config['command']}")
-
-        note()
-        stopped = "stopped by an unexpected error"
-        try:
-            with runio.ClaimWriter(out_path) as writer:
-                def write(claims: list[dict]) -> None:
-                    writer(claims)
-                    kept[0] += len(claims)
-                    stats["claims"] = kept[0] - len(done)
-                    note()
-
-                chunk_size = args.options.chunk_size
-                if chunk_size is None:
-                    chunk_size = backend_cls.default_chunk_size(opts)
-                stats = run_ablation(mine, backend, args.options.rounds, write, chunk_size=chunk_size,
-                                     progress=args.options.progress and rank == 0, desc=tag)
-            stopped = None
-        except BackendError as exc:
-            error = exc
-            stopped = scrub(str(exc))  # an error body may echo the key
-        except KeyboardInterrupt as exc:
-            stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
-            # Count from disk: the signal may land between a write and its count.
-            kept[0] = len(runio.finished_ids(run_dir))
-            ours = [c for c in runio.read_claims(out_path) if str(c["id"]) not in done]
-            stats["claims"] = len(ours)
-            stats["model_calls"] = sum(not rd.get("reused") for c in ours for rd in c["rounds"])
-            stats["reused_calls"] = sum(bool(rd.get("reused")) for c in ours for rd in c["rounds"])
-            note()
-            raise
-        finally:
-            backend.close()
-            runio.append_run_log(run_dir, {
-                "rank": rank, "world": world, "started": started, "seconds": round(time.time() - started, 3),
-                **{k: v for k, v in stats.items()}, "backend_stats": dict(backend.stats),
-                "error": stopped,
-            })
-        set_interrupt_note(None)
-    if error is not None:
-        raise RunFailure(f"{error}. Finished claims are saved in {out_path}; rerun the same command to resume")
-    barrier()
-    if rank != 0:
-        barrier()  # the main process merges and writes the run; no rank leaves before it is done
-        return 0
-    _write_run(args, run_dir, claim_ids, records, n_nei)
-    barrier()
+        check_earlier_shards(run_dir, config)
+    runio.remove_derived(run_dir)  # they describe an earlier state; rewritten at the end
+    runio.write_json_atomic(run_dir / runio.CONFIG, config)
+    todo = [r for r in records if r.id not in done]
+    ablate_into(args, backend_cls, opts, config, todo, run_dir, run_dir, total=len(records), done=len(done))
+    claims = runio.merge_claims(run_dir, config["claim_ids"])
+    write_results(run_dir, claims, config)
     return 0
 
 
-def _write_run(args, run_dir: Path, claim_ids, records, n_nei: int) -> None:
-    """The main process: every rank's claims merged in record order, the metrics and the report."""
-    claims = runio.merge_claims(run_dir, claim_ids)
-    if len(claims) != len(records):
-        raise UserError(f"{run_dir}: {len(records) - len(claims)} claims missing after the run; rerun to resume")
+def run_shard(args, backend_cls, records, n_nei: int, run_dir: Path, shard: tuple[int, int], world: int,
+              barrier) -> int:
+    """Shard I of N: its claims of the deal into shards/I-of-N/; under accelerate the main rank then merges."""
+    i, n = shard
+    opts, config = run_config(args, backend_cls, records, n_nei)
+    config["shard"] = shard_section(records, i, n)
+    sdir = shard_dir(run_dir, i, n)
+    with RunLock(sdir, f"fae run --shard {i}/{n}", is_dir=True):
+        done = runio.finished_ids_in(sdir / runio.CLAIMS)
+        if done:
+            runio.check_resume(sdir, config)
+        top = runio.finished_ids_in(run_dir / runio.CLAIMS)
+        if top:  # an earlier single-process pass of the same run: its claims count as done
+            runio.check_resume(run_dir, config)
+        runio.write_json_atomic(sdir / runio.CONFIG, config)
+        mine = set(config["shard"]["claim_ids"])
+        todo = [r for r in records if r.id in mine and r.id not in done and r.id not in top]
+        tag = f"[shard {i}/{n}] "
+        ablate_into(args, backend_cls, opts, config, todo, run_dir, sdir, total=len(mine),
+                    done=len(mine) - len(todo), tag=tag, progress=world == 1 or i == 0)
+    if world == 1:
+        print(f"fae run: {tag}complete ({len(mine)} claims in {sdir}); when all {n} shards are: "
+              f"fae merge {run_dir}", file=sys.stderr)
+        return 0
+    barrier()
+    if i == 0:
+        merged, claims = merge_shards(run_dir, count=n, command=config["command"])
+        write_results(run_dir, claims, merged)
+    barrier()  # no rank leaves before the main one has written the run
+    return 0
+
+
+def ablate_into(args, backend_cls, opts, config: dict, todo: list, run_dir: Path, out_dir: Path, *,
+                total: int, done: int, tag: str = "", progress: bool = True) -> None:
+    """Ablate ``todo``, appending each finished claim to ``out_dir``/claims.jsonl; one runs.jsonl entry there."""
+    if not todo:
+        return
+    out_path = out_dir / runio.CLAIMS
+    print(f"fae run: {tag}{len(todo)} claims to do ({done} already in {run_dir})", file=sys.stderr)
+    before = runio.finished_ids_in(out_path)
+    backend = open_backend(backend_cls, opts)
+    kept = [done]
+    started = time.time()
+    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0}
+
+    def note() -> None:
+        set_interrupt_note(f"{kept[0]} of {total} claims kept in {out_dir}; resume with: {config['command']}")
+
+    note()
+    stopped = "stopped by an unexpected error"
+    error = None
+    try:
+        with runio.ClaimWriter(out_path) as writer:
+            def write(claims: list[dict]) -> None:
+                writer(claims)
+                kept[0] += len(claims)
+                stats["claims"] = kept[0] - done
+                note()
+
+            chunk_size = args.options.chunk_size
+            if chunk_size is None:
+                chunk_size = backend_cls.default_chunk_size(opts)
+            stats = run_ablation(todo, backend, args.options.rounds, write, chunk_size=chunk_size,
+                                 progress=args.options.progress and progress, desc=tag)
+        stopped = None
+    except BackendError as exc:
+        error = exc
+        stopped = scrub(str(exc))  # an error body may echo the key
+    except KeyboardInterrupt as exc:
+        stopped = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+        # Count from disk: the signal may land between a write and its count.
+        ours = [c for c in runio.read_claims(out_path) if str(c["id"]) not in before]
+        kept[0] = done + len(ours)
+        stats["claims"] = len(ours)
+        stats["model_calls"] = sum(not rd.get("reused") for c in ours for rd in c["rounds"])
+        stats["reused_calls"] = sum(bool(rd.get("reused")) for c in ours for rd in c["rounds"])
+        note()
+        raise
+    finally:
+        backend.close()
+        runio.append_run_log(out_dir, {
+            "shard": tag.strip("[] ") or None, "started": started, "seconds": round(time.time() - started, 3),
+            **{k: v for k, v in stats.items()}, "backend_stats": dict(backend.stats), "error": stopped,
+        })
+    if error is not None:
+        raise RunFailure(f"{error}. Finished claims are saved in {out_path}; rerun the same command to resume")
+    set_interrupt_note(None)
+
+
+def write_results(run_dir: Path, claims: list[dict], config: dict) -> None:
+    """metrics.json (stamped with the claims it was computed from), report.md and trajectory.png."""
+    if len(claims) != len(config["claim_ids"]):
+        raise UserError(f"{run_dir}: {len(config['claim_ids']) - len(claims)} claims missing after the run; "
+                        "rerun to resume")
+    n_nei = int(config.get("n_excluded_nei") or 0)
     metrics = runio.stamp_metrics(compute_metrics(claims, n_excluded_nei=n_nei), run_dir / runio.CLAIMS, len(claims))
     runio.write_json_atomic(run_dir / runio.METRICS, metrics)
     write_report([run_dir], run_dir)
     print(json.dumps({k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
                                                "IS", "ER", "IO", "model_calls", "reused_calls")}))
-    note = truncation_note(metrics, args.options.max_new_tokens)
+    note = truncation_note(metrics, (config.get("settings") or {}).get("max_new_tokens"))
     if note:
         print(f"fae run: warning: {note}", file=sys.stderr)
     print(f"fae run: wrote {run_dir}/claims.jsonl, metrics.json, report.md, trajectory.png", file=sys.stderr)

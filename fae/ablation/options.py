@@ -27,6 +27,7 @@ from fae.backends.openai_backend import OpenAIOptions
 from fae.backends.vllm_backend import VLLMOptions
 
 REQUIRED = ("records", "output", "model")
+EXECUTORS = ("local", "ray")
 DESCRIPTION = ("multi-round evidence ablation of a verifier (SPEC §6). Options come from the flags below and "
                "from a YAML file (--config): defaults < YAML < command line.")
 
@@ -45,6 +46,16 @@ class RunFields:
         "help": "claims in flight at once; each finished claim is written at once (None: one backend batch: "
                 "--batch-size for hf, --concurrency for openai, 256 for vllm)", "min": 1})
     progress: bool = field(default=True, metadata={"help": "progress bars; --no-progress turns them off"})
+    shard: str | None = field(default=None, metadata={
+        "help": "run only shard I of N (0-based, e.g. 0/4) into RUN_DIR/shards/I-of-N; the same prompt-length-"
+                "balanced deal on every machine; `fae merge RUN_DIR` joins the shards", "metavar": "I/N"})
+    executor: str = field(default="local", metadata={
+        "help": "local (this process) or ray (--shards N Ray tasks on the cluster at RAY_ADDRESS, or a local "
+                "Ray; pip install 'real-fae[ray]')"})
+    shards: int | None = field(default=None, metadata={
+        "help": "--executor ray: number of shards (Ray tasks)", "metavar": "N", "min": 1})
+    ray_gpus_per_shard: float = field(default=0.0, metadata={
+        "help": "--executor ray: GPUs each shard's task asks Ray for (0: CPU only)", "min": 0})
 
 
 @dataclass

@@ -9,9 +9,10 @@ without its final newline, which the next run cuts away (:func:`read_claims`
 with ``repair=True``). Finished ids are skipped on resume, so a run killed at
 any moment ends with every claim exactly once.
 
-Under ``accelerate launch`` each process appends to ``claims.rank{k}.jsonl``
-and the main process merges every shard into ``claims.jsonl`` in record order
-(:func:`merge_claims`).
+A run split in shards (``--shard I/N``, ``accelerate launch``, ``--executor ray``)
+appends each shard's claims to ``shards/I-of-N/claims.jsonl``;
+:func:`merge_claims` writes them into ``claims.jsonl`` in record order
+(:mod:`fae.ablation.shards` checks the shards first).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ CLAIMS = "claims.jsonl"
 CONFIG = "config.json"
 METRICS = "metrics.json"
 RUNS_LOG = "runs.jsonl"
+SHARDS_DIR = "shards"  # shards/I-of-N/: one shard's config.json, claims.jsonl, runs.jsonl
 # Files computed from claims.jsonl: removed when a run starts, rewritten at its end.
 DERIVED = (METRICS, "report.md", "trajectory.png")
 # Settings that change the answers: resuming under different ones would mix two runs.
@@ -41,15 +43,16 @@ _ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_m
 _VERSION_PACKAGES = ("real-fae", "torch", "transformers", "peft", "accelerate", "openai", "vllm")
 
 
-def shard_path(run_dir: str | os.PathLike, rank: int) -> Path:
-    return Path(run_dir) / f"claims.rank{rank}.jsonl"
+def shard_claim_files(run_dir: str | os.PathLike) -> list[Path]:
+    """Every shard's claims.jsonl (``shards/I-of-N/claims.jsonl``), existing ones only."""
+    root = Path(run_dir) / SHARDS_DIR
+    return sorted(p for p in root.glob("*-of-*/" + CLAIMS) if p.is_file()) if root.is_dir() else []
 
 
 def claim_files(run_dir: str | os.PathLike) -> list[Path]:
-    """claims.jsonl and every shard, existing ones only."""
-    run_dir = Path(run_dir)
-    files = [run_dir / CLAIMS] + sorted(run_dir.glob("claims.rank*.jsonl"))
-    return [f for f in files if f.is_file()]
+    """claims.jsonl and every shard's claims, existing ones only."""
+    top = Path(run_dir) / CLAIMS
+    return ([top] if top.is_file() else []) + shard_claim_files(run_dir)
 
 
 def read_claims(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
@@ -67,6 +70,11 @@ def read_claims(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
             raise UserError(f"{path}:{lineno}: not a claim line (needs 'id' and 'rounds')")
         out.append(obj)
     return out
+
+
+def finished_ids_in(path: str | os.PathLike) -> set[str]:
+    """Ids of the claims already written to one claims file (none if it is missing)."""
+    return {str(c["id"]) for c in read_claims(path)}
 
 
 def finished_ids(run_dir: str | os.PathLike) -> set[str]:
@@ -99,13 +107,15 @@ class ClaimWriter:
         self.close()
 
 
-def merge_claims(run_dir: str | os.PathLike, record_ids: Sequence[str]) -> list[dict]:
-    """Rewrite claims.jsonl from itself and every shard: record order, each id once.
+def merge_claims(run_dir: str | os.PathLike, record_ids: Sequence[str],
+                 files: Sequence[Path] | None = None) -> list[dict]:
+    """Rewrite claims.jsonl from itself and ``files`` (default: every shard's claims): record order, each id once.
 
-    Shards are deleted after the atomic replace. Returns the merged claims.
+    Shard files stay (each shard's own record, and what a rerun of a shard resumes from).
+    Returns the merged claims.
     """
     run_dir = Path(run_dir)
-    files = claim_files(run_dir)
+    files = [run_dir / CLAIMS, *(shard_claim_files(run_dir) if files is None else files)]
     by_id: dict[str, dict] = {}
     for f in files:
         for c in read_claims(f):
@@ -118,9 +128,6 @@ def merge_claims(run_dir: str | os.PathLike, record_ids: Sequence[str]) -> list[
         )
     merged = sorted(by_id.values(), key=lambda c: order[str(c["id"])])
     atomic_write_text(run_dir / CLAIMS, "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in merged))
-    for f in files:
-        if f.name != CLAIMS:
-            f.unlink()
     return merged
 
 
@@ -290,10 +297,9 @@ def load_run(run_dir: str | os.PathLike) -> RunData:
         raise UserError(f"{cpath}: no claim set ('claim_ids'); written by an older `fae run`? "
                         "Rerun it into a fresh --output")
     data = RunData(run_dir, config, [], None, "", {})
-    shards = [f for f in claim_files(run_dir) if f.name != CLAIMS]
-    if shards:
-        raise UserError(f"{run_dir}: unfinished run ({shards[0].name} not merged yet); "
-                        f"{data.resume_hint} to finish it")
+    if "shard" in config:
+        raise UserError(f"{run_dir}: one shard of a run, not the run; `fae merge` its run directory "
+                        f"({run_dir.parent.parent}) when every shard is done")
     by_id: dict[str, dict] = {}
     lineno = 0
     if claims_path.is_file():
@@ -313,8 +319,10 @@ def load_run(run_dir: str | os.PathLike) -> RunData:
                         f"(e.g. {extra[0]!r}); the directory mixes runs, use a fresh --output")
     missing = [i for i in map(str, ids) if i not in by_id]
     if missing:
+        hint = (f"`fae merge {run_dir}` once every shard is done" if shard_claim_files(run_dir)
+                else data.resume_hint + " to finish it")
         raise UserError(f"{run_dir}: unfinished run ({len(missing)} of {len(ids)} claims missing, "
-                        f"e.g. {missing[0]!r}); {data.resume_hint} to finish it")
+                        f"e.g. {missing[0]!r}); {hint}")
     data.claims = [by_id[str(i)] for i in ids]
     mpath = run_dir / METRICS
     if mpath.is_file():
