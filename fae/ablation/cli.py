@@ -243,9 +243,9 @@ def run_whole(args, backend_cls, records, n_nei: int, run_dir: Path) -> int:
     done = runio.finished_ids(run_dir)
     # Only finished claims make a run directory worth protecting: a run that
     # failed before its first claim (a typo in --model) may be restarted freely.
-    if done:
+    if runio.finished_ids_in(run_dir / runio.CLAIMS):
         runio.check_resume(run_dir, config)
-        check_earlier_shards(run_dir, config)
+    check_earlier_shards(run_dir, config)
     runio.remove_derived(run_dir)  # they describe an earlier state; rewritten at the end
     runio.write_json_atomic(run_dir / runio.CONFIG, config)
     todo = [r for r in records if r.id not in done]
