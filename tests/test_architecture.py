@@ -135,8 +135,8 @@ def import_cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
 # Third-party packages that take seconds to import (or are optional): a command's --help must not wait for them.
 HEAVY = frozenset({"torch", "transformers", "vllm", "trl", "peft", "accelerate", "datasets", "deepspeed",
                    "matplotlib", "scipy", "openai", "safetensors", "huggingface_hub", "tokenizers", "pandas",
-                   "inspect_ai"})
-OPTIONAL = frozenset({"vllm", "inspect_ai"})  # extras: a module importing one at top level must be imported only when used
+                   "inspect_ai", "ray"})
+OPTIONAL = frozenset({"vllm", "inspect_ai", "ray"})  # extras: a module importing one at top level must be imported only when used
 
 
 def heavy_at_import() -> dict[str, set[str]]:

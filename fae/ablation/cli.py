@@ -208,9 +208,14 @@ def run(args: argparse.Namespace) -> int:
     if opts.executor == "ray":
         if shard is not None:
             raise UserError("--executor ray runs every shard itself: drop --shard")
-        from fae.ablation.ray_executor import run_on_ray
-
-        return run_on_ray(args, backend_cls, records, n_nei, run_dir)
+        if opts.shards is None:
+            raise UserError("--executor ray needs --shards N (the number of Ray tasks)")
+        try:
+            from fae.ablation.ray_executor import run_on_ray
+        except ImportError:
+            raise UserError("--executor ray needs Ray: pip install 'real-fae[ray]'") from None
+        backend_opts, config = run_config(args, backend_cls, records, n_nei)
+        return run_on_ray(opts, backend_cls, backend_opts, config, records, run_dir, write_results)
     if shard is None:
         # The lock comes first: nothing in the directory is read or written without it.
         with RunLock(run_dir, "fae run", is_dir=True):
