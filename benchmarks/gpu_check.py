@@ -23,7 +23,12 @@ and each under its own time budget (the whole run under ``--time-limit``):
 4. ``eval_hf`` / ``eval_vllm``: ``fae run`` (R = 4, batch 32) on an 8B-shaped
    random Llama, 64 claims, prompts of ~1k tokens: prefill tokens/s and
    utilisation; vLLM only where it imports.
-5. ``probes``: ``fae probe`` (DirK) on the demo's runs on CUDA and on CPU (fp32
+5. ``shards``: the same evaluation as two shards (``fae run --shard 0/2`` and
+   ``1/2``, one after the other on the one GPU, then ``fae merge``) with vLLM on
+   a GPU (hf in the dry run): the merged claims against the one-process run of
+   step 4 (rounds equal, or the share that differs: vLLM batches are not
+   batch-invariant), and each shard's wall time.
+6. ``probes``: ``fae probe`` (DirK) on the demo's runs on CUDA and on CPU (fp32
    both): per-round means agree within 1e-3.
 
 ``--dry-run`` runs the same steps on CPU with everything scaled down (tiny
@@ -37,6 +42,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import socket
@@ -99,7 +105,7 @@ class Scale:
     budgets: dict = field(default_factory=lambda: {
         "environment": 60, "train_single_gpu": 150, "train_zero2": 120, "train_zero3": 120,
         "demo": 200,
-        "eval_hf": 200, "eval_vllm": 150, "probes": 90,
+        "eval_hf": 200, "eval_vllm": 150, "shards": 200, "probes": 90,
     })
 
 
@@ -109,7 +115,7 @@ DRY = Scale(train_shape="tiny", train_steps=2, train_batch=2, eval_shape="tiny",
             # generous: CI machines are slow and shared; the dry run proves code paths, not speed
             budgets={"environment": 120, "train_single_gpu": 360, "train_zero2": 60, "train_zero3": 60,
                      "demo": 480,
-                     "eval_hf": 240, "eval_vllm": 60, "probes": 240})
+                     "eval_hf": 240, "eval_vllm": 60, "shards": 240, "probes": 240})
 
 
 class Skip(Exception):
@@ -557,7 +563,44 @@ class GpuCheck:
                               f"expected {s.eval_claims} x {s.rounds}", details)
         return details
 
-    # -- 5. probes ------------------------------------------------------------
+    # -- 5. shards -------------------------------------------------------------
+    def shards(self) -> dict:
+        """Step 4's evaluation as 2 shards + ``fae merge``, compared with its one-process run."""
+        backend = "vllm" if self.cache.get("eval_vllm_ran") else "hf"
+        one = self.work / f"eval-{backend}"
+        if not (one / "claims.jsonl").is_file():
+            raise Skip(f"needs step 4's {backend} run, which did not finish")
+        s = self.scale
+        config = json.loads((one / "config.json").read_text())
+        argv = shlex.split(config["command"])[2:]  # "fae run ...": the one-process run's own options
+        out = self.work / f"eval-{backend}-shards"
+        shutil.rmtree(out, ignore_errors=True)
+        argv[argv.index("--output") + 1] = str(out)
+        walls = []
+        for i in range(2):
+            t0 = time.time()
+            self.sh([sys.executable, "-m", "fae.cli", "run", *argv, "--shard", f"{i}/2"], f"fae-shard{i}-{backend}")
+            walls.append(round(time.time() - t0, 2))
+        self.sh([sys.executable, "-m", "fae.cli", "merge", out], f"fae-merge-{backend}")
+        got = [json.loads(x) for x in (out / "claims.jsonl").read_text().splitlines()]
+        want = [json.loads(x) for x in (one / "claims.jsonl").read_text().splitlines()]
+        pairs = [(rg, rw) for cg, cw in zip(got, want) for rg, rw in zip(cg["rounds"], cw["rounds"])]
+        differ = sum(rg["raw_output"] != rw["raw_output"] or rg["pool_ids"] != rw["pool_ids"] for rg, rw in pairs)
+        shard_claims = [len(json.loads((out / "shards" / f"{i}-of-2" / "config.json").read_text())["shard"]
+                            ["claim_ids"]) for i in range(2)]
+        details = {"backend": backend, "claims": len(got), "claims_per_shard": shard_claims,
+                   "shard_wall_s": walls, "same_claim_order": [c["id"] for c in got] == [c["id"] for c in want],
+                   "rounds_compared": len(pairs), "rounds_differing": differ,
+                   "rounds_equal_share": round(1 - differ / len(pairs), 4) if pairs else None}
+        if len(got) != s.eval_claims or not details["same_claim_order"]:
+            raise CheckFailed(f"the merged run has {len(got)} claims (expected {s.eval_claims} in record order)",
+                              details)
+        if backend == "hf" and differ:
+            raise CheckFailed(f"{differ} rounds differ between 2 shards and one process (hf is deterministic)",
+                              details)
+        return details
+
+    # -- 6. probes ------------------------------------------------------------
     def probes(self) -> dict:
         if "demo" not in self.cache:
             raise Skip("needs the demo step's runs, which it did not produce")
@@ -604,7 +647,9 @@ class GpuCheck:
         self.step("train_zero3", lambda: self.train("train_zero3", "deepspeed_zero3.yaml"))
         self.step("demo", self.demo)
         self.step("eval_hf", lambda: self.evaluate("hf"))
-        self.step("eval_vllm", lambda: self.evaluate("vllm"))
+        vllm = self.step("eval_vllm", lambda: self.evaluate("vllm"))
+        self.cache["eval_vllm_ran"] = vllm["status"] == "passed"
+        self.step("shards", self.shards)
         self.step("probes", self.probes)
         result = {
             "format": FORMAT, "mode": "dry-run" if self.dry else "full", "started": started,
@@ -649,6 +694,9 @@ def summarize(name: str, rec: dict) -> str:
                     else f"not compared ({c.get('reason')})")
         if name.startswith("eval") and "prefill" in d:
             return f"prefill {_fmt(d['prefill']['tokens_per_s'], '.0f')} tok/s, MFU {_fmt(d['mfu'])}"
+        if name == "shards" and "rounds_equal_share" in d:
+            return (f"{d['backend']}: 2 shards merged, {d['rounds_equal_share']:.1%} of rounds as one process, "
+                    f"shards {d['shard_wall_s']} s")
         if name == "probes" and d.get("variants"):
             diffs = [v["cuda_vs_cpu"]["max_abs_diff"] for v in d["variants"].values() if "cuda_vs_cpu" in v]
             return f"max |DirK cuda - cpu| {_fmt(max(diffs))}" if diffs else "CPU probes only"

@@ -28,7 +28,8 @@ def _load():
 
 
 gc = _load()
-STEPS = ["environment", "train_single_gpu", "train_zero2", "train_zero3", "demo", "eval_hf", "eval_vllm", "probes"]
+STEPS = ["environment", "train_single_gpu", "train_zero2", "train_zero3", "demo", "eval_hf", "eval_vllm", "shards",
+         "probes"]
 
 
 def test_peak_table_matches_gpu_names():
@@ -163,7 +164,7 @@ def test_dry_run_end_to_end(tmp_path, shared_data):
         assert s["seconds"] >= 0 and s["budget_s"] > 0
     # on CPU: the CPU-able parts pass, the GPU-only parts are skipped with their reason
     assert {n for n, s in steps.items() if s["status"] == "passed"} == {
-        "environment", "train_single_gpu", "demo", "eval_hf"}
+        "environment", "train_single_gpu", "demo", "eval_hf", "shards"}
     assert "CUDA" in steps["train_zero2"]["reason"] and "CUDA" in steps["eval_vllm"]["reason"]
     assert "CUDA" in steps["train_zero3"]["reason"] and "tests/test_distributed.py" in steps["train_zero3"]["reason"]
     env = steps["environment"]["details"]
@@ -183,6 +184,10 @@ def test_dry_run_end_to_end(tmp_path, shared_data):
     ev = steps["eval_hf"]["details"]
     assert ev["claims"] == 8 and ev["rounds"] == 4 and ev["mean_prompt_tokens"] >= 256
     assert ev["prefill"]["tokens"] > 0 and ev["prefill"]["tokens_per_s"] > 0
+
+    sh = steps["shards"]["details"]  # the 2-shard pass (vLLM on a GPU) runs with hf on CPU
+    assert sh["backend"] == "hf" and sh["claims"] == 8 and sum(sh["claims_per_shard"]) == 8
+    assert sh["same_claim_order"] and sh["rounds_differing"] == 0 and sh["rounds_compared"] >= 8
 
     probes = steps["probes"]["details"]["variants"]
     for v in ("sft", "real"):
