@@ -57,10 +57,27 @@ def claims(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "claims.jsonl").read_text().splitlines()]
 
 
+SOFT = ("label_probs", "label_logprobs")
+
+
+def answers(c: dict) -> dict:
+    """A claim without its soft-FAE probabilities: what the rounds say (pools, answers, labels, citations)."""
+    return {**c, "rounds": [{k: v for k, v in r.items() if k not in SOFT} for r in c["rounds"]]}
+
+
 def compare(got: Path, want: Path) -> dict:
+    """Rounds equal to the one-process run's (answers exactly; label probabilities: their largest difference).
+
+    Another split into batches pads prompts differently (hf), which moves teacher-forced
+    probabilities in the 7th digit but not the greedy answers.
+    """
     a, b = claims(got), claims(want)
-    same = sum(x == y for x, y in zip(a, b))
-    return {"claims": len(a), "claims_equal_to_one_process": same, "share_equal": round(same / len(b), 4),
+    same = sum(answers(x) == answers(y) for x, y in zip(a, b))
+    diffs = [abs(rx[key][lab] - ry[key][lab]) for x, y in zip(a, b) for rx, ry in zip(x["rounds"], y["rounds"])
+             for key in SOFT if key in rx and key in ry for lab in rx[key]]
+    return {"claims": len(a), "claims_with_equal_rounds": same, "share_equal": round(same / len(b), 4),
+            "bitwise_equal_claims": sum(x == y for x, y in zip(a, b)),
+            "label_prob_max_abs_diff": max(diffs, default=None),
             "same_order": [c["id"] for c in a] == [c["id"] for c in b]}
 
 
@@ -86,7 +103,7 @@ def paths(base: list[str], work: Path, name: str) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--claims", type=int, default=40)
+    p.add_argument("--claims", type=int, default=60, help="records read (NEI-gold ones are left out by FAE)")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--records", help="claim records (default: Check-COVID test claims of tests/data)")
     p.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "scale_cpu.json"))
@@ -101,8 +118,7 @@ def main(argv=None) -> int:
         records = Path(args.records) if args.records else write_checkcovid(REPO / "tests" / "data",
                                                                             work / "cc.jsonl", n=args.claims)
         model = noisy_llama(build_tiny_model, work)
-        common = ["--records", str(records), "--rounds", str(args.rounds), "--limit", str(args.claims),
-                  "--no-progress"]
+        common = ["--records", str(records), "--rounds", str(args.rounds), "--no-progress"]
         result: dict = {"claims": args.claims, "rounds": args.rounds,
                         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
         hf = ["--model", str(model), "--batch-size", "4", "--max-new-tokens", "24", *common]
@@ -118,7 +134,7 @@ def main(argv=None) -> int:
             server.wait(timeout=30)
         if FLEET.is_file():
             result["fleet"] = json.loads(FLEET.read_text())
-        ok = all(r["share_equal"] == 1.0 and r["same_order"]
+        ok = all(r["share_equal"] == 1.0 and r["same_order"] and (r["label_prob_max_abs_diff"] or 0) < 1e-4
                  for backend in ("hf_tiny_llama", "openai_test_server")
                  for k, r in result[backend].items() if k != "one_process")
         result["all_paths_equal_one_process"] = ok
