@@ -67,6 +67,8 @@ def test_ray_shards_equal_one_process_and_a_killed_worker_is_rerun(records, serv
     while not (part.exists() and part.read_text().count("\n") >= 2):
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:]
         time.sleep(0.05)
+    rival = fae(records, out, server_url, "--shard", "1/2")  # a second writer of a shard the driver writes
+    assert rival.returncode == 2 and "1-of-2 is in use by fae run --executor ray" in rival.stderr, rival.stderr
     killed = worker_pids()
     assert killed, "no Ray worker running a shard"
     for pid in killed:

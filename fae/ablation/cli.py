@@ -349,7 +349,7 @@ def ablate_into(args, backend_cls, opts, config: dict, todo: list, run_dir: Path
     set_interrupt_note(None)
 
 
-def write_results(run_dir: Path, claims: list[dict], config: dict) -> None:
+def write_results(run_dir: Path, claims: list[dict], config: dict, prog: str = "fae run") -> None:
     """metrics.json (stamped with the claims it was computed from), report.md and trajectory.png."""
     if len(claims) != len(config["claim_ids"]):
         raise UserError(f"{run_dir}: {len(config['claim_ids']) - len(claims)} claims missing after the run; "
@@ -362,5 +362,5 @@ def write_results(run_dir: Path, claims: list[dict], config: dict) -> None:
                                                "IS", "ER", "IO", "model_calls", "reused_calls")}))
     note = truncation_note(metrics, (config.get("settings") or {}).get("max_new_tokens"))
     if note:
-        print(f"fae run: warning: {note}", file=sys.stderr)
-    print(f"fae run: wrote {run_dir}/claims.jsonl, metrics.json, report.md, trajectory.png", file=sys.stderr)
+        print(f"{prog}: warning: {note}", file=sys.stderr)
+    print(f"{prog}: wrote {run_dir}/claims.jsonl, metrics.json, report.md, trajectory.png", file=sys.stderr)

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     command = shlex.join(["fae", "merge", *sys.argv[2:]]) if sys.argv[1:2] == ["merge"] else f"fae merge {run_dir}"
     with RunLock(run_dir, "fae merge", is_dir=True):
         config, claims = merge(run_dir, count=args.shards, command=command)
-        write_results(run_dir, claims, config)
+        write_results(run_dir, claims, config, prog="fae merge")
     print(f"fae merge: {config['shards']['count']} shards, {len(claims)} claims -> {run_dir}/claims.jsonl",
           file=sys.stderr)
     return 0

@@ -19,6 +19,7 @@ variable); nothing secret travels in a task's arguments.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import queue
@@ -115,10 +116,12 @@ def run_on_ray(opts, backend_cls, backend_opts, config: dict, records, run_dir: 
     n = opts.shards
     if n is None:
         raise UserError("--executor ray needs --shards N (the number of Ray tasks)")
-    with RunLock(run_dir, "fae run --executor ray", is_dir=True):
+    with RunLock(run_dir, "fae run --executor ray", is_dir=True), contextlib.ExitStack() as locks:
         shards = []
         for i in range(n):
             sdir = shard_dir(run_dir, i, n)
+            # the driver writes every shard: no `fae run --shard` may write one meanwhile
+            locks.enter_context(RunLock(sdir, f"fae run --executor ray (shard {i}/{n})", is_dir=True))
             cfg = {**config, "shard": shard_section(records, i, n), "executor": "ray"}
             if runio.finished_ids_in(sdir / runio.CLAIMS):
                 runio.check_resume(sdir, cfg)
