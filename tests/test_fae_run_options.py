@@ -1,3 +1,4 @@
+import re
 """`fae run` options: the FaeRunArguments dataclass parsed like training's recipes (defaults < YAML < CLI)."""
 
 from pathlib import Path
@@ -150,3 +151,23 @@ def test_config_json_stores_the_command_and_every_resolved_option(tmp_path):
     assert sorted(cfg["settings"]) == sorted(SETTINGS_KEYS)
     assert cfg["settings"]["rounds"] == 2 and cfg["settings"]["batch_size"] == 3
     assert cfg["settings"]["label_probs"] is False and cfg["settings"]["concurrency"] == 8  # a default
+
+
+@pytest.mark.parametrize("argv, yaml_text, message", [
+    (["--tensor-parallel-size", "2"], None, "--tensor-parallel-size is an option of --backend vllm; "
+                                            "--backend hf does not read it"),
+    (["--backend", "openai", "--batch-size", "4"], None, "--batch-size is an option of --backend hf;"),
+    (["--backend", "openai", "--dtype=bf16"], None, "--dtype is an option of --backend hf / vllm;"),
+    (["--backend", "vllm", "--concurrency", "4"], None, "--concurrency is an option of --backend openai;"),
+    (["--backend", "openai"], "batch-size: 32\n", "eval.yaml: batch_size is an option of --backend hf;"),
+])
+def test_an_option_of_another_backend_is_an_error_naming_it(tmp_path, argv, yaml_text, message):
+    """It would be ignored silently: the user believes a run used options it never read."""
+    from fae.ablation.cli import parse_args
+
+    extra = ["--config", yaml_file(tmp_path, yaml_text)] if yaml_text else []
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_args([*extra, *REQUIRED, *argv])
+    ok = {"--backend": "hf", "--batch-size": "4"} if "--batch-size" in argv else {}
+    if ok:  # the same option with its own backend is fine
+        assert parse_args([*REQUIRED, "--batch-size", "4"]).options.batch_size == 4

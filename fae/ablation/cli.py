@@ -37,7 +37,7 @@ from fae.ablation import runio
 from fae.ablation.engine import run_ablation
 from fae.ablation.metrics import compute_metrics, nei_exclusion_note, truncation_note
 from fae.ablation.population import fae_claims
-from fae.ablation.options import EXECUTORS, FaeRunArguments, make_parser, parse_run_args  # noqa: F401 - the whole parser
+from fae.ablation.options import EXECUTORS, FaeRunArguments, check_backend_fields, make_parser, parse_run_args  # noqa: F401 - the whole parser
 from fae.ablation.report import write_report
 from fae.ablation.shards import merge as merge_shards, parse_shard, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend
@@ -52,6 +52,7 @@ def parse_args(argv: list[str], prog: str = "fae run") -> argparse.Namespace:
     to rerun to resume (never rebuilt from the options).
     """
     options, config = parse_run_args(argv, prog)
+    check_backend_fields(options.backend, argv, config)  # another backend's option would be ignored
     return argparse.Namespace(options=options, config=config, command=shlex.join([*prog.split(), *argv]))
 
 

@@ -17,11 +17,12 @@ which never checks non-string defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from real_fae_core.config import RangeError, check_ranges, load_config, spelled_like_a_flag, without_range_keys
 from real_fae_core.errors import UserError
+from fae.backends import get_backend
 from fae.backends.hf import HFOptions
 from fae.backends.openai_backend import OpenAIOptions
 from fae.backends.vllm_backend import VLLMOptions
@@ -98,6 +99,38 @@ def parse_run_args(argv: list[str], prog: str = "fae run") -> tuple[FaeRunArgume
     options, config = parse_options(argv, prog)
     require(options)
     return options, config
+
+
+_BUILTIN_OPTIONS = {"hf": HFOptions, "openai": OpenAIOptions, "vllm": VLLMOptions}
+
+
+def given_fields(argv: list[str]) -> set[str]:
+    """Field names set on the command line (``--x``, ``--x=v``, ``--no-x``)."""
+    names = {f.name for f in fields(FaeRunArguments)}
+    out = set()
+    for tok in argv:
+        if tok.startswith("--") and len(tok) > 2:
+            name = tok[2:].split("=", 1)[0].replace("-", "_")
+            out.add(name[3:] if name.startswith("no_") and name[3:] in names else name)
+    return out
+
+
+def check_backend_fields(backend: str, argv: list[str], config: str | None) -> None:
+    """An option of another built-in backend, set for this one, is an error naming it: it would be ignored
+    (``--tensor-parallel-size 2`` with ``--backend hf``). A registered backend's own fields count as its own."""
+    own = {f.name for f in fields(get_backend(backend).options_class)} | {f.name for f in fields(RunFields)}
+    owner: dict[str, list[str]] = {}
+    for name, cls in _BUILTIN_OPTIONS.items():
+        for f in fields(cls):
+            owner.setdefault(f.name, []).append(name)
+    sources = [(given_fields(argv), lambda k: flag(k))]
+    if config:
+        sources.append((set(load_yaml_options(config)), lambda k: f"{config}: {k}"))
+    for given, where in sources:
+        for key in sorted(given):
+            if key in owner and key not in own:
+                raise UserError(f"{where(key)} is an option of --backend {' / '.join(owner[key])}; --backend "
+                                f"{backend} does not read it (remove it, or choose that backend)")
 
 
 def require(options: FaeRunArguments) -> None:
