@@ -28,7 +28,10 @@ and each under its own time budget (the whole run under ``--time-limit``):
    a GPU (hf in the dry run): the merged claims against the one-process run of
    step 4 (rounds equal, or the share that differs: vLLM batches are not
    batch-invariant), and each shard's wall time.
-6. ``probes``: ``fae probe`` (DirK) on the demo's runs on CUDA and on CPU (fp32
+6. ``pave_vllm``: ``fae pave --backend vllm`` (each prompt's N answers as one
+   request with ``n = N`` and its own seed) on 8 claims of step 4's records:
+   every prompt got its N answers, and a rerun resumes without a new sample.
+7. ``probes``: ``fae probe`` (DirK) on the demo's runs on CUDA and on CPU (fp32
    both): per-round means agree within 1e-3.
 
 ``--dry-run`` runs the same steps on CPU with everything scaled down (tiny
@@ -105,7 +108,7 @@ class Scale:
     budgets: dict = field(default_factory=lambda: {
         "environment": 60, "train_single_gpu": 150, "train_zero2": 120, "train_zero3": 120,
         "demo": 200,
-        "eval_hf": 200, "eval_vllm": 150, "shards": 200, "probes": 90,
+        "eval_hf": 200, "eval_vllm": 150, "shards": 200, "pave_vllm": 150, "probes": 90,
     })
 
 
@@ -115,7 +118,7 @@ DRY = Scale(train_shape="tiny", train_steps=2, train_batch=2, eval_shape="tiny",
             # generous: CI machines are slow and shared; the dry run proves code paths, not speed
             budgets={"environment": 120, "train_single_gpu": 360, "train_zero2": 60, "train_zero3": 60,
                      "demo": 480,
-                     "eval_hf": 240, "eval_vllm": 60, "shards": 240, "probes": 240})
+                     "eval_hf": 240, "eval_vllm": 60, "shards": 240, "pave_vllm": 60, "probes": 240})
 
 
 class Skip(Exception):
@@ -600,7 +603,29 @@ class GpuCheck:
                               details)
         return details
 
-    # -- 6. probes ------------------------------------------------------------
+    # -- 6. PAVE on vLLM ---------------------------------------------------------
+    def pave_vllm(self) -> dict:
+        if not self.cache.get("eval_vllm_ran"):
+            raise Skip("needs vLLM on a CUDA device (step eval_vllm did not run)")
+        model = self.llama(self.scale.eval_shape)
+        out = self.work / "pave-vllm"
+        shutil.rmtree(out, ignore_errors=True)
+        argv = [sys.executable, "-m", "fae.cli", "pave", "--backend", "vllm", "--model", model["path"],
+                "--records", self.eval_records(), "--output", out, "--limit", "8", "--samples", "4",
+                "--jsd-samples", "2", "--max-new-tokens", "8", "--max-model-len", str(self.scale.max_length + 64),
+                "--gpu-memory-utilization", "0.85", "--no-progress"]
+        t0 = time.time()
+        self.sh(argv, "pave-vllm")
+        wall = round(time.time() - t0, 2)
+        samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+        answers = [len(c.get("raw") or []) for line in samples for c in (line.get("conditions") or {}).values()]
+        details = {"claims": len(samples), "wall_s": wall, "answers_per_prompt": sorted(set(answers)),
+                   "pave_json": (out / "pave.json").is_file()}
+        if not samples or not details["pave_json"]:
+            raise CheckFailed("fae pave --backend vllm wrote no samples or no pave.json", details)
+        return details
+
+    # -- 7. probes ------------------------------------------------------------
     def probes(self) -> dict:
         if "demo" not in self.cache:
             raise Skip("needs the demo step's runs, which it did not produce")
@@ -650,6 +675,7 @@ class GpuCheck:
         vllm = self.step("eval_vllm", lambda: self.evaluate("vllm"))
         self.cache["eval_vllm_ran"] = vllm["status"] == "passed"
         self.step("shards", self.shards)
+        self.step("pave_vllm", self.pave_vllm)
         self.step("probes", self.probes)
         result = {
             "format": FORMAT, "mode": "dry-run" if self.dry else "full", "started": started,

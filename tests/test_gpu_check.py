@@ -29,7 +29,7 @@ def _load():
 
 gc = _load()
 STEPS = ["environment", "train_single_gpu", "train_zero2", "train_zero3", "demo", "eval_hf", "eval_vllm", "shards",
-         "probes"]
+         "pave_vllm", "probes"]
 
 
 def test_peak_table_matches_gpu_names():
@@ -166,6 +166,7 @@ def test_dry_run_end_to_end(tmp_path, shared_data):
     assert {n for n, s in steps.items() if s["status"] == "passed"} == {
         "environment", "train_single_gpu", "demo", "eval_hf", "shards"}
     assert "CUDA" in steps["train_zero2"]["reason"] and "CUDA" in steps["eval_vllm"]["reason"]
+    assert "vLLM on a CUDA device" in steps["pave_vllm"]["reason"]
     assert "CUDA" in steps["train_zero3"]["reason"] and "tests/test_distributed.py" in steps["train_zero3"]["reason"]
     env = steps["environment"]["details"]
     assert env["cuda_available"] is False and env["packages"]["torch"]["importable"]

@@ -57,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "counterfactual_sentences: [{\"id\", \"text\"}, ...] = misleading evidence, or one such "
                    "list per kind {\"entity\": [...], \"semantic\": [...]} (real-data counterfactual)")
     p.add_argument("--output", required=True, help="output directory (resumed if present)")
-    p.add_argument("--backend", default="hf", choices=["hf", "openai"], help="hf (default) or openai")
+    p.add_argument("--backend", default="hf", choices=["hf", "openai", "vllm"],
+                   help="hf (default), openai or vllm (N answers per prompt as one request with n = N)")
     p.add_argument("--model", required=True, help="model path (hf) or served model name (openai)")
     p.add_argument("--adapter", help="PEFT LoRA adapter directory (hf)")
     p.add_argument("--samples", type=int, default=10,
@@ -99,6 +100,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "answers are one generate call, seeded by the prompt's key")
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="auto")
+    g = p.add_argument_group("vllm backend (and --dtype)")
+    g.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per model")
+    g.add_argument("--gpu-memory-utilization", type=float, help="share of GPU memory")
+    g.add_argument("--max-model-len", type=int, help="context length cap")
     g = p.add_argument_group("openai backend")
     g.add_argument("--base-url")
     g.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
@@ -144,7 +149,7 @@ SAMPLING_SCHEME = "per-prompt-seed-1"
 # Contents, not only paths (as `fae run`): a records file or adapter rewritten in place (a retrained adapter
 # at the same path, counterfactuals rebuilt into the records) is another run, never mixed with the old samples.
 FINGERPRINT = ("records", "records_sha256", "backend", "model", "adapter", "adapter_sha256", "samples",
-               "temperature", "jsd_samples", "jsd_temperature", "max_new_tokens", "seed", "sampling")
+               "temperature", "jsd_samples", "jsd_temperature", "max_new_tokens", "seed", "sampling", "dtype")
 
 
 def _pave(args, records: list, out: Path, fae_run=None) -> int:
@@ -156,10 +161,12 @@ def _pave(args, records: list, out: Path, fae_run=None) -> int:
            "seed": args.seed, "sampling": SAMPLING_SCHEME, "base_url": args.base_url,
            "tune_split": args.tune_split, "stability": args.stability,
            "constrained_decoding": bool(getattr(args, "constrained_decoding", False))}
+    if args.backend == "vllm":  # vLLM's dtype changes the samples (bf16 by default)
+        cfg["dtype"] = "bfloat16" if args.dtype == "auto" else args.dtype
     cfg_path = out / "config.json"
     if cfg_path.is_file() and (out / SAMPLES).is_file():
         old = json.loads(cfg_path.read_text())
-        diff = [k if k in old else f"{k} (not recorded there)" for k in FINGERPRINT if old.get(k) != cfg[k]]
+        diff = [k if k in old else f"{k} (not recorded there)" for k in FINGERPRINT if old.get(k) != cfg.get(k)]
         if bool(old.get("constrained_decoding")) != cfg["constrained_decoding"]:
             diff.append("constrained_decoding")
         if diff:

@@ -31,6 +31,12 @@ chunk size, ``--limit``, record order or where a run was interrupted
   the top log-probabilities at the token where the label value starts (tokens
   that begin exactly one label, renormalised); without logprobs it is None and
   the vote variant is used.
+- ``vllm``: ``VLLMSampler`` extends ``fae.backends.vllm_backend.VLLMBackend``
+  (same engine, LoRA and chat-template code): a prompt's N answers are one
+  request with ``n = N`` and the prompt's own ``seed`` (vLLM draws a seeded
+  request from its own generator, whatever else is in the batch), with
+  ``logprobs = 5`` for the distributions, read as on the openai backend.
+  Untested here (no GPU in CI); ``benchmarks/gpu_check.py`` runs it.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from fae.backends.constrained import max_answer_tokens
 from fae.backends.hf import HFOptions, load_hf_model, open_constraint
 from fae.backends.label_probs import ANSWER_PREFIX
 from fae.backends.openai_backend import MalformedResponse, OpenAIBackend
+from fae.backends.vllm_backend import VLLMBackend, constrained_params, vllm_token_list
 
 _LABEL_PREFIX = re.compile(r'"label"\s*:\s*"')
 DEFAULT_PREFIX = ANSWER_PREFIX  # the answer format's text before the label value (SPEC §3)
@@ -203,24 +210,57 @@ class OpenAISampler(OpenAIBackend):
         content = getattr(lp, "content", None) if lp is not None else None
         if not content:
             return None
-        text = "".join(t.token for t in content)
-        m = _LABEL_PREFIX.search(text)
-        if not m:
-            return None
-        pos = 0
-        for t in content:  # the token covering the first character of the label value
-            if pos + len(t.token) > m.end():
-                top = [(x.token, x.logprob) for x in (t.top_logprobs or [])] or [(t.token, t.logprob)]
-                return distribution_from_top_logprobs(top)
-            pos += len(t.token)
+        return distribution_at_label([(t.token, [(x.token, x.logprob) for x in (t.top_logprobs or [])]
+                                       or [(t.token, t.logprob)]) for t in content])
+
+
+def distribution_at_label(tokens: list[tuple[str, list[tuple[str, float]]]]) -> list[float] | None:
+    """A run's label distribution from its generated tokens ``(text, top alternatives)``: the alternatives
+    of the token that covers the first character of the label value; None when the answer has no label."""
+    text = "".join(t for t, _ in tokens)
+    m = _LABEL_PREFIX.search(text)
+    if not m:
         return None
+    pos = 0
+    for tok, alts in tokens:
+        if pos + len(tok) > m.end():
+            return distribution_from_top_logprobs(alts)
+        pos += len(tok)
+    return None
+
+
+class VLLMSampler(VLLMBackend):
+    """N sampled answers per prompt as one vLLM request (``n = N``, the prompt's own seed)."""
+
+    def __init__(self, options, with_probs: bool = True):
+        super().__init__(options)
+        self.with_probs = with_probs
+
+    def sample(self, prompts, n, temperature, keys, callback=None):
+        import vllm
+
+        base = self.params
+        params = []
+        for messages, key in zip(prompts, keys, strict=True):
+            p = vllm.SamplingParams(n=n, temperature=temperature, top_p=1.0, seed=derived_seed(*key),
+                                    max_tokens=base.max_tokens, stop_token_ids=base.stop_token_ids,
+                                    logprobs=5 if self.with_probs else None)
+            params.append(constrained_params(p, messages) if self.constrained else p)
+        inputs = [{"prompt_token_ids": encode_chat(self.tok, m)} for m in prompts]
+        outs = self.llm.generate(inputs, params, lora_request=self.lora, use_tqdm=False)
+        self.stats["prompts"] += len(inputs)
+        if callback:
+            callback(len(inputs))
+        return [[(c.text, distribution_at_label(vllm_token_list(c)) if self.with_probs else None)
+                 for c in o.outputs] for o in outs]
+
+
+SAMPLERS = {"hf": HFSampler, "openai": OpenAISampler, "vllm": VLLMSampler}
 
 
 def make_sampler(backend: str, options: Mapping[str, Any], stability: str = "auto"):
     """The sampler of ``--backend`` (``options``: the command's, each backend keeps its own fields)."""
     with_probs = stability != "vote"  # the vote-based rule needs no label distributions
-    if backend == "hf":
-        return HFSampler(options, with_probs)
-    if backend == "openai":
-        return OpenAISampler(options, with_probs)
-    raise UserError(f"fae pave supports --backend hf or openai, not {backend!r}")
+    if backend not in SAMPLERS:
+        raise UserError(f"fae pave supports --backend {', '.join(SAMPLERS)}, not {backend!r}")
+    return SAMPLERS[backend](options, with_probs)
