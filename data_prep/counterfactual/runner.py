@@ -120,85 +120,119 @@ def _reason_category(reason: str) -> str:
     return re.sub(r"\s*\([^()]*\)$", "", reason)
 
 
+@dataclass
+class _Pass:
+    """One counterfactual pass: the candidates at each stage, what was dropped and why, the requests made."""
+
+    job: CounterfactualJob
+    records: list[ClaimRecord]
+    targets: list[int]
+    dropped: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    checked: list[Candidate] = dataclasses.field(default_factory=list)
+    unchecked: list[Candidate] = dataclasses.field(default_factory=list)
+    transport: list[str] = dataclasses.field(default_factory=list)  # requests that failed in transport
+    usage: llm_requests.RequestUsage = dataclasses.field(default_factory=llm_requests.RequestUsage)
+    ann: AnnotatorClient | None = None
+    judge: AnnotatorClient | None = None
+
+    def drop(self, i: int, kind: str, sent: Sentence, reason: str) -> None:
+        self.dropped.setdefault(kind, []).append({"id": self.records[i].id, "sentence": sent.id, "reason": reason})
+
+    def gold(self):
+        """(record index, record, gold sentence) of every target claim."""
+        return [(i, self.records[i], sent) for i in self.targets for sent in gold_sentences(self.records[i])]
+
+
 def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: list[int]) -> tuple[int, dict]:
     t0 = time.monotonic()
-    dropped: dict[str, list[dict]] = {k: [] for k in job.kinds}
-    checked: list[Candidate] = []
-    unchecked: list[Candidate] = []
-    swapped_kinds: dict[str, int] = {}
-
-    def drop(i, kind, sent, reason):
-        dropped[kind].append({"id": records[i].id, "sentence": sent.id, "reason": reason})
-
+    run = _Pass(job, records, targets, dropped={k: [] for k in job.kinds})
     if "entity" in job.kinds and job.entity_method == "rules":
-        corpus = SpanCorpus.from_texts(s.text for r in records for s in r.sentences)
-        for i in targets:
-            rec = records[i]
-            for sent in gold_sentences(rec):
-                swap, why = claim_aware_swap(rec.claim, rec.label, sent.text, corpus, seed=job.seed,
-                                             record_id=rec.id, sentence_id=sent.id)
-                if swap is None:
-                    drop(i, "entity", sent, why)
-                    continue
-                cand = Candidate(i, "entity", sent, swap.text, "rule" if swap.proved else None, swap.swaps)
-                (checked if swap.proved else unchecked).append(cand)
-
-    usage = llm_requests.RequestUsage()
-    transport: list[str] = []
-    model = judge_model = None
-    ann = judge = None
+        swap_claimed_values(run)
     if job.annotators is not None:
-        ann = _annotator(job, job.annotator, "--annotator")
-        judge = _annotator(job, job.judge, "--judge") if job.judge else ann
-        model = {"name": ann.name, "model": ann.model}
-        judge_model = {"name": judge.name, "model": judge.model}
+        run.ann = _annotator(job, job.annotator, "--annotator")
+        run.judge = _annotator(job, job.judge, "--judge") if job.judge else run.ann
     if job.llm_kinds():
-        items, owners = [], []
-        for kind in job.llm_kinds():
-            for i in targets:
-                rec = records[i]
-                for sent in gold_sentences(rec):
-                    items.append(_rewrite_request(job, ann, kind, rec, sent))
-                    owners.append((i, kind, sent))
-        for (i, kind, sent), ans in zip(owners, _ask(job, ann, items, usage, "rewrite")):
-            if isinstance(ans, str):
-                transport.append(ans)
-                continue
-            problem = rewrite_problem(sent.text, ans.content, job.overlap(kind)) if ans.status == OK else ans.error
-            if problem:
-                drop(i, kind, sent, f"rewrite failed: {problem}")
-            else:
-                unchecked.append(Candidate(i, kind, sent, parse_rewrite(ans.content)[0]))
+        rewrite_with_llm(run)
+    check_labels_with_judge(run)
+    pools = counterfactual_pools(run)
+    outputs = records_with_pools(job, records, pools)
+    complete = not run.transport
+    if complete:
+        save_records(outputs, job.output)
+    summary = pass_summary(run, pools, complete, time.monotonic() - t0)
+    llm_requests.write_summary(summary, job.output)
+    return (0 if complete else 1), summary
 
-    if unchecked and judge is None:
-        for c in unchecked:
-            drop(c.index, c.kind, c.sentence, "a name swap, not provable by rule, and no judge (give --annotators)")
-    elif unchecked:
-        items = [_judge_request(job, judge, c, records[c.index]) for c in unchecked]
-        for c, ans in zip(unchecked, _ask(job, judge, items, usage, "judge")):
-            if isinstance(ans, str):
-                transport.append(ans)
-                continue
-            verdict, problem = parse_verdict(ans.content) if ans.status == OK else (None, ans.error)
-            want = OPPOSITE[records[c.index].label]
-            if verdict is None:
-                drop(c.index, c.kind, c.sentence, f"label check: the judge's answer is unusable ({problem})")
-            elif verdict != want:
-                drop(c.index, c.kind, c.sentence, f"label check: the judge reads {verdict}, not {want}")
-            else:
-                c.check = "judge"
-                checked.append(c)
 
-    pools: dict[int, dict[str, list[dict]]] = {i: {} for i in targets}
-    for c in sorted(checked, key=lambda c: (c.index, job.kinds.index(c.kind), c.sentence.id)):
+def swap_claimed_values(run: _Pass) -> None:
+    """Entity kind by rules: swap a span the claim states; proved flips are checked, the rest await the judge."""
+    corpus = SpanCorpus.from_texts(s.text for r in run.records for s in r.sentences)
+    for i, rec, sent in run.gold():
+        swap, why = claim_aware_swap(rec.claim, rec.label, sent.text, corpus, seed=run.job.seed,
+                                     record_id=rec.id, sentence_id=sent.id)
+        if swap is None:
+            run.drop(i, "entity", sent, why)
+            continue
+        cand = Candidate(i, "entity", sent, swap.text, "rule" if swap.proved else None, swap.swaps)
+        (run.checked if swap.proved else run.unchecked).append(cand)
+
+
+def rewrite_with_llm(run: _Pass) -> None:
+    """LLM kinds: one rewrite request per gold sentence and kind; usable rewrites await the judge."""
+    items, owners = [], []
+    for kind in run.job.llm_kinds():
+        for i, rec, sent in run.gold():
+            items.append(_rewrite_request(run.job, run.ann, kind, rec, sent))
+            owners.append((i, kind, sent))
+    for (i, kind, sent), ans in zip(owners, _ask(run.job, run.ann, items, run.usage, "rewrite")):
+        if isinstance(ans, str):
+            run.transport.append(ans)
+            continue
+        problem = rewrite_problem(sent.text, ans.content, run.job.overlap(kind)) if ans.status == OK else ans.error
+        if problem:
+            run.drop(i, kind, sent, f"rewrite failed: {problem}")
+        else:
+            run.unchecked.append(Candidate(i, kind, sent, parse_rewrite(ans.content)[0]))
+
+
+def check_labels_with_judge(run: _Pass) -> None:
+    """Keep an unproved candidate only when the judge reads the verdict opposite to the claim's gold label."""
+    if run.unchecked and run.judge is None:
+        for c in run.unchecked:
+            run.drop(c.index, c.kind, c.sentence, "a name swap, not provable by rule, and no judge (give --annotators)")
+        return
+    if not run.unchecked:
+        return
+    items = [_judge_request(run.job, run.judge, c, run.records[c.index]) for c in run.unchecked]
+    for c, ans in zip(run.unchecked, _ask(run.job, run.judge, items, run.usage, "judge")):
+        if isinstance(ans, str):
+            run.transport.append(ans)
+            continue
+        verdict, problem = parse_verdict(ans.content) if ans.status == OK else (None, ans.error)
+        want = OPPOSITE[run.records[c.index].label]
+        if verdict is None:
+            run.drop(c.index, c.kind, c.sentence, f"label check: the judge's answer is unusable ({problem})")
+        elif verdict != want:
+            run.drop(c.index, c.kind, c.sentence, f"label check: the judge reads {verdict}, not {want}")
+        else:
+            c.check = "judge"
+            run.checked.append(c)
+
+
+def counterfactual_pools(run: _Pass) -> dict[int, dict[str, list[dict]]]:
+    """Record index -> kind -> the checked sentences, in kind order then sentence id."""
+    pools: dict[int, dict[str, list[dict]]] = {i: {} for i in run.targets}
+    for c in sorted(run.checked, key=lambda c: (c.index, run.job.kinds.index(c.kind), c.sentence.id)):
         item = {"id": c.sentence.id, "text": c.text}
         if c.sentence.doc is not None:
             item["doc"] = c.sentence.doc
         item["check"] = c.check
         pools[c.index].setdefault(c.kind, []).append(item)
-        for sw in c.swaps:
-            swapped_kinds[sw.kind] = swapped_kinds.get(sw.kind, 0) + 1
+    return pools
 
+
+def records_with_pools(job: CounterfactualJob, records: list[ClaimRecord], pools: dict) -> list[dict]:
+    """Every input record, with this pass's kinds replaced in its counterfactual field (other kinds kept)."""
     outputs = []
     for i, rec in enumerate(records):
         out = rec.to_dict()
@@ -213,34 +247,46 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
             if merged:
                 out[FIELD] = merged
         outputs.append(out)
-    complete = not transport
-    if complete:
-        save_records(outputs, job.output)
-    n_sent = sum(len(gold_sentences(records[i])) for i in targets)
-    per_kind = {}
-    for kind in job.kinds:
-        kept = [c for c in checked if c.kind == kind]
-        reasons: dict[str, int] = {}
-        for d in dropped[kind]:
-            cat = _reason_category(d["reason"])
-            reasons[cat] = reasons.get(cat, 0) + 1
-        per_kind[kind] = {
-            "method": "llm" if kind in job.llm_kinds() else "rules",
-            "sentences": n_sent,
-            "kept": len(kept),
-            "label_check": {"rule": sum(c.check == "rule" for c in kept),
-                            "judge": sum(c.check == "judge" for c in kept)},
-            "dropped": len(dropped[kind]),
-            "dropped_by_reason": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
-            "records_with_pool": sum(1 for i in targets if pools[i].get(kind)),
-            "records_with_pool_by_label": {
-                label: sum(1 for i in targets if pools[i].get(kind) and records[i].label == label)
-                for label in (SUPPORT, REFUTE)},
-            "dropped_sentences": dropped[kind],
-        }
-        if kind == "entity" and job.entity_method == "rules":
-            per_kind[kind]["swapped_span_kinds"] = dict(sorted(swapped_kinds.items()))
-    summary = {
+    return outputs
+
+
+def kind_summary(run: _Pass, kind: str, pools: dict) -> dict:
+    """One kind's counts: kept (by check), dropped (by reason), records that got a pool (by label)."""
+    records, targets, job = run.records, run.targets, run.job
+    kept = [c for c in run.checked if c.kind == kind]
+    reasons: dict[str, int] = {}
+    for d in run.dropped[kind]:
+        cat = _reason_category(d["reason"])
+        reasons[cat] = reasons.get(cat, 0) + 1
+    out = {
+        "method": "llm" if kind in job.llm_kinds() else "rules",
+        "sentences": len(run.gold()),
+        "kept": len(kept),
+        "label_check": {"rule": sum(c.check == "rule" for c in kept),
+                        "judge": sum(c.check == "judge" for c in kept)},
+        "dropped": len(run.dropped[kind]),
+        "dropped_by_reason": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "records_with_pool": sum(1 for i in targets if pools[i].get(kind)),
+        "records_with_pool_by_label": {
+            label: sum(1 for i in targets if pools[i].get(kind) and records[i].label == label)
+            for label in (SUPPORT, REFUTE)},
+        "dropped_sentences": run.dropped[kind],
+    }
+    if kind == "entity" and job.entity_method == "rules":
+        swapped: dict[str, int] = {}
+        for c in run.checked:
+            for sw in c.swaps:
+                swapped[sw.kind] = swapped.get(sw.kind, 0) + 1
+        out["swapped_span_kinds"] = dict(sorted(swapped.items()))
+    return out
+
+
+def pass_summary(run: _Pass, pools: dict, complete: bool, seconds: float) -> dict:
+    """OUT.summary.json: per-kind counts, the models asked, requests, tokens and transport failures."""
+    job, records, targets = run.job, run.records, run.targets
+    model = {"name": run.ann.name, "model": run.ann.model} if run.ann is not None else None
+    judge_model = {"name": run.judge.name, "model": run.judge.model} if run.judge is not None else None
+    return {
         "complete": complete,
         "records_file": str(job.records),
         "output": str(job.output) if complete else None,
@@ -249,20 +295,18 @@ def _run_locked(job: CounterfactualJob, records: list[ClaimRecord], targets: lis
         "claims_by_label": {label: sum(1 for i in targets if records[i].label == label) for label in (SUPPORT, REFUTE)},
         "seed": job.seed,
         "intended_verdict": {SUPPORT: OPPOSITE[SUPPORT], REFUTE: OPPOSITE[REFUTE]},
-        "kinds": per_kind,
+        "kinds": {kind: kind_summary(run, kind, pools) for kind in job.kinds},
         "annotator": model,
         "judge": judge_model,
-        "request_seeds": _seed_note(ann, judge),
-        "cache": str(job.cache_path) if ann is not None else None,
-        "requests": usage.requests(),
-        "requests_by_task": usage.by_task,
-        "tokens": usage.tokens,
-        "transport_failures": len(transport),
-        "failure_examples": sorted(set(transport))[:5],
-        "elapsed_s": round(time.monotonic() - t0, 3),
+        "request_seeds": _seed_note(run.ann, run.judge),
+        "cache": str(job.cache_path) if run.ann is not None else None,
+        "requests": run.usage.requests(),
+        "requests_by_task": run.usage.by_task,
+        "tokens": run.usage.tokens,
+        "transport_failures": len(run.transport),
+        "failure_examples": sorted(set(run.transport))[:5],
+        "elapsed_s": round(seconds, 3),
     }
-    llm_requests.write_summary(summary, job.output)
-    return (0 if complete else 1), summary
 
 
 def _seed_note(*anns) -> str | None:
