@@ -190,105 +190,29 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
     if not order:
         raise UserError(f"{a.path}: no SUPPORT/REFUTE claim to compare (all {n_nei} are NOT_ENOUGH_INFO-gold)")
     gold_labels = [a.claims[c]["gold_label"] for c in order]
-    gold_groups = [a.claims[c]["gold_groups"] for c in order]
-    ans_a = [_round0(a.claims[c]) for c in order]
-    ans_b = [_round0(b.claims[c]) for c in order]
-    ind = acc.indicators_from_answers(
-        gold_labels, gold_groups,
-        [x[0] for x in ans_a], [x[1] for x in ans_a],
-        [x[0] for x in ans_b], [x[1] for x in ans_b],
-        metric,
-    )
+    ind = _indicators(a, b, order, metric)
     try:
         units = acc.unit_index(order, families)
     except KeyError as exc:
         raise UserError(f"--families: {exc.args[0]}") from None
-
     notes = [f"{n_nei} NOT_ENOUGH_INFO-gold claims of older runs are left out (SPEC §1)"] if n_nei else []
-    ra, note_a = _n_rounds(a, order)
-    rb, note_b = _n_rounds(b, order)
-    notes += [n for n in (note_a, note_b) if n]
-    cols_a = acc.run_metric_columns([a.claims[c] for c in order], ra)
-    cols_b = acc.run_metric_columns([b.claims[c] for c in order], rb)
-    names_a, names_b = acc.run_metric_names(ra), acc.run_metric_names(rb)
-    common = [n for n in names_a if n in names_b]
-    ia = [names_a.index(n) for n in common]
-    ib = [names_b.index(n) for n in common]
-
-    acc_cols = acc.accounting_columns(ind)
-    k0, ka, kb = acc_cols.shape[1], cols_a.shape[1], cols_b.shape[1]
-    # soft FAE: label-probability metrics, paired on the same draws, when both runs have them
-    soft_r = min(ra, rb)
-    with_soft = has_probs([a.claims[c] for c in order]) and has_probs([b.claims[c] for c in order])
-    soft_a = soft_columns([a.claims[c] for c in order], soft_r) if with_soft else np.zeros((len(order), 0))
-    soft_b = soft_columns([b.claims[c] for c in order], soft_r) if with_soft else np.zeros((len(order), 0))
-    both = (soft_a[:, :1] * soft_b[:, :1]) if with_soft else None  # claims with probabilities in both runs
-    if with_soft:
-        soft_a, soft_b = soft_a * both, soft_b * both
-    ks = soft_a.shape[1]
-    columns = np.hstack([acc_cols, cols_a, cols_b, soft_a, soft_b])
-
-    def statistic(sums):
-        out_acc = acc.accounting_from_sums(sums[..., :k0])
-        ma = acc.run_metrics_from_sums(sums[..., k0:k0 + ka], ra)[..., ia]
-        mb = acc.run_metrics_from_sums(sums[..., k0 + ka:k0 + ka + kb], rb)[..., ib]
-        if with_soft:  # x100, like the run metrics
-            base = k0 + ka + kb
-            ma = np.concatenate([ma, 100 * soft_from_sums(sums[..., base:base + ks], soft_r)], axis=-1)
-            mb = np.concatenate([mb, 100 * soft_from_sums(sums[..., base + ks:], soft_r)], axis=-1)
-        return np.concatenate([out_acc, ma, mb, mb - ma], axis=-1)
-
-    if with_soft:
-        common = common + list(SOFT_COMPARE_NAMES)
-        notes.append("soft_IS, nei_area, p_gold_0, ece: label-probability metrics (soft FAE) over the claims "
-                     "that have probabilities at every round in both runs")
-
-    res = acc.paired_bootstrap(acc.unit_sums(columns, units), statistic, n_resamples=n_resamples,
+    table = _PairedColumns(a, b, order, ind, notes)
+    res = acc.paired_bootstrap(acc.unit_sums(table.columns, units), table.statistic, n_resamples=n_resamples,
                                seed=seed, confidence=confidence)
-
-    def interval(i):
-        d = acc.as_interval_dict(res.estimate[i], res.ci_low[i], res.ci_high[i])
-        if res.undefined_draws[i]:
-            d["undefined_draws"] = int(res.undefined_draws[i])
-        return d
-
-    names = list(acc.ACCOUNTING_OUTPUTS)
-    pos = {n: i for i, n in enumerate(names)}
-    out: dict = {q: interval(pos[q]) for q in acc.QUANTITIES}
-    acc.check_identities({q: res.estimate[pos[q]] for q in acc.QUANTITIES}, tol=1e-6)
+    decomposition = _accounting(res, ind, gold_labels)
+    out = {q: decomposition.pop(q) for q in acc.QUANTITIES}
     out.update(
-        n_claims=len(order),
-        n_units=res.n_units,
+        n_claims=len(order), n_units=res.n_units,
         resampling_unit="family" if families is not None else "claim",
-        metric=metric,
-        bootstrap=n_resamples,
-        seed=seed,
-        confidence=confidence,
-        scale="points (0-100)",
-        runs={
-            "A": _run_info(a, "system 0"),
-            "B": _run_info(b, "system 1"),
-        },
-        answer_accuracy={"A": interval(pos["accuracy0"]), "B": interval(pos["accuracy1"])},
-        evidence_eligibility={"A": interval(pos["eligibility0"]), "B": interval(pos["eligibility1"])},
-        product_covariance={
-            "E0": {"answers_fixed": "A",
-                   "answer_accuracy": float(res.estimate[pos["accuracy0"]]),
-                   "eligibility_change": float(res.estimate[pos["eligibility1"]] - res.estimate[pos["eligibility0"]]),
-                   "product": interval(pos["E0_product"]), "covariance": interval(pos["E0_covariance"])},
-            "E1": {"answers_fixed": "B",
-                   "answer_accuracy": float(res.estimate[pos["accuracy1"]]),
-                   "eligibility_change": float(res.estimate[pos["eligibility1"]] - res.estimate[pos["eligibility0"]]),
-                   "product": interval(pos["E1_product"]), "covariance": interval(pos["E1_covariance"])},
-        },
-        shapley={"E": interval(pos["E_shapley"]), "A": interval(pos["A_shapley"])},
-        by_gold_label=acc.per_label_contributions(ind, gold_labels),
+        metric=metric, bootstrap=n_resamples, seed=seed, confidence=confidence, scale="points (0-100)",
+        runs={"A": _run_info(a, "system 0"), "B": _run_info(b, "system 1")},
+        **decomposition,
     )
-    base = len(names)
-    m = len(common)
+    base, m = len(acc.ACCOUNTING_OUTPUTS), len(table.common)
     out["metrics"] = {
-        name: {"A": interval(base + j), "B": interval(base + m + j), "difference": interval(base + 2 * m + j)}
-        for j, name in enumerate(common)
+        name: {"A": _interval(res, base + j), "B": _interval(res, base + m + j),
+               "difference": _interval(res, base + 2 * m + j)}
+        for j, name in enumerate(table.common)
     }
     if metric == "label_accuracy":
         notes.append("metric label_accuracy has no evidence requirement, so swapping evidence changes "
@@ -296,6 +220,90 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
     if families is not None:
         notes.append(f"{len(order)} claims in {res.n_units} families; whole families are resampled together")
     out["notes"] = notes
+    return out
+
+
+def _indicators(a: Run, b: Run, order: list, metric: str):
+    """Per-claim correctness of each run's round-0 answer and of each answer under the other's evidence."""
+    ans_a = [_round0(a.claims[c]) for c in order]
+    ans_b = [_round0(b.claims[c]) for c in order]
+    return acc.indicators_from_answers(
+        [a.claims[c]["gold_label"] for c in order], [a.claims[c]["gold_groups"] for c in order],
+        [x[0] for x in ans_a], [x[1] for x in ans_a],
+        [x[0] for x in ans_b], [x[1] for x in ans_b],
+        metric,
+    )
+
+
+class _PairedColumns:
+    """Per-claim columns of the accounting, both runs' FAE metrics and (when both have them) soft FAE,
+    and the statistic that turns resampled column sums back into every reported quantity."""
+
+    def __init__(self, a: Run, b: Run, order: list, ind, notes: list[str]):
+        ra, note_a = _n_rounds(a, order)
+        rb, note_b = _n_rounds(b, order)
+        notes += [n for n in (note_a, note_b) if n]
+        claims_a, claims_b = [a.claims[c] for c in order], [b.claims[c] for c in order]
+        cols_a, cols_b = acc.run_metric_columns(claims_a, ra), acc.run_metric_columns(claims_b, rb)
+        names_a, names_b = acc.run_metric_names(ra), acc.run_metric_names(rb)
+        self.common = [n for n in names_a if n in names_b]
+        self.ia = [names_a.index(n) for n in self.common]
+        self.ib = [names_b.index(n) for n in self.common]
+        acc_cols = acc.accounting_columns(ind)
+        self.k0, self.ka, self.kb, self.ra, self.rb = acc_cols.shape[1], cols_a.shape[1], cols_b.shape[1], ra, rb
+        # soft FAE: label-probability metrics, paired on the same draws, when both runs have them
+        self.soft_r = min(ra, rb)
+        self.with_soft = has_probs(claims_a) and has_probs(claims_b)
+        if self.with_soft:
+            soft_a, soft_b = soft_columns(claims_a, self.soft_r), soft_columns(claims_b, self.soft_r)
+            both = soft_a[:, :1] * soft_b[:, :1]  # claims with probabilities in both runs
+            soft_a, soft_b = soft_a * both, soft_b * both
+            self.common = self.common + list(SOFT_COMPARE_NAMES)
+            notes.append("soft_IS, nei_area, p_gold_0, ece: label-probability metrics (soft FAE) over the claims "
+                         "that have probabilities at every round in both runs")
+        else:
+            soft_a = soft_b = np.zeros((len(order), 0))
+        self.ks = soft_a.shape[1]
+        self.columns = np.hstack([acc_cols, cols_a, cols_b, soft_a, soft_b])
+
+    def statistic(self, sums):
+        k0, ka, kb = self.k0, self.ka, self.kb
+        out_acc = acc.accounting_from_sums(sums[..., :k0])
+        ma = acc.run_metrics_from_sums(sums[..., k0:k0 + ka], self.ra)[..., self.ia]
+        mb = acc.run_metrics_from_sums(sums[..., k0 + ka:k0 + ka + kb], self.rb)[..., self.ib]
+        if self.with_soft:  # x100, like the run metrics
+            base, ks = k0 + ka + kb, self.ks
+            ma = np.concatenate([ma, 100 * soft_from_sums(sums[..., base:base + ks], self.soft_r)], axis=-1)
+            mb = np.concatenate([mb, 100 * soft_from_sums(sums[..., base + ks:], self.soft_r)], axis=-1)
+        return np.concatenate([out_acc, ma, mb, mb - ma], axis=-1)
+
+
+def _interval(res, i: int) -> dict:
+    d = acc.as_interval_dict(res.estimate[i], res.ci_low[i], res.ci_high[i])
+    if res.undefined_draws[i]:
+        d["undefined_draws"] = int(res.undefined_draws[i])
+    return d
+
+
+def _accounting(res, ind, gold_labels) -> dict:
+    """The decomposition (Table 3): G and its terms, accuracy and eligibility per run, E0/E1, Shapley."""
+    pos = {n: i for i, n in enumerate(acc.ACCOUNTING_OUTPUTS)}
+    out: dict = {q: _interval(res, pos[q]) for q in acc.QUANTITIES}
+    acc.check_identities({q: res.estimate[pos[q]] for q in acc.QUANTITIES}, tol=1e-6)
+    est = {n: float(res.estimate[i]) for n, i in pos.items()}
+    change = est["eligibility1"] - est["eligibility0"]
+    out.update(
+        answer_accuracy={"A": _interval(res, pos["accuracy0"]), "B": _interval(res, pos["accuracy1"])},
+        evidence_eligibility={"A": _interval(res, pos["eligibility0"]), "B": _interval(res, pos["eligibility1"])},
+        product_covariance={
+            "E0": {"answers_fixed": "A", "answer_accuracy": est["accuracy0"], "eligibility_change": change,
+                   "product": _interval(res, pos["E0_product"]), "covariance": _interval(res, pos["E0_covariance"])},
+            "E1": {"answers_fixed": "B", "answer_accuracy": est["accuracy1"], "eligibility_change": change,
+                   "product": _interval(res, pos["E1_product"]), "covariance": _interval(res, pos["E1_covariance"])},
+        },
+        shapley={"E": _interval(res, pos["E_shapley"]), "A": _interval(res, pos["A_shapley"])},
+        by_gold_label=acc.per_label_contributions(ind, gold_labels),
+    )
     return out
 
 
