@@ -138,68 +138,12 @@ class ClaimRecord:
         if not isinstance(dataset, str):
             fail("dataset", "must be a string")
 
-        raw_sents = obj["sentences"]
-        if not isinstance(raw_sents, list):
-            fail("sentences", "must be a list")
-        if not raw_sents:
-            fail("sentences", "empty pool: a record needs at least one sentence")
-        sentences: list[Sentence] = []
-        seen: set[int] = set()
-        for k, s in enumerate(raw_sents):
-            fld = f"sentences[{k}]"
-            if not isinstance(s, dict):
-                fail(fld, "must be an object with 'id' and 'text'")
-            sid = s.get("id")
-            if not _is_int(sid):
-                fail(f"{fld}.id", f"must be an integer, got {short_repr(sid)}")
-            if not 0 <= sid <= MAX_SENTENCE_ID:
-                fail(f"{fld}.id", f"must be between 0 and 2**63-1, got {short_repr(sid)}")
-            if sid in seen:
-                fail(f"{fld}.id", f"duplicate sentence id {sid}")
-            seen.add(sid)
-            text = s.get("text")
-            if not isinstance(text, str):
-                fail(f"{fld}.text", "missing or not a string")
-            doc = s.get("doc")
-            if doc is not None and not isinstance(doc, (str, int)):
-                fail(f"{fld}.doc", "must be a string")
-            sentences.append(Sentence(id=sid, text=text, doc=None if doc is None else str(doc)))
-
-        raw_ev = obj["evidence"]
-        if not isinstance(raw_ev, list):
-            fail("evidence", "must be a list of groups (lists of sentence ids)")
-        evidence: list[list[int]] = []
-        for g, group in enumerate(raw_ev):
-            if not isinstance(group, list) or not group:
-                fail(f"evidence[{g}]", "each group must be a non-empty list of sentence ids")
-            ids = []
-            for i in group:
-                if not _is_int(i):
-                    fail(f"evidence[{g}]", f"evidence id {short_repr(i)} is not an integer")
-                if i not in seen:
-                    fail(f"evidence[{g}]", f"evidence id {short_repr(i)} is not in the pool")
-                if i not in ids:
-                    ids.append(i)
-            evidence.append(ids)
+        sentences = _parse_sentences(obj["sentences"], fail)
+        seen = {s.id for s in sentences}
+        evidence = _parse_evidence(obj["evidence"], seen, fail)
         if label != NOT_ENOUGH_INFO and not evidence:
             fail("evidence", f"a {label} record needs at least one gold evidence group")
-
-        enhanced = obj.get("enhanced_evidence")
-        if enhanced is not None:
-            if not isinstance(enhanced, list):
-                fail("enhanced_evidence", "must be a list of sentence ids")
-            for i in enhanced:
-                if not _is_int(i):
-                    fail("enhanced_evidence", f"id {short_repr(i)} is not an integer")
-                if i not in seen:
-                    fail("enhanced_evidence", f"id {short_repr(i)} is not in the pool")
-            missing = {i for grp in evidence for i in grp} - set(enhanced)
-            if missing:
-                fail(
-                    "enhanced_evidence",
-                    f"must contain all gold evidence; missing {sorted(missing)}",
-                )
-            enhanced = sorted(set(enhanced))
+        enhanced = _parse_enhanced(obj.get("enhanced_evidence"), seen, evidence, fail)
 
         extra = {k: v for k, v in obj.items() if k not in _KNOWN_FIELDS}
         return cls(
@@ -217,6 +161,73 @@ class ClaimRecord:
         """Re-validate an in-memory record (e.g. one a converter built)."""
         return ClaimRecord.from_dict(self.to_dict())
 
+
+
+def _parse_sentences(raw_sents: Any, fail) -> list[Sentence]:
+    """The pool: a non-empty list of ``{"id", "text", "doc"?}`` with unique ids in [0, 2**63-1]."""
+    if not isinstance(raw_sents, list):
+        fail("sentences", "must be a list")
+    if not raw_sents:
+        fail("sentences", "empty pool: a record needs at least one sentence")
+    sentences: list[Sentence] = []
+    seen: set[int] = set()
+    for k, s in enumerate(raw_sents):
+        fld = f"sentences[{k}]"
+        if not isinstance(s, dict):
+            fail(fld, "must be an object with 'id' and 'text'")
+        sid = s.get("id")
+        if not _is_int(sid):
+            fail(f"{fld}.id", f"must be an integer, got {short_repr(sid)}")
+        if not 0 <= sid <= MAX_SENTENCE_ID:
+            fail(f"{fld}.id", f"must be between 0 and 2**63-1, got {short_repr(sid)}")
+        if sid in seen:
+            fail(f"{fld}.id", f"duplicate sentence id {sid}")
+        seen.add(sid)
+        text = s.get("text")
+        if not isinstance(text, str):
+            fail(f"{fld}.text", "missing or not a string")
+        doc = s.get("doc")
+        if doc is not None and not isinstance(doc, (str, int)):
+            fail(f"{fld}.doc", "must be a string")
+        sentences.append(Sentence(id=sid, text=text, doc=None if doc is None else str(doc)))
+    return sentences
+
+
+def _parse_evidence(raw_ev: Any, seen: set[int], fail) -> list[list[int]]:
+    """Gold groups: non-empty lists of pool ids, each id once per group (first occurrence kept)."""
+    if not isinstance(raw_ev, list):
+        fail("evidence", "must be a list of groups (lists of sentence ids)")
+    evidence: list[list[int]] = []
+    for g, group in enumerate(raw_ev):
+        if not isinstance(group, list) or not group:
+            fail(f"evidence[{g}]", "each group must be a non-empty list of sentence ids")
+        ids = []
+        for i in group:
+            if not _is_int(i):
+                fail(f"evidence[{g}]", f"evidence id {short_repr(i)} is not an integer")
+            if i not in seen:
+                fail(f"evidence[{g}]", f"evidence id {short_repr(i)} is not in the pool")
+            if i not in ids:
+                ids.append(i)
+        evidence.append(ids)
+    return evidence
+
+
+def _parse_enhanced(enhanced: Any, seen: set[int], evidence: list[list[int]], fail) -> list[int] | None:
+    """Optional enlarged evidence: pool ids holding every gold id, returned sorted and unique."""
+    if enhanced is None:
+        return None
+    if not isinstance(enhanced, list):
+        fail("enhanced_evidence", "must be a list of sentence ids")
+    for i in enhanced:
+        if not _is_int(i):
+            fail("enhanced_evidence", f"id {short_repr(i)} is not an integer")
+        if i not in seen:
+            fail("enhanced_evidence", f"id {short_repr(i)} is not in the pool")
+    missing = {i for grp in evidence for i in grp} - set(enhanced)
+    if missing:
+        fail("enhanced_evidence", f"must contain all gold evidence; missing {sorted(missing)}")
+    return sorted(set(enhanced))
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
