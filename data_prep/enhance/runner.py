@@ -203,50 +203,16 @@ def _enhance_locked(job: EnhanceJob) -> tuple[int, dict]:
         cache.close()
     outputs, failures, stats = state["outputs"], state["failures"], state["stats"]
 
-    target_set = set(targets)
-    ordered: list[dict | None] = []
-    for i, rec in enumerate(records):
-        if i in outputs:
-            ordered.append(outputs[i])
-        else:  # passed through (NOT_ENOUGH_INFO), or None for a failed claim
-            ordered.append(None if i in target_set else rec.to_dict())
-    complete = not failures
-    part = partial_path(output)
-    if complete:
-        save_records(ordered, output)
-        if part.exists():
-            part.unlink()
-    else:
-        save_records([o for o in ordered if o is not None], part)
-
+    complete, part = _write_outputs(records, outputs, failures, targets, output)
     claims = [
         (records[i].gold_ids, outputs[i]["enhanced_evidence"], outputs[i]["annotations"])
         for i in targets if i in outputs
     ]
     votes = vote_summary(claims, [a.name for a in annotators])
     usage = RequestUsage()
-    per_ann = {}
     for a in annotators:
         usage.add(a.name, stats[a.name])
-        st: AnnotatorStats = stats[a.name]
-        agreement = votes["annotators"][a.name]
-        per_ann[a.name] = {
-            "model": a.model,
-            "requests_made": st.requests,
-            "served_from_cache": st.from_cache,
-            "failed": st.failed,
-            "answered_this_run": st.answered,
-            "abstained_this_run": st.abstained,
-            "transport_retries": st.transport_retries,
-            "malformed_answers": st.malformed_answers,
-            "invented_ids_dropped": st.invented_ids,
-            "tokens_in": st.tokens_in,
-            "tokens_out": st.tokens_out,
-            "tokens_in_incl_cache": st.tokens_in_all,
-            "tokens_out_incl_cache": st.tokens_out_all,
-            "errors": dict(sorted(st.errors.items())),
-            **agreement,
-        }
+    per_ann = {a.name: _annotator_summary(a.model, stats[a.name], votes["annotators"][a.name]) for a in annotators}
     summary = {
         "complete": complete,
         "records_file": str(job.records),
@@ -271,6 +237,50 @@ def _enhance_locked(job: EnhanceJob) -> tuple[int, dict]:
     }
     write_summary(summary, output)
     return (0 if complete else 1), summary
+
+
+def _write_outputs(records, outputs: dict, failures: dict, targets: list[int], output: Path) -> tuple[bool, Path]:
+    """Every record in input order to ``output`` when no claim failed, else the finished ones to the partial file.
+
+    Returns (complete, partial file path). NOT_ENOUGH_INFO records not asked about pass through unchanged.
+    """
+    target_set = set(targets)
+    ordered: list[dict | None] = []
+    for i, rec in enumerate(records):
+        if i in outputs:
+            ordered.append(outputs[i])
+        else:  # passed through (NOT_ENOUGH_INFO), or None for a failed claim
+            ordered.append(None if i in target_set else rec.to_dict())
+    complete = not failures
+    part = partial_path(output)
+    if complete:
+        save_records(ordered, output)
+        if part.exists():
+            part.unlink()
+    else:
+        save_records([o for o in ordered if o is not None], part)
+    return complete, part
+
+
+def _annotator_summary(model: str, st: AnnotatorStats, agreement: dict) -> dict:
+    """One annotator's line of the summary: requests, cache hits, failures, tokens and its agreement."""
+    return {
+        "model": model,
+        "requests_made": st.requests,
+        "served_from_cache": st.from_cache,
+        "failed": st.failed,
+        "answered_this_run": st.answered,
+        "abstained_this_run": st.abstained,
+        "transport_retries": st.transport_retries,
+        "malformed_answers": st.malformed_answers,
+        "invented_ids_dropped": st.invented_ids,
+        "tokens_in": st.tokens_in,
+        "tokens_out": st.tokens_out,
+        "tokens_in_incl_cache": st.tokens_in_all,
+        "tokens_out_incl_cache": st.tokens_out_all,
+        "errors": dict(sorted(st.errors.items())),
+        **agreement,
+    }
 
 
 async def _enhance_async(job, records, annotators, targets, need, cache, keys):
