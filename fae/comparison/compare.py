@@ -331,8 +331,16 @@ _MD_NAMES = {"G": "$G$", "E0": "$E_{0}$", "A1": "$A_{1}$", "A0": "$A_{0}$", "E1"
 
 
 def render_markdown(res: dict) -> str:
-    a, b = res["runs"]["A"], res["runs"]["B"]
+    """compare.md: the score table, its decomposition, the marginal rates, per-label rows, run metrics, notes."""
     pct = int(round(100 * res["confidence"]))
+    lines = _md_scores(res, pct) + _md_marginal_rates(res, pct) + _md_by_label(res) + _md_run_metrics(res, pct)
+    if res["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _md_scores(res: dict, pct: int) -> list[str]:
+    a, b = res["runs"]["A"], res["runs"]["B"]
     unit = "claim" if res["resampling_unit"] == "claim" else "claim-family"
     lines = [
         f"# Score accounting ({res['metric']})",
@@ -360,8 +368,12 @@ def render_markdown(res: dict) -> str:
     ]
     for q in acc.COMPONENTS:
         lines.append(f"| {_MD_NAMES[q]} | {acc.DESCRIPTIONS[q]} | {_fmt(res[q]['estimate'])} | {_ci(res[q])} |")
+    return lines
+
+
+def _md_marginal_rates(res: dict, pct: int) -> list[str]:
     pc = res["product_covariance"]
-    lines += [
+    lines = [
         "",
         "## Marginal rates: product and covariance",
         "",
@@ -386,6 +398,12 @@ def render_markdown(res: dict) -> str:
         f"Answer accuracy A {_fmt(res['answer_accuracy']['A']['estimate'])}, "
         f"B {_fmt(res['answer_accuracy']['B']['estimate'])}; evidence eligibility A "
         f"{_fmt(res['evidence_eligibility']['A']['estimate'])}, B {_fmt(res['evidence_eligibility']['B']['estimate'])}.",
+    ]
+    return lines
+
+
+def _md_by_label(res: dict) -> list[str]:
+    lines = [
         "",
         "## Contributions by gold label",
         "",
@@ -397,6 +415,11 @@ def render_markdown(res: dict) -> str:
     for label, row in res["by_gold_label"].items():
         lines.append(f"| {label} | {row['n_claims']} | " + " | ".join(_fmt(row[k]) for k in acc.CELLS)
                      + f" | {_fmt(row['G'])} |")
+    return lines
+
+
+def _md_run_metrics(res: dict, pct: int) -> list[str]:
+    lines: list[str] = []
     if res["metrics"]:
         lines += [
             "",
@@ -413,9 +436,7 @@ def render_markdown(res: dict) -> str:
             lines.append(f"| {name} | {_fmt(m['A']['estimate'])} | {_fmt(m['B']['estimate'])} | "
                          f"{_fmt(m['difference']['estimate'])} | {_ci(m['difference'])}"
                          + (f" ({undefined} draws undefined)" if undefined else "") + " |")
-    if res["notes"]:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def check_same_decoding(a: Run, b: Run, allow_mixed: bool) -> None:
