@@ -133,3 +133,28 @@ def test_a_third_party_backend_gets_its_options_checked_and_used(tmp_path):
     assert [c["rounds"][0]["label"] for c in read_claims(out / "claims.jsonl")] == ["SUPPORT"] * 5
     with pytest.raises(UserError, match="--backend test-echo options: chunk: must be >= 1, got 0"):
         EchoBackend({"chunk": 0})
+
+
+def test_option_flags_come_from_the_dataclass_fields():
+    """A command that loads a model declares a backend's options from its dataclass: same names, types,
+    defaults and help as `fae run`, and the values build the backend's options unchanged."""
+    import argparse
+
+    from real_fae_core.config import add_option_flags, options_from
+    from fae.backends.hf import HFOptions
+    from fae.backends.vllm_backend import VLLMOptions
+
+    p = argparse.ArgumentParser()
+    add_option_flags(p, HFOptions, ["batch_size", "dtype", "trust_remote_code", "model"])
+    add_option_flags(p, VLLMOptions, ["gpu_memory_utilization"])
+    args = p.parse_args(["--batch-size", "3", "--trust-remote-code", "--gpu-memory-utilization", "0.5"])
+    assert (args.batch_size, args.dtype, args.trust_remote_code, args.model) == (3, "auto", True, None)
+    assert args.gpu_memory_utilization == 0.5 and isinstance(args.gpu_memory_utilization, float)
+    assert p.parse_args(["--no-trust-remote-code"]).trust_remote_code is False
+    opts = options_from(HFOptions, vars(args))
+    assert opts.batch_size == 3 and opts.trust_remote_code is True
+    with pytest.raises(SystemExit):
+        p.parse_args(["--batch-size", "many"])
+    with pytest.raises(UserError, match="batch_size"):  # ranges are the dataclass's, checked once
+        options_from(HFOptions, vars(p.parse_args(["--batch-size", "0"])))
+    assert "prompts per generate call" in p.format_help()

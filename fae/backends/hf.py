@@ -32,6 +32,8 @@ class HFOptions(BackendOptions):
     batch_size: int = field(default=8, metadata={"help": "hf: prompts per generate call", "min": 1})
     device: str = field(default="auto", metadata={"help": "hf: auto, cpu, cuda, cuda:1 ..."})
     dtype: str = field(default="auto", metadata={"help": "hf: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16, fp32"})
+    trust_remote_code: bool = field(default=False, metadata={
+        "help": "hf: run the model repository's own Python code (off unless you ask: it executes on load)"})
 
 
 def resolve_device(device: str | None = "auto") -> str:
@@ -222,7 +224,8 @@ class HFBackend(Backend):
         super().__init__(options)
         o = self.options
         self.batch_size, self.max_new_tokens = o.batch_size, o.max_new_tokens
-        self.lm, self.tok = loaded if loaded is not None else load_hf_model(o.model, o.adapter, o.dtype, o.device)
+        self.lm, self.tok = loaded if loaded is not None else load_hf_model(o.model, o.adapter, o.dtype, o.device,
+                                                                                 trust_remote_code=o.trust_remote_code)
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
         self.stats = {"generate_calls": 0, "prompts": 0}
         self.constraint = open_constraint(o, self.lm, self.tok, self.gc.eos_token_id)
