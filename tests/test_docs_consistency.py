@@ -171,6 +171,14 @@ def test_the_command_scanner_sees_commands():
     assert {"--records", "--output", "--rounds"} <= run_flags
 
 
+def test_the_readme_command_table_names_every_subcommand():
+    """The README's table is where a user looks for a command: every subcommand the parsers have is in it."""
+    table = "\n".join(line for line in _text(ROOT / "README.md").splitlines() if line.startswith("|"))
+    named = {(p, s) for p, s in _COMMAND.findall(table)}
+    missing = sorted(f"{p} {s}" for p, s in _cli_flags() if (p, s) not in named)
+    assert not missing, f"README.md's command table leaves out: {missing}"
+
+
 # ---------------------------------------------------------------- examples
 
 def _json_blocks(page: Path) -> list[str]:
