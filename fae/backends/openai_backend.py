@@ -32,11 +32,21 @@ prompt as ``response_format={"type": "json_schema", ...}``
 ``response_format`` / ``json_schema``) is asked again with
 ``{"type": "json_object"}``, and that fallback is remembered for the rest of
 the run (``stats["json_object_fallback"]``).
+
+Fleets: every request of a claim carries the header named by
+``--routing-header`` (default ``X-Session-ID``; empty: none) with the key
+``<run>/<claim id>``, so a consistent-hash router (``vllm-router --policy
+consistent_hash``) sends all rounds of a claim to one server, whose prefix
+cache then serves round r from round r-1's KV (docs/scale.md). The key does
+not change answers, so it is not part of the resume fingerprint.
+:meth:`OpenAIBackend.streaming` gives :mod:`fae.ablation.streaming` one client
+and one event loop for a whole run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 from urllib.parse import urlsplit
@@ -96,6 +106,10 @@ class OpenAIOptions(BackendOptions):
     backoff_base: float = field(default=1.0, metadata={"help": "openai: first backoff in seconds (doubles)",
                                                        "min": 0})
     seed: int | None = field(default=None, metadata={"help": "openai: sampling seed sent to the endpoint"})
+    routing_header: str = field(default="X-Session-ID", metadata={
+        "help": "openai: HTTP header carrying a per-claim key (<run>/<claim id>; empty: not sent), so a "
+                "consistent-hash router (vllm-router --policy consistent_hash) keeps all rounds of a claim on "
+                "one server and its prefix cache serves round r from round r-1's KV", "metavar": "NAME"})
 
 
 @register("openai")
@@ -128,6 +142,7 @@ class OpenAIBackend(Backend):
         self.stats = {"requests": 0, "retries": 0, "429": 0, "5xx": 0, "timeout": 0,
                       "connection": 0, "malformed": 0}
         self.logprobs_rejected = False  # the endpoint refused logprobs once: never asked again
+        self.routing_header = (o.routing_header or "").strip()
         self.constrained = o.constrained_decoding
         self.schema_rejected = False  # the endpoint refused json_schema once: json_object from then on
         if self.constrained:
@@ -169,6 +184,25 @@ class OpenAIBackend(Backend):
                     t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
+        finally:
+            await client.close()
+
+    @contextlib.asynccontextmanager
+    async def streaming(self):
+        """An ``answer(messages, routing_key)`` coroutine function on one client for the whole run.
+
+        Used inside one event loop (:mod:`fae.ablation.streaming`): no client or
+        connection pool per step, at most ``concurrency`` requests in flight.
+        """
+        client = open_client(self.base_url, self._api_key, timeout=self.timeout,
+                             max_connections=self.concurrency, aiohttp=True)
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def answer(messages, routing_key: str | None = None):
+            return await self._request(client, sem, messages, routing_key)
+
+        try:
+            yield answer
         finally:
             await client.close()
 
@@ -216,10 +250,12 @@ class OpenAIBackend(Backend):
         probs, logprobs, why = label_probs_from_top_logprobs(tokens)
         return replace(answer, label_probs=probs, label_logprobs=logprobs, label_probs_skipped=why)
 
-    async def _request(self, client, sem, messages) -> Any:
+    async def _request(self, client, sem, messages, routing_key: str | None = None) -> Any:
         kwargs = self.request_kwargs(messages)
         if self.label_probs:
             kwargs.update(logprobs=True, top_logprobs=5)
+        if routing_key and self.routing_header:
+            kwargs["extra_headers"] = {self.routing_header: routing_key}
 
         async def send():
             if self.logprobs_rejected:  # perhaps by another request

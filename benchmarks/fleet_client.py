@@ -1,0 +1,162 @@
+"""Client speed of ``fae run --backend openai``: calls per second, CPU seconds and peak RSS on one core.
+
+The server is ``tests/openai_server.py --fast`` (instant answers, one asyncio
+loop, keep-alive) in its own process, pinned to another core than the client
+where the machine has two, so the client is what is measured. Two clients ablate
+the same synthetic claims (each claim has five lines sharing words with it; the
+``stepwise`` verifier cites one per round, so R = 4 costs five model calls per
+claim):
+
+- ``before``: :func:`fae.ablation.engine.run_ablation` + ``OpenAIBackend.generate``
+  (a barrier across claims each step, a fresh client and event loop per step);
+- ``after``: :func:`fae.ablation.streaming.run_ablation_streaming` (each claim
+  steps on its own, one client and one event loop for the run).
+
+Each client runs in a fresh process that reports its own CPU time and peak RSS
+(``getrusage``); the server's CPU time over the same window shows whether it was
+the bottleneck. Both clients must produce the same claims.
+
+    python benchmarks/fleet_client.py                  # 1000 claims x R=4, concurrency 64
+    python benchmarks/fleet_client.py --claims 200 --json benchmarks/results/fleet_client_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+         "quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+
+
+def make_records(n: int):
+    from data_prep.records import ClaimRecord, Sentence
+
+    out = []
+    for k in range(n):
+        w = [WORDS[(k + j) % len(WORDS)] for j in range(6)]
+        claim = f"claim {k}: {' '.join(w[:4])} are related"
+        sents = []
+        for i in range(8):
+            if i % 8 < 5:  # shares two claim words: cited, one per round
+                text = f"sentence {i} of {k} mentions {w[i % 4]} and {w[(i + 1) % 4]} together"
+            else:
+                text = f"sentence {i} of {k} is about something else entirely number {i * 7}"
+            sents.append(Sentence(i, text, "doc"))
+        out.append(ClaimRecord(id=f"c{k:06d}", claim=claim, label="SUPPORT", sentences=sents, evidence=[[0]]))
+    return out
+
+
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of a process (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def client(mode: str, url: str, n: int, rounds: int, concurrency: int, out: str, cpu: int | None) -> None:
+    """One measured client in this process; prints one JSON line."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    from fae.ablation.engine import run_ablation
+    from fae.ablation.streaming import run_ablation_streaming
+    from fae.backends.openai_backend import OpenAIBackend
+
+    records = make_records(n)
+    backend = OpenAIBackend({"model": "verifier", "base_url": url, "concurrency": concurrency,
+                             "label_probs": False, "max_retries": 0})
+    claims: list[dict] = []
+    start_cpu = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+    t0 = time.perf_counter()
+    if mode == "before":
+        stats = run_ablation(records, backend, rounds, claims.extend, chunk_size=concurrency, progress=False)
+    else:
+        stats = run_ablation_streaming(records, backend, rounds, claims.extend, run_name="bench",
+                                       progress=False)
+    wall = time.perf_counter() - t0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    claims.sort(key=lambda c: c["id"])
+    Path(out).write_text("".join(json.dumps(c, sort_keys=True) + "\n" for c in claims))
+    print(json.dumps({"mode": mode, "claims": stats["claims"], "model_calls": stats["model_calls"],
+                      "reused_calls": stats["reused_calls"], "wall_s": round(wall, 3),
+                      "client_cpu_s": round(ru.ru_utime + ru.ru_stime - start_cpu, 3),
+                      "client_calls_per_second": round(stats["model_calls"] / wall, 1),
+                      "client_cpu_ms_per_call": round(1000 * (ru.ru_utime + ru.ru_stime - start_cpu)
+                                                      / max(stats["model_calls"], 1), 3),
+                      "peak_rss_mib": round(ru.ru_maxrss / 1024, 1),
+                      "requests": backend.stats["requests"]}))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--claims", type=int, default=1000)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--client", choices=["before", "after"], help=argparse.SUPPRESS)
+    p.add_argument("--url", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.client:
+        client(args.client, args.url, args.claims, args.rounds, args.concurrency, args.out, args.cpu)
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    server_cpu, client_cpu = (cores[0], cores[1]) if len(cores) > 1 else (None, None)
+    pre = [] if server_cpu is None else ["taskset", "-c", str(server_cpu)]
+    server = subprocess.Popen([*pre, sys.executable, str(REPO / "tests" / "openai_server.py"), "--fast",
+                               "--role", "stepwise", "--port", "0"], stdout=subprocess.PIPE, text=True)
+    results = []
+    try:
+        line = server.stdout.readline().split()
+        if not line or line[0] != "READY":
+            raise SystemExit("the local server did not start")
+        url = line[1]
+        with tempfile.TemporaryDirectory() as d:
+            outs = {}
+            for mode in ("before", "after"):
+                outs[mode] = Path(d) / f"{mode}.jsonl"
+                s0 = cpu_of(server.pid)
+                cmd = [sys.executable, __file__, "--client", mode, "--url", url, "--claims", str(args.claims),
+                       "--rounds", str(args.rounds), "--concurrency", str(args.concurrency),
+                       "--out", str(outs[mode])]
+                if client_cpu is not None:
+                    cmd += ["--cpu", str(client_cpu)]
+                res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                                 .strip().splitlines()[-1])
+                res["server_cpu_s"] = round(cpu_of(server.pid) - s0, 3)
+                results.append(res)
+                print(json.dumps(res), flush=True)
+            same = outs["before"].read_bytes() == outs["after"].read_bytes()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    before, after = results
+    summary = {
+        "what": "fae run --backend openai client against an instant server in another process "
+                "(tests/openai_server.py --fast, stepwise verifier)",
+        "claims": args.claims, "rounds": args.rounds, "concurrency": args.concurrency,
+        "client_core_pinned": client_cpu is not None, "cpu_count": os.cpu_count(),
+        "before": before, "after": after, "same_claims": same,
+        "speedup": round(after["client_calls_per_second"] / before["client_calls_per_second"], 2),
+    }
+    print(f"before: {before['client_calls_per_second']} calls/s, {before['client_cpu_s']} CPU s, "
+          f"{before['peak_rss_mib']} MiB; after: {after['client_calls_per_second']} calls/s, "
+          f"{after['client_cpu_s']} CPU s, {after['peak_rss_mib']} MiB; same claims: {same}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
+    if not same:
+        raise SystemExit("the two clients produced different claims")
+
+
+if __name__ == "__main__":
+    main()
