@@ -92,11 +92,14 @@ def open_client(base_url: str | None, api_key: str, *, timeout: float, max_conne
 
 def has_aiohttp() -> bool:
     """aiohttp (and the openai release's transport for it) can be imported."""
-    try:
-        import aiohttp  # noqa: F401
-        from openai._vendor.httpx_aiohttp import Httpx2AiohttpClient  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("aiohttp") is None:
         return False
+    try:  # vendored by recent openai releases, a separate package (openai[aiohttp]) before
+        import openai._vendor.httpx_aiohttp  # noqa: F401
+    except ImportError:
+        return importlib.util.find_spec("httpx_aiohttp") is not None
     return True
 
 

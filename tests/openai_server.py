@@ -441,9 +441,12 @@ def main(argv=None) -> None:
     if args.fast:
         import asyncio
 
+        def ready(port: int) -> None:
+            print(f"READY http://127.0.0.1:{port}/v1", flush=True)
+
         try:
             asyncio.run(serve_fast(responder, "127.0.0.1", args.port, name=args.name, log_path=args.log,
-                                   latency=args.latency, ready=lambda port: print(f"READY http://127.0.0.1:{port}/v1", flush=True)))
+                                   latency=args.latency, ready=ready))
         except KeyboardInterrupt:
             pass
         return

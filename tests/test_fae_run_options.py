@@ -16,7 +16,7 @@ REQUIRED = ["--records", "r.jsonl", "--output", "out", "--model", "m"]
 SETTINGS_KEYS = ["records", "output", "backend", "model", "adapter", "rounds", "max_new_tokens", "limit",
                  "chunk_size", "constrained_decoding", "label_probs", "batch_size", "device", "dtype", "base_url",
                  "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base", "seed",
-                 "tensor_parallel_size", "gpu_memory_utilization", "max_model_len"]
+                 "routing_header", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len"]
 
 
 def yaml_file(tmp_path, text, name="eval.yaml"):

@@ -37,7 +37,8 @@ SERVER = Path(__file__).resolve().parent / "openai_server.py"
 
 @pytest.fixture(scope="module")
 def records_file(shared_data, tmp_path_factory):
-    return write_checkcovid(shared_data, tmp_path_factory.mktemp("fleet") / "cc.jsonl", n=40)  # the sample data holds fewer: all of them
+    # the sample data holds fewer (27): all of them
+    return write_checkcovid(shared_data, tmp_path_factory.mktemp("fleet") / "cc.jsonl", n=40)
 
 
 def expected(path, rounds=4):
