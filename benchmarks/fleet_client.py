@@ -21,13 +21,16 @@ the bottleneck. Both clients must produce the same claims.
 
 Measured on the 2-core build machine (shared with other jobs; client and server
 pinned to one core each), 1000 claims x R = 4, 5000 model calls, concurrency 64:
-before 193 calls/s (279 per client CPU second, 17.9 CPU s, peak RSS 82 MiB);
-after 741 calls/s (759 per client CPU second, 6.6 CPU s, peak RSS 78 MiB); the
-server used 0.6-1.3 CPU s, so it was never the bottleneck. Where the "after"
-client's CPU went before the changes that got it there (py-spy): the httpx
-connection pool checks every pooled connection on each request (aiohttp
-transport instead: 2.5 -> 1.5 ms per call) and ``chat.completions.create`` walks
-the message types of every request (the body posted as is: 1.5 -> 1.3 ms).
+per second of client CPU, before 280-300 calls (3.4-3.6 ms each, 17-18 CPU s),
+after 757 (1.32 ms each, 6.6 CPU s); peak RSS 82 -> 75-78 MiB. Wall-clock rates
+depend on what else runs: 193 -> 741 calls/s on a quieter machine, 229 -> 466
+with another job on both cores (the JSON keeps the last run and the load
+average). The server used 0.6-1.3 CPU s, so it was never the bottleneck.
+Where the "after" client's CPU went before the changes that got it there
+(py-spy): the httpx connection pool checks every pooled connection on each
+request (aiohttp transport instead: 2.5 -> 1.5 ms per call) and
+``chat.completions.create`` walks the message types of every request (the body
+posted as is: 1.5 -> 1.3 ms).
 """
 
 from __future__ import annotations

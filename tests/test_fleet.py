@@ -98,6 +98,21 @@ def test_streaming_rounds_equal_run_ablation_one_key_per_claim_bounded(records_f
     assert any(len({tuple(rd["pool_ids"]) for rd in c["rounds"]}) > 2 for c in got)  # several model rounds
 
 
+def test_started_claims_go_first_so_rounds_follow_each_other(records_file):
+    """One request at a time, every claim in flight: a claim's next round beats new claims to the slot,
+    so each claim's rounds are asked back to back (while the server's prefix cache holds the last one)."""
+    records = load_records(records_file)
+    with LocalOpenAIServer(responder=stepwise_verifier) as srv:
+        claims: list[dict] = []
+        streaming.run_ablation_streaming(records, backend(srv.base_url, concurrency=1), 4, claims.extend,
+                                         run_name="r", progress=False)
+        order = [r.claim for r in srv.log]
+    blocks = [c for k, c in enumerate(order) if k == 0 or order[k - 1] != c]
+    assert len(blocks) == len(set(order)) == len(records)  # one contiguous block per claim
+    assert len(order) > 2 * len(records)
+    assert by_id(claims) == by_id(expected(records_file).values())
+
+
 def every_fault(body, attempt):
     kind = int(body_key(body), 16) % 6
     plan = {0: ["429"], 1: ["500", "503"], 2: ["timeout"], 3: ["malformed_body"], 4: ["disconnect"], 5: []}[kind]
@@ -297,3 +312,49 @@ def test_a_server_killed_behind_the_router_mid_run_loses_nothing(records_file, t
     finally:
         for p in procs:
             p.kill()
+
+
+SHIM = """
+import sys
+from fae.ablation import cli, streaming
+from fae.cli import main
+
+if not hasattr(cli, "run_ablation_streaming"):  # until fae run calls it itself
+    def run_ablation_or_stream(records, backend, rounds, write, chunk_size=8, progress=True, desc=""):
+        return streaming.run_ablation_streaming(records, backend, rounds, write, run_name="run",
+                                                progress=progress, desc=desc)
+    cli.run_ablation = run_ablation_or_stream
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_keeps_finished_claims_and_the_rerun_completes(records_file, tmp_path, monkeypatch):
+    """A kill lands inside the event loop: claims finished before it are on disk, the rest resume."""
+    script = tmp_path / "fae_streaming.py"
+    script.write_text(SHIM)
+    out = tmp_path / "run"
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": repo}
+    want = expected(records_file)
+    with LocalOpenAIServer(responder=stepwise_verifier, latency=0.1) as srv:
+        args = ["run", "--backend", "openai", "--model", "verifier", "--base-url", srv.base_url,
+                "--records", str(records_file), "--output", str(out), "--rounds", "4", "--concurrency", "4",
+                "--no-progress"]
+        p = subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while srv.count() < 40 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == 143, err
+        partial = read_claims(out / "claims.jsonl")
+        assert partial and len(partial) < len(want) and all(c == want[c["id"]] for c in partial)
+        last = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
+        assert last["error"] == "terminated (SIGTERM)" and last["claims"] == len(partial)
+        p = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert f"{len(want) - len(partial)} claims to do ({len(partial)} already in" in p.stderr
+    assert read_claims(out / "claims.jsonl") == list(want.values())

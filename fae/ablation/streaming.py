@@ -39,7 +39,10 @@ DEFAULT_IN_FLIGHT = 4096
 
 
 def supports_streaming(backend) -> bool:
-    """The backend offers ``streaming()``: an async context giving ``answer(messages, routing_key)``."""
+    """The backend offers ``streaming()``: an async context giving ``answer(messages, routing_key, priority)``.
+
+    ``priority`` is the round asked; the backend should serve higher ones first.
+    """
     return callable(getattr(backend, "streaming", None))
 
 
@@ -110,7 +113,8 @@ async def _run(records, backend, rounds: int, run_name: str, limit: int, bars: R
             key = f"{run_name}/{record.id}"
             while (pool := advance(done, record.pool_ids, rounds, on_reuse)) is not None:
                 r = len(done)
-                got = as_generation(await answer(render_evidence_prompt(record, pool), key))
+                # later rounds first: a started claim finishes before new ones take the slots
+                got = as_generation(await answer(render_evidence_prompt(record, pool), key, r))
                 done.append(make_round(r, pool, got.text, got.truncated, got))
                 if bars.enabled:
                     bars.update(r, 1)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 from urllib.parse import urlsplit
@@ -189,17 +190,21 @@ class OpenAIBackend(Backend):
 
     @contextlib.asynccontextmanager
     async def streaming(self):
-        """An ``answer(messages, routing_key)`` coroutine function on one client for the whole run.
+        """An ``answer(messages, routing_key, priority=0)`` coroutine function on one client for the whole run.
 
         Used inside one event loop (:mod:`fae.ablation.streaming`): no client or
-        connection pool per step, at most ``concurrency`` requests in flight.
+        connection pool per step, at most ``concurrency`` requests in flight, and
+        a free slot goes to the waiting request of highest ``priority`` (the
+        claim's round), so started claims finish before new ones start: their
+        next round reaches the server while its prefix cache still holds the
+        last one, and a killed run loses few half-done claims.
         """
         client = open_client(self.base_url, self._api_key, timeout=self.timeout,
                              max_connections=self.concurrency, aiohttp=True)
-        sem = asyncio.Semaphore(self.concurrency)
+        gate = PriorityGate(self.concurrency)
 
-        async def answer(messages, routing_key: str | None = None):
-            return await self._request(client, sem, messages, routing_key, plain_body=True)
+        async def answer(messages, routing_key: str | None = None, priority: int = 0):
+            return await self._request(client, gate.slot(priority), messages, routing_key, plain_body=True)
 
         try:
             yield answer
@@ -306,6 +311,71 @@ class OpenAIBackend(Backend):
                                      f"{_describe(exc.last)}")) from None
         except Exception as exc:  # noqa: BLE001 - not retryable: one clear line, no traceback
             raise BackendError(scrub(f"{where} failed: {_describe(exc)}")) from None
+
+
+class PriorityGate:
+    """At most ``n`` holders; a freed place goes to the waiter of highest priority (then first come).
+
+    A place is handed on at the event loop's next turn, not at once: the holder
+    that just released it (a claim whose answer came back) can first queue its
+    next round, which then wins over claims not yet started.
+    """
+
+    def __init__(self, n: int):
+        self.free = n
+        self.waiters: list = []  # heap of (-priority, arrival, future)
+        self.arrivals = 0
+        self.waking = False
+
+    def slot(self, priority: int = 0) -> "_Slot":
+        return _Slot(self, priority)
+
+    async def acquire(self, priority: int) -> None:
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self.arrivals += 1
+        heapq.heappush(self.waiters, (-priority, self.arrivals, fut))
+        self._schedule()
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # granted as it was cancelled: pass the place on
+            else:
+                fut.cancel()  # skipped when places are handed out
+            raise
+
+    def release(self) -> None:
+        self.free += 1
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self.waiters and self.free > 0 and not self.waking:
+            self.waking = True
+            asyncio.get_running_loop().call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self.waking = False
+        while self.free > 0 and self.waiters:
+            _, _, fut = heapq.heappop(self.waiters)
+            if not fut.done():
+                self.free -= 1
+                fut.set_result(None)
+
+
+class _Slot:
+    """``async with gate.slot(priority):`` one place in a :class:`PriorityGate` (each entry waits anew)."""
+
+    def __init__(self, gate: PriorityGate, priority: int):
+        self.gate, self.priority = gate, priority
+
+    async def __aenter__(self) -> None:
+        await self.gate.acquire(self.priority)
+
+    async def __aexit__(self, *exc) -> None:
+        self.gate.release()
 
 
 def rejects_json_schema(exc: BaseException, kwargs: dict[str, Any]) -> bool:
