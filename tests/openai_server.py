@@ -13,7 +13,8 @@ prints ``READY <base_url>`` on stdout), the latter for benchmarks where the
 client must not share the server's interpreter.
 
 ``--fast`` serves instant answers from one asyncio loop with HTTP/1.1
-keep-alive and no faults (:func:`serve_fast`): the threaded server spends more
+keep-alive and no faults, and reports the prompt words an earlier round of the
+same claim on this server covered as cached tokens (:func:`serve_fast`): the threaded server spends more
 CPU per request than the client under test, so it cannot measure a client at
 hundreds of calls per second. Both answer ``GET /health`` and ``/v1/models`` (a
 router's health checks), log the routing header (``X-Session-ID``) with each
@@ -354,14 +355,36 @@ class LocalOpenAIServer:
         self._send_json(handler, 200, resp)
 
 
-def _completion(body: dict, content: str) -> bytes:
+def _completion(body: dict, content: str, cached: int = 0) -> bytes:
+    prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
     return json.dumps({
         "id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()),
         "model": body.get("model", ""),
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                      "finish_reason": "stop", "logprobs": None}],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": {"prompt_tokens": prompt, "completion_tokens": len(content.split()),
+                  "total_tokens": prompt + len(content.split()), "prompt_tokens_details": {"cached_tokens": cached}},
     }).encode()
+
+
+class PrefixCache:
+    """A server's prefix cache, in words: how much of a prompt an earlier prompt of the same claim
+    on this server already covered (what vLLM reports as ``usage.prompt_tokens_details.cached_tokens``)."""
+
+    def __init__(self):
+        self.last: dict[str, list[str]] = {}
+
+    def __call__(self, body: dict) -> int:
+        words = [w for m in body.get("messages", []) for w in str(m.get("content", "")).split()]
+        claim = claim_of(body)
+        before = self.last.get(claim, [])
+        self.last[claim] = words
+        n = 0
+        for a, b in zip(before, words):
+            if a != b:
+                break
+            n += 1
+        return n
 
 
 async def serve_fast(responder: Responder, host: str, port: int, *, name: str | None = None,
@@ -375,6 +398,7 @@ async def serve_fast(responder: Responder, host: str, port: int, *, name: str | 
     import asyncio
 
     log = open(log_path, "a", buffering=1) if log_path else None
+    cache = PrefixCache()
     extra = f"X-Served-By: {name}\r\n".encode() if name else b""
 
     def reply(status: str, data: bytes) -> bytes:
@@ -401,7 +425,7 @@ async def serve_fast(responder: Responder, host: str, port: int, *, name: str | 
                                               "claim": claim_of(body)}) + "\n")
                     if latency:
                         await asyncio.sleep(latency)
-                    out = reply("200 OK", _completion(body, responder(body)))
+                    out = reply("200 OK", _completion(body, responder(body), cache(body)))
                 elif method == "GET" and path.endswith("/models"):
                     out = reply("200 OK", b'{"object": "list", "data": []}')
                 elif method == "GET" and path in ("/health", "/v1/health"):

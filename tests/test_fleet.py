@@ -222,6 +222,12 @@ def served(log: Path) -> dict[str, set]:
     return out
 
 
+def cached_share(run_dir: Path) -> float:
+    """The share of prompt tokens the servers' prefix caches served, from the run log."""
+    stats = json.loads((run_dir / "runs.jsonl").read_text().splitlines()[-1])["backend_stats"]
+    return stats["cached_prompt_tokens"] / stats["prompt_tokens"]
+
+
 def fae_run(records, out: Path, url: str, monkeypatch, *extra) -> int:
     """``fae run --backend openai`` in this process, with streaming ablation under the openai backend."""
     from fae.ablation import cli as run_cli
@@ -258,15 +264,21 @@ def test_consistent_hash_router_keeps_each_claim_on_one_server(records_file, tmp
         log_a.write_text(""), log_b.write_text("")
         assert fae_run(records_file, tmp_path / "nokey", url, monkeypatch, "--routing-header", "") == 0
         assert {len(served(log_a)), len(served(log_b))} == {0, len(load_records(records_file))}
-        # The router's default policy (cache_aware) ignores the key and spreads a claim's rounds.
-        router.kill()
+        # The router's default policy (cache_aware) ignores the key and spreads a claim's rounds: fresh
+        # servers (cold caches), and the prefix cache the run reports serves less of the prompts.
+        for p in (router, a, b):
+            p.kill()
+        (a, url_a, log_a), (b, url_b, log_b) = start_server(tmp_path, "a2"), start_server(tmp_path, "b2")
+        procs += [a, b]
         router, url = start_router([url_a, url_b])
         procs.append(router)
-        log_a.write_text(""), log_b.write_text("")
         assert fae_run(records_file, tmp_path / "default", url, monkeypatch) == 0
         split = set(served(log_a)) & set(served(log_b))
         assert split, "cache_aware kept every claim on one server"
         print(f"default policy: {len(split)} of {len(load_records(records_file))} claims had rounds on both servers")
+        routed, spread = cached_share(tmp_path / "routed"), cached_share(tmp_path / "default")
+        print(f"prompt share served by the prefix cache: consistent_hash {routed:.3f}, default policy {spread:.3f}")
+        assert routed > spread > 0
     finally:
         for p in procs:
             p.kill()

@@ -237,6 +237,19 @@ class OpenAIBackend(Backend):
             raise MalformedResponse("response has no choices[0].message.content")
         return Generation(choices[0].message.content, getattr(choices[0], "finish_reason", None))
 
+    def count_cached(self, resp) -> None:
+        """Add the prompt tokens the server's prefix cache served (``usage.prompt_tokens_details``) to ``stats``.
+
+        Only servers that report it (vLLM with ``--enable-prompt-tokens-details``, the OpenAI API)
+        add ``prompt_tokens`` / ``cached_prompt_tokens``: their ratio in runs.jsonl shows whether a
+        fleet's router keeps each claim on one server (docs/scale.md).
+        """
+        usage = getattr(resp, "usage", None)
+        cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
+        if isinstance(cached, int) and isinstance(getattr(usage, "prompt_tokens", None), int):
+            self.stats["prompt_tokens"] = self.stats.get("prompt_tokens", 0) + usage.prompt_tokens
+            self.stats["cached_prompt_tokens"] = self.stats.get("cached_prompt_tokens", 0) + cached
+
     def with_label_probs(self, answer: Any, resp) -> Any:
         """The answer with the label probabilities read from the response's logprobs (soft FAE).
 
@@ -283,7 +296,9 @@ class OpenAIBackend(Backend):
                                              options=options)
                 else:
                     resp = await client.chat.completions.create(**kwargs)
-            return self.with_label_probs(self.parse_response(resp), resp)
+            answer = self.with_label_probs(self.parse_response(resp), resp)
+            self.count_cached(resp)
+            return answer
 
         def again(exc) -> bool:
             """Adapt the request to a refusal and ask at once (not a retry)."""
