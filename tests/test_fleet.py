@@ -113,6 +113,17 @@ def test_started_claims_go_first_so_rounds_follow_each_other(records_file):
     assert by_id(claims) == by_id(expected(records_file).values())
 
 
+def test_a_refusal_learnt_while_requests_wait_is_applied_before_they_are_sent(records_file):
+    """Every claim in flight has its request built; the first 400 on json_schema must still be the only one."""
+    with LocalOpenAIServer(responder=stepwise_verifier, response_format_mode="json_object_only") as srv:
+        b = backend(srv.base_url, concurrency=1, constrained_decoding=True, max_retries=0)
+        streaming.run_ablation_streaming(load_records(records_file), b, 4, lambda claims: None, run_name="r",
+                                         progress=False)
+        kinds = [(r.response_format or {}).get("type") for r in srv.log]
+    assert kinds[0] == "json_schema" and kinds.count("json_schema") == 1 and len(kinds) > 27
+    assert b.stats["json_object_fallback"] == 1 and b.stats["retries"] == 0
+
+
 def every_fault(body, attempt):
     kind = int(body_key(body), 16) % 6
     plan = {0: ["429"], 1: ["500", "503"], 2: ["timeout"], 3: ["malformed_body"], 4: ["disconnect"], 5: []}[kind]

@@ -283,10 +283,13 @@ class OpenAIBackend(Backend):
             kwargs["extra_headers"] = {self.routing_header: routing_key}
 
         async def send():
-            if self.logprobs_rejected:  # perhaps by another request
-                kwargs.pop("logprobs", None)
-                kwargs.pop("top_logprobs", None)
             async with sem:
+                # refusals learnt from other requests while this one waited for its slot
+                if self.logprobs_rejected:
+                    kwargs.pop("logprobs", None)
+                    kwargs.pop("top_logprobs", None)
+                if self.schema_rejected and (kwargs.get("response_format") or {}).get("type") == "json_schema":
+                    kwargs["response_format"] = self.response_format_for(messages)
                 if plain_body:
                     from openai.types.chat import ChatCompletion
 
