@@ -20,12 +20,12 @@ the bottleneck. Both clients must produce the same claims.
     python benchmarks/fleet_client.py --json benchmarks/results/fleet_client_cpu.json
 
 Measured on the 2-core build machine (shared with other jobs; client and server
-pinned to one core each), 1000 claims x R = 4, 5000 model calls, concurrency 64:
-per second of client CPU, before 280-300 calls (3.4-3.6 ms each, 17-18 CPU s),
-after 757 (1.32 ms each, 6.6 CPU s); peak RSS 82 -> 75-78 MiB. Wall-clock rates
-depend on what else runs: 193 -> 741 calls/s on a quieter machine, 229 -> 466
-with another job on both cores (the JSON keeps the last run and the load
-average). The server used 0.6-1.3 CPU s, so it was never the bottleneck.
+pinned to one core each), 1000 claims x R = 4, 5000 model calls, concurrency 64,
+three runs: per second of client CPU, before 280-320 calls (3.1-3.6 ms each,
+15.6-17.9 CPU s), after 700-760 (1.3-1.4 ms each, 6.6-7.2 CPU s); peak RSS 82
+-> 75-78 MiB. Wall-clock rates depend on what else runs: 193 -> 741 calls/s,
+229 -> 466, 315 -> 634 (the JSON keeps the last run and the load average). The
+server used 0.6-1.4 CPU s per client run, so it was never the bottleneck.
 Where the "after" client's CPU went before the changes that got it there
 (py-spy): the httpx connection pool checks every pooled connection on each
 request (aiohttp transport instead: 2.5 -> 1.5 ms per call) and
