@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Callable, Iterable
+from urllib.parse import quote
 
 from data_prep.prompts import render_evidence_prompt
 from data_prep.records import ClaimRecord
@@ -36,6 +37,11 @@ from fae.backends import as_generation
 FLUSH_SECONDS = 0.2
 FLUSH_CLAIMS = 512
 DEFAULT_IN_FLIGHT = 4096
+
+
+def routing_key(run_name: str, claim_id) -> str:
+    """``<run>/<claim id>``, percent-encoded where a character could not go in an HTTP header."""
+    return quote(f"{run_name}/{claim_id}", safe="/-_.:@+=~")
 
 
 def supports_streaming(backend) -> bool:
@@ -110,7 +116,7 @@ async def _run(records, backend, rounds: int, run_name: str, limit: int, bars: R
 
         async def claim(record: ClaimRecord) -> dict:
             done: list[dict] = []
-            key = f"{run_name}/{record.id}"
+            key = routing_key(run_name, record.id)
             while (pool := advance(done, record.pool_ids, rounds, on_reuse)) is not None:
                 r = len(done)
                 # later rounds first: a started claim finishes before new ones take the slots
