@@ -11,6 +11,14 @@ Use in-process (``with LocalOpenAIServer(...) as srv: srv.base_url``) or as a
 separate process (``python tests/openai_server.py --port 0 --latency 0.05``
 prints ``READY <base_url>`` on stdout), the latter for benchmarks where the
 client must not share the server's interpreter.
+
+``--fast`` serves instant answers from one asyncio loop with HTTP/1.1
+keep-alive and no faults, and reports the prompt words an earlier round of the
+same claim on this server covered as cached tokens (:func:`serve_fast`): the threaded server spends more
+CPU per request than the client under test, so it cannot measure a client at
+hundreds of calls per second. Both answer ``GET /health`` and ``/v1/models`` (a
+router's health checks), log the routing header (``X-Session-ID``) with each
+request, and name themselves in an ``X-Served-By`` response header when given ``--name``.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from typing import Callable
 FAULTS = ("400", "401", "408", "409", "429", "500", "503", "timeout", "malformed_body", "disconnect", "bad_content")
 ERROR_STATUSES = {"400": 400, "401": 401, "408": 408, "409": 409, "429": 429, "500": 500, "503": 503}
 BAD_CONTENT = "Sure! The relevant evidence is in the first lines."
+
+SESSION_HEADER = "X-Session-ID"  # the routing header fae sends by default
 
 Responder = Callable[[dict], str]
 FaultPlan = Callable[[dict, int], "str | None"]
@@ -71,6 +81,14 @@ def overlap_verifier(body: dict) -> str:
     ids = overlap_ids(body)
     if ids:
         return json.dumps({"label": "SUPPORT", "evidence": ids})
+    return json.dumps({"label": "NOT_ENOUGH_INFO", "evidence": []})
+
+
+def stepwise_verifier(body: dict) -> str:
+    """Like :func:`overlap_verifier` but cites only the first overlapping line: one line ablated per round."""
+    ids = overlap_ids(body)
+    if ids:
+        return json.dumps({"label": "SUPPORT", "evidence": ids[:1]})
     return json.dumps({"label": "NOT_ENOUGH_INFO", "evidence": []})
 
 
@@ -124,6 +142,8 @@ class RequestLog:
     authorization: str | None = None
     response_format: dict | None = None  # as the request sent it
     at: float = 0.0  # time.monotonic() when the request arrived (retry waits are measured with it)
+    session: str | None = None  # the routing header (X-Session-ID) as the request sent it
+    claim: str = ""  # the prompt's "Claim:" line
 
 
 @dataclass
@@ -152,6 +172,8 @@ class LocalOpenAIServer:
     # Extra headers of every injected error response (400/401/408/409/429/5xx), e.g.
     # {"Retry-After": "1"} or {"retry-after-ms": "250"}: how servers say how long to wait.
     error_headers: dict[str, str] = field(default_factory=dict)
+    # When set, every response names this server in an "X-Served-By" header.
+    name: str | None = None
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -177,8 +199,11 @@ class LocalOpenAIServer:
                 server._handle(self)
 
             def do_GET(self):
-                if self.path.rstrip("/").endswith("/models"):
+                path = self.path.rstrip("/")
+                if path.endswith("/models"):
                     server._send_json(self, 200, {"object": "list", "data": []})
+                elif path in ("/health", "/v1/health"):
+                    server._send_json(self, 200, {"status": "ok"})
                 else:
                     server._send_json(self, 404, {"error": {"message": "not found"}})
 
@@ -220,12 +245,13 @@ class LocalOpenAIServer:
             self._seen.clear()
 
     # -- request handling -----------------------------------------------
-    @staticmethod
-    def _send_json(handler, status: int, obj, raw: bytes | None = None, headers: dict | None = None) -> None:
+    def _send_json(self, handler, status: int, obj, raw: bytes | None = None, headers: dict | None = None) -> None:
         data = raw if raw is not None else json.dumps(obj).encode()
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(data)))
+        if self.name:
+            handler.send_header("X-Served-By", self.name)
         for name, value in (headers or {}).items():
             handler.send_header(name, value)
         handler.end_headers()
@@ -252,7 +278,8 @@ class LocalOpenAIServer:
             fault = "401"
         with self._lock:
             self.log.append(RequestLog(body.get("model", ""), key, attempt, fault or "ok", auth,
-                                       body.get("response_format"), arrived))
+                                       body.get("response_format"), arrived,
+                                       handler.headers.get(SESSION_HEADER), claim_of(body)))
         fmt = (body.get("response_format") or {}).get("type")
         if fault is None and fmt == "json_schema" and self.response_format_mode == "json_object_only":
             self._send_json(handler, 400, {"error": {
@@ -328,18 +355,128 @@ class LocalOpenAIServer:
         self._send_json(handler, 200, resp)
 
 
+def _completion(body: dict, content: str, cached: int = 0) -> bytes:
+    prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    return json.dumps({
+        "id": "chatcmpl-local", "object": "chat.completion", "created": int(time.time()),
+        "model": body.get("model", ""),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                     "finish_reason": "stop", "logprobs": None}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": len(content.split()),
+                  "total_tokens": prompt + len(content.split()), "prompt_tokens_details": {"cached_tokens": cached}},
+    }).encode()
+
+
+class PrefixCache:
+    """A server's prefix cache, in words: how much of a prompt an earlier prompt of the same claim
+    on this server already covered (what vLLM reports as ``usage.prompt_tokens_details.cached_tokens``)."""
+
+    def __init__(self):
+        self.last: dict[str, list[str]] = {}
+
+    def __call__(self, body: dict) -> int:
+        words = [w for m in body.get("messages", []) for w in str(m.get("content", "")).split()]
+        claim = claim_of(body)
+        before = self.last.get(claim, [])
+        self.last[claim] = words
+        n = 0
+        for a, b in zip(before, words):
+            if a != b:
+                break
+            n += 1
+        return n
+
+
+async def serve_fast(responder: Responder, host: str, port: int, *, name: str | None = None,
+                     log_path: str | None = None, latency: float = 0.0,
+                     ready: Callable[[int], None] | None = None) -> None:
+    """Instant answers on one asyncio loop, HTTP/1.1 keep-alive: a server cheaper than the client it measures.
+
+    ``log_path``: one JSON line per chat request (``session`` header, ``claim``), for tests
+    that read what reached which server from another process.
+    """
+    import asyncio
+
+    log = open(log_path, "a", buffering=1) if log_path else None
+    cache = PrefixCache()
+    extra = f"X-Served-By: {name}\r\n".encode() if name else b""
+
+    def reply(status: str, data: bytes) -> bytes:
+        return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n").encode() + extra + b"\r\n" + data
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path = lines[0].split(" ")[:2]
+                headers = {}
+                for line in lines[1:]:
+                    k, _, v = line.partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                n = int(headers.get("content-length") or 0)
+                raw = await reader.readexactly(n) if n else b""
+                path = path.rstrip("/")
+                if method == "POST" and path.endswith("/chat/completions"):
+                    body = json.loads(raw)
+                    if log is not None:
+                        log.write(json.dumps({"session": headers.get(SESSION_HEADER.lower()),
+                                              "claim": claim_of(body)}) + "\n")
+                    if latency:
+                        await asyncio.sleep(latency)
+                    out = reply("200 OK", _completion(body, responder(body), cache(body)))
+                elif method == "GET" and path.endswith("/models"):
+                    out = reply("200 OK", b'{"object": "list", "data": []}')
+                elif method == "GET" and path in ("/health", "/v1/health"):
+                    out = reply("200 OK", b'{"status": "ok"}')
+                else:
+                    out = reply("404 Not Found", b'{"error": {"message": "not found"}}')
+                writer.write(out)
+                if headers.get("connection", "").lower() == "close":
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, host, port, backlog=1024)
+    if ready is not None:
+        ready(server.sockets[0].getsockname()[1])
+    async with server:
+        await server.serve_forever()
+
+
+RESPONDERS = {"verifier": overlap_verifier, "stepwise": stepwise_verifier, "annotator": overlap_annotator}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--latency", type=float, default=0.0)
-    p.add_argument("--role", choices=["verifier", "annotator"], default="annotator")
+    p.add_argument("--role", choices=sorted(RESPONDERS), default="annotator")
     p.add_argument("--fault", choices=FAULTS, help="answer every request with this fault")
     p.add_argument("--echo-auth", action="store_true", help="echo the Authorization header in error bodies")
+    p.add_argument("--fast", action="store_true", help="instant answers from one asyncio loop (no faults)")
+    p.add_argument("--name", help="name this server in an X-Served-By response header")
+    p.add_argument("--log", help="--fast: append one JSON line per chat request to this file")
     args = p.parse_args(argv)
-    responder = overlap_verifier if args.role == "verifier" else overlap_annotator
+    responder = RESPONDERS[args.role]
+    if args.fast:
+        import asyncio
+
+        def ready(port: int) -> None:
+            print(f"READY http://127.0.0.1:{port}/v1", flush=True)
+
+        try:
+            asyncio.run(serve_fast(responder, "127.0.0.1", args.port, name=args.name, log_path=args.log,
+                                   latency=args.latency, ready=ready))
+        except KeyboardInterrupt:
+            pass
+        return
     plan = (lambda body, attempt: args.fault) if args.fault else None
     srv = LocalOpenAIServer(responder=responder, latency=args.latency, port=args.port, faults=plan,
-                            echo_auth=args.echo_auth).start()
+                            echo_auth=args.echo_auth, name=args.name).start()
     print(f"READY {srv.base_url}", flush=True)
     try:
         while True:

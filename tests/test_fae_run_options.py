@@ -15,9 +15,10 @@ REQUIRED = ["--records", "r.jsonl", "--output", "out", "--model", "m"]
 
 # config.json "settings" keys: a file format, so they must not drift with the dataclass.
 SETTINGS_KEYS = ["records", "output", "backend", "model", "adapter", "rounds", "max_new_tokens", "limit",
-                 "chunk_size", "constrained_decoding", "label_probs", "batch_size", "device", "dtype", "trust_remote_code", "base_url",
+                 "chunk_size", "constrained_decoding", "label_probs", "batch_size", "device", "dtype",
+                 "trust_remote_code", "base_url",
                  "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base", "seed",
-                 "tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
+                 "routing_header", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
                  "shard", "executor", "shards", "ray_gpus_per_shard"]
 
 

@@ -32,11 +32,22 @@ prompt as ``response_format={"type": "json_schema", ...}``
 ``response_format`` / ``json_schema``) is asked again with
 ``{"type": "json_object"}``, and that fallback is remembered for the rest of
 the run (``stats["json_object_fallback"]``).
+
+Fleets: every request of a claim carries the header named by
+``--routing-header`` (default ``X-Session-ID``; empty: none) with the key
+``<run>/<claim id>``, so a consistent-hash router (``vllm-router --policy
+consistent_hash``) sends all rounds of a claim to one server, whose prefix
+cache then serves round r from round r-1's KV (docs/scale.md). The key does
+not change answers, so it is not part of the resume fingerprint.
+:meth:`OpenAIBackend.streaming` gives :mod:`fae.ablation.streaming` one client
+and one event loop for a whole run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 from urllib.parse import urlsplit
@@ -96,6 +107,10 @@ class OpenAIOptions(BackendOptions):
     backoff_base: float = field(default=1.0, metadata={"help": "openai: first backoff in seconds (doubles)",
                                                        "min": 0})
     seed: int | None = field(default=None, metadata={"help": "openai: sampling seed sent to the endpoint"})
+    routing_header: str = field(default="X-Session-ID", metadata={
+        "help": "openai: HTTP header carrying a per-claim key (<run>/<claim id>; empty: not sent), so a "
+                "consistent-hash router (vllm-router --policy consistent_hash) keeps all rounds of a claim on "
+                "one server and its prefix cache serves round r from round r-1's KV", "metavar": "NAME"})
 
 
 @register("openai")
@@ -128,6 +143,7 @@ class OpenAIBackend(Backend):
         self.stats = {"requests": 0, "retries": 0, "429": 0, "5xx": 0, "timeout": 0,
                       "connection": 0, "malformed": 0}
         self.logprobs_rejected = False  # the endpoint refused logprobs once: never asked again
+        self.routing_header = (o.routing_header or "").strip()
         self.constrained = o.constrained_decoding
         self.schema_rejected = False  # the endpoint refused json_schema once: json_object from then on
         if self.constrained:
@@ -172,6 +188,29 @@ class OpenAIBackend(Backend):
         finally:
             await client.close()
 
+    @contextlib.asynccontextmanager
+    async def streaming(self):
+        """An ``answer(messages, routing_key, priority=0)`` coroutine function on one client for the whole run.
+
+        Used inside one event loop (:mod:`fae.ablation.streaming`): no client or
+        connection pool per step, at most ``concurrency`` requests in flight, and
+        a free slot goes to the waiting request of highest ``priority`` (the
+        claim's round), so started claims finish before new ones start: their
+        next round reaches the server while its prefix cache still holds the
+        last one, and a killed run loses few half-done claims.
+        """
+        client = open_client(self.base_url, self._api_key, timeout=self.timeout,
+                             max_connections=self.concurrency, aiohttp=True)
+        gate = PriorityGate(self.concurrency)
+
+        async def answer(messages, routing_key: str | None = None, priority: int = 0):
+            return await self._request(client, gate.slot(priority), messages, routing_key, plain_body=True)
+
+        try:
+            yield answer
+        finally:
+            await client.close()
+
     def request_kwargs(self, messages) -> dict[str, Any]:
         """Arguments of one ``chat.completions.create`` call (a hook: ``fae pave`` adds ``n``, logprobs)."""
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
@@ -198,6 +237,19 @@ class OpenAIBackend(Backend):
             raise MalformedResponse("response has no choices[0].message.content")
         return Generation(choices[0].message.content, getattr(choices[0], "finish_reason", None))
 
+    def count_cached(self, resp) -> None:
+        """Add the prompt tokens the server's prefix cache served (``usage.prompt_tokens_details``) to ``stats``.
+
+        Only servers that report it (vLLM with ``--enable-prompt-tokens-details``, the OpenAI API)
+        add ``prompt_tokens`` / ``cached_prompt_tokens``: their ratio in runs.jsonl shows whether a
+        fleet's router keeps each claim on one server (docs/scale.md).
+        """
+        usage = getattr(resp, "usage", None)
+        cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
+        if isinstance(cached, int) and isinstance(getattr(usage, "prompt_tokens", None), int):
+            self.stats["prompt_tokens"] = self.stats.get("prompt_tokens", 0) + usage.prompt_tokens
+            self.stats["cached_prompt_tokens"] = self.stats.get("cached_prompt_tokens", 0) + cached
+
     def with_label_probs(self, answer: Any, resp) -> Any:
         """The answer with the label probabilities read from the response's logprobs (soft FAE).
 
@@ -216,18 +268,40 @@ class OpenAIBackend(Backend):
         probs, logprobs, why = label_probs_from_top_logprobs(tokens)
         return replace(answer, label_probs=probs, label_logprobs=logprobs, label_probs_skipped=why)
 
-    async def _request(self, client, sem, messages) -> Any:
+    async def _request(self, client, sem, messages, routing_key: str | None = None,
+                       plain_body: bool = False) -> Any:
+        """One answer under the retry policy.
+
+        ``plain_body``: post the arguments as the JSON body (``client.post``) instead of through
+        ``chat.completions.create``, whose per-request walk of the message types costs more than
+        a quarter of the client's CPU at hundreds of requests per second (benchmarks/fleet_client.py).
+        """
         kwargs = self.request_kwargs(messages)
         if self.label_probs:
             kwargs.update(logprobs=True, top_logprobs=5)
+        if routing_key and self.routing_header:
+            kwargs["extra_headers"] = {self.routing_header: routing_key}
 
         async def send():
-            if self.logprobs_rejected:  # perhaps by another request
-                kwargs.pop("logprobs", None)
-                kwargs.pop("top_logprobs", None)
             async with sem:
-                resp = await client.chat.completions.create(**kwargs)
-            return self.with_label_probs(self.parse_response(resp), resp)
+                # refusals learnt from other requests while this one waited for its slot
+                if self.logprobs_rejected:
+                    kwargs.pop("logprobs", None)
+                    kwargs.pop("top_logprobs", None)
+                if self.schema_rejected and (kwargs.get("response_format") or {}).get("type") == "json_schema":
+                    kwargs["response_format"] = self.response_format_for(messages)
+                if plain_body:
+                    from openai.types.chat import ChatCompletion
+
+                    body = {k: v for k, v in kwargs.items() if k != "extra_headers"}
+                    options = {"headers": kwargs["extra_headers"]} if "extra_headers" in kwargs else {}
+                    resp = await client.post("/chat/completions", body=body, cast_to=ChatCompletion,
+                                             options=options)
+                else:
+                    resp = await client.chat.completions.create(**kwargs)
+            answer = self.with_label_probs(self.parse_response(resp), resp)
+            self.count_cached(resp)
+            return answer
 
         def again(exc) -> bool:
             """Adapt the request to a refusal and ask at once (not a retry)."""
@@ -255,6 +329,71 @@ class OpenAIBackend(Backend):
                                      f"{_describe(exc.last)}")) from None
         except Exception as exc:  # noqa: BLE001 - not retryable: one clear line, no traceback
             raise BackendError(scrub(f"{where} failed: {_describe(exc)}")) from None
+
+
+class PriorityGate:
+    """At most ``n`` holders; a freed place goes to the waiter of highest priority (then first come).
+
+    A place is handed on at the event loop's next turn, not at once: the holder
+    that just released it (a claim whose answer came back) can first queue its
+    next round, which then wins over claims not yet started.
+    """
+
+    def __init__(self, n: int):
+        self.free = n
+        self.waiters: list = []  # heap of (-priority, arrival, future)
+        self.arrivals = 0
+        self.waking = False
+
+    def slot(self, priority: int = 0) -> "_Slot":
+        return _Slot(self, priority)
+
+    async def acquire(self, priority: int) -> None:
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self.arrivals += 1
+        heapq.heappush(self.waiters, (-priority, self.arrivals, fut))
+        self._schedule()
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # granted as it was cancelled: pass the place on
+            else:
+                fut.cancel()  # skipped when places are handed out
+            raise
+
+    def release(self) -> None:
+        self.free += 1
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self.waiters and self.free > 0 and not self.waking:
+            self.waking = True
+            asyncio.get_running_loop().call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self.waking = False
+        while self.free > 0 and self.waiters:
+            _, _, fut = heapq.heappop(self.waiters)
+            if not fut.done():
+                self.free -= 1
+                fut.set_result(None)
+
+
+class _Slot:
+    """``async with gate.slot(priority):`` one place in a :class:`PriorityGate` (each entry waits anew)."""
+
+    def __init__(self, gate: PriorityGate, priority: int):
+        self.gate, self.priority = gate, priority
+
+    async def __aenter__(self) -> None:
+        await self.gate.acquire(self.priority)
+
+    async def __aexit__(self, *exc) -> None:
+        self.gate.release()
 
 
 def rejects_json_schema(exc: BaseException, kwargs: dict[str, Any]) -> bool:
