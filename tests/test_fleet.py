@@ -242,14 +242,8 @@ def cached_share(run_dir: Path) -> float:
 
 def fae_run(records, out: Path, url: str, monkeypatch, *extra) -> int:
     """``fae run --backend openai`` in this process, with streaming ablation under the openai backend."""
-    from fae.ablation import cli as run_cli
     from fae.cli import main
 
-    if not hasattr(run_cli, "run_ablation_streaming"):  # until fae run calls it itself
-        def run_ablation_or_stream(records, backend, rounds, write, chunk_size=8, progress=True, desc=""):
-            return streaming.run_ablation_streaming(records, backend, rounds, write, run_name=out.name,
-                                                    progress=progress, desc=desc)
-        monkeypatch.setattr(run_cli, "run_ablation", run_ablation_or_stream)
     return main(["run", "--backend", "openai", "--model", "verifier", "--base-url", f"{url}/v1",
                  "--records", str(records), "--output", str(out), "--rounds", "4", "--concurrency", "8",
                  "--backoff-base", "0.05", "--request-timeout", "5", "--no-progress", *extra])

@@ -35,6 +35,7 @@ from data_prep.prompts import PROMPT_FORMAT_VERSION
 from data_prep.records import RecordError, load_records
 from fae.ablation import runio
 from fae.ablation.engine import run_ablation
+from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.metrics import compute_metrics, nei_exclusion_note, truncation_note
 from fae.ablation.population import fae_claims
 from fae.ablation.options import EXECUTORS, FaeRunArguments, check_backend_fields, make_parser, parse_run_args  # noqa: F401 - the whole parser
@@ -321,10 +322,17 @@ def ablate_into(args, backend_cls, opts, config: dict, todo: list, run_dir: Path
                 note()
 
             chunk_size = args.options.chunk_size
-            if chunk_size is None:
-                chunk_size = backend_cls.default_chunk_size(opts)
-            stats = run_ablation(todo, backend, args.options.rounds, write, chunk_size=chunk_size,
-                                 progress=args.options.progress and progress, desc=tag)
+            show = args.options.progress and progress
+            if supports_streaming(backend):
+                # no barrier across claims (a fleet's tail latency); --chunk-size bounds the claims in flight.
+                # The routing key names the run, not the shard: a claim's rounds go to one server either way.
+                stats = run_ablation_streaming(todo, backend, args.options.rounds, write, run_name=run_dir.name,
+                                               in_flight=chunk_size, progress=show, desc=tag)
+            else:
+                if chunk_size is None:
+                    chunk_size = backend_cls.default_chunk_size(opts)
+                stats = run_ablation(todo, backend, args.options.rounds, write, chunk_size=chunk_size,
+                                     progress=show, desc=tag)
         stopped = None
     except BackendError as exc:
         error = exc

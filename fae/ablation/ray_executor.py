@@ -37,6 +37,7 @@ from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 from fae.ablation import runio
 from fae.ablation.engine import run_ablation
+from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.shards import merge, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend
 
@@ -46,7 +47,7 @@ LOST = (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exc
 MAX_SHARD_RETRIES = 3
 
 
-def _ablate_shard(backend_name: str, options, records, rounds: int, chunk_size: int | None):
+def _ablate_shard(backend_name: str, options, records, rounds: int, chunk_size: int | None, run_name: str):
     """On a worker: ``{"pid", "node"}`` first, then lists of finished claims as the engine writes them."""
     backend_cls = get_backend(backend_name)
     opts = backend_options(backend_cls, options)
@@ -58,8 +59,12 @@ def _ablate_shard(backend_name: str, options, records, rounds: int, chunk_size: 
         try:
             backend = backend_cls(opts)
             try:
-                size = chunk_size or backend_cls.default_chunk_size(opts)
-                run_ablation(records, backend, rounds, out.put, chunk_size=size, progress=False)
+                if supports_streaming(backend):  # as in one process: no barrier across claims
+                    run_ablation_streaming(records, backend, rounds, out.put, run_name=run_name,
+                                           in_flight=chunk_size, progress=False)
+                else:
+                    size = chunk_size or backend_cls.default_chunk_size(opts)
+                    run_ablation(records, backend, rounds, out.put, chunk_size=size, progress=False)
             finally:
                 backend.close()
             out.put(done)
@@ -165,7 +170,7 @@ def _drive(shards: list[_Shard], backend_cls, backend_opts, opts, run_dir: Path,
 
     def submit(s: _Shard) -> None:
         s.attempts += 1
-        s.gen = task.remote(backend_cls.name, options, s.todo, opts.rounds, opts.chunk_size)
+        s.gen = task.remote(backend_cls.name, options, s.todo, opts.rounds, opts.chunk_size, run_dir.name)
 
     def note() -> None:
         kept = sum(len(s.held) for s in shards)
