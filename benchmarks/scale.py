@@ -13,9 +13,15 @@ Check-COVID test claims of the samples in tests/data (or ``--records``):
 
 For each: the wall time, the driver's peak RSS (the ``fae`` process itself, from
 ``wait4``), and the share of claims whose rounds equal the one-process run's
-(claims.jsonl compared line by line). The fleet (servers behind vllm-router)
-and the client's calls per second are measured by benchmarks/fleet_client.py
-and copied in here when its results file exists.
+(claims.jsonl compared line by line).
+
+- ``fleet``: two test servers (``--fast``, each logging the requests it served)
+  behind a real ``vllm-router --policy consistent_hash``: the run through the
+  router against one server directly (claims equal), the share of claims whose
+  rounds all reached one server, and the split of requests between servers.
+
+The client's calls per second (before/after the streaming client) are measured
+by benchmarks/fleet_client.py and copied in here from its results file.
 """
 
 from __future__ import annotations
@@ -132,11 +138,17 @@ def main(argv=None) -> int:
         finally:
             server.terminate()
             server.wait(timeout=30)
+        result["fleet_vllm_router"] = fleet(records, work, args.rounds)
         if FLEET.is_file():
-            result["fleet"] = json.loads(FLEET.read_text())
+            client = json.loads(FLEET.read_text())
+            result["client_calls_per_second"] = {"before": client["before"]["client_calls_per_second"],
+                                                 "after": client["after"]["client_calls_per_second"],
+                                                 "source": str(FLEET.relative_to(REPO))}
         ok = all(r["share_equal"] == 1.0 and r["same_order"] and (r["label_prob_max_abs_diff"] or 0) < 1e-4
                  for backend in ("hf_tiny_llama", "openai_test_server")
                  for k, r in result[backend].items() if k != "one_process")
+        ok = ok and result["fleet_vllm_router"]["claims_on_one_server_share"] == 1.0 \
+            and result["fleet_vllm_router"]["share_equal"] == 1.0
         result["all_paths_equal_one_process"] = ok
         Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps({k: v for k, v in result.items() if k != "fleet"}, indent=2))
@@ -144,6 +156,72 @@ def main(argv=None) -> int:
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def fleet(records: Path, work: Path, rounds: int) -> dict:
+    """Two servers behind ``vllm-router --policy consistent_hash``: one server per claim, the claims of one server."""
+    import socket
+    import urllib.request
+
+    router_exe = shutil.which("vllm-router")
+    if router_exe is None:
+        return {"skipped": "vllm-router is not installed (pip install 'real-fae[fleet]')"}
+
+    def port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    procs, logs, urls = [], [], []
+    try:
+        for name in ("a", "b"):
+            log = work / f"server-{name}.jsonl"
+            proc = subprocess.Popen([sys.executable, "tests/openai_server.py", "--fast", "--role", "stepwise",
+                                     "--port", "0", "--name", name, "--log", str(log)], cwd=REPO,
+                                    stdout=subprocess.PIPE, text=True)
+            procs.append(proc)
+            urls.append(proc.stdout.readline().split()[1].removesuffix("/v1"))
+            logs.append(log)
+        router_url = f"http://127.0.0.1:{port()}"
+        procs.append(subprocess.Popen([router_exe, "--host", "127.0.0.1", "--port", router_url.rsplit(":", 1)[1],
+                                       "--prometheus-port", str(port()), "--log-level", "error",
+                                       "--policy", "consistent_hash", "--worker-urls", *urls],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.time() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(router_url + "/health", timeout=1):
+                    break
+            except OSError:
+                if time.time() > deadline:
+                    raise SystemExit("vllm-router did not start")
+                time.sleep(0.1)
+        base = ["--backend", "openai", "--model", "verifier", "--records", str(records), "--rounds", str(rounds),
+                "--no-progress"]
+        routed = run_fae(["run", *base, "--base-url", router_url + "/v1", "--output", str(work / "fleet-routed")])
+        served = []
+        for log in logs:
+            claims: dict[str, set] = {}
+            for line in log.read_text().splitlines():
+                row = json.loads(line)
+                claims.setdefault(row["claim"], set()).add(row["session"])
+            served.append((sum(1 for _ in log.read_text().splitlines()), claims))
+        for log in logs:
+            log.write_text("")
+        direct = run_fae(["run", *base, "--base-url", urls[0] + "/v1", "--output", str(work / "fleet-direct")])
+        both = set(served[0][1]) & set(served[1][1])
+        n_claims = len(set(served[0][1]) | set(served[1][1]))
+        return {"servers": 2, "router": "vllm-router 0.1.17 --policy consistent_hash",
+                "routing_header": "X-Session-ID: <run>/<claim id>",
+                "requests_per_server": [n for n, _ in served], "claims_per_server": [len(c) for _, c in served],
+                "claims_on_one_server_share": round(1 - len(both) / n_claims, 4) if n_claims else None,
+                "routed_wall_s": routed["wall_s"], "direct_wall_s": direct["wall_s"],
+                "driver_peak_rss_mib": routed["peak_rss_mib"],
+                **compare(work / "fleet-routed", work / "fleet-direct")}
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 def noisy_llama(build, work: Path) -> Path:
