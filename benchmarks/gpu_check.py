@@ -639,7 +639,7 @@ class GpuCheck:
             for device in (["cpu", "cuda"] if self.cuda else ["cpu"]):
                 out = self.work / f"probe-{v}-{device}"
                 shutil.rmtree(out, ignore_errors=True)
-                self.sh([sys.executable, "-m", "fae.cli", "probe", "--run", demo / "runs" / v, "--model", base,
+                self.sh([sys.executable, "-m", "fae.cli", "probe", demo / "runs" / v, "--model", base,
                          "--adapter", demo / "models" / v, "--output", out, "--device", device,
                          "--dtype", "float32", "--bootstrap", str(self.scale.probe_bootstrap),
                          "--batch-size", "32"], f"probe-{v}-{device}")

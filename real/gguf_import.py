@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_guarded("real-import-gguf", _main, argv)
 
 
-def _main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="real-import-gguf", description=__doc__.splitlines()[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("gguf", nargs="?", help="a .gguf file, or a directory holding exactly one")
@@ -213,7 +213,11 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     p.add_argument("--no-verify", dest="verify", action="store_false",
                    help="skip reloading the saved model and comparing its logits with the GGUF model's")
-    args = p.parse_args(argv)
+    return p
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     info = import_gguf(packaged_gguf(args.package) if args.package else args.gguf, args.output, dtype=args.dtype, chat_template=args.chat_template,
                        overwrite=args.overwrite, verify=args.verify)

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_guarded("real-merge", _main, argv)
 
 
-def _main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="real-merge", description=__doc__.splitlines()[0])
     p.add_argument("--adapter", required=True, help="LoRA adapter directory written by real-train")
     p.add_argument("--output", required=True, help="where to save the merged model")
@@ -86,7 +86,11 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="dtype to load and save the base in (default auto)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the base repo")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    args = p.parse_args(argv)
+    return p
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     out = merge_adapter(args.adapter, args.output, base=args.base, dtype=args.dtype,
                         trust_remote_code=args.trust_remote_code, overwrite=args.overwrite)

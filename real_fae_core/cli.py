@@ -135,6 +135,26 @@ def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str
         return EXIT_FAILURE
 
 
+def build_parser(prog: str, doc: str | None, subcommands: dict) -> tuple[argparse.ArgumentParser, dict]:
+    """The top-level parser of ``prog`` with one subparser per COMMAND, and {COMMAND: its module}.
+
+    A module with ``parse_args`` gets an empty subparser: its arguments, ``--help``
+    included, pass through untouched to its own parser (``make_parser``).
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also {DEBUG_ENV}=1)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = {}
+    for name, (module_name, help_text) in subcommands.items():
+        module = importlib.import_module(module_name)
+        if hasattr(module, "parse_args"):
+            sub.add_parser(name, help=help_text, add_help=False)
+        else:
+            module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+        modules[name] = module
+    return parser, modules
+
+
 def dispatch(prog: str, doc: str | None, subcommands: dict, argv: list[str] | None) -> int:
     """Run ``prog COMMAND ...``: ``subcommands`` maps COMMAND to (module name, help line).
 
@@ -143,17 +163,7 @@ def dispatch(prog: str, doc: str | None, subcommands: dict, argv: list[str] | No
     parser); then ``run(args)`` gets what was parsed.
     """
     def body(argv: list[str]) -> int:
-        parser = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
-        parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also {DEBUG_ENV}=1)")
-        sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-        modules = {}
-        for name, (module_name, help_text) in subcommands.items():
-            module = importlib.import_module(module_name)
-            if hasattr(module, "parse_args"):  # its arguments, --help included, pass through untouched
-                sub.add_parser(name, help=help_text, add_help=False)
-            else:
-                module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
-            modules[name] = module
+        parser, modules = build_parser(prog, doc, subcommands)
         args, rest = parser.parse_known_args(argv)
         if args.command is None:
             parser.print_help()

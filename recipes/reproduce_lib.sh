@@ -43,7 +43,7 @@ _reproduce_settings() {
     : "${PAVE_SETS:=}" "${PAVE_ARGS:=}"
     # PAVE's misleading evidence: `real-data counterfactual` on each PAVE set. entity = rule-based value
     # swaps, kept where the rule proves the flip (no model needed); semantic (and unproved entity swaps) need
-    # an LLM rewriter/judge: COUNTERFACTUAL_KINDS=entity,semantic COUNTERFACTUAL_ARGS="--annotators FILE"
+    # an LLM rewriter/judge: COUNTERFACTUAL_KINDS="entity semantic" COUNTERFACTUAL_ARGS="--annotators FILE"
     : "${COUNTERFACTUAL_KINDS:=entity}" "${COUNTERFACTUAL_ARGS:=}" "${AUDIT_SIZE:=100}"
     # `fae checkpoints` (FAE of every saved checkpoint) for these variants on the first test set
     : "${CHECKPOINT_VARIANTS:=}" "${CHECKPOINT_ARGS:=}"
@@ -256,7 +256,7 @@ reproduce_main() {
             step "$run/metrics.json" -- $FAE run --config "$EVAL_CONFIG" --model "$MODEL" $(adapter_args "$system") \
                 --records "$records" --output "$run" $FAE_ARGS $([[ $system == base ]] && echo "$BASE_FAE_ARGS")
             out="$PROBES_DIR/$MODEL_ID/$system/$set"
-            step "$out/dirk.json" -- fae probe --run "$run" --model "$MODEL" $(adapter_args "$system") \
+            step "$out/dirk.json" -- fae probe "$run" --model "$MODEL" $(adapter_args "$system") \
                 --output "$out" $PROBE_ARGS
         done
     done
@@ -268,18 +268,18 @@ reproduce_main() {
     if [[ -n $PAVE_SETS ]]; then
         echo "# 4b. PAVE: counterfactual evidence for the test claims, its audit sheets, then prior states,"
         echo "#     Margin/PR/CR (with 95% intervals) and arbitration per system"
-        [[ $COUNTERFACTUAL_KINDS == *semantic* ]] || echo "# counterfactual kinds: $COUNTERFACTUAL_KINDS only; the semantic kind needs an LLM rewriter and judge (COUNTERFACTUAL_KINDS=entity,semantic COUNTERFACTUAL_ARGS=\"--annotators FILE\"), none is configured"
+        [[ $COUNTERFACTUAL_KINDS == *semantic* ]] || echo "# counterfactual kinds: $COUNTERFACTUAL_KINDS only; the semantic kind needs an LLM rewriter and judge (COUNTERFACTUAL_KINDS=\"entity semantic\" COUNTERFACTUAL_ARGS=\"--annotators FILE\"), none is configured"
         for set in $PAVE_SETS; do
             local cf="$DATA_DIR/$set.counterfactual.jsonl"
             step "$cf" -- real-data counterfactual --records "$(records_of "$set")" --output "$cf" \
-                --kinds "$COUNTERFACTUAL_KINDS" --no-progress $COUNTERFACTUAL_ARGS
+                --kinds $COUNTERFACTUAL_KINDS --no-progress $COUNTERFACTUAL_ARGS
             # the human audit (the paper's M = 100 instances, three raters): blank sheets to fill in
             out="$REPORTS_DIR/$MODEL_ID/counterfactual-audit-$set"
             step "$out/audit.json" -- real-data counterfactual-audit --records "$cf" --output "$out" --size "$AUDIT_SIZE"
             for system in $systems; do
                 out="$PAVE_DIR/$MODEL_ID/$system/$set"
                 step "$out/pave.json" -- fae pave --records "$cf" --model "$MODEL" $(adapter_args "$system") \
-                    --output "$out" --fae-run "$RUNS_DIR/$MODEL_ID/$system/$set" $PAVE_ARGS $([[ $system == base ]] && echo "$BASE_FAE_ARGS" | grep -o -- --constrained-decoding)
+                    --output "$out" --check-run "$RUNS_DIR/$MODEL_ID/$system/$set" $PAVE_ARGS $([[ $system == base ]] && echo "$BASE_FAE_ARGS" | grep -o -- --constrained-decoding)
             done
         done
     fi
@@ -300,7 +300,7 @@ reproduce_main() {
             probes+=("$PROBES_DIR/$MODEL_ID/$system/$set")
         done
         step "$out/report.md" "$out/trajectory.png" -- fae report "${runs[@]}" --names $systems --output "$out"
-        step "$out/dirk/dirk.md" -- fae probe-report "${probes[@]}" --labels $systems --output "$out/dirk"
+        step "$out/dirk/dirk.md" -- fae probe-report "${probes[@]}" --names $systems --output "$out/dirk"
         for system in $systems; do
             [[ $system == "$last" ]] && continue
             # a base audited under the answer grammar is compared with free answers on purpose

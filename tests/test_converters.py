@@ -57,7 +57,7 @@ def test_check_covid_dev_end_to_end(shared_data, tmp_path, capsys):
     assert labels == {"SUPPORT": CC_DEV_S, "REFUTE": CC_DEV_R}
     s = summary_of(out)
     assert s["records_written"] == CC_DEV_S + CC_DEV_R and s["claims_read"] == CC_DEV_S + CC_DEV_R + CC_DEV_NEI
-    assert s["dropped"] == {"NOT_ENOUGH_INFO claim (use --keep-nei to keep)": CC_DEV_NEI}
+    assert s["dropped"] == {"NOT_ENOUGH_INFO claim (use --include-nei to keep)": CC_DEV_NEI}
     assert f"{CC_DEV_S + CC_DEV_R} records written" in stdout and f"SUPPORT {CC_DEV_S}" in stdout
 
     corpus = {o["cord_id"]: o["abstract"] for o in raw_jsonl(shared_data / "check-covid/corpus.json")}
@@ -71,10 +71,10 @@ def test_check_covid_dev_end_to_end(shared_data, tmp_path, capsys):
         assert {s.doc for s in rec.sentences} == {src["cord_id"]}
 
 
-def test_check_covid_keep_nei(shared_data, tmp_path, capsys):
+def test_check_covid_include_nei(shared_data, tmp_path, capsys):
     out = tmp_path / "cc.jsonl"
     rc, _, _ = convert(capsys, "--dataset", "check-covid", "--claims", shared_data / CC_DEV,
-                       "--corpus", shared_data / "check-covid/corpus.json", "--output", out, "--keep-nei")
+                       "--corpus", shared_data / "check-covid/corpus.json", "--output", out, "--include-nei")
     assert rc == 0
     records = load_records(out)
     nei = [r for r in records if r.label == "NOT_ENOUGH_INFO"]
@@ -93,7 +93,7 @@ def test_scifact_dev_end_to_end(shared_data, tmp_path, capsys):
     assert rc == 0
     records = load_records(out)
     assert Counter(r.label for r in records) == {"SUPPORT": SF_DEV_S, "REFUTE": SF_DEV_R}
-    assert summary_of(out)["dropped"] == {"NOT_ENOUGH_INFO claim (use --keep-nei to keep)": SF_DEV_NEI}
+    assert summary_of(out)["dropped"] == {"NOT_ENOUGH_INFO claim (use --include-nei to keep)": SF_DEV_NEI}
 
     corpus = {str(o["doc_id"]): o["abstract"] for o in raw_jsonl(shared_data / "scifact/corpus_cited.jsonl")}
     raw = {str(o["id"]): o for o in raw_jsonl(shared_data / "scifact/claims_dev.jsonl")}
@@ -150,10 +150,10 @@ def test_climate_fever(tmp_path, capsys):
     assert r1.label == "REFUTE" and r1.evidence == [[1]]
     assert r0.pool_ids == [0, 1, 2, 3, 4] and r0.sentences[3].doc == "Article 3"
     assert summary_of(out)["dropped"] == {
-        "DISPUTED claim": 1, "NOT_ENOUGH_INFO claim (use --keep-nei to keep)": 1,
+        "DISPUTED claim": 1, "NOT_ENOUGH_INFO claim (use --include-nei to keep)": 1,
         "no sentence carries the claim label": 1}
 
-    rc, _, _ = convert(capsys, "--dataset", "climate-fever", "--claims", claims, "--output", out, "--keep-nei")
+    rc, _, _ = convert(capsys, "--dataset", "climate-fever", "--claims", claims, "--output", out, "--include-nei")
     recs = {r.id: r for r in load_records(out)}
     assert recs["climate-fever-2"].label == "NOT_ENOUGH_INFO" and recs["climate-fever-2"].evidence == []
     assert "climate-fever-3" not in recs  # DISPUTED is never kept
@@ -223,7 +223,7 @@ def test_fever_converter(fever_files, tmp_path, capsys):
     assert [s.text for s in r2.sentences] == ["Savages is a 2012 film ( thriller ) .", "It stars Taylor Kitsch : yes ."]
     assert r2.label == "REFUTE" and r2.evidence == [[1]]
     s = summary_of(out)
-    assert s["dropped"] == {"NOT_ENOUGH_INFO claim (use --keep-nei to keep)": 1, "page not in wiki-pages": 1,
+    assert s["dropped"] == {"NOT_ENOUGH_INFO claim (use --include-nei to keep)": 1, "page not in wiki-pages": 1,
                             "gold line is empty": 1, "evidence line not on the page": 1}
     assert s["dropped_examples"]["page not in wiki-pages"] == [f"{claims}:4: field 'evidence': 'Missing_page'"]
     assert s["wiki_pages_scanned"] == 6 and s["wiki_pages_found"] == 3
@@ -324,7 +324,7 @@ def test_unresolvable_evidence_is_dropped_and_counted(tmp_path, capsys):
     assert [r.id for r in load_records(out)] == ["check-covid-c1"]
     s = summary_of(out)
     assert s["dropped"] == {"cord_id not in corpus": 2, "sent_index outside the abstract": 1,
-                            "NOT_ENOUGH_INFO claim (use --keep-nei to keep)": 1, "duplicate claim id": 1}
+                            "NOT_ENOUGH_INFO claim (use --include-nei to keep)": 1, "duplicate claim id": 1}
     assert s["dropped_examples"]["cord_id not in corpus"] == [
         f"{claims}:2: field 'cord_id': 'nope'", f"{claims}:4: field 'cord_id': 'nope'"]
     assert s["pool_size"] == {"min": 3, "median": 3, "max": 3}

@@ -175,7 +175,7 @@ def test_zero3_adapter_is_read_by_fae_probe_checkpoints_and_merge(runs, work, ti
     assert fae(["run", "--records", str(work / "train.jsonl"), "--output", str(tmp_path / "fae"),
                 "--model", str(tiny_llama), "--adapter", str(out), *options]) == 0
     assert len((tmp_path / "fae" / "claims.jsonl").read_text().splitlines()) == 2
-    assert fae(["probe", "--run", str(tmp_path / "fae"), "--model", str(tiny_llama), "--adapter", str(out),
+    assert fae(["probe", str(tmp_path / "fae"), "--model", str(tiny_llama), "--adapter", str(out),
                 "--output", str(tmp_path / "probe"), "--bootstrap", "20", "--limit", "2"]) == 0
     assert (tmp_path / "probe" / "dirk.json").is_file()
     assert fae(["checkpoints", "--training-output", str(out), "--records", str(work / "train.jsonl"),

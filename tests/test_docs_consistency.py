@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from real_fae_core import errors as core_errors
+from real_fae_core.flags import is_deprecated
 from data_prep.records import ClaimRecord
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +106,9 @@ def _cli_flags() -> dict[tuple[str, str], set[str]]:
             else:
                 parser = argparse.ArgumentParser(prog=f"{prog} {name}")
                 module.add_arguments(parser)
-            flags[prog, name] = {s for a in parser._actions for s in a.option_strings} | {"--debug"}
+            # an old spelling kept for one release is accepted, but never documented
+            flags[prog, name] = {s for a in parser._actions if not is_deprecated(a)
+                                 for s in a.option_strings} | {"--debug"}
     return flags
 
 

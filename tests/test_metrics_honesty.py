@@ -33,7 +33,7 @@ def _run_openai(records, out, base_url, *extra):
 
 
 def _with_nei(shared_data, tmp_path, n=6, n_nei=2):
-    """Real Check-COVID records plus NEI-gold copies of some of them (what --keep-nei data holds)."""
+    """Real Check-COVID records plus NEI-gold copies of some of them (what --include-nei data holds)."""
     recs = checkcovid_records(shared_data, n)
     nei = [ClaimRecord(id=f"{r.id}-nei", dataset=r.dataset, claim=r.claim + " (nei)", label=NEI,
                        sentences=r.sentences, evidence=[]).validate() for r in recs[:n_nei]]

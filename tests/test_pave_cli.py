@@ -245,8 +245,8 @@ def test_fae_run_cross_check_flags_a_verifier_that_abstains_on_gold_only_pools(t
         run = tmp_path / "run"
         assert main(["run", "--backend", "openai", "--model", "m", "--base-url", srv.base_url, "--records",
                      str(records), "--output", str(run), "--rounds", "1", "--no-progress"]) == 0
-        assert _pave(records, tmp_path / "p", srv.base_url, "--fae-run", str(run)) == 0
-        assert _pave(records, tmp_path / "q", srv.base_url, "--fae-run", str(tmp_path / "nope")) == 2
+        assert _pave(records, tmp_path / "p", srv.base_url, "--check-run", str(run)) == 0
+        assert _pave(records, tmp_path / "q", srv.base_url, "--check-run", str(tmp_path / "nope")) == 2
     chk = json.loads((tmp_path / "p" / "pave.json").read_text())["fae_check"]
     assert chk["fae_round0_accuracy"] == 1.0 and chk["pave_gold_evidence_accuracy"] == 0.0
     assert chk["n_claims"] == 6 and chk["disagree"] and chk["pave_gold_evidence_abstain_share"] == 1.0

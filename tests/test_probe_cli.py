@@ -29,7 +29,7 @@ def scripted_verifier(body: dict) -> str:
 
 
 def _probe(run, model, out, *extra):
-    rc = main(["probe", "--run", str(run), "--model", str(model), "--output", str(out),
+    rc = main(["probe", str(run), "--model", str(model), "--output", str(out),
                "--bootstrap", "500", "--batch-size", "3", *extra])
     assert rc == 0
     return json.loads((out / "dirk.json").read_text())
@@ -92,7 +92,7 @@ def test_fae_run_then_probe_then_report(tiny_llama, tmp_path, capsys):
     capsys.readouterr()
     rep = tmp_path / "report"
     assert main(["probe-report", str(tmp_path / "p_base"), str(tmp_path / "p_lora"),
-                 "--labels", "base", "REAL", "--output", str(rep)]) == 0
+                 "--names", "base", "REAL", "--output", str(rep)]) == 0
     png = (rep / "dirk.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     md = (rep / "dirk.md").read_text()
@@ -139,7 +139,7 @@ def test_probe_checks_records_and_pools(run_dir, tiny_qwen, tmp_path, capsys):
     records = tmp_path / "eval.jsonl"
     # A different records file than the run read: sha256 mismatch, one clear line.
     other = write_jsonl(tmp_path / "other.jsonl", make_records(5))
-    assert main(["probe", "--run", str(run_dir), "--model", str(tiny_qwen), "--records",
+    assert main(["probe", str(run_dir), "--model", str(tiny_qwen), "--records",
                  str(other), "--output", str(tmp_path / "o")]) == 2
     assert "does not match records_sha256" in capsys.readouterr().err
 
@@ -149,7 +149,7 @@ def test_probe_checks_records_and_pools(run_dir, tiny_qwen, tmp_path, capsys):
     row["rounds"][2]["pool_ids"] = [999]
     lines[1] = json.dumps(row)
     (run_dir / "claims.jsonl").write_text("\n".join(lines) + "\n")
-    assert main(["probe", "--run", str(run_dir), "--model", str(tiny_qwen),
+    assert main(["probe", str(run_dir), "--model", str(tiny_qwen),
                  "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "claims.jsonl:2" in err and "rounds[2].pool_ids" in err and "999" in err
@@ -159,7 +159,7 @@ def test_probe_checks_records_and_pools(run_dir, tiny_qwen, tmp_path, capsys):
     cfg = json.loads((run_dir / "config.json").read_text())
     cfg.pop("records_sha256")
     (run_dir / "config.json").write_text(json.dumps(cfg))
-    assert main(["probe", "--run", str(run_dir), "--model", str(tiny_qwen),
+    assert main(["probe", str(run_dir), "--model", str(tiny_qwen),
                  "--output", str(tmp_path / "o")]) == 2
     assert "claim 'c0' is not in the records file" in capsys.readouterr().err
 

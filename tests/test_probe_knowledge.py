@@ -110,7 +110,7 @@ def world_run(tmp_path_factory):
 
 
 def _probe_report(tmp_path, dirs, labels) -> str:
-    assert main(["probe-report", *map(str, dirs), "--labels", *labels, "--output", str(tmp_path / "rep")]) == 0
+    assert main(["probe-report", *map(str, dirs), "--names", *labels, "--output", str(tmp_path / "rep")]) == 0
     return (tmp_path / "rep" / "dirk.md").read_text()
 
 
@@ -123,7 +123,7 @@ def test_an_always_abstaining_verifier_is_flagged_and_a_deciding_one_is_not(worl
     for name, label in (("abstainer", NOT_ENOUGH_INFO), ("believer", SUPPORT)):
         model = one_answer_model(tmp_path / f"m-{name}", label)
         out = tmp_path / f"p-{name}"
-        assert main(["probe", "--run", str(run_dir), "--model", str(model), "--output", str(out),
+        assert main(["probe", str(run_dir), "--model", str(model), "--output", str(out),
                      "--bootstrap", "0", "--batch-size", "4"]) == 0
         probes[name] = json.loads((out / "dirk.json").read_text())
         claims = [json.loads(x) for x in (out / "dirk_claims.jsonl").read_text().splitlines()]
@@ -180,7 +180,7 @@ def test_knowledge_reference_base_takes_hK_from_the_model_without_the_adapter(ti
     records = write_jsonl(tmp_path / "eval.jsonl", recs)
     run_dir = make_run_dir(tmp_path / "run", records, recs)
     adapter = make_lora_adapter(tiny_llama, tmp_path / "lora")
-    common = ["--run", str(run_dir), "--model", str(tiny_llama), "--bootstrap", "0", "--knowledge-max-new-tokens", "4"]
+    common = [str(run_dir), "--model", str(tiny_llama), "--bootstrap", "0", "--knowledge-max-new-tokens", "4"]
     assert main(["probe", *common, "--output", str(tmp_path / "plain")]) == 0
     assert main(["probe", *common, "--adapter", str(adapter), "--output", str(tmp_path / "lora")]) == 0
     assert main(["probe", *common, "--adapter", str(adapter), "--knowledge-reference", "base",

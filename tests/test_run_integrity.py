@@ -212,7 +212,7 @@ def test_a_killed_rerun_leaves_no_old_numbers_and_readers_refuse(records_file, t
     capsys.readouterr()
     for cmd in (["report", str(out), "--output", str(tmp_path / "rep")],
                 ["compare", str(out), str(out), "--output", str(tmp_path / "cmp")],
-                ["probe", "--run", str(out), "--model", "unused", "--output", str(tmp_path / "probe")]):
+                ["probe", str(out), "--model", "unused", "--output", str(tmp_path / "probe")]):
         assert main(cmd) == 2, cmd
         line = one_error_line(capsys.readouterr().err, "unfinished run")
         assert "claims missing" in line and "rerun `fae run" in line
@@ -417,7 +417,7 @@ def test_every_writer_command_stops_when_its_output_is_locked(command, records_f
     out = tmp_path / "out"
     argv = {
         "pave": ["pave", "--records", str(records_file), "--model", "m", "--output", str(out)],
-        "probe": ["probe", "--run", str(run_dir), "--model", "m", "--output", str(out)],
+        "probe": ["probe", str(run_dir), "--model", "m", "--output", str(out)],
         "neurons": ["neurons", "--records", str(toy), "--model", "m", "--output", str(out)],
     }[command]
     with RunLock(out, "fae run --output out", is_dir=True):  # another writer holds it (own open file)

@@ -225,12 +225,14 @@ def test_reproduce_dry_run_consumes_only_paths_an_earlier_step_produced(tmp_path
 
     for cmd in cmds:
         tool = cmd[:2] if cmd[0] != "accelerate" else ["real.train"]
-        ins = [v for f in ("--records", "--annotators", "--dataset_name", "--adapter", "--run", "--config",
+        ins = [v for f in ("--records", "--annotators", "--dataset_name", "--adapter", "--check-run", "--config",
                            "--config_file", "--claims", "--corpus", "--wiki-pages")
                if (v := _flag(cmd, f)) is not None]
+        if tool == ["fae", "probe"]:
+            ins.append(cmd[2])  # RUN_DIR
         if tool[:2] in (["fae", "report"], ["fae", "probe-report"], ["fae", "compare"]):
             ins += [a for a in cmd[2:cmd.index("--output")] if not a.startswith("-")]
-            ins = [a for a in ins if "/" in a]  # drop --names / --labels values
+            ins = [a for a in ins if "/" in a]  # drop --names values
         for path in ins:
             check_input(path, cmd)
         produced.append(_flag(cmd, "--output") or _flag(cmd, "--output_dir"))
@@ -287,8 +289,10 @@ def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp
     assert cmds[0][0] == "import_packaged_gguf" and cmds[0][-1] == model
     produced = [model]
     for cmd in cmds[1:]:
-        ins = [v for f in ("--records", "--dataset_name", "--adapter", "--run", "--fae-run", "--training-output",
+        ins = [v for f in ("--records", "--dataset_name", "--adapter", "--check-run", "--training-output",
                            "--tokenizer", "--model", "--model_name_or_path") if (v := _flag(cmd, f)) is not None]
+        if cmd[:2] == ["fae", "probe"]:
+            ins.append(cmd[2])  # RUN_DIR
         for path in ins:
             assert any(path == q or path.startswith(q + "/") for q in produced), \
                 f"{path!r} is read by `{shlex.join(cmd)}` before any step produced it"
@@ -304,7 +308,7 @@ def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp
                          for d in ("check-covid-test", "scifact-dev")}
     assert all(("--constrained-decoding" in c) == ("/base/" in out) for out, c in runs.items())
     paves = [c for c in cmds if c[:2] == ["fae", "pave"]]
-    assert len(paves) == 3 and all(_flag(c, "--fae-run").startswith("runs/") for c in paves)
+    assert len(paves) == 3 and all(_flag(c, "--check-run").startswith("runs/") for c in paves)
     # PAVE reads misleading evidence built for the test claims by rule (no judge here: entity only, said so)
     cfs = [c for c in cmds if c[:2] == ["real-data", "counterfactual"]]
     assert [(_flag(c, "--records"), _flag(c, "--kinds")) for c in cfs] == [("data/check-covid-test.jsonl", "entity")]

@@ -164,7 +164,7 @@ class ConvertInputs:
     claims: list[Path]
     corpus: Path | None = None
     wiki_pages: Path | None = None
-    keep_nei: bool = False
+    include_nei: bool = False
 
 
 # A converter yields each record with the source location it came from, so the
@@ -180,4 +180,4 @@ class Converter:
     needs: tuple[str, ...] = ()  # input options besides --claims: "corpus", "wiki_pages"
 
 
-NEI_REASON = "NOT_ENOUGH_INFO claim (use --keep-nei to keep)"
+NEI_REASON = "NOT_ENOUGH_INFO claim (use --include-nei to keep)"

@@ -5,7 +5,7 @@ abstract of ``cord_id``, sentence id = its index in the abstract; gold = ONE
 group holding every ``sent_index`` of ``evidence_set`` (PRIMARY and
 SUPPLEMENTARY alike; the PRIMARY ids are kept in ``primary_evidence``).
 NOTENOUGHINFO claims carry a related-but-insufficient sentence in
-``evidence_set``: with --keep-nei they get ``evidence: []`` and those ids in
+``evidence_set``: with --include-nei they get ``evidence: []`` and those ids in
 ``related_evidence``.
 """
 
@@ -55,7 +55,7 @@ def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
             if ev.get("type") == "PRIMARY" and idx not in primary:
                 primary.append(idx)
 
-        if label == NOT_ENOUGH_INFO and not inputs.keep_nei:
+        if label == NOT_ENOUGH_INFO and not inputs.include_nei:
             stats.drop(NEI_REASON, path, lineno, "label")
             continue
         abstract = corpus.get(cord_id)

@@ -17,6 +17,7 @@ from typing import Iterator
 
 from real_fae_core.atomicio import atomic_write_json
 from real_fae_core.errors import UserError
+from real_fae_core.flags import deprecated_alias
 from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
 
 from . import CONVERTERS
@@ -35,8 +36,9 @@ def add_arguments(p) -> None:
     p.add_argument("--corpus", type=Path, help="abstracts file (check-covid, scifact)")
     p.add_argument("--wiki-pages", type=Path, help="FEVER wiki-pages directory of wiki-NNN.jsonl shards")
     p.add_argument("--output", required=True, type=Path, help="records JSONL to write")
-    p.add_argument("--keep-nei", action="store_true",
+    p.add_argument("--include-nei", action="store_true",
                    help="keep NOT_ENOUGH_INFO claims (evidence: []); dropped by default")
+    deprecated_alias(p, "--keep-nei", "--include-nei")
     p.add_argument("--max-pool-tokens", type=int, metavar="N",
                    help="trim pools longer than N tokens, always keeping the gold sentences (needs --tokenizer)")
     p.add_argument("--tokenizer", help="HF tokenizer directory used to count pool tokens")
@@ -63,7 +65,7 @@ def _inputs(args) -> ConvertInputs:
     if args.tokenizer is not None and not Path(args.tokenizer).is_dir():
         raise UserError(f"--tokenizer {args.tokenizer}: not a tokenizer directory")
     return ConvertInputs(claims=list(args.claims), corpus=args.corpus,
-                         wiki_pages=args.wiki_pages, keep_nei=args.keep_nei)
+                         wiki_pages=args.wiki_pages, include_nei=args.include_nei)
 
 
 def convert_to_file(dataset: str, inputs: ConvertInputs, output: Path,

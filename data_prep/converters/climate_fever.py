@@ -2,7 +2,7 @@
 
 Source: ``climate-fever.jsonl``. Pool = the claim's ``evidences`` in order
 (ids 0-4), ``doc`` = the article. Only SUPPORTS/REFUTES claims are verifiable
-here: DISPUTED is always dropped, NOT_ENOUGH_INFO unless --keep-nei. Gold =
+here: DISPUTED is always dropped, NOT_ENOUGH_INFO unless --include-nei. Gold =
 every sentence whose ``evidence_label`` equals the claim label, each its own
 group (annotators judged each sentence alone).
 """
@@ -61,7 +61,7 @@ def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
         if label is None:
             stats.drop("DISPUTED claim", path, lineno, "claim_label")
             continue
-        if label == NOT_ENOUGH_INFO and not inputs.keep_nei:
+        if label == NOT_ENOUGH_INFO and not inputs.include_nei:
             stats.drop(NEI_REASON, path, lineno, "claim_label")
             continue
         if not sentences:

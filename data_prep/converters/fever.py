@@ -240,7 +240,7 @@ def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
             stats.claims_read += 1
             cid, claim, label, groups = parse_claim(obj, path, lineno)
             if label == NOT_ENOUGH_INFO:
-                if not inputs.keep_nei:
+                if not inputs.include_nei:
                     stats.drop(NEI_REASON, path, lineno, "label")
                 else:
                     stats.drop("NOT_ENOUGH_INFO claim has no evidence pages (empty pool)",

@@ -66,7 +66,7 @@ def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
                 sets[RATIONALE_LABELS[lab]].append((str(doc), sents))
         label = SUPPORT if sets[SUPPORT] else REFUTE if sets[REFUTE] else NOT_ENOUGH_INFO
 
-        if label == NOT_ENOUGH_INFO and not inputs.keep_nei:
+        if label == NOT_ENOUGH_INFO and not inputs.include_nei:
             stats.drop(NEI_REASON, path, lineno, "evidence")
             continue
         if not cited_ids:

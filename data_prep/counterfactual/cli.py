@@ -18,6 +18,7 @@ import shlex
 from pathlib import Path
 
 from real_fae_core.errors import UserError
+from real_fae_core.flags import SpacedList
 
 from . import KINDS
 
@@ -25,8 +26,8 @@ from . import KINDS
 def add_arguments(p) -> None:
     p.add_argument("--records", required=True, type=Path, help="input claim records (JSONL)")
     p.add_argument("--output", required=True, type=Path, help="output JSONL (summary: OUTPUT.summary.json)")
-    p.add_argument("--kinds", default="entity,semantic",
-                   help="comma-separated kinds to build: entity, semantic (default both)")
+    p.add_argument("--kinds", action=SpacedList, nargs="+", default=list(KINDS), metavar="KIND",
+                   help=f"kinds to build: {', '.join(KINDS)} (default all: --kinds {' '.join(KINDS)})")
     p.add_argument("--entity-method", choices=["rules", "llm"], default="rules",
                    help="rules: swap spans from the records' own sentences, no model (default); llm: ask the annotator")
     p.add_argument("--annotators", type=Path,
@@ -48,7 +49,7 @@ def run(args) -> int:
         summary_path,
     )
 
-    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    kinds = tuple(args.kinds)
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
         raise UserError(f"--kinds: unknown kind {bad[0] if bad else '(none)'!r}; choose from {', '.join(KINDS)}")
@@ -89,7 +90,7 @@ def run(args) -> int:
 
 
 def _argv(args) -> list[str]:
-    words = ["--records", str(args.records), "--output", str(args.output), "--kinds", args.kinds,
+    words = ["--records", str(args.records), "--output", str(args.output), "--kinds", *args.kinds,
              "--entity-method", args.entity_method, "--seed", str(args.seed)]
     for flag, value in (("--annotators", args.annotators), ("--annotator", args.annotator), ("--judge", args.judge),
                         ("--cache", args.cache), ("--min-overlap", args.min_overlap)):

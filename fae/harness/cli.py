@@ -1,7 +1,7 @@
 """`fae from-inspect LOG --output RUN_DIR`: an Inspect AI log of ``real_fae/fae`` as a run directory.
 
 The run then reads like any ``fae run`` output: ``fae report``, ``fae compare``, ``fae view``,
-``fae pave --fae-run``. config.json records the log it came from (``inspect_log``: path, sha256,
+``fae pave --check-run``. config.json records the log it came from (``inspect_log``: path, sha256,
 eval id). docs/inspect.md.
 """
 

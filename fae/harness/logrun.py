@@ -1,5 +1,5 @@
 """An Inspect AI log of ``real_fae/fae`` as a run directory (docs/runs.md), so ``fae report``,
-``compare``, ``view`` and ``pave --fae-run`` read audits made in Inspect.
+``compare``, ``view`` and ``pave --check-run`` read audits made in Inspect.
 
 The claims are the scorer's ``fae_claim`` entries, exactly the claims.jsonl lines ``fae run``
 writes; ``config.json`` keeps the run's fingerprint (records sha256, model, rounds, decoding,

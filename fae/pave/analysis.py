@@ -219,7 +219,7 @@ def fae_round0_check(lines: list[dict], fae_claims: list[dict], *, fae_run: str,
     fae = {str(c["id"]): c for c in fae_claims}
     both = [ln for ln in lines if ln["id"] in fae]
     if not both:
-        raise UserError(f"--fae-run {fae_run}: no claim id in common with --records")
+        raise UserError(f"--check-run {fae_run}: no claim id in common with --records")
     pave_acc = float(np.mean([pm.correctness_rate(ln["conditions"]["gold_evidence"]["answers"], ln["gold_label"])
                               for ln in both]))
     fae_acc = float(np.mean([pm.same_label(fae[ln["id"]]["rounds"][0].get("label"), ln["gold_label"])

@@ -11,7 +11,7 @@ odds of influence per state (Margin = the paper's Known + Unknown margins).
 Then the JSD arbitration rule on K further runs per prompt (the paper's K = 5
 at temperature 1.0), τ tuned on a held-out split of the claims, reporting CE,
 IE and OA on the rest; the vote-based variant (App. C.2) where per-run
-distributions are missing or identical by construction. ``--fae-run DIR``
+distributions are missing or identical by construction. ``--check-run RUN_DIR``
 puts PAVE's gold-evidence accuracy beside that run's round-0 accuracy.
 
 ``counterfactual_sentences`` is either one pool (a list shaped like
@@ -38,6 +38,7 @@ from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import RunFailure, UserError
+from real_fae_core.flags import deprecated_alias
 from real_fae_core.hashing import sha256_file
 from real_fae_core.labels import REFUTE, SUPPORT
 from real_fae_core.runlock import RunLock
@@ -83,9 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "NOT_ENOUGH_INFO or invalid (they count as wrong priors)")
     p.add_argument("--definite-prior-only", action="store_true",
                    help="refusal filtering, now the default (kept so older commands run)")
-    p.add_argument("--fae-run", metavar="DIR",
+    p.add_argument("--check-run", metavar="RUN_DIR",
                    help="a finished `fae run` of the same verifier on these records: report PAVE's "
                         "gold-evidence accuracy beside its round-0 accuracy and flag a gap > 10 points")
+    deprecated_alias(p, "--fae-run", "--check-run")
     p.add_argument("--seed", type=int, default=0,
                    help="sampling and split seed; each prompt's answers are seeded by (seed, claim id, condition)")
     p.add_argument("--limit", type=int, help="only the first N SUPPORT/REFUTE records")
@@ -133,8 +135,8 @@ def run(args) -> int:
     if not records:
         raise UserError(f"{args.records}: no SUPPORT/REFUTE records")
     fae_run = None
-    if args.fae_run:
-        fae_run = load_run(args.fae_run)  # refuses an unfinished or inconsistent run, one line
+    if args.check_run:
+        fae_run = load_run(args.check_run)  # refuses an unfinished or inconsistent run, one line
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -198,14 +200,14 @@ def _pave(args, records: list, out: Path, fae_run=None) -> int:
 
 
 def _fae_check(res: dict, lines: list[dict], fae_run, args) -> None:
-    """--fae-run: the gold-evidence vs round-0 comparison, and a note when the run is of another verifier."""
-    chk = res["fae_check"] = fae_round0_check(lines, fae_run.claims, fae_run=str(args.fae_run),
+    """--check-run: the gold-evidence vs round-0 comparison, and a note when the run is of another verifier."""
+    chk = res["fae_check"] = fae_round0_check(lines, fae_run.claims, fae_run=str(args.check_run),
                                               temperature=args.temperature)
     same = (fae_run.config.get("model") == args.model
             and fae_run.config.get("adapter_sha256") == adapter_sha256(args.adapter))
     chk["same_verifier"] = same
     if not same:
-        res["notes"].append(f"--fae-run {args.fae_run} was made with model {fae_run.config.get('model')!r} and "
+        res["notes"].append(f"--check-run {args.check_run} was made with model {fae_run.config.get('model')!r} and "
                             "another adapter or model than this PAVE run: the comparison is between two verifiers")
     if chk["disagree"]:
         res["notes"].append("PAVE's gold-evidence accuracy and FAE's round-0 accuracy differ by more than "

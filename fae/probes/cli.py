@@ -28,6 +28,7 @@ import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_open, atomic_write_text
 from real_fae_core.errors import UserError
+from real_fae_core.flags import deprecated_alias
 from real_fae_core.hashing import sha256_file
 from real_fae_core.runlock import RunLock
 from data_prep.prompts import parse_answer, render_evidence_prompt, render_knowledge_prompt
@@ -42,7 +43,8 @@ STATES_FORMAT = "fae-probe-states/1"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", required=True, help="FAE run directory (claims.jsonl, config.json)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="FAE run directory (claims.jsonl, config.json)")
+    deprecated_alias(p, "--run", "RUN_DIR")
     p.add_argument("--model", required=True, help="base model directory (HF format)")
     p.add_argument("--adapter", default=None, help="optional PEFT/LoRA adapter directory")
     p.add_argument("--output", required=True, help="directory for dirk.json, dirk_claims.jsonl, states")
@@ -233,9 +235,9 @@ def _fmt(x) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run)
+    run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
-        raise UserError(f"--run {args.run!r}: directory not found")
+        raise UserError(f"RUN_DIR {args.run_dir!r}: directory not found")
     if args.bootstrap < 0:
         raise UserError("--bootstrap must be >= 0")
     if args.batch_size < 1:

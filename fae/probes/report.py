@@ -18,6 +18,7 @@ from pathlib import Path
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
 from real_fae_core.errors import UserError
+from real_fae_core.flags import deprecated_alias
 from fae.probes.dirk import bootstrap_ci
 from fae.probes.knowledge import shares_text
 
@@ -27,8 +28,9 @@ CLAIMS_FILE = "dirk_claims.jsonl"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="+", metavar="DIR", help="output directories of `fae probe`")
     p.add_argument("--output", required=True, help="directory for dirk.png and dirk.md")
-    p.add_argument("--labels", nargs="+", default=None,
-                   help="one legend label per DIR (default: the directory names)")
+    p.add_argument("--names", nargs="+", default=None,
+                   help="one name per DIR, shown in the legend and tables (default: the directory names)")
+    deprecated_alias(p, "--labels", "--names")
     p.add_argument("--title", default="Directional alignment to knowledge-based state")
 
 
@@ -164,9 +166,9 @@ def plot(labels: list[str], probes: list[dict], path: Path, title: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    labels = args.labels or [Path(d).resolve().name for d in args.dirs]
+    labels = args.names or [Path(d).resolve().name for d in args.dirs]
     if len(labels) != len(args.dirs):
-        raise UserError(f"--labels has {len(labels)} entries for {len(args.dirs)} directories")
+        raise UserError(f"--names has {len(labels)} names for {len(args.dirs)} directories")
     probes = [load_probe(d) for d in args.dirs]
     layers = {p.get("layer") for p in probes}
     out = Path(args.output)

@@ -337,7 +337,7 @@ def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed
         _cli(fae, ["pave", "--records", str(test_path), "--output", str(pave_dir), "--backend", "hf",
                    "--model", str(base), "--adapter", str(out / "models" / variant), "--limit", str(size.pave_claims),
                    "--samples", str(size.pave_samples), "--jsd-samples", str(size.pave_samples),
-                   "--max-new-tokens", "16", "--fae-run", str(out / "runs" / variant), "--seed", str(seed),
+                   "--max-new-tokens", "16", "--check-run", str(out / "runs" / variant), "--seed", str(seed),
                    "--no-progress"])
         res = json.loads((pave_dir / "pave.json").read_text())
         cfg = SimpleNamespace(**res["config"])
@@ -471,7 +471,7 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
                    "--chunk-size", "256"])  # all test claims in one window: the measured batches
         _stage(f"{variant}: fae probe (DirK; h(K) from the variant, then from the base model)", t0)
         for reference, probe_dir in (("verifier", variant), ("base", base_reference_dir(variant))):
-            _cli(fae, ["probe", "--run", str(run_dir), "--model", str(base), "--adapter", str(out / "models" / variant),
+            _cli(fae, ["probe", str(run_dir), "--model", str(base), "--adapter", str(out / "models" / variant),
                        "--output", str(out / "probes" / probe_dir), "--bootstrap", str(size.bootstrap),
                        "--seed", str(seed), "--batch-size", "32", "--knowledge-reference", reference])
 
@@ -479,7 +479,7 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
     runs = [str(out / "runs" / v) for v in VARIANTS]
     _cli(fae, ["report", *runs, "--output", str(out), "--names", *VARIANTS])
     _cli(fae, ["probe-report", *[str(out / "probes" / v) for v in VARIANTS], "--output", str(out),
-               "--labels", *VARIANTS])
+               "--names", *VARIANTS])
     _append(out / "report.md", dirk_lines(out))
     _cli(fae, ["compare", str(out / "runs" / "sft"), str(out / "runs" / "real"), "--output", str(out / "compare"),
                "--metric", "strict", "--bootstrap", str(size.bootstrap), "--seed", str(seed)])
