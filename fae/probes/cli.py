@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -264,51 +265,10 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
         raise UserError(str(exc)) from None
     _warn_if_other_verifier(cfg, args)
     claims = probe_claims(data, args.limit)
-    prompts = build_prompts(claims, records, data)
-
-    from fae.probes.hidden import capture_last_token_states, check_layer, encode_prompts
-
-    model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
-                               trust_remote_code=args.trust_remote_code)
-    check_layer(model, args.layer)
-    flat = [m for msgs in prompts for m in msgs]
-    seqs = encode_prompts(tok, flat)
-    n_unique = len({tuple(s) for s in seqs})
-    states = capture_last_token_states(
-        model, seqs, pad_id=tok.pad_token_id, layers=args.layer,
-        batch_size=args.batch_size, progress=True, desc="fae probe",
-    ).double().numpy()
-    max_new = args.knowledge_max_new_tokens or (data.config.get("decoding") or {}).get("max_new_tokens") or 64
-    knowledge_seqs = encode_prompts(tok, [msgs[0] for msgs in prompts])
-    verifier_labels = knowledge_labels(model, tok, knowledge_seqs, args.batch_size, int(max_new))
-    reference_labels = verifier_labels
-    reference_states = None
-    if args.knowledge_reference == "base":
-        del model  # one model in memory at a time
-        base, base_tok = load_hf_model(args.model, None, device=args.device, dtype=args.dtype,
-                                       trust_remote_code=args.trust_remote_code)
-        base_seqs = encode_prompts(base_tok, [msgs[0] for msgs in prompts])
-        reference_states = capture_last_token_states(
-            base, base_seqs, pad_id=base_tok.pad_token_id, layers=args.layer,
-            batch_size=args.batch_size, progress=True, desc="fae probe (base h(K))",
-        ).double().numpy()
-        reference_labels = knowledge_labels(base, base_tok, base_seqs, args.batch_size, int(max_new))
-
-    n = len(claims)
-    max_rounds = max(len(c["rounds"]) for c in claims)
-    dim = states.shape[1]
-    hK = np.zeros((n, dim))
-    hr = np.zeros((n, max_rounds, dim))
-    mask = np.zeros((n, max_rounds), dtype=bool)
-    k = 0
-    for i, c in enumerate(claims):
-        nr = len(c["rounds"])
-        hK[i] = states[k] if reference_states is None else reference_states[i]
-        hr[i, :nr] = states[k + 1:k + 1 + nr]
-        mask[i, :nr] = True
-        k += 1 + nr
+    cap = _capture_states(args, build_prompts(claims, records, data), data)
+    hK, hr, mask = _state_arrays(claims, cap)
     table = dirk_table(hK, hr, mask)
-    rounds = summarize_rounds(table, max_rounds - 1, n_resamples=args.bootstrap, seed=args.seed)
+    rounds = summarize_rounds(table, hr.shape[1] - 1, n_resamples=args.bootstrap, seed=args.seed)
 
     out.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -318,37 +278,10 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
         "layer": args.layer,
         "knowledge_reference": args.knowledge_reference,
     }
-    gold = [c.get("gold_label") for c in claims]
-    knowledge = {
-        "knowledge_reference_model": (
-            "verifier: h(K) is the probed checkpoint's state on the claim-only prompt (SPEC §7)"
-            if reference_states is None else
-            "base: h(K) is the base model's state (without the adapter) on the claim-only prompt, "
-            "the direction toward parametric knowledge"),
-        "knowledge_answers": {
-            "decoding": {"greedy": True, "max_new_tokens": int(max_new)},
-            "verifier": label_shares(verifier_labels, gold),
-            **({"reference": label_shares(reference_labels, gold)} if reference_states is not None else {}),
-        },
-    }
-    ref_summary = label_shares(reference_labels, gold)
-    knowledge["abstaining_reference"] = abstaining(ref_summary)
-    knowledge["invalid_reference"] = invalid_reference(ref_summary)
-    knowledge["reference_note"] = reference_note(ref_summary, args.knowledge_reference)
+    knowledge = _knowledge_section(args, claims, cap)
     saved_dtype = save_states(out / "states.safetensors", [str(c["id"]) for c in claims],
                               hK, hr, mask, meta, args.states_dtype)
-    with atomic_open(out / "dirk_claims.jsonl") as fh:
-        for k, (c, row) in enumerate(zip(claims, table)):
-            fh.write(json.dumps({
-                "id": str(c["id"]),
-                "gold_label": c.get("gold_label"),
-                "dirk": row,
-                "undefined_rounds": [r for r in range(1, len(row)) if row[r] is None],
-                "pool_sizes": [len(rd["pool_ids"]) for rd in c["rounds"]],
-                "labels": [rd.get("label") for rd in c["rounds"]],
-                "knowledge_label": verifier_labels[k],
-                **({"reference_knowledge_label": reference_labels[k]} if reference_states is not None else {}),
-            }) + "\n")
+    _write_claim_lines(out / "dirk_claims.jsonl", claims, table, cap)
     summary = {
         **meta,
         "records": str(records_path),
@@ -357,9 +290,9 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
         "run_adapter": cfg.get("adapter"),
         "hidden_states": "hidden_states[layer] at the last prompt token (after the "
                          "generation prompt), layer -1 = after the final norm",
-        "n_claims": n,
-        "n_prompts": len(seqs),
-        "n_unique_prompts": n_unique,
+        "n_claims": len(claims),
+        "n_prompts": cap.n_prompts,
+        "n_unique_prompts": cap.n_unique,
         "bootstrap": {"method": "percentile", "n_resamples": args.bootstrap,
                       "confidence_level": 0.95, "seed": args.seed},
         "undefined": "a round whose state equals h(0) (unchanged pool) has no direction: "
@@ -370,15 +303,118 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
         "rounds": rounds,
     }
     atomic_write_text(out / "dirk.json", json.dumps(summary, indent=2) + "\n")
-    print(f"fae probe: {n} claims, {n_unique} unique prompts, layer {args.layer}, "
+    _print_summary(args, out, summary, cap)
+    return 0
+
+
+@dataclass
+class _Captured:
+    """What the models gave: the verifier's states of every prompt, the claim-only answers, h(K) from the base."""
+
+    states: np.ndarray  # (prompts, dim): per claim its claim-only prompt, then one per round
+    n_prompts: int
+    n_unique: int
+    max_new: int
+    verifier_labels: list
+    reference_labels: list
+    reference_states: np.ndarray | None  # --knowledge-reference base: the base's claim-only states
+
+
+def _capture_states(args, prompts: list, data: RunData) -> _Captured:
+    """Hidden states of every prompt (one model in memory at a time) and the greedy claim-only answers."""
+    from fae.probes.hidden import capture_last_token_states, check_layer, encode_prompts
+
+    model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
+                               trust_remote_code=args.trust_remote_code)
+    check_layer(model, args.layer)
+    seqs = encode_prompts(tok, [m for msgs in prompts for m in msgs])
+    states = capture_last_token_states(
+        model, seqs, pad_id=tok.pad_token_id, layers=args.layer,
+        batch_size=args.batch_size, progress=True, desc="fae probe",
+    ).double().numpy()
+    max_new = int(args.knowledge_max_new_tokens or (data.config.get("decoding") or {}).get("max_new_tokens") or 64)
+    knowledge_seqs = encode_prompts(tok, [msgs[0] for msgs in prompts])
+    verifier_labels = knowledge_labels(model, tok, knowledge_seqs, args.batch_size, max_new)
+    cap = _Captured(states, len(seqs), len({tuple(s) for s in seqs}), max_new, verifier_labels, verifier_labels,
+                    None)
+    if args.knowledge_reference == "base":
+        del model  # one model in memory at a time
+        base, base_tok = load_hf_model(args.model, None, device=args.device, dtype=args.dtype,
+                                       trust_remote_code=args.trust_remote_code)
+        base_seqs = encode_prompts(base_tok, [msgs[0] for msgs in prompts])
+        cap.reference_states = capture_last_token_states(
+            base, base_seqs, pad_id=base_tok.pad_token_id, layers=args.layer,
+            batch_size=args.batch_size, progress=True, desc="fae probe (base h(K))",
+        ).double().numpy()
+        cap.reference_labels = knowledge_labels(base, base_tok, base_seqs, args.batch_size, max_new)
+    return cap
+
+
+def _state_arrays(claims: list[dict], cap: _Captured) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(h(K) per claim, h(r) per claim and round, which rounds exist) from the flat states."""
+    n, max_rounds, dim = len(claims), max(len(c["rounds"]) for c in claims), cap.states.shape[1]
+    hK = np.zeros((n, dim))
+    hr = np.zeros((n, max_rounds, dim))
+    mask = np.zeros((n, max_rounds), dtype=bool)
+    k = 0
+    for i, c in enumerate(claims):
+        nr = len(c["rounds"])
+        hK[i] = cap.states[k] if cap.reference_states is None else cap.reference_states[i]
+        hr[i, :nr] = cap.states[k + 1:k + 1 + nr]
+        mask[i, :nr] = True
+        k += 1 + nr
+    return hK, hr, mask
+
+
+def _knowledge_section(args, claims: list[dict], cap: _Captured) -> dict:
+    """dirk.json's account of h(K): whose state it is, its claim-only answers, and whether it abstains."""
+    gold = [c.get("gold_label") for c in claims]
+    base = cap.reference_states is not None
+    knowledge = {
+        "knowledge_reference_model": (
+            "base: h(K) is the base model's state (without the adapter) on the claim-only prompt, "
+            "the direction toward parametric knowledge" if base else
+            "verifier: h(K) is the probed checkpoint's state on the claim-only prompt (SPEC §7)"),
+        "knowledge_answers": {
+            "decoding": {"greedy": True, "max_new_tokens": cap.max_new},
+            "verifier": label_shares(cap.verifier_labels, gold),
+            **({"reference": label_shares(cap.reference_labels, gold)} if base else {}),
+        },
+    }
+    ref_summary = label_shares(cap.reference_labels, gold)
+    knowledge["abstaining_reference"] = abstaining(ref_summary)
+    knowledge["invalid_reference"] = invalid_reference(ref_summary)
+    knowledge["reference_note"] = reference_note(ref_summary, args.knowledge_reference)
+    return knowledge
+
+
+def _write_claim_lines(path: Path, claims: list[dict], table, cap: _Captured) -> None:
+    """dirk_claims.jsonl: per claim its DirK by round, pools, labels and claim-only answers."""
+    with atomic_open(path) as fh:
+        for k, (c, row) in enumerate(zip(claims, table)):
+            fh.write(json.dumps({
+                "id": str(c["id"]),
+                "gold_label": c.get("gold_label"),
+                "dirk": row,
+                "undefined_rounds": [r for r in range(1, len(row)) if row[r] is None],
+                "pool_sizes": [len(rd["pool_ids"]) for rd in c["rounds"]],
+                "labels": [rd.get("label") for rd in c["rounds"]],
+                "knowledge_label": cap.verifier_labels[k],
+                **({"reference_knowledge_label": cap.reference_labels[k]}
+                   if cap.reference_states is not None else {}),
+            }) + "\n")
+
+
+def _print_summary(args, out: Path, summary: dict, cap: _Captured) -> None:
+    answers = summary["knowledge_answers"]
+    print(f"fae probe: {summary['n_claims']} claims, {cap.n_unique} unique prompts, layer {args.layer}, "
           f"h(K) from the {args.knowledge_reference} -> {out}")
-    print(f"  claim-only answers of the verifier: {shares_text(knowledge['knowledge_answers']['verifier'])}")
-    if reference_states is not None:
-        print(f"  claim-only answers of the base (h(K)): {shares_text(knowledge['knowledge_answers']['reference'])}")
-    if knowledge["reference_note"]:
-        print(f"  warning: {knowledge['reference_note']}")
-    for r in rounds:
+    print(f"  claim-only answers of the verifier: {shares_text(answers['verifier'])}")
+    if cap.reference_states is not None:
+        print(f"  claim-only answers of the base (h(K)): {shares_text(answers['reference'])}")
+    if summary["reference_note"]:
+        print(f"  warning: {summary['reference_note']}")
+    for r in summary["rounds"]:
         print(f"  round {r['round']}: DirK {_fmt(r['mean'])} "
               f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]  n={r['n']} "
               f"undefined={r['n_undefined']}")
-    return 0
