@@ -265,9 +265,60 @@ def build_base(
     after step K (evaluated and checkpointed), as stopping it by hand would.
     """
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
 
     t0 = time.time()
+    model, tok, factory, eval_full = _fresh_base(seed, hidden_size, num_layers)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(steps, schedule_steps, final_phase_from))
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    # One builder per output: two builds into one directory would interleave their checkpoints.
+    with RunLock(output_dir, "real-demo build-base", is_dir=True):
+        log_path = output_dir / "build_log.jsonl"
+        resume_path = output_dir / "resume_state.pt"  # optimizer + RNG; not part of the shipped model
+        best, start, elapsed0, final_saved, running = -1.0, 1, 0.0, False, None
+        if resume_path.exists():
+            best, start, elapsed0, final_saved, running = _resume(resume_path, model, opt, sched, factory)
+            log(f"resuming from step {start - 1} (best exact {best:.3f})")
+        log_fh = log_path.open("a")
+        step = start - 1
+        for step in range(start, steps + 1):
+            # Final phase: the base also learns the NOT_ENOUGH_INFO answer, used for a
+            # minority of missing-line prompts (greedy still answers from memory), as an
+            # instruction-tuned LLM sometimes abstains.
+            factory.abstain_share = abstain_share if step > abstain_from_step else 0.0
+            loss = _train_step(model, opt, sched, factory, tok, batch_size)
+            running = loss if running is None else 0.98 * running + 0.02 * loss
+            if step % eval_every == 0 or step == steps or step == stop_after:
+                elapsed = elapsed0 + time.time() - t0
+                exact = _evaluate(model, tok, eval_full, step, running, elapsed, log_fh, log)
+                in_final = step > abstain_from_step
+                if exact >= best or (in_final and not final_saved):  # the shipped model has seen the final phase
+                    best = exact
+                    final_saved = final_saved or in_final
+                    _save(model, tok, output_dir)
+                _save_resume_state(resume_path, model, opt, sched, factory, best=best, step=step, elapsed=elapsed,
+                                   final_saved=final_saved, running=running)
+                if (exact >= target and step > abstain_from_step) or step == stop_after:
+                    break
+        log_fh.close()
+        info = {"seed": seed, "steps": step, "command": command or "(called from Python)",
+                "schedule": schedule_info(steps, schedule_steps, final_phase_from),
+                "batch_size": batch_size, "lr": lr, "hidden_size": hidden_size,
+                "num_layers": num_layers, "abstain_from_step": abstain_from_step, "abstain_share": abstain_share,
+                "best_exact_full_pool": best,
+                "wall_seconds": round(elapsed0 + time.time() - t0, 1),
+                "parameters": sum(p.numel() for p in model.parameters())}
+        atomic_write_json(output_dir / "build_info.json", info)
+        return info
+
+
+
+def _fresh_base(seed: int, hidden_size: int, num_layers: int):
+    """(model, tokenizer, example factory, full-pool eval records) of a new build; seeded in this order."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
     torch.manual_seed(seed)
     world = build_world(seed=seed)
     tok = build_word_tokenizer(world)
@@ -283,73 +334,57 @@ def build_base(
     eval_full = [make_record(world, f, SUPPORT if eval_rng.random() < 0.5 else REFUTE, eval_rng,
                              eval_rng.randint(3, 6), f"e{i}")
                  for i, f in enumerate(eval_rng.sample(list(world.facts.values()), 256))]
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(steps, schedule_steps, final_phase_from))
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    # One builder per output: two builds into one directory would interleave their checkpoints.
-    with RunLock(output_dir, "real-demo build-base", is_dir=True):
-        log_path = output_dir / "build_log.jsonl"
-        resume_path = output_dir / "resume_state.pt"  # optimizer + RNG; not part of the shipped model
-        best, start, elapsed0, final_saved, running = -1.0, 1, 0.0, False, None
-        if resume_path.exists():
-            state = torch.load(resume_path, weights_only=False)
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            sched.load_state_dict(state["scheduler"])
-            factory.rng.setstate(state["data_rng"])
-            torch.set_rng_state(state["torch_rng"])
-            best, start, elapsed0 = state["best"], state["step"] + 1, state["elapsed"]
-            final_saved = state.get("final_saved", False)
-            running = state.get("running")  # the loss curve continues (states of older builds lack it)
-            log(f"resuming from step {state['step']} (best exact {best:.3f})")
-        log_fh = log_path.open("a")
-        step = start - 1
-        for step in range(start, steps + 1):
-            # Final phase: the base also learns the NOT_ENOUGH_INFO answer, used for a
-            # minority of missing-line prompts (greedy still answers from memory), as an
-            # instruction-tuned LLM sometimes abstains.
-            factory.abstain_share = abstain_share if step > abstain_from_step else 0.0
-            model.train()
-            ids, attn, labels = collate([factory.draw() for _ in range(batch_size)], tok.pad_token_id)
-            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
-            if step % eval_every == 0 or step == steps or step == stop_after:
-                model.eval()
-                exact = exact_answer_rate(model, tok, eval_full)
-                elapsed = elapsed0 + time.time() - t0
-                entry = {"step": step, "loss": round(running, 4), "exact_full_pool": exact, "seconds": round(elapsed, 1)}
-                log_fh.write(json.dumps(entry) + "\n")
-                log_fh.flush()
-                log(json.dumps(entry))
-                in_final = step > abstain_from_step
-                if exact >= best or (in_final and not final_saved):  # the shipped model has seen the final phase
-                    best = exact
-                    final_saved = final_saved or in_final
-                    _save(model, tok, output_dir)
-                with atomic_file(resume_path) as tmp:
-                    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                "scheduler": sched.state_dict(), "data_rng": factory.rng.getstate(),
-                                "torch_rng": torch.get_rng_state(), "best": best, "step": step, "elapsed": elapsed,
-                                "final_saved": final_saved, "running": running}, tmp)
-                if (exact >= target and step > abstain_from_step) or step == stop_after:
-                    break
-        log_fh.close()
-        info = {"seed": seed, "steps": step, "command": command or "(called from Python)",
-                "schedule": schedule_info(steps, schedule_steps, final_phase_from),
-                "batch_size": batch_size, "lr": lr, "hidden_size": hidden_size,
-                "num_layers": num_layers, "abstain_from_step": abstain_from_step, "abstain_share": abstain_share,
-                "best_exact_full_pool": best,
-                "wall_seconds": round(elapsed0 + time.time() - t0, 1),
-                "parameters": sum(p.numel() for p in model.parameters())}
-        atomic_write_json(output_dir / "build_info.json", info)
-        return info
+    return model, tok, factory, eval_full
 
+
+def _evaluate(model, tok, eval_full, step: int, running: float, elapsed: float, log_fh, log) -> float:
+    """Exact full-pool answers now; one line in build_log.jsonl and the log."""
+    model.eval()
+    exact = exact_answer_rate(model, tok, eval_full)
+    entry = {"step": step, "loss": round(running, 4), "exact_full_pool": exact, "seconds": round(elapsed, 1)}
+    log_fh.write(json.dumps(entry) + "\n")
+    log_fh.flush()
+    log(json.dumps(entry))
+    return exact
+
+
+def _train_step(model, opt, sched, factory, tok, batch_size: int) -> float:
+    """One optimizer step on a fresh batch; its loss."""
+    import torch
+
+    model.train()
+    ids, attn, labels = collate([factory.draw() for _ in range(batch_size)], tok.pad_token_id)
+    loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def _resume(path: Path, model, opt, sched, factory):
+    """Load a build's resume state; (best, next step, elapsed, final_saved, running loss)."""
+    import torch
+
+    state = torch.load(path, weights_only=False)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["scheduler"])
+    factory.rng.setstate(state["data_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    # the loss curve continues (states of older builds lack "running")
+    return state["best"], state["step"] + 1, state["elapsed"], state.get("final_saved", False), state.get("running")
+
+
+def _save_resume_state(path: Path, model, opt, sched, factory, **progress) -> None:
+    """Optimizer, scheduler and RNG states with the progress so far (not part of the shipped model)."""
+    import torch
+
+    with atomic_file(path) as tmp:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(), "data_rng": factory.rng.getstate(),
+                    "torch_rng": torch.get_rng_state(), **progress}, tmp)
 
 def cosine_lambda(length: int):
     """Warm-up (500 steps, at most a tenth of ``length``), then cosine from 1 to 0.05 over ``length`` steps."""
