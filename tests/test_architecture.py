@@ -300,3 +300,18 @@ def test_function_level_project_imports_only_where_a_heavy_or_optional_dependenc
                           if heavy[target] else " (it loads nothing heavy: import it at the top)"))
     print("\n".join(bad))
     assert not bad, f"{len(bad)} function-level project import(s):\n" + "\n".join(bad)
+
+
+def test_no_function_is_longer_than_80_lines():
+    """A function longer than a screen does several jobs; split it where its stages are, each named for what
+    it does (docstring and signature count)."""
+    import ast
+
+    long = []
+    for p in python_files(*PACKAGES):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 80:
+                    long.append(f"{p.relative_to(REPO)}:{node.lineno}: {node.name} ({n} lines)")
+    assert not long, "functions over 80 lines:\n" + "\n".join(long)

@@ -333,35 +333,45 @@ def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed
     kept, results = {}, {}
     for variant in PAVE_VARIANTS:
         _stage(f"{variant}: fae pave ({size.pave_claims} claims, N = K = {size.pave_samples})", t0)
-        pave_dir = out / "pave" / variant
-        _cli(fae, ["pave", "--records", str(test_path), "--output", str(pave_dir), "--backend", "hf",
-                   "--model", str(base), "--adapter", str(out / "models" / variant), "--limit", str(size.pave_claims),
-                   "--samples", str(size.pave_samples), "--jsd-samples", str(size.pave_samples),
-                   "--max-new-tokens", "16", "--check-run", str(out / "runs" / variant), "--seed", str(seed),
-                   "--no-progress"])
-        res = json.loads((pave_dir / "pave.json").read_text())
-        cfg = SimpleNamespace(**res["config"])
-        if not res["kinds"]:  # refusal filtering left nothing: the unfiltered profile, labelled as such
-            lines = list(read_samples(pave_dir / SAMPLES).values())
-            unfiltered = analyse(lines, tune_fraction=cfg.tune_split, seed=cfg.seed, mode=cfg.stability,
-                                 refusals=False,
-                                 jsd_condition=lambda c, a=cfg: jsd_condition(c, a),
-                                 jsd_settings={"runs": cfg.jsd_samples, "temperature": cfg.jsd_temperature})
-            kinds, filtered = unfiltered["kinds"], False
-        else:
-            kinds, filtered = res["kinds"], True
-        results[variant] = res
-        kept[variant] = {k: {"filtered": filtered, "PR": v["profile"]["PR"], "CR": v["profile"]["CR"],
-                             "Margin": v["profile"]["Margin"], "margin_known": v["profile"]["margin_known"],
-                             "margin_unknown": v["profile"]["margin_unknown"],
-                             "margin_undefined": v["profile"]["margin_undefined"],
-                             "pooled_margin": v["profile"]["pooled_margin"],
-                             "states": {s: r["n"] for s, r in v["profile"]["states"].items()},
-                             "refusals_removed": res["refusal_filter"]["removed_by_state"],
-                             "variant": v["arbitration"]["variant"],
-                             "IE": v["arbitration"]["IE"], "CE": v["arbitration"]["CE"], "OA": v["arbitration"]["OA"],
-                             "gold_vs_fae_round0": res["fae_check"]}
-                         for k, v in kinds.items()}
+        results[variant], kept[variant] = _pave_variant(fae, out, base, test_path, size, seed, variant)
+    _append(out / "report.md", _pave_report_lines(kept, results, test_path, size))
+    return kept
+
+
+def _pave_variant(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed: int, variant: str):
+    """(pave.json, the summary.json rows per counterfactual kind) of one variant's `fae pave`."""
+    pave_dir = out / "pave" / variant
+    _cli(fae, ["pave", "--records", str(test_path), "--output", str(pave_dir), "--backend", "hf",
+               "--model", str(base), "--adapter", str(out / "models" / variant), "--limit", str(size.pave_claims),
+               "--samples", str(size.pave_samples), "--jsd-samples", str(size.pave_samples),
+               "--max-new-tokens", "16", "--check-run", str(out / "runs" / variant), "--seed", str(seed),
+               "--no-progress"])
+    res = json.loads((pave_dir / "pave.json").read_text())
+    cfg = SimpleNamespace(**res["config"])
+    if not res["kinds"]:  # refusal filtering left nothing: the unfiltered profile, labelled as such
+        lines = list(read_samples(pave_dir / SAMPLES).values())
+        unfiltered = analyse(lines, tune_fraction=cfg.tune_split, seed=cfg.seed, mode=cfg.stability,
+                             refusals=False,
+                             jsd_condition=lambda c, a=cfg: jsd_condition(c, a),
+                             jsd_settings={"runs": cfg.jsd_samples, "temperature": cfg.jsd_temperature})
+        kinds, filtered = unfiltered["kinds"], False
+    else:
+        kinds, filtered = res["kinds"], True
+    return res, {k: {"filtered": filtered, "PR": v["profile"]["PR"], "CR": v["profile"]["CR"],
+                    "Margin": v["profile"]["Margin"], "margin_known": v["profile"]["margin_known"],
+                    "margin_unknown": v["profile"]["margin_unknown"],
+                    "margin_undefined": v["profile"]["margin_undefined"],
+                    "pooled_margin": v["profile"]["pooled_margin"],
+                    "states": {s: r["n"] for s, r in v["profile"]["states"].items()},
+                    "refusals_removed": res["refusal_filter"]["removed_by_state"],
+                    "variant": v["arbitration"]["variant"],
+                    "IE": v["arbitration"]["IE"], "CE": v["arbitration"]["CE"], "OA": v["arbitration"]["OA"],
+                    "gold_vs_fae_round0": res["fae_check"]}
+                for k, v in kinds.items()}
+
+
+def _pave_report_lines(kept: dict, results: dict, test_path: Path, size: DemoSize) -> list[str]:
+    """report.md's PAVE section: the profile table, PAVE beside FAE round 0, and what it cannot show."""
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     num = lambda x: "n/a" if x is None else f"{x:+.3f}"  # noqa: E731
     margin = lambda m: ("undefined: " + "; ".join(m["margin_undefined"]) if m["margin_undefined"]  # noqa: E731
@@ -411,8 +421,7 @@ def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed
                       "pool, so PAVE's CR and wrong-rate rows describe an input FAE never uses, not the "
                       f"verifier FAE scores. They cannot show how {variant} corrects a wrong prior from evidence "
                       "it would actually be given."]
-    _append(out / "report.md", lines)
-    return kept
+    return lines
 
 
 def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, base: str | Path | None = None) -> dict:
