@@ -296,3 +296,36 @@ def test_resume_refuses_a_retrained_adapter_or_rewritten_records_at_the_same_pat
     records.write_text(original)  # the same inputs again: resumes, nothing left to sample
     assert main(cmd) == 0
     assert (out / "samples.jsonl").read_bytes() == first
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tensor-parallel-size", "2"], "--tensor-parallel-size is an option of --backend vllm; --backend hf"),
+    (["--backend", "openai", "--base-url", "http://x/v1", "--dtype", "bf16"], "--dtype is an option of --backend hf"),
+    (["--backend", "vllm", "--concurrency", "4"], "--concurrency is an option of --backend openai"),
+])
+def test_pave_refuses_an_option_of_another_backend(tmp_path, capsys, argv, message):
+    """The backends' options come from their dataclasses; one set for another backend would be ignored."""
+    from fae.cli import main
+
+    assert main(["pave", "--records", str(tmp_path / "r.jsonl"), "--output", str(tmp_path / "o"),
+                 "--model", "m", *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_pave_declares_the_backends_options_with_their_defaults():
+    import argparse
+    import dataclasses
+
+    from fae.backends.hf import HFOptions
+    from fae.backends.openai_backend import OpenAIOptions
+    from fae.backends.vllm_backend import VLLMOptions
+    from fae.pave import cli
+
+    p = argparse.ArgumentParser()
+    cli.add_arguments(p)
+    args = p.parse_args(["--records", "r", "--output", "o", "--model", "m"])
+    for cls, names in ((HFOptions, cli.HF_FIELDS), (VLLMOptions, cli.VLLM_FIELDS), (OpenAIOptions, cli.OPENAI_FIELDS)):
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        assert {n: getattr(args, n) for n in names} == {n: defaults[n] for n in names}
+    assert p.parse_args(["--records", "r", "--output", "o", "--model", "m", "--trust-remote-code"]).trust_remote_code

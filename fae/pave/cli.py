@@ -33,10 +33,12 @@ it: ``pave_prompts`` (conditions and prompts), ``pave_sampling`` (backends),
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
+from real_fae_core.config import add_option_flags
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.flags import deprecated_alias
 from real_fae_core.hashing import sha256_file
@@ -45,7 +47,10 @@ from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import adapter_sha256, load_run
-from fae.backends import BackendError
+from fae.backends import BackendError, BackendOptions
+from fae.backends.hf import HFOptions
+from fae.backends.openai_backend import OpenAIOptions
+from fae.backends.vllm_backend import VLLMOptions
 from fae.pave.analysis import FAE_GAP_POINTS, analyse, fae_round0_check
 from fae.pave.io import SAMPLES, collect, jsd_condition
 from fae.pave.prompts import counterfactual_records
@@ -94,27 +99,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-size", type=int, default=32,
                    help="claims per write to samples.jsonl (answers do not depend on it)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
-    p.add_argument("--constrained-decoding", action="store_true",
-                   help="hold every sampled answer to its prompt's JSON schema (docs/structured.md)")
+    # The backends' own options, declared from their dataclasses (as `fae run` has them); PAVE's --seed
+    # seeds each prompt's samples itself, and it reads no label probabilities from the FAE backends.
+    add_option_flags(p, BackendOptions, ["constrained_decoding"])
     g = p.add_argument_group("hf backend")
     g.add_argument("--batch-size", type=int, default=8,
                    help="accepted for symmetry with `fae run`; answers never depend on it: each prompt's N "
                         "answers are one generate call, seeded by the prompt's key")
-    g.add_argument("--device", default="auto")
-    g.add_argument("--dtype", default="auto")
-    g = p.add_argument_group("vllm backend (and --dtype)")
-    g.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs per model")
-    g.add_argument("--gpu-memory-utilization", type=float, help="share of GPU memory")
-    g.add_argument("--max-model-len", type=int, help="context length cap")
-    g = p.add_argument_group("openai backend")
-    g.add_argument("--base-url")
-    g.add_argument("--api-key-env", metavar="VAR", help="environment variable holding the API key")
-    g.add_argument("--concurrency", type=int, default=8)
-    g.add_argument("--request-timeout", type=float, default=60.0)
-    g.add_argument("--max-retries", type=int, default=6)
+    add_option_flags(g, HFOptions, HF_FIELDS)
+    add_option_flags(p.add_argument_group("vllm backend (and --dtype)"), VLLMOptions, VLLM_FIELDS)
+    add_option_flags(p.add_argument_group("openai backend"), OpenAIOptions, OPENAI_FIELDS)
+
+
+HF_FIELDS = ("device", "dtype", "trust_remote_code")
+VLLM_FIELDS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
+OPENAI_FIELDS = ("base_url", "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base")
+OWNERS = {"hf": HF_FIELDS, "vllm": VLLM_FIELDS + ("dtype",), "openai": OPENAI_FIELDS}
+
+
+def check_backend_options(args) -> None:
+    """An option of another backend, set away from its default, would be ignored: one line naming it."""
+    own = set(OWNERS[args.backend])
+    for backend, names in OWNERS.items():
+        cls = {"hf": HFOptions, "vllm": VLLMOptions, "openai": OpenAIOptions}[backend]
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        for name in names:
+            if name not in own and getattr(args, name) != defaults[name]:
+                raise UserError(f"--{name.replace('_', '-')} is an option of --backend {backend}; --backend "
+                                f"{args.backend} does not read it (remove it, or choose that backend)")
 
 
 def run(args) -> int:
+    check_backend_options(args)
     if args.temperature <= 0 or args.jsd_temperature <= 0:
         raise UserError("--temperature and --jsd-temperature must be > 0: PAVE needs sampled answers")
     if args.samples < 2 or args.jsd_samples < 2:

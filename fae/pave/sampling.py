@@ -98,7 +98,8 @@ class HFSampler:
         import torch
 
         o = options if isinstance(options, HFOptions) else options_from(HFOptions, options, "fae pave")
-        self.lm, self.tok = load_hf_model(o.model, o.adapter, o.dtype, o.device)
+        self.lm, self.tok = load_hf_model(o.model, o.adapter, o.dtype, o.device,
+                                          trust_remote_code=o.trust_remote_code)
         self.max_new_tokens = o.max_new_tokens
         self.with_probs = with_probs
         self.torch = torch

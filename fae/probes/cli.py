@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_open, atomic_write_text
+from real_fae_core.config import add_option_flags
 from real_fae_core.errors import UserError
 from real_fae_core.flags import deprecated_alias
 from real_fae_core.hashing import sha256_file
@@ -35,7 +36,7 @@ from real_fae_core.runlock import RunLock
 from data_prep.prompts import parse_answer, render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import CLAIMS, RunData, load_run
-from fae.backends.hf import generate_batched, greedy_config, load_hf_model
+from fae.backends.hf import HFOptions, generate_batched, greedy_config, load_hf_model
 from fae.probes.dirk import dirk_values, summarize_rounds
 from fae.probes.knowledge import abstaining, invalid_reference, label_shares, reference_note, shares_text
 
@@ -57,13 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--batch-size", type=int, default=8, help="prompts per forward pass (default 8)")
+    add_option_flags(p, HFOptions, ["device", "dtype", "trust_remote_code"])  # as `fae run --backend hf`
     p.add_argument("--limit", type=int, default=None, help="probe only the first N claims")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default auto)")
-    p.add_argument("--dtype", default="auto",
-                   help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16")
     p.add_argument("--states-dtype", choices=("float16", "float32"), default="float16",
                    help="dtype of states.safetensors (default float16)")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code")
     p.add_argument("--knowledge-reference", choices=("verifier", "base"), default="verifier",
                    help="whose state on the claim-only prompt is h(K): the probed verifier (default, SPEC §7) "
                         "or the base model without --adapter (the direction toward parametric knowledge)")

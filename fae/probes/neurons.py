@@ -27,11 +27,12 @@ from typing import Iterator
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
+from real_fae_core.config import add_option_flags
 from real_fae_core.errors import UserError
 from real_fae_core.labels import NOT_ENOUGH_INFO
 from real_fae_core.runlock import RunLock
 from data_prep.records import ClaimRecord, RecordError, iter_records
-from fae.backends.hf import load_hf_model
+from fae.backends.hf import HFOptions, load_hf_model
 from fae.probes.neuron_overlap import analyse
 from fae.probes.neuron_report import markdown, plot_venn
 
@@ -45,12 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="share of the total |activation| the kept set must reach (default 0.9)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N usable records")
     p.add_argument("--batch-size", type=int, default=8, help="prompts per forward pass (default 8)")
+    add_option_flags(p, HFOptions, ["device", "dtype", "trust_remote_code"])  # as `fae run --backend hf`
     p.add_argument("--include-nei", action="store_true",
                    help="also use NOT_ENOUGH_INFO records (excluded by default, as in FAE)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, ... (default auto)")
-    p.add_argument("--dtype", default="auto",
-                   help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16 or float16")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code")
 
 
 def _usable(path: str, include_nei: bool, limit: int | None) -> Iterator[ClaimRecord]:
