@@ -9,7 +9,7 @@ import numpy as np
 
 from real_fae_core.errors import UserError
 from fae.pave import metrics as pm
-from fae.pave.prompts import LEGACY_KIND, condition_name, kind_sort_key
+from fae.pave.prompts import PLAIN_LIST_KIND, condition_name, kind_sort_key
 
 
 VARIANT_TEXT = {
@@ -62,7 +62,7 @@ def line_kinds(lines: list[dict]) -> list[str]:
             if "@" in cond:  # the JSD rule's runs of a condition (pave_io.JSD_SUFFIX)
                 continue
             if cond == "counterfactual":
-                kinds.add(LEGACY_KIND)
+                kinds.add(PLAIN_LIST_KIND)
             elif cond.startswith("counterfactual_"):
                 kinds.add(cond[len("counterfactual_"):])
     return sorted(kinds, key=kind_sort_key)

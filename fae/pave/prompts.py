@@ -13,14 +13,16 @@ import re
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord, RecordError, Sentence
 
-LEGACY_KIND = "counterfactual"  # the kind of a plain list of counterfactual sentences
+# A plain list of counterfactual sentences (the simplest hand-written form) is one unnamed kind, shown as
+# the condition "counterfactual"; `real-data counterfactual` writes one list per named kind.
+PLAIN_LIST_KIND = "counterfactual"
 KIND_ORDER = ("entity", "semantic")
 _KIND_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def condition_name(kind: str) -> str:
     """samples.jsonl condition of a kind ("counterfactual" for the single-list form)."""
-    return "counterfactual" if kind == LEGACY_KIND else f"counterfactual_{kind}"
+    return "counterfactual" if kind == PLAIN_LIST_KIND else f"counterfactual_{kind}"
 
 
 def kind_sort_key(kind: str) -> tuple:
@@ -49,13 +51,13 @@ def counterfactual_records(rec: ClaimRecord) -> dict[str, ClaimRecord]:
     if raw is None:
         return {}
     if isinstance(raw, list):
-        return {LEGACY_KIND: _pool_record(rec, raw, "counterfactual_sentences")}
+        return {PLAIN_LIST_KIND: _pool_record(rec, raw, "counterfactual_sentences")}
     if not isinstance(raw, dict) or not raw:
         raise RecordError("must be a non-empty list of sentences or an object {kind: [sentences]}",
                           field="counterfactual_sentences", record_id=rec.id)
     out = {}
     for kind in sorted(raw, key=kind_sort_key):
-        if not _KIND_NAME.match(kind) or kind == LEGACY_KIND:
+        if not _KIND_NAME.match(kind) or kind == PLAIN_LIST_KIND:
             raise RecordError(f"kind {kind!r} must be a lower-case name such as 'entity' or 'semantic'",
                               field="counterfactual_sentences", record_id=rec.id)
         out[kind] = _pool_record(rec, raw[kind], f"counterfactual_sentences.{kind}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fae.pave import metrics as pm
-from fae.pave.prompts import LEGACY_KIND
+from fae.pave.prompts import PLAIN_LIST_KIND
 
 
 def _p(x) -> str:
@@ -59,7 +59,7 @@ KIND_TITLES = {"entity": "counter-entity", "semantic": "counter-semantic"}
 
 def render_markdown(res: dict, cfg: dict) -> str:
     pr = res["profile"]
-    kinds = {k: v for k, v in (res.get("kinds") or {}).items() if k != LEGACY_KIND}
+    kinds = {k: v for k, v in (res.get("kinds") or {}).items() if k != PLAIN_LIST_KIND}
     lines = [
         "# PAVE diagnostics",
         "",
@@ -144,7 +144,7 @@ def _kind_sections(pr: dict, arb: dict, suffix: str) -> list[str]:
 
 def summary_lines(res: dict) -> list[str]:
     """One printed line per kind of counterfactual evidence (one line when there is a single pool or none)."""
-    rows = [(k, v["profile"], v["arbitration"]) for k, v in (res.get("kinds") or {}).items() if k != LEGACY_KIND]
+    rows = [(k, v["profile"], v["arbitration"]) for k, v in (res.get("kinds") or {}).items() if k != PLAIN_LIST_KIND]
     if not rows and res["profile"] is not None:
         rows = [(None, res["profile"], res["arbitration"])]
     out = [(f"{k:<9}" if k else "") + f"Margin {margin_text(pr)}  CR {rate_text(pr, 'CR')}  PR {rate_text(pr, 'PR')}  |  "
