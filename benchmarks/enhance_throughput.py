@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+from openai_server import spawn  # noqa: E402 - the test server, in its own process
 
 from data_prep.enhance.runner import EnhanceJob, enhance  # noqa: E402
 
@@ -69,16 +70,8 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=32)
     args = p.parse_args()
     os.environ.setdefault("BENCH_KEY", "EMPTY")
-    server = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "openai_server.py"), "--port", "0",
-         "--latency", str(args.latency), "--role", "annotator"],
-        stdout=subprocess.PIPE, text=True,
-    )
+    server, url = spawn("--latency", str(args.latency), "--role", "annotator")
     try:
-        line = server.stdout.readline().split()
-        if not line or line[0] != "READY":
-            raise SystemExit("the local server did not start")
-        url = line[1]
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             n1, t1 = _measure(tmp, url, args.serial_records, 1)

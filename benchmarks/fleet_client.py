@@ -47,6 +47,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+from openai_server import spawn  # noqa: E402 - the test server, in its own process
 
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
@@ -130,14 +132,9 @@ def main() -> None:
     cores = sorted(os.sched_getaffinity(0))
     server_cpu, client_cpu = (cores[0], cores[1]) if len(cores) > 1 else (None, None)
     pre = [] if server_cpu is None else ["taskset", "-c", str(server_cpu)]
-    server = subprocess.Popen([*pre, sys.executable, str(REPO / "tests" / "openai_server.py"), "--fast",
-                               "--role", "stepwise", "--port", "0"], stdout=subprocess.PIPE, text=True)
+    server, url = spawn("--fast", "--role", "stepwise", pre=tuple(pre))
     results = []
     try:
-        line = server.stdout.readline().split()
-        if not line or line[0] != "READY":
-            raise SystemExit("the local server did not start")
-        url = line[1]
         with tempfile.TemporaryDirectory() as d:
             outs = {}
             for mode in ("before", "after"):

@@ -39,6 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+from openai_server import spawn  # noqa: E402 - the test server, in its own process
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(REPO),
        "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
 ENV.pop("RAY_ADDRESS", None)
@@ -119,20 +120,19 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     try:
         from fae_helpers import write_checkcovid
-        from tiny_models import build_tiny_model
+        from tiny_models import build_tiny_model, noisy_copy
 
         records = Path(args.records) if args.records else write_checkcovid(REPO / "tests" / "data",
                                                                             work / "cc.jsonl", n=args.claims)
-        model = noisy_llama(build_tiny_model, work)
+        # the tests' tiny Llama with its weights x5: answers depend on the prompt (tests/conftest.py)
+        model = noisy_copy(build_tiny_model(work / "tiny-llama", "llama"), work / "noisy-llama")
         common = ["--records", str(records), "--rounds", str(args.rounds), "--no-progress"]
         result: dict = {"claims": args.claims, "rounds": args.rounds,
                         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}}
         hf = ["--model", str(model), "--batch-size", "4", "--max-new-tokens", "24", *common]
         result["hf_tiny_llama"] = paths(hf, work, "hf")
-        server = subprocess.Popen([sys.executable, "tests/openai_server.py", "--port", "0", "--role", "verifier"],
-                                  cwd=REPO, stdout=subprocess.PIPE, text=True)
+        server, url = spawn("--role", "verifier")
         try:
-            url = server.stdout.readline().split()[-1]
             oa = ["--backend", "openai", "--model", "verifier", "--base-url", url, *common]
             result["openai_test_server"] = paths(oa, work, "openai")
         finally:
@@ -176,11 +176,9 @@ def fleet(records: Path, work: Path, rounds: int) -> dict:
     try:
         for name in ("a", "b"):
             log = work / f"server-{name}.jsonl"
-            proc = subprocess.Popen([sys.executable, "tests/openai_server.py", "--fast", "--role", "stepwise",
-                                     "--port", "0", "--name", name, "--log", str(log)], cwd=REPO,
-                                    stdout=subprocess.PIPE, text=True)
+            proc, url = spawn("--fast", "--role", "stepwise", "--name", name, "--log", str(log))
             procs.append(proc)
-            urls.append(proc.stdout.readline().split()[1].removesuffix("/v1"))
+            urls.append(url.removesuffix("/v1"))
             logs.append(log)
         router_url = f"http://127.0.0.1:{port()}"
         procs.append(subprocess.Popen([router_exe, "--host", "127.0.0.1", "--port", router_url.rsplit(":", 1)[1],
@@ -222,22 +220,6 @@ def fleet(records: Path, work: Path, rounds: int) -> dict:
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=30)
-
-
-def noisy_llama(build, work: Path) -> Path:
-    """The tests' tiny Llama with its weights x5: answers depend on the prompt (tests/conftest.py)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    base = build(work / "tiny-llama", "llama")
-    out = work / "noisy-llama"
-    lm = AutoModelForCausalLM.from_pretrained(base)
-    with torch.no_grad():
-        for prm in lm.parameters():
-            prm.mul_(5.0)
-    lm.save_pretrained(out)
-    AutoTokenizer.from_pretrained(base).save_pretrained(out)
-    return out
 
 
 if __name__ == "__main__":

@@ -102,17 +102,9 @@ def noisy_llama(tiny_llama, tmp_path_factory) -> Path:
     """The tiny random Llama with weights x5: greedy answers then take a few tokens and depend on
     the prompt (the unscaled one answers blank lines to everything), so comparing runs means
     something and a run is slow enough to interrupt."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from tiny_models import noisy_copy
 
-    out = tmp_path_factory.mktemp("noisy-llama")
-    lm = AutoModelForCausalLM.from_pretrained(tiny_llama)
-    with torch.no_grad():
-        for p in lm.parameters():
-            p.mul_(5.0)
-    lm.save_pretrained(out)
-    AutoTokenizer.from_pretrained(tiny_llama).save_pretrained(out)
-    return out
+    return noisy_copy(tiny_llama, tmp_path_factory.mktemp("noisy-llama"))
 
 
 @pytest.fixture(params=["llama", "qwen2"])

@@ -450,6 +450,23 @@ async def serve_fast(responder: Responder, host: str, port: int, *, name: str | 
 RESPONDERS = {"verifier": overlap_verifier, "stepwise": stepwise_verifier, "annotator": overlap_annotator}
 
 
+
+def spawn(*args: str, pre: tuple = (), **popen):
+    """This server in its own process (``args``: its flags): (the process, its base URL once it is READY).
+
+    ``pre`` prefixes the command (e.g. ``taskset -c 0``). The caller ends the process.
+    """
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([*pre, sys.executable, __file__, "--port", "0", *args], stdout=subprocess.PIPE,
+                            text=True, **popen)
+    line = proc.stdout.readline().split()
+    if not line or line[0] != "READY":
+        proc.kill()
+        raise RuntimeError(f"the local server did not start ({' '.join(args)})")
+    return proc, line[1]
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fae_helpers import write_checkcovid
+from openai_server import spawn
 
 pytest.importorskip("ray")
 
@@ -25,9 +26,8 @@ def records(shared_data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server_url():
     """A verifier server in its own process, slow enough (0.1 s an answer) to kill a task mid-shard."""
-    srv = subprocess.Popen([sys.executable, "tests/openai_server.py", "--port", "0", "--latency", "0.1",
-                            "--role", "verifier"], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    yield srv.stdout.readline().split()[-1]
+    srv, url = spawn("--latency", "0.1", "--role", "verifier")
+    yield url
     srv.terminate()
     srv.wait(timeout=30)
 

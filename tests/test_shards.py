@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fae_helpers import write_checkcovid
 from hypothesis import given, settings, strategies as st
-from openai_server import LocalOpenAIServer, claim_of
+from openai_server import LocalOpenAIServer, spawn
 
 from data_prep.records import load_records
 from fae.ablation import runio
@@ -186,10 +186,8 @@ def test_two_processes_writing_one_shard(records, server, tmp_path, capsys):
 @pytest.mark.slow
 def test_a_shard_killed_mid_run_resumes_alone(records, tmp_path, one_process):
     """SIGKILL one shard's process mid-run; rerunning that shard alone completes the run unchanged."""
-    srv = subprocess.Popen([sys.executable, "tests/openai_server.py", "--port", "0", "--latency", "0.05",
-                            "--role", "verifier"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    srv, base_url = spawn("--latency", "0.05", "--role", "verifier")
     try:
-        base_url = srv.stdout.readline().split()[-1]
         out = tmp_path / "run"
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         assert main(fae_args(records, out, base_url, "--shard", "0/2")) == 0

@@ -147,3 +147,18 @@ def build_tiny_model(
     model.save_pretrained(output_dir)
     tok.save_pretrained(output_dir)
     return output_dir
+
+
+def noisy_copy(src: str | Path, out: str | Path, factor: float = 5.0) -> Path:
+    """``src`` with every weight times ``factor``: greedy answers then take a few tokens and depend on the
+    prompt (the unscaled tiny model answers blank lines to everything), so comparing runs means something."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lm = AutoModelForCausalLM.from_pretrained(src)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.mul_(factor)
+    lm.save_pretrained(out)
+    AutoTokenizer.from_pretrained(src).save_pretrained(out)
+    return Path(out)
