@@ -158,3 +158,28 @@ def test_option_flags_come_from_the_dataclass_fields():
     with pytest.raises(UserError, match="batch_size"):  # ranges are the dataclass's, checked once
         options_from(HFOptions, vars(p.parse_args(["--batch-size", "0"])))
     assert "prompts per generate call" in p.format_help()
+
+
+def test_a_third_party_backends_own_options_from_the_command_line_and_yaml(tmp_path, capsys):
+    """`fae run` has no flag for a registered backend's own fields: --backend-args (a mapping in YAML)."""
+    records = tmp_path / "r.jsonl"
+    records.write_text("".join(json.dumps(make_record_dict(id=f"r{i}")) + "\n" for i in range(3)))
+    base = ["run", "--backend", "test-echo", "--model", "x", "--records", str(records), "--rounds", "1",
+            "--no-progress"]
+    assert main([*base, "--output", str(tmp_path / "cli"), "--backend-args", "label=REFUTE,chunk=1"]) == 0
+    cfg = json.loads((tmp_path / "cli" / "config.json").read_text())
+    assert cfg["decoding"]["label"] == "REFUTE"  # the backend's option reached it (and the fingerprint)
+    assert {c["rounds"][0]["label"] for c in read_claims(tmp_path / "cli" / "claims.jsonl")} == {"REFUTE"}
+    yaml_file = tmp_path / "echo.yaml"
+    yaml_file.write_text("backend_args:\n  label: NOT_ENOUGH_INFO\n  chunk: 2\n")
+    assert main([*base, "--output", str(tmp_path / "yaml"), "--config", str(yaml_file)]) == 0
+    assert json.loads((tmp_path / "yaml" / "config.json").read_text())["decoding"]["label"] == "NOT_ENOUGH_INFO"
+    capsys.readouterr()
+    for args, message in ((["--backend-args", "colour=red"], "colour is not an option of --backend test-echo "
+                                                                "(its own options: chunk, label)"),
+                          (["--backend-args", "rounds=2"], "rounds has its own flag: --rounds"),
+                          (["--backend-args", "label"], "'label' is not KEY=VALUE"),
+                          (["--backend-args", "chunk=0"], "--backend-args: chunk: must be >= 1, got 0")):
+        assert main([*base, "--output", str(tmp_path / "bad"), *args]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "claims.jsonl").exists()

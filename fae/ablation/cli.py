@@ -26,7 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from real_fae_core.cli import set_interrupt_note
+from real_fae_core.config import options_from
 from real_fae_core.errors import RunFailure, Terminated, UserError
 from real_fae_core.hashing import sha256_file
 from real_fae_core.runlock import RunLock
@@ -230,10 +233,41 @@ def run(args: argparse.Namespace) -> int:
 
 def run_config(args, backend_cls, records, n_nei: int) -> tuple[Any, dict]:
     """(the backend's checked options, config.json of the run)."""
-    opts = backend_options(backend_cls, args.options)  # a third-party backend's fields are checked here
+    extra = backend_args(args.options.backend_args, backend_cls)
+    if extra:  # a registered backend's own options: checked against its options class like a YAML file's
+        values = {**dataclasses.asdict(args.options), **extra}
+        opts = options_from(backend_cls.options_class, values, source="--backend-args")
+    else:
+        opts = backend_options(backend_cls, args.options)  # a third-party backend's fields are checked here
     config = build_config(args, backend_cls, backend_cls.decoding_of(opts), [r.id for r in records])
     config["n_excluded_nei"] = n_nei
     return opts, config
+
+
+def backend_args(value, backend_cls) -> dict:
+    """``--backend-args KEY=VALUE,...`` (a mapping in YAML) as typed values (YAML's reading of each VALUE).
+
+    Only options ``fae run`` has no flag for: a key that is not a field of the backend's options class,
+    or one that has its own flag, is an error naming it.
+    """
+    if not value:
+        return {}
+    if isinstance(value, str):
+        pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
+        bad = [p[0] for p in pairs if len(p) != 2 or not p[0].strip()]
+        if bad:
+            raise UserError(f"--backend-args: {bad[0]!r} is not KEY=VALUE (give KEY=VALUE,KEY=VALUE)")
+        value = {k.strip(): yaml.safe_load(v) if v.strip() else "" for k, v in pairs}
+    fields = {f.name for f in dataclasses.fields(backend_cls.options_class)}
+    own = {f.name for f in dataclasses.fields(FaeRunArguments)}
+    for key in value:
+        if key in own:
+            raise UserError(f"--backend-args: {key} has its own flag: --{key.replace('_', '-')}")
+        if key not in fields:
+            extra = sorted(fields - own)
+            raise UserError(f"--backend-args: {key} is not an option of --backend {backend_cls.name} "
+                            f"({'its own options: ' + ', '.join(extra) if extra else 'it has none beyond the flags'})")
+    return dict(value)
 
 
 def check_earlier_shards(run_dir: Path, config: dict) -> None:

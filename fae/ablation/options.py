@@ -55,6 +55,10 @@ class RunFields:
                 "Ray; pip install 'real-fae[ray]')"})
     shards: int | None = field(default=None, metadata={
         "help": "--executor ray: number of shards (Ray tasks)", "metavar": "N", "min": 1})
+    backend_args: dict | str | None = field(default=None, metadata={
+        "help": "options of a registered (third-party) backend that fae run has no flag for: KEY=VALUE,KEY=VALUE "
+                "on the command line, a mapping in YAML; checked against the backend's options class",
+        "metavar": "KEY=VALUE,..."})
     ray_gpus_per_shard: float = field(default=0.0, metadata={
         "help": "--executor ray: GPUs each shard's task asks Ray for (0: CPU only)", "min": 0})
 
