@@ -12,6 +12,9 @@ import pytest
 from fae_helpers import write_checkcovid
 from openai_server import spawn
 
+from real_fae_core.errors import UserError
+from real_fae_core.runlock import RunLock
+
 pytest.importorskip("ray")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,12 +70,14 @@ def test_ray_shards_equal_one_process_and_a_killed_worker_is_rerun(records, serv
     while not (part.exists() and part.read_text().count("\n") >= 2):
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:]
         time.sleep(0.05)
-    rival = fae(records, out, server_url, "--shard", "1/2")  # a second writer of a shard the driver writes
-    assert rival.returncode == 2 and "1-of-2 is in use by fae run --executor ray" in rival.stderr, rival.stderr
     killed = worker_pids()
     assert killed, "no Ray worker running a shard"
     for pid in killed:
         os.kill(pid, signal.SIGKILL)  # the worker process dies mid-shard, as on a lost node
+    # a second writer of a shard the driver writes (what `fae run --shard 1/2` takes first) is refused;
+    # in this process, so the check does not race the run
+    with pytest.raises(UserError, match="1-of-2 is in use by fae run --executor ray"):
+        RunLock(out / "shards" / "1-of-2", "fae run --shard 1/2", is_dir=True).acquire()
     err = proc.communicate(timeout=300)[1]
     assert proc.returncode == 0, err[-3000:]
     assert "lost its worker (WorkerCrashedError); resubmitted with its" in err
