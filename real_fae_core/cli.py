@@ -17,6 +17,7 @@ import signal
 import sys
 from typing import Callable
 
+from real_fae_core.command import config_type, exit_code_of
 from real_fae_core.errors import (
     DEBUG_ENV,
     EXIT_FAILURE,
@@ -155,6 +156,23 @@ def build_parser(prog: str, doc: str | None, subcommands: dict) -> tuple[argpars
     return parser, modules
 
 
+def run_parsed(module, parsed) -> int:
+    """Run a command module on what its parser gave, as an exit code.
+
+    A typed command (:mod:`real_fae_core.command`: ``CONFIG`` and ``run(config, **context)``) gets its
+    config: from the argparse namespace, or the ``(config, context)`` its own ``parse_args`` returns
+    (``context``: what only a command line has, such as the line itself).
+    """
+    cls = config_type(module)
+    if cls is None:
+        return exit_code_of(module.run(parsed))
+    if isinstance(parsed, tuple):
+        config, context = parsed
+    else:
+        config, context = cls.from_namespace(parsed), {}
+    return exit_code_of(module.run(config, **context))
+
+
 def dispatch(prog: str, doc: str | None, subcommands: dict, argv: list[str] | None) -> int:
     """Run ``prog COMMAND ...``: ``subcommands`` maps COMMAND to (module name, help line).
 
@@ -173,7 +191,7 @@ def dispatch(prog: str, doc: str | None, subcommands: dict, argv: list[str] | No
             args = module.parse_args(rest, prog=f"{prog} {args.command}")
         elif rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")  # as parse_args would
-        return int(module.run(args) or 0)
+        return run_parsed(module, args)
 
     # The command's name in messages: "fae run", "real-data enhance".
     argv_list = list(sys.argv[1:] if argv is None else argv)

@@ -120,3 +120,37 @@ def interruptible() -> None:
     the test check the command, not how the suite was started.
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def command_parsers() -> dict:
+    """{prog: (the module that runs it, its argparse parser)} of every command and subcommand of the five
+    tools with a flag dialect of their own (real-data, fae, real-demo, real-merge, real-import-gguf), built as
+    their entry points build them. ``real-train`` keeps TRL's parser and is not here."""
+    import argparse
+
+    import data_prep.cli
+    import fae.cli
+    from real import demo, gguf_import, merge
+    from real.demo import base_model
+    from real_fae_core.cli import build_parser
+
+    def subparsers(parser) -> dict:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
+
+    out = {}
+    for prog, mod in (("real-data", data_prep.cli), ("fae", fae.cli)):
+        top, modules = build_parser(prog, mod.__doc__, mod.SUBCOMMANDS)
+        for name, module in modules.items():
+            if hasattr(module, "parse_args"):  # `fae run`, `fae checkpoints`: their own (dataclass) parser
+                out[f"{prog} {name}"] = (module, module.make_parser(f"{prog} {name}"))
+            else:
+                out[f"{prog} {name}"] = (module, subparsers(top)[name])
+    top = demo.build_parser()
+    out["real-demo"] = (demo, top)
+    out["real-demo build-base"] = (base_model, subparsers(top)["build-base"])
+    out["real-merge"] = (merge, merge.build_parser())
+    out["real-import-gguf"] = (gguf_import, gguf_import.build_parser())
+    return out

@@ -29,8 +29,9 @@ import re
 
 import pytest
 
-from real_fae_core.cli import build_parser as dispatch_parser
 from real_fae_core.flags import deprecated_positionals, is_deprecated
+
+from helpers import command_parsers
 
 # idea -> (the one spelling, spellings no command may offer as its own)
 IDEAS = {
@@ -44,25 +45,7 @@ RUN_INPUT = ["fae report", "fae view", "fae merge", "fae probe"]
 
 def _all_parsers() -> dict[str, argparse.ArgumentParser]:
     """{prog: parser} of every command and subcommand of the five tools."""
-    import data_prep.cli
-    import fae.cli
-    from real import gguf_import, merge
-    from real import demo
-
-    parsers = {}
-    for prog, mod in (("real-data", data_prep.cli), ("fae", fae.cli)):
-        top, modules = dispatch_parser(prog, mod.__doc__, mod.SUBCOMMANDS)
-        for name, module in modules.items():
-            if hasattr(module, "parse_args"):  # `fae run`, `fae checkpoints`: their own (dataclass) parser
-                parsers[f"{prog} {name}"] = module.make_parser(f"{prog} {name}")
-            else:
-                parsers[f"{prog} {name}"] = _subparsers(top)[name]
-    top = demo.build_parser()
-    parsers["real-demo"] = top
-    parsers.update({f"real-demo {n}": p for n, p in _subparsers(top).items()})
-    parsers["real-merge"] = merge.build_parser()
-    parsers["real-import-gguf"] = gguf_import.build_parser()
-    return parsers
+    return {prog: parser for prog, (_module, parser) in command_parsers().items()}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -1,6 +1,7 @@
-import re
 """`fae run` options: the FaeRunArguments dataclass parsed like training's recipes (defaults < YAML < CLI)."""
 
+import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -133,9 +134,9 @@ def test_help_lists_every_option(capsys):
 
 def test_the_recorded_command_is_the_command_line_as_given(tmp_path):
     cfg = yaml_file(tmp_path, "rounds: 2\n")
-    args = run_cli.parse_args(["--model", "m", "--config", cfg, "--records", "r.jsonl", "--output", "o d",
-                               "--max_new_tokens=8", "--no-progress"])
-    assert args.command == (f"fae run --model m --config {cfg} --records r.jsonl "
+    _options, context = run_cli.parse_args(["--model", "m", "--config", cfg, "--records", "r.jsonl",
+                                            "--output", "o d", "--max_new_tokens=8", "--no-progress"])
+    assert context["command"] == (f"fae run --model m --config {cfg} --records r.jsonl "
                             "--output 'o d' --max_new_tokens=8 --no-progress")
 
 
@@ -146,7 +147,8 @@ def test_config_json_stores_the_command_and_every_resolved_option(tmp_path):
     records.write_text("{}\n")
     argv = ["--config", yaml_file(tmp_path, "rounds: 2\nbatch-size: 3\n"), "--records", str(records),
             "--output", "o", "--model", "m", "--no-label-probs"]
-    args = run_cli.parse_args(argv)
+    options, context = run_cli.parse_args(argv)
+    args = argparse.Namespace(options=options, config=context["config_file"], command=context["command"])
     cfg = run_cli.build_config(args, HFBackend, {"greedy": True}, ["a"])
     assert cfg["command"] == "fae run " + " ".join(argv) and cfg["config_file"].endswith("eval.yaml")
     assert sorted(cfg["settings"]) == sorted(SETTINGS_KEYS)
@@ -171,4 +173,4 @@ def test_an_option_of_another_backend_is_an_error_naming_it(tmp_path, argv, yaml
         parse_args([*extra, *REQUIRED, *argv])
     ok = {"--backend": "hf", "--batch-size": "4"} if "--batch-size" in argv else {}
     if ok:  # the same option with its own backend is fine
-        assert parse_args([*REQUIRED, "--batch-size", "4"]).options.batch_size == 4
+        assert parse_args([*REQUIRED, "--batch-size", "4"])[0].batch_size == 4

@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 from fae.ablation import cli as fae_run
 from fae.ablation.options import make_parser as run_parser
-from fae.ablation.options import parse_options, require
+from fae.ablation.options import FaeRunArguments, parse_options, require
 from fae.ablation.runio import METRICS, write_json_atomic
 
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
@@ -112,7 +113,21 @@ def make_parser(prog: str = "fae checkpoints"):
     return p
 
 
-def parse_args(argv: list[str], prog: str = "fae checkpoints") -> argparse.Namespace:
+@dataclasses.dataclass
+class CheckpointsConfig(CommandConfig):
+    """`fae checkpoints`: one `fae run` per checkpoint of ``training_output``, with ``run_options``
+    (their ``output`` and ``adapter`` are set per checkpoint; ``model`` defaults to the adapter's base)."""
+
+    training_output: str
+    output: str
+    run_options: FaeRunArguments
+    plot: bool = True
+
+
+CONFIG = CheckpointsConfig
+
+
+def parse_args(argv: list[str], prog: str = "fae checkpoints") -> tuple[CheckpointsConfig, dict[str, Any]]:
     """This command's flags; every other flag is a `fae run` option, passed to each checkpoint's run."""
     if "-h" in argv or "--help" in argv:
         make_parser(prog).parse_args(["--help"])
@@ -121,9 +136,10 @@ def parse_args(argv: list[str], prog: str = "fae checkpoints") -> argparse.Names
     args, rest = p.parse_known_args(argv)
     if "--adapter" in rest or any(a.startswith("--adapter=") for a in rest):
         p.error("--adapter is set per checkpoint; give --training-output")
-    args.run_options, args.config = parse_options(rest, f"{prog} (fae run)")
-    args.command = shlex.join([*prog.split(), *argv])
-    return args
+    run_options, config_file = parse_options(rest, f"{prog} (fae run)")
+    config = CheckpointsConfig(training_output=args.training_output, output=args.output,
+                               run_options=run_options, plot=args.plot)
+    return config, {"command": shlex.join([*prog.split(), *argv]), "config_file": config_file}
 
 
 def base_model_of(checkpoint: Path) -> str:
@@ -134,17 +150,20 @@ def base_model_of(checkpoint: Path) -> str:
     return str(base)
 
 
-def run_args(args: argparse.Namespace, step_dir: Path, checkpoint: Path) -> argparse.Namespace:
-    """The `fae run` arguments of one checkpoint: the parsed options with its output, adapter and model."""
-    opts = dataclasses.replace(args.run_options, output=str(step_dir), adapter=str(checkpoint),
-                               model=args.run_options.model or base_model_of(checkpoint))
+def checkpoint_options(config: CheckpointsConfig, step_dir: Path, checkpoint: Path) -> FaeRunArguments:
+    """The `fae run` options of one checkpoint: the parsed options with its output, adapter and model."""
+    base = config.run_options
+    opts = dataclasses.replace(base, output=str(step_dir), adapter=str(checkpoint),
+                               model=base.model or base_model_of(checkpoint))
     require(opts)
-    return argparse.Namespace(options=opts, config=args.config, command=args.command)
+    return opts
 
 
-def run(args: argparse.Namespace) -> int:
-    out = Path(args.output)
-    checkpoints = find_checkpoints(args.training_output)
+def run(config: CheckpointsConfig, *, command: str | None = None, config_file: str | None = None) -> CommandResult:
+    """FAE of every checkpoint (resumed: an evaluated one loads no model), then the table and plot;
+    ``summary["rows"]`` is the table."""
+    out = Path(config.output)
+    checkpoints = find_checkpoints(config.training_output)
     rows = []
     for step, ckpt in checkpoints:
         step_dir = out / ckpt.name
@@ -152,15 +171,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"fae checkpoints: {ckpt.name}: evaluated before, checking it is the same run", file=sys.stderr)
         else:
             print(f"fae checkpoints: {ckpt.name} (step {step})", file=sys.stderr)
-        fae_run.run(run_args(args, step_dir, ckpt))
+        fae_run.run(checkpoint_options(config, step_dir, ckpt), command=command, config_file=config_file)
         metrics = json.loads((step_dir / METRICS).read_text(encoding="utf-8"))
         rows.append({"step": step, "checkpoint": ckpt.name, **checkpoint_row(metrics)})
     write_table(rows, out)
-    if args.plot:
+    if config.plot:
         plot_steps(rows, out / "checkpoints.png")
     print(f"fae checkpoints: wrote {out}/checkpoints.json, checkpoints.csv"
-          + (", checkpoints.png" if args.plot else ""), file=sys.stderr)
-    return 0
+          + (", checkpoints.png" if config.plot else ""), file=sys.stderr)
+    outputs = {"table": str(out / "checkpoints.json"), "csv": str(out / "checkpoints.csv")}
+    if config.plot:
+        outputs["plot"] = str(out / "checkpoints.png")
+    return CommandResult(outputs=outputs, summary={"rows": rows})
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], out: Path) -> None:

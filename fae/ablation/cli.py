@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from real_fae_core.cli import set_interrupt_note
+from real_fae_core.command import CommandResult
 from real_fae_core.config import options_from
 from real_fae_core.errors import RunFailure, Terminated, UserError
 from real_fae_core.hashing import sha256_file
@@ -41,23 +42,47 @@ from fae.ablation.engine import run_ablation
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.metrics import compute_metrics, nei_exclusion_note, truncation_note
 from fae.ablation.population import fae_claims
-from fae.ablation.options import EXECUTORS, FaeRunArguments, check_backend_fields, make_parser, parse_run_args  # noqa: F401 - the whole parser
+from fae.ablation.options import (  # noqa: F401 - make_parser: the whole parser
+    EXECUTORS, FaeRunArguments, check_backend_fields, check_backend_values, make_parser, parse_run_args, require)
 from fae.ablation.report import write_report
 from fae.ablation.shards import merge as merge_shards, parse_shard, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend
 
 
-def parse_args(argv: list[str], prog: str = "fae run") -> argparse.Namespace:
-    """``options`` (:class:`FaeRunArguments`), ``config`` (the YAML path) and ``command`` (the command line).
+CONFIG = FaeRunArguments
+
+
+def parse_args(argv: list[str], prog: str = "fae run") -> tuple[FaeRunArguments, dict[str, Any]]:
+    """(the options, ``{"command": the command line as given, "config_file": the --config YAML or None}``).
 
     Called by :func:`real_fae_core.cli.dispatch` instead of ``add_arguments``:
     the options are a dataclass parsed by ``HfArgumentParser`` (fae.ablation.options).
-    ``command`` is the command line as given, stored in config.json: the one
-    to rerun to resume (never rebuilt from the options).
+    ``command`` is stored in config.json: the one to rerun to resume.
     """
     options, config = parse_run_args(argv, prog)
     check_backend_fields(options.backend, argv, config)  # another backend's option would be ignored
-    return argparse.Namespace(options=options, config=config, command=shlex.join([*prog.split(), *argv]))
+    return options, {"command": shlex.join([*prog.split(), *argv]), "config_file": config}
+
+
+def command_line(options: FaeRunArguments) -> str:
+    """The `fae run` line that gives ``options``: every field that differs from its default, as its flag.
+
+    What a Python caller's config.json records (and prints as the line to resume with)."""
+    words = ["fae", "run"]
+    for f in dataclasses.fields(options):
+        value, default = getattr(options, f.name), f.default
+        if f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        if value == default:
+            continue
+        name = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(name if value else "--no-" + f.name.replace("_", "-"))
+        elif isinstance(value, dict):
+            words += [name, ",".join(f"{k}={v}" for k, v in value.items())]
+        else:
+            words += [name, str(value)]
+    return shlex.join(words)
 
 
 # ---------------------------------------------------------------------------
@@ -187,7 +212,22 @@ def read_claim_records(opts: FaeRunArguments, announce: bool = True):
     return records, n_nei
 
 
-def run(args: argparse.Namespace) -> int:
+def run(options: FaeRunArguments, *, command: str | None = None, config_file: str | None = None) -> CommandResult:
+    """`fae run` as a function: ablate, write the run directory, return its metrics.
+
+    ``command`` is the line config.json records to resume with (None: the `fae run`
+    line of ``options``); the checks are the command line's: a required option
+    missing, or another backend's option set, is refused."""
+    require(options)
+    check_backend_values(options)
+    args = argparse.Namespace(options=options, config=config_file, command=command or command_line(options))
+    code = run_parsed_args(args)
+    metrics_path = Path(options.output) / runio.METRICS
+    summary = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
+    return CommandResult(exit_code=code, outputs={"run_dir": str(options.output)}, summary=summary)
+
+
+def run_parsed_args(args: argparse.Namespace) -> int:
     opts = args.options
     backend_cls = get_backend(opts.backend)
     rank, world, barrier, dist_device = _dist_state()

@@ -17,9 +17,10 @@ which never checks non-string defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from real_fae_core.command import CommandConfig, check_fields
 from real_fae_core.config import RangeError, check_ranges, load_config, spelled_like_a_flag, without_range_keys
 from real_fae_core.errors import UserError
 from fae.backends import get_backend
@@ -64,7 +65,7 @@ class RunFields:
 
 
 @dataclass
-class FaeRunArguments(HFOptions, OpenAIOptions, VLLMOptions, RunFields):
+class FaeRunArguments(HFOptions, OpenAIOptions, VLLMOptions, RunFields, CommandConfig):
     """Every `fae run` option (SPEC §6). Flags are the field names, with ``-`` or ``_``.
 
     It is an instance of each built-in backend's options class, so a backend
@@ -73,6 +74,7 @@ class FaeRunArguments(HFOptions, OpenAIOptions, VLLMOptions, RunFields):
 
     def __post_init__(self):
         check_ranges(self)  # YAML values, flags and direct construction alike
+        check_fields(self)  # and types, for a config built in code (`fae.ablation.cli.run(FaeRunArguments(...))`)
 
 
 def flag(name: str) -> str:
@@ -135,6 +137,22 @@ def check_backend_fields(backend: str, argv: list[str], config: str | None) -> N
             if key in owner and key not in own:
                 raise UserError(f"{where(key)} is an option of --backend {' / '.join(owner[key])}; --backend "
                                 f"{backend} does not read it (remove it, or choose that backend)")
+
+
+def check_backend_values(options: FaeRunArguments) -> None:
+    """The same refusal for a Python caller: an option of another built-in backend set away from its default
+    (a config built in code has no command line to look at)."""
+    own = {f.name for f in fields(get_backend(options.backend).options_class)} | {f.name for f in fields(RunFields)}
+    defaults = {f.name: f.default for f in fields(FaeRunArguments)}  # one default per flag, whichever backend
+    for name, cls in _BUILTIN_OPTIONS.items():
+        for f in fields(cls):
+            if f.name in own or defaults.get(f.name, MISSING) is MISSING:
+                continue
+            if getattr(options, f.name) != defaults[f.name]:
+                owners = [n for n, c in _BUILTIN_OPTIONS.items() if f.name in {g.name for g in fields(c)}]
+                raise UserError(f"{f.name}={getattr(options, f.name)!r} is an option of --backend "
+                                f"{' / '.join(owners)}; --backend {options.backend} does not read it "
+                                "(leave it at its default, or choose that backend)")
 
 
 def require(options: FaeRunArguments) -> None:

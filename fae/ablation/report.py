@@ -20,10 +20,12 @@ percentile-bootstrap bands over claims) and ``reliability.png`` (round 0).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 from fae.ablation.metrics import compute_metrics, truncation_note, undefined_reason
 from fae.ablation.population import evidence_claims
@@ -43,18 +45,31 @@ TABLE_COLUMNS = (
 )
 
 
+@dataclasses.dataclass
+class ReportConfig(CommandConfig):
+    """`fae report`: the Table-1 report of one or more finished runs."""
+
+    runs: list[str] = dataclasses.field(metadata={"help": "fae run output directories"})
+    output: str = dataclasses.field(metadata={"help": "where report.md and trajectory.png go"})
+    names: list[str] | None = dataclasses.field(default=None, metadata={
+        "help": "row names (default: the run directory names)"})
+
+
+CONFIG = ReportConfig
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="fae run output directories")
     p.add_argument("--output", required=True, metavar="DIR", help="where report.md and trajectory.png go")
     p.add_argument("--names", nargs="+", help="row names (default: the run directory names)")
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.names and len(args.names) != len(args.runs):
-        raise UserError(f"--names has {len(args.names)} names for {len(args.runs)} runs")
-    md, png = write_report(args.runs, args.output, names=args.names)
+def run(config: ReportConfig) -> CommandResult:
+    if config.names and len(config.names) != len(config.runs):
+        raise UserError(f"--names has {len(config.names)} names for {len(config.runs)} runs")
+    md, png = write_report(config.runs, config.output, names=config.names)
     print(f"fae report: wrote {md} and {png}")
-    return 0
+    return CommandResult(outputs={"report": str(md), "plot": str(png)})
 
 
 def load_reported(run_dir: str | Path, name: str | None = None) -> dict[str, Any]:
