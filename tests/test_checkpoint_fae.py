@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from helpers import REPO, toy_training_records
 from data_prep.cli import main as real_data
 from fae.ablation.checkpoints import COLUMNS, checkpoint_row
 from fae.cli import main as fae
+from real_fae_core.errors import UserError
 
 REAL_TRAIN = str(Path(sys.executable).with_name("real-train"))
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -40,8 +42,8 @@ def trained(tmp_path_factory, noisy_llama):
     p = subprocess.run([REAL_TRAIN, "--config", str(REPO / "recipes" / "tiny" / "llama-real.yaml"),
                         "--model_name_or_path", str(noisy_llama), "--dataset_name", str(d / "pairs"),
                         "--output_dir", str(out), "--learning_rate", "5e-3", "--save_steps", "4",
-                        "--fae_eval_records", str(recs), "--fae_eval_limit", "4", "--fae_eval_rounds", "1",
-                        "--fae_eval_max_new_tokens", "24", "--fae_eval_constrained_decoding", "true"],
+                        "--fae_eval_records", str(recs),
+                        "--fae_eval", "limit=4,rounds=1,max_new_tokens=24,constrained_decoding=true"],
                        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
     return {"records": recs, "out": out, "model": noisy_llama}
@@ -118,3 +120,40 @@ def test_checkpoint_row_reads_round_one_and_validity():
                           "nei_answer_rate": [0.0, 0.75, 1.0], "invalid_rate": [0.2, 0.0, 0.0]})
     assert row == {"Acc": 0.5, "IS": None, "ER": 0.25, "IO": 0.1, "nei_rate_r1": 0.75, "valid_rate": 0.8}
     assert checkpoint_row({"nei_answer_rate": [0.1], "invalid_rate": [None]})["nei_rate_r1"] is None
+
+
+def _script_args(**values):
+    from real.training.args import RealScriptArguments
+
+    return RealScriptArguments(dataset_name="d", **values)
+
+
+def test_the_callback_options_are_fae_run_options_checked_by_its_loader(tmp_path):
+    """One option set: `fae_eval` takes fae run's names and checks; the old fae_eval_<key> fields still count."""
+    import logging
+
+    from real.training.fae_callback import eval_options
+
+    recs = str(records(tmp_path / "r.jsonl"))
+    opts = eval_options(_script_args(fae_eval_records=recs, fae_eval={"rounds": 3, "batch_size": 2}))
+    assert (opts.rounds, opts.batch_size, opts.limit, opts.max_new_tokens) == (3, 2, 20, 64)
+    assert eval_options(_script_args(fae_eval_records=recs, fae_eval="rounds=1,label_probs=true")).label_probs
+    for value, message in [({"device": "cpu"}, "fae_eval: device is a `fae run` option the FAE at each save "
+                                                "does not read"),
+                           ({"rnds": 1}, "fae_eval: rnds is not a `fae run` option"),
+                           ({"rounds": -1}, "fae_eval: rounds: must be >= 0, got -1"),
+                           ("rounds", "fae_eval: 'rounds' is not KEY=VALUE")]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            eval_options(_script_args(fae_eval_records=recs, fae_eval=value))
+    logger = logging.getLogger("real.train")
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger.addHandler(handler)
+    try:
+        assert eval_options(_script_args(fae_eval_records=recs, fae_eval_rounds=1)).rounds == 1
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["fae_eval_rounds is deprecated; use fae_eval: {rounds: 1} (accepted until 0.2)"]
+    with pytest.raises(UserError, match=r"fae_eval: rounds is also given as fae_eval_rounds"):
+        eval_options(_script_args(fae_eval_records=recs, fae_eval={"rounds": 2}, fae_eval_rounds=1))

@@ -85,13 +85,20 @@ class RealScriptArguments(ScriptArguments):
         metadata={"help": "Claim records (.jsonl) to run a small FAE on at every checkpoint save; fae/acc, fae/is, "
                   "fae/er ... are logged like the loss (trainer_state.json, report_to). Off when unset."},
     )
-    fae_eval_limit: int | None = field(
-        default=20, metadata={"help": "FAE at each save on the first N SUPPORT/REFUTE claims of fae_eval_records."})
-    fae_eval_rounds: int = field(default=2, metadata={"help": "Ablation rounds of the FAE at each save."})
-    fae_eval_max_new_tokens: int = field(default=64, metadata={"help": "Answer length cap of the FAE at each save."})
-    fae_eval_constrained_decoding: bool = field(
-        default=False, metadata={"help": "Hold the FAE answers at each save to the answer schema "
-                                 "(docs/structured.md)."})
+    fae_eval: dict | str | None = field(
+        default=None,
+        metadata={"help": "`fae run` options of the FAE at each save, spelled as `fae run` spells them: "
+                  "limit (default 20), rounds (2), max_new_tokens (64), batch_size (8), constrained_decoding, "
+                  "label_probs (false). A mapping in YAML, KEY=VALUE,... on the command line; checked against "
+                  "`fae run`'s options (real.training.fae_callback.EVAL_OPTIONS)."},
+    )
+    # Deprecated spellings of fae_eval's keys, accepted until 0.2 with a warning (real.training.fae_callback).
+    fae_eval_limit: int | None = field(default=None, metadata={"help": "deprecated: fae_eval: {limit: N}"})
+    fae_eval_rounds: int | None = field(default=None, metadata={"help": "deprecated: fae_eval: {rounds: R}"})
+    fae_eval_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "deprecated: fae_eval: {max_new_tokens: T}"})
+    fae_eval_constrained_decoding: bool | None = field(
+        default=None, metadata={"help": "deprecated: fae_eval: {constrained_decoding: true}"})
 
 
 @dataclass

@@ -11,16 +11,20 @@ with ``fae_eval_records`` (docs/training.md).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
+import yaml
 from transformers import TrainerCallback
 
 from real_fae_core.errors import UserError
+from real_fae_core.flags import UNTIL
 from data_prep.records import RecordError, load_records
 from fae.ablation.checkpoints import checkpoint_row
 from fae.ablation.engine import ablate_chunk
 from fae.ablation.metrics import compute_metrics
+from fae.ablation.options import FaeRunArguments
 from fae.ablation.population import fae_claims
 from fae.backends.hf import HFBackend
 
@@ -37,7 +41,7 @@ class FaeEvalCallback(TrainerCallback):
     """
 
     def __init__(self, records: str, limit: int | None = 20, rounds: int = 2, max_new_tokens: int = 64,
-                 batch_size: int = 8, constrained_decoding: bool = False):
+                 batch_size: int = 8, constrained_decoding: bool = False, label_probs: bool = False):
         try:
             claims, _ = fae_claims(load_records(records), source=records)
         except RecordError as exc:
@@ -47,7 +51,7 @@ class FaeEvalCallback(TrainerCallback):
             raise UserError(f"fae_eval_records {records}: no SUPPORT/REFUTE claims to evaluate")
         self.rounds = int(rounds)
         self.options = {"max_new_tokens": int(max_new_tokens), "batch_size": int(batch_size),
-                        "constrained_decoding": bool(constrained_decoding), "label_probs": False}
+                        "constrained_decoding": bool(constrained_decoding), "label_probs": bool(label_probs)}
         self.trainer = None
 
     def attach(self, trainer) -> FaeEvalCallback:
@@ -81,11 +85,61 @@ class FaeEvalCallback(TrainerCallback):
         self.trainer.log(logs)
 
 
+# The `fae run` options the FAE at each save reads (it evaluates the model being trained, in memory: no
+# model, adapter, device or output of its own), with the callback's defaults where they differ from fae run's.
+EVAL_OPTIONS = {"limit": 20, "rounds": 2, "max_new_tokens": 64, "batch_size": 8, "constrained_decoding": False,
+                "label_probs": False}
+DEPRECATED_KEYS = {"fae_eval_limit": "limit", "fae_eval_rounds": "rounds",
+                   "fae_eval_max_new_tokens": "max_new_tokens",
+                   "fae_eval_constrained_decoding": "constrained_decoding"}
+
+
+def eval_options(script_args) -> FaeRunArguments:
+    """The FAE-at-each-save options as `fae run` options: ``fae_eval`` (a mapping, or KEY=VALUE,... from the
+    command line) over :data:`EVAL_OPTIONS`, checked by `fae run`'s own option class. The old
+    ``fae_eval_<key>`` fields still count, with a warning, until 0.2; a key given both ways is an error."""
+    given = parse_pairs(getattr(script_args, "fae_eval", None))
+    for old, key in DEPRECATED_KEYS.items():
+        value = getattr(script_args, old, None)
+        if value is None:
+            continue
+        logger.warning("%s is deprecated; use fae_eval: {%s: %s} (accepted until %s)", old, key, value, UNTIL)
+        if key in given:
+            raise UserError(f"fae_eval: {key} is also given as {old}; keep fae_eval: {{{key}: ...}}")
+        given[key] = value
+    for key in given:
+        if key not in EVAL_OPTIONS:
+            known = {f.name for f in dataclasses.fields(FaeRunArguments)}
+            why = ("is a `fae run` option the FAE at each save does not read (it evaluates the model being "
+                   "trained, in memory)" if key in known else "is not a `fae run` option")
+            raise UserError(f"fae_eval: {key} {why}; its options: {', '.join(EVAL_OPTIONS)}")
+    values = {**EVAL_OPTIONS, **given, "records": script_args.fae_eval_records}
+    return FaeRunArguments.from_mapping(values, source="fae_eval")
+
+
+def parse_pairs(value) -> dict:
+    """``fae_eval`` as a dict: a YAML mapping as it is, ``KEY=VALUE,...`` read value by value as YAML."""
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    out = {}
+    for item in (i for i in str(value).split(",") if i.strip()):
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise UserError(f"fae_eval: {item!r} is not KEY=VALUE (give KEY=VALUE,KEY=VALUE)")
+        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
 def fae_eval_callback(script_args) -> FaeEvalCallback | None:
     """The callback a recipe asks for with ``fae_eval_records`` (None without it)."""
     records = getattr(script_args, "fae_eval_records", None)
     if not records:
+        if getattr(script_args, "fae_eval", None):
+            raise UserError("fae_eval is set but fae_eval_records is not: name the claims to evaluate")
         return None
-    return FaeEvalCallback(records, limit=script_args.fae_eval_limit, rounds=script_args.fae_eval_rounds,
-                           max_new_tokens=script_args.fae_eval_max_new_tokens,
-                           constrained_decoding=script_args.fae_eval_constrained_decoding)
+    opts = eval_options(script_args)
+    return FaeEvalCallback(records, limit=opts.limit, rounds=opts.rounds, max_new_tokens=opts.max_new_tokens,
+                           batch_size=opts.batch_size, constrained_decoding=opts.constrained_decoding,
+                           label_probs=opts.label_probs)
