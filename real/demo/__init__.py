@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 
 from real_fae_core.cli import run_guarded
+from real_fae_core.command import CommandConfig, CommandResult, exit_code_of
 
 from . import base_model, pipeline
 
@@ -42,20 +44,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@dataclasses.dataclass
+class DemoConfig(CommandConfig):
+    """`real-demo`: the whole demo into ``output`` (a fresh run every time)."""
+
+    output: str = "demo_out"
+    seed: int = 0
+    base: str | None = None
+
+
+CONFIG = DemoConfig
+
+
+def run(config: DemoConfig) -> CommandResult:
+    """The demo as a function; ``summary`` is its summary.json."""
+    summary = pipeline.run_demo(config.output, seed=config.seed, base=config.base)
+    return CommandResult(outputs={"output": str(config.output)}, summary=summary)
+
+
 def _main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "build-base" and argv[:1] != ["build-base"]:  # the demo's flags would be dropped silently
         parser.error("build-base comes first: real-demo build-base --output DIR ...")
     if args.command == "build-base":
-        final = None if args.final_phase_from < 0 else args.final_phase_from
-        info = base_model.build_base(args.output, steps=args.steps, schedule_steps=args.schedule_steps,
-                                     final_phase_from=final, stop_after=args.stop_after, seed=args.seed,
-                                     target=args.target, command=shlex.join(["real-demo", *argv]))
-        print(info)
-        return 0
-    pipeline.run_demo(args.output, seed=args.seed, base=args.base)
-    return 0
+        config = base_model.BuildBaseConfig.from_namespace(args)
+        return exit_code_of(base_model.run(config, command=shlex.join(["real-demo", *argv])))
+    return exit_code_of(run(DemoConfig.from_namespace(args)))
 
 
 if __name__ == "__main__":

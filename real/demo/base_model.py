@@ -22,10 +22,11 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_file, atomic_write_json
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.runlock import RunLock
 from data_prep.prompts import (
     EVIDENCE_SYSTEM_PROMPT,
@@ -425,3 +426,29 @@ def _save(model, tok, output_dir: Path) -> None:
     )
     model.save_pretrained(output_dir)
     tok.save_pretrained(output_dir)
+
+
+@dataclass
+class BuildBaseConfig(CommandConfig):
+    """`real-demo build-base`: the demo's base model from scratch (seeded, CPU; resumable)."""
+
+    output: str
+    steps: int = field(default=18000, metadata={"min": 1})
+    schedule_steps: int = field(default=40000, metadata={"min": 1})
+    final_phase_from: int = field(default=17000, metadata={"min": -1})
+    stop_after: int | None = field(default=None, metadata={"min": 1})
+    seed: int = 0
+    target: float = field(default=0.97, metadata={"above": 0.0, "max": 1.0})
+
+
+CONFIG = BuildBaseConfig
+
+
+def run(config: BuildBaseConfig, *, command: str | None = None) -> CommandResult:
+    """`real-demo build-base` as a function; ``summary`` is what the build reports."""
+    final = None if config.final_phase_from < 0 else config.final_phase_from
+    info = build_base(config.output, steps=config.steps, schedule_steps=config.schedule_steps,
+                      final_phase_from=final, stop_after=config.stop_after, seed=config.seed,
+                      target=config.target, command=command)
+    print(info)
+    return CommandResult(outputs={"output": str(config.output)}, summary=info)
