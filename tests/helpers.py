@@ -154,3 +154,25 @@ def command_parsers() -> dict:
     out["real-merge"] = (merge, merge.build_parser())
     out["real-import-gguf"] = (gguf_import, gguf_import.build_parser())
     return out
+
+
+COMMAND_TABLE_START = "<!-- commands: generated from the parsers by tests/test_docs_commands.py; do not edit -->"
+COMMAND_TABLE_END = "<!-- end of commands -->"
+
+
+def command_table() -> str:
+    """The Markdown table of every command (its module, config class and one-line help), from the parsers."""
+    import data_prep.cli
+    import fae.cli
+
+    helps = {f"{prog} {name}": text for prog, table in (("fae", fae.cli.SUBCOMMANDS),
+                                                        ("real-data", data_prep.cli.SUBCOMMANDS))
+             for name, (_module, text) in table.items()}
+    rows = ["| Command | Module | Config (`run(config) -> CommandResult`) | What it does |",
+            "|---|---|---|---|"]
+    for prog, (module, parser) in sorted(command_parsers().items()):
+        cls = getattr(module, "CONFIG", None)
+        config = f"`{cls.__name__}`" if cls is not None else "(none)"
+        what = " ".join((helps.get(prog) or parser.description or "").split()).replace("|", "\\|")
+        rows.append(f"| `{prog}` | `{module.__name__}` | {config} | {what} |")
+    return "\n".join([COMMAND_TABLE_START, *rows, COMMAND_TABLE_END])
