@@ -68,7 +68,8 @@ class CommandConfig:
     def from_mapping(cls: type[C], values: Mapping[str, Any], source: str = "options") -> C:
         """An instance from a plain mapping (keys spelled like the fields or the flags); an unknown key,
         a missing required field or a bad value is one error naming ``source`` and the key."""
-        return cls(**check_mapping(values, [cls], lambda _key: source, spell=spelled_like_a_flag))
+        plain = {k: plain_value(v) for k, v in values.items()}
+        return cls(**check_mapping(plain, [cls], lambda _key: source, spell=spelled_like_a_flag))
 
     @classmethod
     def from_yaml(cls: type[C], path: str | os.PathLike) -> C:
@@ -93,11 +94,7 @@ def check_fields(obj: Any) -> None:
     or outside its range; values are converted in place to their field's type (``2.0`` -> 2, a path -> str)."""
     fields = init_fields([type(obj)])
     for name, f in fields.items():
-        value = getattr(obj, name)
-        if isinstance(value, os.PathLike):
-            value = os.fspath(value)
-        if isinstance(value, tuple):
-            value = list(value)
+        value = plain_value(getattr(obj, name))
         if isinstance(f.type, type) and isinstance(value, f.type) and dataclasses.is_dataclass(value):
             continue  # a nested config (fae checkpoints' run options) checks itself
         problem, value = value_problem(value, f.type)
@@ -105,6 +102,15 @@ def check_fields(obj: Any) -> None:
         if problem:
             raise UserError(f"{type(obj).__name__}: {name}: {problem}")
         object.__setattr__(obj, name, value)
+
+
+def plain_value(value: Any) -> Any:
+    """A path as its string, a tuple as a list (items too): what a flag would have given."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (list, tuple)):
+        return [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
+    return value
 
 
 def config_type(module: Any) -> type | None:

@@ -39,8 +39,8 @@ _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str:
 _SCALARS = (bool, int, float, None)
 
 
-class RangeError(ValueError):
-    """A value outside its field's declared range; ``key`` names the field."""
+class RangeError(UserError, ValueError):
+    """A value outside its field's declared range; ``key`` names the field (a usage error: exit 2)."""
 
     def __init__(self, key: str, problem: str):
         super().__init__(f"{key}: {problem}")

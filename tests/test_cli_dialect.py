@@ -31,7 +31,7 @@ import pytest
 
 from real_fae_core.flags import deprecated_positionals, is_deprecated
 
-from helpers import command_parsers
+from command_walk import command_parsers
 
 # idea -> (the one spelling, spellings no command may offer as its own)
 IDEAS = {

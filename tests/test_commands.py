@@ -22,7 +22,7 @@ from real_fae_core.command import CommandConfig, CommandResult, check_fields, co
 from real_fae_core.errors import UserError
 from real_fae_core.flags import is_deprecated
 
-from helpers import command_parsers
+from command_walk import command_parsers
 
 COMMANDS = command_parsers()
 # `fae run` and `fae checkpoints` parse their own dataclass options (HfArgumentParser): the walk over
@@ -128,6 +128,8 @@ def test_a_config_built_in_code_is_checked_like_a_flag():
 
     assert _Example(records=Path("a/b.jsonl")).records == "a/b.jsonl"  # a path is a str field's value
     assert _Example(records="r", names=("a", "b")).names == ["a", "b"]
+    assert _Example(records="r", names=[Path("a"), "b"]).names == ["a", "b"]
+    assert _Example.from_mapping({"records": Path("r"), "names": (Path("x"),)}).names == ["x"]
     assert _Example(records="r", rounds=2.0).rounds == 2
     with pytest.raises(UserError, match=r"^_Example: rounds: must be >= 0, got -1$"):
         _Example(records="r", rounds=-1)

@@ -8,7 +8,8 @@ import re
 import sys
 import tomllib
 
-from helpers import COMMAND_TABLE_END, COMMAND_TABLE_START, REPO, command_parsers, command_table
+from command_walk import COMMAND_TABLE_END, COMMAND_TABLE_START, command_parsers, command_table
+from helpers import REPO
 
 ARCH = REPO / "docs" / "architecture.md"
 

@@ -200,3 +200,31 @@ def test_left_padded_batches_answer_like_batch_size_one(reference_run, cc_record
     got = read_claims(out / "claims.jsonl")
     differ = sum(a["rounds"][0]["raw_output"] != b["rounds"][0]["raw_output"] for a, b in zip(ref, got))
     assert differ <= 1, f"{differ} of {len(ref)} round-0 answers changed with batching"
+
+
+def test_fae_run_as_a_function_equals_the_command_line_and_records_a_resumable_line(reference_run, cc_records,
+                                                                                     noisy_llama, tmp_path):
+    """`fae.ablation.cli.run(FaeRunArguments(...))`: the same claims and metrics as `fae run`; its config.json
+    names a `fae run` line that resumes it; an option of another backend is refused as on the command line."""
+    import shlex
+
+    from real_fae_core.errors import UserError
+    from fae.ablation.cli import run
+    from fae.ablation.options import FaeRunArguments
+
+    out = tmp_path / "fn"
+    options = FaeRunArguments(records=cc_records, output=out, model=noisy_llama, rounds=4, batch_size=1,
+                              max_new_tokens=24, progress=False)
+    result = run(options)
+    assert result.ok and result.outputs["run_dir"] == str(out)
+    assert read_claims(out / "claims.jsonl") == read_claims(reference_run / "claims.jsonl")
+    assert result.summary["label_accuracy"] == json.loads((reference_run / "metrics.json").read_text())[
+        "label_accuracy"]
+    command = json.loads((out / "config.json").read_text())["command"]
+    assert command.startswith("fae run ") and "--batch-size 1" in command and "--no-progress" in command
+    assert main(shlex.split(command)[1:]) == 0  # the recorded line resumes: nothing left to do, same claims
+    assert read_claims(out / "claims.jsonl") == read_claims(reference_run / "claims.jsonl")
+    with pytest.raises(UserError, match=r"tensor_parallel_size=2 is an option of --backend vllm"):
+        run(options.replace(tensor_parallel_size=2))
+    with pytest.raises(UserError, match=r"rounds: must be >= 0, got -1"):
+        options.replace(rounds=-1)

@@ -1,0 +1,62 @@
+"""Every command of the five tools with a dialect of their own, as their entry points build them: the walk
+behind tests/test_commands.py, tests/test_cli_dialect.py and docs/architecture.md's command table
+(tests/test_docs_commands.py). It imports real's commands (real-demo, real-merge, real-import-gguf), so it is
+named among the files that may import the trainer (tests/test_architecture.py)."""
+
+from __future__ import annotations
+
+
+def command_parsers() -> dict:
+    """{prog: (the module that runs it, its argparse parser)} of every command and subcommand of the five
+    tools with a flag dialect of their own (real-data, fae, real-demo, real-merge, real-import-gguf), built as
+    their entry points build them. ``real-train`` keeps TRL's parser and is not here."""
+    import argparse
+
+    import data_prep.cli
+    import fae.cli
+    from real import demo, gguf_import, merge
+    from real.demo import base_model
+    from real_fae_core.cli import build_parser
+
+    def subparsers(parser) -> dict:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
+
+    out = {}
+    for prog, mod in (("real-data", data_prep.cli), ("fae", fae.cli)):
+        top, modules = build_parser(prog, mod.__doc__, mod.SUBCOMMANDS)
+        for name, module in modules.items():
+            if hasattr(module, "parse_args"):  # `fae run`, `fae checkpoints`: their own (dataclass) parser
+                out[f"{prog} {name}"] = (module, module.make_parser(f"{prog} {name}"))
+            else:
+                out[f"{prog} {name}"] = (module, subparsers(top)[name])
+    top = demo.build_parser()
+    out["real-demo"] = (demo, top)
+    out["real-demo build-base"] = (base_model, subparsers(top)["build-base"])
+    out["real-merge"] = (merge, merge.build_parser())
+    out["real-import-gguf"] = (gguf_import, gguf_import.build_parser())
+    return out
+
+
+COMMAND_TABLE_START = "<!-- commands: generated from the parsers by tests/test_docs_commands.py; do not edit -->"
+COMMAND_TABLE_END = "<!-- end of commands -->"
+
+
+def command_table() -> str:
+    """The Markdown table of every command (its module, config class and one-line help), from the parsers."""
+    import data_prep.cli
+    import fae.cli
+
+    helps = {f"{prog} {name}": text for prog, table in (("fae", fae.cli.SUBCOMMANDS),
+                                                        ("real-data", data_prep.cli.SUBCOMMANDS))
+             for name, (_module, text) in table.items()}
+    rows = ["| Command | Module | Config (`run(config) -> CommandResult`) | What it does |",
+            "|---|---|---|---|"]
+    for prog, (module, parser) in sorted(command_parsers().items()):
+        cls = getattr(module, "CONFIG", None)
+        config = f"`{cls.__name__}`" if cls is not None else "(none)"
+        what = " ".join((helps.get(prog) or parser.description or "").split()).replace("|", "\\|")
+        rows.append(f"| `{prog}` | `{module.__name__}` | {config} | {what} |")
+    return "\n".join([COMMAND_TABLE_START, *rows, COMMAND_TABLE_END])
