@@ -1,8 +1,10 @@
 """`real-data`: data preparation commands (convert, validate, pairs, enhance, counterfactual, its audit).
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)``
-and ``run(args) -> int``; this file only dispatches, so commands can be
-added without touching each other.
+Each subcommand lives in its own module exposing ``add_arguments(parser)``,
+its typed options ``CONFIG`` (a :class:`~real_fae_core.command.CommandConfig`)
+and ``run(config) -> CommandResult`` (:mod:`real_fae_core.command`), so a
+Python caller gets the same checks as the command line; this file only
+dispatches, so commands can be added without touching each other.
 """
 
 from __future__ import annotations

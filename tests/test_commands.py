@@ -156,3 +156,139 @@ def test_check_fields_converts_in_place():
     ex.rounds = 5.0
     check_fields(ex)
     assert ex.rounds == 5 and isinstance(ex.rounds, int)
+
+
+# ---------------------------------------------------------------------------
+# real-data commands called from Python: the same files as the command line
+# ---------------------------------------------------------------------------
+
+
+def _write_jsonl(path, objs):
+    import json
+
+    path.write_text("".join((o if isinstance(o, str) else json.dumps(o)) + "\n" for o in objs), encoding="utf-8")
+    return path
+
+
+def _without(summary: dict, *keys) -> dict:
+    return {k: v for k, v in summary.items() if k not in keys}
+
+
+@pytest.mark.parametrize("dataset, claims, corpus", [
+    ("check-covid", "check-covid/covidCheck_dev_composed+extracted.json", "check-covid/corpus.json"),
+    ("scifact", "scifact/claims_dev.jsonl", "scifact/corpus_cited.jsonl"),
+])
+def test_convert_from_python_writes_what_the_command_line_writes(tmp_path, capsys, dataset, claims, corpus):
+    import json
+
+    from data_prep.cli import main as real_data
+    from data_prep.converters.cli import ConvertConfig, run
+    from helpers import SAMPLE_DATA
+
+    claims, corpus = SAMPLE_DATA / claims, SAMPLE_DATA / corpus
+    cli_out, py_out = tmp_path / "cli.jsonl", tmp_path / "py.jsonl"
+    assert real_data(["convert", "--dataset", dataset, "--claims", str(claims), "--corpus", str(corpus),
+                      "--output", str(cli_out), "--include-nei"]) == 0
+    result = run(ConvertConfig(dataset=dataset, claims=[claims], corpus=corpus, output=py_out, include_nei=True))
+    assert result.ok and result.outputs == {"records": str(py_out), "summary": f"{py_out}.summary.json"}
+    assert py_out.read_bytes() == cli_out.read_bytes()
+    cli_summary = json.loads((tmp_path / "cli.jsonl.summary.json").read_text())
+    assert _without(result.summary, "seconds", "output") == _without(cli_summary, "seconds", "output")
+    assert result.summary["records_written"] == sum(result.summary["labels"].values()) > 0
+    capsys.readouterr()
+
+
+def test_convert_checks_hold_for_a_python_caller(tmp_path):
+    from data_prep.converters.cli import ConvertConfig, run
+    from helpers import SAMPLE_DATA
+
+    claims = SAMPLE_DATA / "scifact/claims_dev.jsonl"
+    with pytest.raises(UserError, match=r"^ConvertConfig: max_pool_tokens: must be >= 1, got 0$"):
+        ConvertConfig(dataset="scifact", claims=[claims], output=tmp_path / "o.jsonl", max_pool_tokens=0)
+    with pytest.raises(UserError, match=r"--dataset scifact needs --corpus"):
+        run(ConvertConfig(dataset="scifact", claims=[claims], output=tmp_path / "o.jsonl"))
+    with pytest.raises(UserError, match=r"--dataset 'nope': unknown; choose from check-covid"):
+        run(ConvertConfig(dataset="nope", claims=[claims], output=tmp_path / "o.jsonl"))
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_validate_from_python_returns_the_exit_code_and_the_same_report(tmp_path, capsys):
+    from data_prep.cli import main as real_data
+    from data_prep.validate.cli import ValidateConfig, run
+    from helpers import make_record_dict
+
+    good = _write_jsonl(tmp_path / "good.jsonl", [make_record_dict(id="a"), make_record_dict(id="b")])
+    result = run(ValidateConfig(records=good))
+    assert result.ok and result.summary == {"records": str(good), "ok": True, "valid": 2}
+    assert capsys.readouterr().out == f"{good}: 2 valid records\n"
+
+    bad = _write_jsonl(tmp_path / "bad.jsonl", [make_record_dict(id="a"), make_record_dict(id="b", label="X")])
+    assert real_data(["validate", str(bad), "--report", str(tmp_path / "cli.json")]) == 2
+    cli_err = capsys.readouterr().err
+    result = run(ValidateConfig(records=bad, report=tmp_path / "py.json"))
+    assert result.exit_code == 2 and result.outputs == {"report": str(tmp_path / "py.json")}
+    assert (tmp_path / "py.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
+    assert result.summary["invalid"] == 1 and result.summary["valid"] == 1 and not result.summary["ok"]
+    err = capsys.readouterr().err
+    assert err == cli_err.replace("cli.json", "py.json")
+    assert err.strip() == f"real-data validate: error: {bad}: 1 invalid of 2 records (report: {tmp_path / 'py.json'})"
+
+    result = run(ValidateConfig(records=bad))  # stopping at the first bad line: exit 2 as well
+    assert result.exit_code == 2 and result.summary["first_error"]["line"] == 2
+    assert "bad.jsonl:2: record 'b': field 'label'" in capsys.readouterr().err
+    with pytest.raises(UserError, match="records file not found"):
+        run(ValidateConfig(records=tmp_path / "missing.jsonl"))
+
+
+def test_pairs_from_python_writes_what_the_command_line_writes(tmp_path, capsys):
+    import json
+
+    from data_prep.cli import main as real_data
+    from data_prep.pairs.cli import PairsConfig, run
+    from helpers import make_record_dict
+
+    pool = [{"id": 0, "text": "The sky appears blue by day.", "doc": "Sky"}, {"id": 1, "text": "Grass is green."},
+            {"id": 2, "text": "Clouds are white.", "doc": "Sky"}]
+    records = _write_jsonl(tmp_path / "r.jsonl", [
+        make_record_dict(id="a", label="SUPPORT", sentences=pool, evidence=[[0]], enhanced_evidence=[0, 2]),
+        make_record_dict(id="b", label="REFUTE", sentences=pool, evidence=[[1]], enhanced_evidence=[1]),
+        make_record_dict(id="n", label="NOT_ENOUGH_INFO", sentences=pool, evidence=[]),
+    ])
+    assert real_data(["pairs", "--records", str(records), "--variant", "real", "--output", str(tmp_path / "cli"),
+                      "--seed", "7"]) == 0
+    result = run(PairsConfig(records=records, variant="real", output=tmp_path / "py", seed=7))
+    py = tmp_path / "py"
+    assert result.ok and result.outputs == {"dataset": str(py), "pairs": str(py / "pairs.jsonl"),
+                                            "stats": str(py / "stats.json")}
+    for name in ("pairs.jsonl", "stats.json"):
+        assert (py / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()
+    assert result.summary == json.loads((py / "stats.json").read_text()) and result.summary["pairs"] > 0
+    capsys.readouterr()
+
+    with pytest.raises(UserError, match=r"^PairsConfig: max_length: must be >= 1, got -1$"):
+        PairsConfig(records=records, variant="real", output=tmp_path / "o", max_length=-1)
+    with pytest.raises(UserError, match=r"^PairsConfig: seed: must be an integer, got 'x'$"):
+        PairsConfig(records=records, variant="real", output=tmp_path / "o", seed="x")
+    with pytest.raises(UserError, match=r"is not empty \(pass --overwrite"):
+        run(PairsConfig(records=records, variant="real", output=py))
+    with pytest.raises(UserError, match=r"--variant 'bogus': unknown"):
+        run(PairsConfig(records=records, variant="bogus", output=tmp_path / "o"))
+
+
+@pytest.mark.parametrize("module, cls, values, match", [
+    ("data_prep.counterfactual.audit", "AuditConfig", {"size": -3}, r"^AuditConfig: size: must be >= 1, got -3$"),
+    ("data_prep.counterfactual.audit", "AuditConfig", {"raters": 1}, r"^AuditConfig: raters: must be >= 2, got 1$"),
+    ("data_prep.enhance.cli", "EnhanceConfig", {"min_votes": 0}, r"^EnhanceConfig: min_votes: must be >= 1, got 0$"),
+    ("data_prep.enhance.cli", "EnhanceConfig", {"max_in_flight": -1},
+     r"^EnhanceConfig: max_in_flight: must be >= 1, got -1$"),
+    ("data_prep.counterfactual.cli", "CounterfactualConfig", {"min_overlap": 1.5},
+     r"^CounterfactualConfig: min_overlap: must be <= 1, got 1.5$"),
+    ("data_prep.counterfactual.cli", "CounterfactualConfig", {"entity_method": "magic"},
+     r"^CounterfactualConfig: entity_method: must be one of rules, llm, got 'magic'$"),
+])
+def test_a_bad_value_built_in_code_is_one_error_naming_the_field(module, cls, values, match):
+    import importlib
+
+    config_cls = getattr(importlib.import_module(module), cls)
+    with pytest.raises(UserError, match=match):
+        config_cls(records="r.jsonl", output="o", **values)

@@ -7,7 +7,8 @@ writes it beside the output as ``<output>.summary.json``.
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import os
 import statistics
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from real_fae_core.atomicio import atomic_write_json
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.flags import deprecated_alias
 from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
@@ -28,14 +30,36 @@ _OPTION = {"corpus": "--corpus", "wiki_pages": "--wiki-pages"}
 GOLD_OVER_BUDGET = "gold evidence alone exceeds --max-pool-tokens"
 
 
+@dataclasses.dataclass
+class ConvertConfig(CommandConfig):
+    """`real-data convert`: one official dataset release as claim records."""
+
+    dataset: str  # a name in CONVERTERS
+    claims: list[str]
+    output: str
+    corpus: str | None = None
+    wiki_pages: str | None = None
+    include_nei: bool = False
+    max_pool_tokens: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    tokenizer: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.claims, (list, tuple)):  # claim files given as paths
+            self.claims = [os.fspath(c) if isinstance(c, os.PathLike) else c for c in self.claims]
+        super().__post_init__()
+
+
+CONFIG = ConvertConfig
+
+
 def add_arguments(p) -> None:
     p.add_argument("--dataset", required=True, choices=sorted(CONVERTERS),
                    help="; ".join(c.help for c in CONVERTERS.values()))
-    p.add_argument("--claims", required=True, nargs="+", type=Path,
+    p.add_argument("--claims", required=True, nargs="+",
                    help="claim file(s) of the official release, converted in order")
-    p.add_argument("--corpus", type=Path, help="abstracts file (check-covid, scifact)")
-    p.add_argument("--wiki-pages", type=Path, help="FEVER wiki-pages directory of wiki-NNN.jsonl shards")
-    p.add_argument("--output", required=True, type=Path, help="records JSONL to write")
+    p.add_argument("--corpus", help="abstracts file (check-covid, scifact)")
+    p.add_argument("--wiki-pages", help="FEVER wiki-pages directory of wiki-NNN.jsonl shards")
+    p.add_argument("--output", required=True, help="records JSONL to write")
     p.add_argument("--include-nei", action="store_true",
                    help="keep NOT_ENOUGH_INFO claims (evidence: []); dropped by default")
     deprecated_alias(p, "--keep-nei", "--include-nei")
@@ -44,28 +68,31 @@ def add_arguments(p) -> None:
     p.add_argument("--tokenizer", help="HF tokenizer directory used to count pool tokens")
 
 
-def _inputs(args) -> ConvertInputs:
-    conv = CONVERTERS[args.dataset]
+def _inputs(config: ConvertConfig) -> ConvertInputs:
+    if config.dataset not in CONVERTERS:
+        raise UserError(f"--dataset {config.dataset!r}: unknown; choose from {', '.join(sorted(CONVERTERS))}")
+    conv = CONVERTERS[config.dataset]
     for opt in ("corpus", "wiki_pages"):
-        given = getattr(args, opt) is not None
+        given = getattr(config, opt) is not None
         if opt in conv.needs and not given:
-            raise UserError(f"--dataset {args.dataset} needs {_OPTION[opt]}")
+            raise UserError(f"--dataset {config.dataset} needs {_OPTION[opt]}")
         if opt not in conv.needs and given:
-            raise UserError(f"--dataset {args.dataset} does not use {_OPTION[opt]}")
-    paths = list(args.claims) + [getattr(args, o) for o in conv.needs]
-    for path in paths:
+            raise UserError(f"--dataset {config.dataset} does not use {_OPTION[opt]}")
+    if not config.claims:
+        raise UserError("--claims: give at least one claim file")
+    claims = [Path(c) for c in config.claims]
+    needed = {o: Path(getattr(config, o)) for o in conv.needs}
+    for path in claims + list(needed.values()):
         if not path.exists():
             raise UserError(f"{path}: no such file or directory")
-    if args.output.is_dir():
-        raise UserError(f"--output {args.output}: is a directory; give the records file to write")
-    if (args.max_pool_tokens is None) != (args.tokenizer is None):
+    if Path(config.output).is_dir():
+        raise UserError(f"--output {config.output}: is a directory; give the records file to write")
+    if (config.max_pool_tokens is None) != (config.tokenizer is None):
         raise UserError("--max-pool-tokens and --tokenizer go together")
-    if args.max_pool_tokens is not None and args.max_pool_tokens <= 0:
-        raise UserError("--max-pool-tokens must be a positive number of tokens")
-    if args.tokenizer is not None and not Path(args.tokenizer).is_dir():
-        raise UserError(f"--tokenizer {args.tokenizer}: not a tokenizer directory")
-    return ConvertInputs(claims=list(args.claims), corpus=args.corpus,
-                         wiki_pages=args.wiki_pages, include_nei=args.include_nei)
+    if config.tokenizer is not None and not Path(config.tokenizer).is_dir():
+        raise UserError(f"--tokenizer {config.tokenizer}: not a tokenizer directory")
+    return ConvertInputs(claims=claims, corpus=needed.get("corpus"),
+                         wiki_pages=needed.get("wiki_pages"), include_nei=config.include_nei)
 
 
 def convert_to_file(dataset: str, inputs: ConvertInputs, output: Path,
@@ -117,9 +144,13 @@ def convert_to_file(dataset: str, inputs: ConvertInputs, output: Path,
         **stats.info,
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    summary_path = output.with_name(output.name + ".summary.json")
-    atomic_write_json(summary_path, summary, ensure_ascii=False)
+    atomic_write_json(summary_path(output), summary, ensure_ascii=False)
     return summary
+
+
+def summary_path(output: Path) -> Path:
+    """Where the summary of ``output`` goes: ``<output>.summary.json``."""
+    return output.with_name(output.name + ".summary.json")
 
 
 def format_summary(s: dict) -> str:
@@ -143,16 +174,17 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-def run(args) -> int:
-    inputs = _inputs(args)
+def run(config: ConvertConfig) -> CommandResult:
+    inputs = _inputs(config)
     trimmer = None
-    if args.max_pool_tokens is not None:
+    if config.max_pool_tokens is not None:
         try:
-            counter = hf_token_counter(args.tokenizer)
+            counter = hf_token_counter(config.tokenizer)
         except (OSError, ValueError) as exc:
-            raise UserError(f"cannot load tokenizer {args.tokenizer}: {exc}") from None
-        trimmer = PoolTrimmer(args.max_pool_tokens, counter)
-    summary = convert_to_file(args.dataset, inputs, args.output, trimmer)
+            raise UserError(f"cannot load tokenizer {config.tokenizer}: {exc}") from None
+        trimmer = PoolTrimmer(config.max_pool_tokens, counter)
+    output = Path(config.output)
+    summary = convert_to_file(config.dataset, inputs, output, trimmer)
     print(format_summary(summary))
     sys.stdout.flush()
-    return 0
+    return CommandResult(outputs={"records": str(output), "summary": str(summary_path(output))}, summary=summary)

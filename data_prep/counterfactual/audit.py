@@ -18,14 +18,17 @@ audit directory.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
+import os
 import random
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 from data_prep.records import load_records_or_fail
 
@@ -266,39 +269,64 @@ def read_sheet(path: Path, sample: list[dict]) -> dict[int, dict[str, bool]]:
 # CLI
 # ---------------------------------------------------------------------------
 
+@dataclasses.dataclass
+class AuditConfig(CommandConfig):
+    """`real-data counterfactual-audit`: a stratified sample of counterfactual evidence as blank sheets."""
+
+    records: str
+    output: str
+    size: int = dataclasses.field(default=100, metadata={"min": 1})
+    raters: int = dataclasses.field(default=3, metadata={"min": 2})  # agreement needs two annotators
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class AuditScoreConfig(CommandConfig):
+    """`real-data counterfactual-audit-score`: the filled sheets of an audit, scored."""
+
+    audit_dir: str
+    sheets: list[str] | None = None  # default AUDIT_DIR/sheet-*.csv
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sheets, (list, tuple)):  # sheets given as paths
+            self.sheets = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in self.sheets]
+        super().__post_init__()
+
+
+CONFIG = AuditConfig
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--records", required=True, type=Path, help="records with counterfactual_sentences (JSONL)")
-    p.add_argument("--output", required=True, type=Path, help="audit directory")
+    p.add_argument("--records", required=True, help="records with counterfactual_sentences (JSONL)")
+    p.add_argument("--output", required=True, help="audit directory")
     p.add_argument("--size", type=int, default=100, help="instances M (default 100, as the paper)")
     p.add_argument("--raters", type=int, default=3, help="annotators, one sheet each (default 3, as the paper)")
     p.add_argument("--seed", type=int, default=0)
 
 
-def run(args) -> int:
-    return _run_sheets(args)
-
-
-def _run_sheets(args) -> int:
-    if args.size < 1 or args.raters < 2:
-        raise UserError("--size must be >= 1 and --raters >= 2 (agreement needs two annotators)")
-    records = _read_records(args.records)
+def run(config: AuditConfig) -> CommandResult:
+    records = _read_records(Path(config.records))
     instances = audit_instances(records)
     if not instances:
-        raise UserError(f"{args.records}: no record carries counterfactual_sentences "
+        raise UserError(f"{config.records}: no record carries counterfactual_sentences "
                         "(run `real-data counterfactual` first)")
-    sample = stratified_sample(instances, args.size, args.seed)
+    sample = stratified_sample(instances, config.size, config.seed)
     strata: dict[str, int] = defaultdict(int)
     for s in sample:
         strata[f"{s['source']} / {s['kind']} / {s['gold_label']}"] += 1
-    paths = write_sheets(args.output, sample, args.raters,
-                         {"records": str(args.records), "size": args.size, "seed": args.seed,
-                          "raters": args.raters, "instances_available": len(instances), "strata": dict(strata)})
+    out = Path(config.output)
+    paths = write_sheets(out, sample, config.raters,
+                         {"records": str(config.records), "size": config.size, "seed": config.seed,
+                          "raters": config.raters, "instances_available": len(instances), "strata": dict(strata)})
     print(f"counterfactual audit: {len(sample)} of {len(instances)} instances in {len(strata)} strata "
           f"(source / kind / gold label):")
     for key, n in sorted(strata.items()):
         print(f"  {n:4d}  {key}")
-    print(f"sheets: {', '.join(str(p) for p in paths)}; criteria in {args.output / 'instructions.md'}")
-    return 0
+    print(f"sheets: {', '.join(str(p) for p in paths)}; criteria in {out / 'instructions.md'}")
+    outputs = {"audit_dir": str(out), "sample": str(out / SAMPLE_FILE), "instructions": str(out / "instructions.md"),
+               **{p.stem: str(p) for p in paths}}
+    return CommandResult(outputs=outputs, summary={"instances": len(sample), "instances_available": len(instances),
+                                                   "strata": dict(sorted(strata.items()))})
 
 
 def _read_records(path: Path) -> list[dict]:
@@ -306,26 +334,28 @@ def _read_records(path: Path) -> list[dict]:
 
 
 def add_score_arguments(p) -> None:
-    p.add_argument("audit_dir", type=Path, help="the directory `real-data counterfactual-audit` wrote")
-    p.add_argument("--sheets", nargs="+", type=Path, help="the filled sheets (default AUDIT_DIR/sheet-*.csv)")
+    p.add_argument("audit_dir", help="the directory `real-data counterfactual-audit` wrote")
+    p.add_argument("--sheets", nargs="+", help="the filled sheets (default AUDIT_DIR/sheet-*.csv)")
 
 
-def run_score(args) -> int:
-    key = args.audit_dir / SAMPLE_FILE
+def run_score(config: AuditScoreConfig) -> CommandResult:
+    audit_dir = Path(config.audit_dir)
+    key = audit_dir / SAMPLE_FILE
     if not key.is_file():
         raise UserError(f"{key}: not found (write the sample with `real-data counterfactual-audit`)")
     try:
         sample = json.loads(key.read_text(encoding="utf-8"))["sample"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise UserError(f"{key}: field 'sample': not an audit sample ({exc})") from None
-    paths = args.sheets or sorted(args.audit_dir.glob("sheet-*.csv"))
+    paths = [Path(p) for p in config.sheets] if config.sheets else sorted(audit_dir.glob("sheet-*.csv"))
     if len(paths) < 2:
-        raise UserError(f"{args.audit_dir}: {len(paths)} sheet(s); agreement needs at least two filled sheets")
+        raise UserError(f"{audit_dir}: {len(paths)} sheet(s); agreement needs at least two filled sheets")
     sheets = {p.name: read_sheet(p, sample) for p in paths}
     result = score(sample, sheets)
     md = score_markdown(result)
-    atomic_write_json(args.audit_dir / "score.json", result)
-    atomic_write_text(args.audit_dir / "score.md", md)
+    atomic_write_json(audit_dir / "score.json", result)
+    atomic_write_text(audit_dir / "score.md", md)
     print(md, end="")
-    print(f"written: {args.audit_dir / 'score.json'}, {args.audit_dir / 'score.md'}")
-    return 0
+    print(f"written: {audit_dir / 'score.json'}, {audit_dir / 'score.md'}")
+    return CommandResult(outputs={"score_json": str(audit_dir / "score.json"), "score_md": str(audit_dir / "score.md")},
+                         summary=result)

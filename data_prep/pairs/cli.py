@@ -7,11 +7,13 @@ summary. ``real-train`` reads either form through ``dataset_name``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_dir
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import iter_jsonl_lines
 from data_prep.pairs.build import (
@@ -23,6 +25,24 @@ from data_prep.pairs.build import (
     token_lengths,
 )
 from data_prep.records import load_records_or_fail
+
+
+@dataclasses.dataclass
+class PairsConfig(CommandConfig):
+    """`real-data pairs`: the REAL training pairs of one variant."""
+
+    records: str
+    variant: str  # a name in VARIANTS
+    output: str
+    seed: int = 42
+    no_shuffle: bool = False
+    keep_pairs_together: bool = False
+    tokenizer: str | None = None
+    max_length: int = dataclasses.field(default=4096, metadata={"min": 1})
+    overwrite: bool = False
+
+
+CONFIG = PairsConfig
 
 
 def add_arguments(p):
@@ -63,50 +83,61 @@ def _first_line_of(path, record_id: str) -> int | None:
     return None
 
 
-def run(args) -> int:
-    out = Path(args.output)
+def _check(config: PairsConfig) -> Path:
+    """The output directory, after the checks that need no records."""
+    if config.variant not in VARIANTS:
+        raise UserError(f"--variant {config.variant!r}: unknown; choose from {', '.join(VARIANTS)}")
+    out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {str(out)!r} is a file; give a directory for the dataset")
-    if out.exists() and any(out.iterdir()) and not args.overwrite:
+    if out.exists() and any(out.iterdir()) and not config.overwrite:
         raise UserError(f"output directory {str(out)!r} is not empty (pass --overwrite to replace it)")
-    if args.max_length is not None and args.max_length <= 0:
-        raise UserError("--max-length must be a positive number of tokens")
-    records = load_records_or_fail(args.records)
+    return out
+
+
+def run(config: PairsConfig) -> CommandResult:
+    out = _check(config)
+    records = load_records_or_fail(config.records)
+    seed = None if config.no_shuffle else config.seed
     try:
-        rows, info = build_pairs(records, args.variant, seed=None if args.no_shuffle else args.seed,
-                                 keep_pairs_together=args.keep_pairs_together)
+        rows, info = build_pairs(records, config.variant, seed=seed, keep_pairs_together=config.keep_pairs_together)
     except MissingEnhancedEvidence as exc:
-        raise UserError(str(exc.located(args.records, _first_line_of(args.records, exc.missing[0])))) from None
+        raise UserError(str(exc.located(config.records, _first_line_of(config.records, exc.missing[0])))) from None
     if not rows:
-        raise UserError(f"{args.records}: no SUPPORT/REFUTE records, so there are no training pairs")
+        raise UserError(f"{config.records}: no SUPPORT/REFUTE records, so there are no training pairs")
 
     over = None
-    if args.tokenizer:
-        tok = _load_tokenizer(args.tokenizer)
+    if config.tokenizer:
+        tok = _load_tokenizer(config.tokenizer)
         lengths = token_lengths(rows, tok, progress=len(rows) > 2000)
-        rows, over = drop_over_length(rows, lengths, args.max_length)
+        rows, over = drop_over_length(rows, lengths, config.max_length)
         if not rows:
-            raise UserError(f"every pair is longer than --max-length {args.max_length} tokens")
+            raise UserError(f"every pair is longer than --max-length {config.max_length} tokens")
 
     stats = pair_stats(rows, info, over_length=over,
-                       max_length=args.max_length if args.tokenizer else None,
-                       tokenizer=args.tokenizer)
-    stats.update({"variant": args.variant, "records_file": os.path.abspath(args.records),
-                  "seed": None if args.no_shuffle else args.seed, "keep_pairs_together": args.keep_pairs_together})
+                       max_length=config.max_length if config.tokenizer else None,
+                       tokenizer=config.tokenizer)
+    stats.update({"variant": config.variant, "records_file": os.path.abspath(config.records),
+                  "seed": seed, "keep_pairs_together": config.keep_pairs_together})
+    write_dataset(out, rows, stats, overwrite=config.overwrite)
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats["by_kind"].items()))
+    dropped = ", ".join(f"{k} {n}" for k, n in stats["dropped"].items())
+    print(f"{out}: {len(rows)} pairs ({kinds}); dropped: {dropped}")
+    return CommandResult(outputs={"dataset": str(out), "pairs": str(out / "pairs.jsonl"),
+                                  "stats": str(out / "stats.json")}, summary=stats)
 
+
+def write_dataset(out: Path, rows: list[dict], stats: dict, overwrite: bool = False) -> None:
+    """``out`` as a DatasetDict (split ``train``) with ``pairs.jsonl`` and ``stats.json`` beside it."""
     from datasets import Dataset, DatasetDict
 
     # Everything goes into a temporary directory beside --output that is renamed
     # into place only when complete: a full disk or Ctrl-C never leaves a
     # dataset_dict.json beside a truncated .arrow file under the final name.
-    with atomic_dir(out, replace=args.overwrite) as tmp:
+    with atomic_dir(out, replace=overwrite) as tmp:
         DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp))
         with (tmp / "pairs.jsonl").open("w", encoding="utf-8") as fh:
             for r in rows:
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
         with (tmp / "stats.json").open("w", encoding="utf-8") as fh:
             json.dump(stats, fh, indent=2)
-    kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats["by_kind"].items()))
-    dropped = ", ".join(f"{k} {n}" for k, n in stats["dropped"].items())
-    print(f"{out}: {len(rows)} pairs ({kinds}); dropped: {dropped}")
-    return 0
