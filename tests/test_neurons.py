@@ -149,3 +149,27 @@ def test_neurons_with_lora_on_down_proj(tiny_llama, tmp_path):
     np.testing.assert_allclose(lora["mean_abs_evidence"].numpy(), means["evidence"], rtol=1e-4)
     assert math.isclose(json.loads((tmp_path / "lora" / "neurons.json").read_text())
                         ["coverage"], 0.9)
+
+
+def test_neurons_as_a_python_function_gives_what_the_command_line_gives(tiny_llama, tmp_path):
+    """run(NeuronsConfig(...)) writes the files `fae neurons` writes and returns neurons.json's numbers."""
+    from fae.probes.neurons import NeuronsConfig, run
+    from real_fae_core.errors import UserError
+
+    recs = make_records(4, nei=1)
+    path = write_jsonl(tmp_path / "eval.jsonl", recs)
+    assert main(["neurons", "--records", str(path), "--model", str(tiny_llama), "--output", str(tmp_path / "cli"),
+                 "--coverage", "0.8", "--batch-size", "2", "--include-nei"]) == 0
+    res = run(NeuronsConfig(records=path, model=tiny_llama, output=tmp_path / "py", coverage=0.8, batch_size=2,
+                            include_nei=True))
+    assert res.ok and res.outputs["neurons"] == str(tmp_path / "py" / "neurons.json")
+    assert sorted(res.outputs) == ["neurons", "plot", "report", "stats"]
+    written = json.loads((tmp_path / "py" / "neurons.json").read_text())
+    assert written == json.loads((tmp_path / "cli" / "neurons.json").read_text())
+    assert json.loads(json.dumps(res.summary)) == written and res.summary["n_claims"] == 5  # NEI included
+    assert (tmp_path / "py" / "neurons.md").read_text() == (tmp_path / "cli" / "neurons.md").read_text()
+    a = load_file(str(tmp_path / "py" / "neuron_stats.safetensors"))
+    b = load_file(str(tmp_path / "cli" / "neuron_stats.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(UserError, match=r"^NeuronsConfig: coverage: must be <= 1, got 1.5$"):
+        NeuronsConfig(records=path, model=tiny_llama, output=tmp_path / "x", coverage=1.5)

@@ -329,3 +329,43 @@ def test_pave_declares_the_backends_options_with_their_defaults():
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         assert {n: getattr(args, n) for n in names} == {n: defaults[n] for n in names}
     assert p.parse_args(["--records", "r", "--output", "o", "--model", "m", "--trust-remote-code"]).trust_remote_code
+
+
+def test_pave_as_a_python_function_gives_what_the_command_line_gives(tmp_path, tiny_llama):
+    """run(PaveConfig(...)) samples the same answers as `fae pave` and returns pave.json's numbers."""
+    from fae.pave.cli import PaveConfig, run
+
+    records, _ = _records(tmp_path, n=2)
+    settings = {"samples": 2, "temperature": 1.0, "jsd_samples": 2, "max_new_tokens": 4, "tune_split": 0.5}
+    assert main(["pave", "--records", str(records), "--backend", "hf", "--model", str(tiny_llama),
+                 "--output", str(tmp_path / "cli"), "--no-progress", "--keep-refusals",
+                 *[w for k, v in settings.items() for w in ("--" + k.replace("_", "-"), str(v))]]) == 0
+    res = run(PaveConfig(records=records, model=tiny_llama, output=tmp_path / "py", progress=False,
+                         keep_refusals=True, **settings))
+    assert res.ok and res.outputs["samples"] == str(tmp_path / "py" / "samples.jsonl")
+    for name in ("samples.jsonl", "pave.json", "pave.md", "config.json"):
+        assert (tmp_path / "py" / name).read_text() == (tmp_path / "cli" / name).read_text(), name
+    assert json.loads(json.dumps(res.summary)) == json.loads((tmp_path / "py" / "pave.json").read_text())
+
+
+def test_pave_takes_no_batch_size_but_its_default(tmp_path, capsys):
+    """PAVE samples one prompt at a time (a prompt's answers are seeded by its own key): --batch-size other than
+    8 would do nothing, so it is refused, on the command line and from Python alike."""
+    from fae.pave.cli import PaveConfig, run
+    from real_fae_core.errors import UserError
+
+    records, _ = _records(tmp_path, n=2)
+    assert main(["pave", "--records", str(records), "--model", "m", "--output", str(tmp_path / "o"),
+                 "--batch-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--batch-size 4: fae pave samples one prompt at a time" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(UserError, match="^--batch-size 2: fae pave samples one prompt at a time"):
+        run(PaveConfig(records=records, model="m", output=tmp_path / "o", batch_size=2))
+    with pytest.raises(UserError, match="^PaveConfig: samples: must be >= 2, got 1$"):
+        PaveConfig(records=records, model="m", output=tmp_path / "o", samples=1)
+    with pytest.raises(UserError, match="temperature must be > 0"):
+        run(PaveConfig(records=records, model="m", output=tmp_path / "o", temperature=0.0))
+    with pytest.raises(UserError, match="--backend hf, openai, vllm, not 'local'"):
+        run(PaveConfig(records=records, model="m", output=tmp_path / "o", backend="local"))
+    assert not (tmp_path / "o").exists()

@@ -167,3 +167,50 @@ def test_probe_checks_records_and_pools(run_dir, tiny_qwen, tmp_path, capsys):
 def test_probe_report_rejects_bad_input(tmp_path, capsys):
     assert main(["probe-report", str(tmp_path), "--output", str(tmp_path / "r")]) == 2
     assert "dirk.json: not found" in capsys.readouterr().err
+
+
+def test_probe_and_probe_report_as_python_functions_give_what_the_command_lines_give(run_dir, tiny_llama,
+                                                                                       tmp_path):
+    """run(ProbeConfig(...)) and run(ProbeReportConfig(...)) write the same files as `fae probe` and
+    `fae probe-report`, and return the numbers they wrote."""
+    from fae.probes import cli as probe, report
+    from real_fae_core.command import CommandResult
+
+    args = ["--bootstrap", "50", "--batch-size", "3", "--knowledge-max-new-tokens", "4"]
+    assert main(["probe", str(run_dir), "--model", str(tiny_llama), "--output", str(tmp_path / "cli"), *args]) == 0
+    res = probe.run(probe.ProbeConfig(run_dir=run_dir, model=tiny_llama, output=tmp_path / "py", bootstrap=50,
+                                      batch_size=3, knowledge_max_new_tokens=4))
+    assert isinstance(res, CommandResult) and res.ok
+    assert res.outputs == {"dirk": str(tmp_path / "py" / "dirk.json"),
+                           "claims": str(tmp_path / "py" / "dirk_claims.jsonl"),
+                           "states": str(tmp_path / "py" / "states.safetensors")}
+    for name in ("dirk.json", "dirk_claims.jsonl"):
+        assert (tmp_path / "py" / name).read_text() == (tmp_path / "cli" / name).read_text(), name
+    assert res.summary == json.loads((tmp_path / "py" / "dirk.json").read_text())
+    a, b = load_states(tmp_path / "py" / "states.safetensors"), load_states(tmp_path / "cli" / "states.safetensors")
+    assert (a["hK"] == b["hK"]).all() and (a["hr"] == b["hr"]).all()
+
+    dirs = [str(tmp_path / "cli"), str(tmp_path / "py")]
+    assert main(["probe-report", *dirs, "--names", "a", "b", "--output", str(tmp_path / "rep-cli")]) == 0
+    res = report.run(report.ProbeReportConfig(dirs=dirs, names=["a", "b"], output=tmp_path / "rep-py"))
+    assert sorted(res.outputs) == ["common", "plot", "report"]
+    for name in ("dirk.md", "dirk_common.json"):
+        assert (tmp_path / "rep-py" / name).read_text() == (tmp_path / "rep-cli" / name).read_text(), name
+    assert res.summary["labels"] == ["a", "b"]
+    assert res.summary["rounds"][0] == json.loads((tmp_path / "cli" / "dirk.json").read_text())["rounds"]
+    common = json.loads((tmp_path / "rep-py" / "dirk_common.json").read_text())["rounds"]
+    assert json.loads(json.dumps(res.summary["common_subset"])) == common
+
+
+def test_probe_checks_hold_for_a_python_caller(run_dir, tmp_path):
+    from fae.probes import cli as probe, report
+    from real_fae_core.errors import UserError
+
+    with pytest.raises(UserError, match="^ProbeConfig: bootstrap: must be >= 0, got -1$"):
+        probe.ProbeConfig(run_dir=run_dir, model="m", output=tmp_path / "o", bootstrap=-1)
+    with pytest.raises(UserError, match="--knowledge-reference base needs --adapter"):
+        probe.run(probe.ProbeConfig(run_dir=run_dir, model="m", output=tmp_path / "o", knowledge_reference="base"))
+    with pytest.raises(UserError, match="--states-dtype must be one of float16, float32, got 'int8'"):
+        probe.run(probe.ProbeConfig(run_dir=run_dir, model="m", output=tmp_path / "o", states_dtype="int8"))
+    with pytest.raises(UserError, match="--names has 1 names for 2 directories"):
+        report.run(report.ProbeReportConfig(dirs=["a", "b"], names=["x"], output=tmp_path / "r"))

@@ -38,6 +38,7 @@ import json
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.config import add_option_flags
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.flags import deprecated_alias
@@ -56,6 +57,60 @@ from fae.pave.io import SAMPLES, collect, jsd_condition
 from fae.pave.prompts import counterfactual_records
 from fae.pave.report import render_markdown, summary_lines
 from fae.pave.sampling import make_sampler
+from fae.probes.options import HFLoadFields, backend_field
+
+BACKENDS = ("hf", "openai", "vllm")
+STABILITY = ("auto", "jsd", "vote")
+
+
+@dataclasses.dataclass
+class PaveFields:
+    """`fae pave`'s own options; the backends' options it embeds follow in :class:`PaveConfig`."""
+
+    records: str
+    output: str
+    model: str
+    backend: str = "hf"
+    adapter: str | None = backend_field(BackendOptions, "adapter")
+    samples: int = dataclasses.field(default=10, metadata={"min": 2})
+    temperature: float = 0.3  # > 0: checked by run, one line for both temperatures
+    jsd_samples: int = dataclasses.field(default=5, metadata={"min": 2})
+    jsd_temperature: float = 1.0
+    max_new_tokens: int = backend_field(BackendOptions, "max_new_tokens")
+    stability: str = "auto"
+    tune_split: float = dataclasses.field(default=0.3, metadata={"above": 0, "below": 1})
+    keep_refusals: bool = False
+    definite_prior_only: bool = False
+    check_run: str | None = None
+    seed: int = 0
+    limit: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    chunk_size: int = dataclasses.field(default=32, metadata={"min": 1})
+    progress: bool = True
+    constrained_decoding: bool = backend_field(BackendOptions, "constrained_decoding")
+
+
+@dataclasses.dataclass
+class PaveBackendFields:
+    """The options of the backends that `fae pave` offers, as the backends declare them."""
+
+    batch_size: int = backend_field(HFOptions, "batch_size")  # PAVE samples one prompt at a time: only 8
+    tensor_parallel_size: int = backend_field(VLLMOptions, "tensor_parallel_size")
+    gpu_memory_utilization: float | None = backend_field(VLLMOptions, "gpu_memory_utilization")
+    max_model_len: int | None = backend_field(VLLMOptions, "max_model_len")
+    base_url: str | None = backend_field(OpenAIOptions, "base_url")
+    api_key_env: str | None = backend_field(OpenAIOptions, "api_key_env")
+    concurrency: int = backend_field(OpenAIOptions, "concurrency")
+    request_timeout: float = backend_field(OpenAIOptions, "request_timeout")
+    max_retries: int = backend_field(OpenAIOptions, "max_retries")
+    backoff_base: float = backend_field(OpenAIOptions, "backoff_base")
+
+
+@dataclasses.dataclass
+class PaveConfig(PaveBackendFields, HFLoadFields, PaveFields, CommandConfig):
+    """`fae pave`: PAVE prior-state diagnostics and JSD arbitration of a verifier."""
+
+
+CONFIG = PaveConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,7 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "counterfactual_sentences: [{\"id\", \"text\"}, ...] = misleading evidence, or one such "
                    "list per kind {\"entity\": [...], \"semantic\": [...]} (real-data counterfactual)")
     p.add_argument("--output", required=True, help="output directory (resumed if present)")
-    p.add_argument("--backend", default="hf", choices=["hf", "openai", "vllm"],
+    p.add_argument("--backend", default="hf", choices=BACKENDS,
                    help="hf (default), openai or vllm (N answers per prompt as one request with n = N)")
     p.add_argument("--model", required=True, help="model path (hf) or served model name (openai)")
     p.add_argument("--adapter", help="PEFT LoRA adapter directory (hf)")
@@ -77,7 +132,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="their sampling temperature, > 0 (default 1.0, the paper's); with the same K and "
                         "temperature as the profile the rule reuses the profile's answers")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--stability", choices=["auto", "jsd", "vote"], default="auto",
+    p.add_argument("--stability", choices=STABILITY, default="auto",
                    help="JSD over per-run label probabilities, or the paper's vote-based variant (binary "
                         "entropy of the SUPPORT share); auto = JSD when every run has its own distribution, "
                         "vote when some are missing or all runs of every prompt share one")
@@ -104,8 +159,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_option_flags(p, BackendOptions, ["constrained_decoding"])
     g = p.add_argument_group("hf backend")
     g.add_argument("--batch-size", type=int, default=8,
-                   help="accepted for symmetry with `fae run`; answers never depend on it: each prompt's N "
-                        "answers are one generate call, seeded by the prompt's key")
+                   help="PAVE samples one prompt at a time (each prompt's N answers are one generate call "
+                        "seeded by the prompt's own key, so they never depend on other prompts): a value other "
+                        "than the default 8 is refused")
     add_option_flags(g, HFOptions, HF_FIELDS)
     add_option_flags(p.add_argument_group("vllm backend (and --dtype)"), VLLMOptions, VLLM_FIELDS)
     add_option_flags(p.add_argument_group("openai backend"), OpenAIOptions, OPENAI_FIELDS)
@@ -114,51 +170,61 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 HF_FIELDS = ("device", "dtype", "trust_remote_code")
 VLLM_FIELDS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
 OPENAI_FIELDS = ("base_url", "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base")
+ONE_PROMPT_AT_A_TIME = PaveConfig.batch_size  # the only --batch-size PAVE takes: its default
 OWNERS = {"hf": HF_FIELDS, "vllm": VLLM_FIELDS + ("dtype",), "openai": OPENAI_FIELDS}
 
 
-def check_backend_options(args) -> None:
+def check_backend_options(config: PaveConfig) -> None:
     """An option of another backend, set away from its default, would be ignored: one line naming it."""
-    own = set(OWNERS[args.backend])
+    own = set(OWNERS[config.backend])
     for backend, names in OWNERS.items():
         cls = {"hf": HFOptions, "vllm": VLLMOptions, "openai": OpenAIOptions}[backend]
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         for name in names:
-            if name not in own and getattr(args, name) != defaults[name]:
+            if name not in own and getattr(config, name) != defaults[name]:
                 raise UserError(f"--{name.replace('_', '-')} is an option of --backend {backend}; --backend "
-                                f"{args.backend} does not read it (remove it, or choose that backend)")
+                                f"{config.backend} does not read it (remove it, or choose that backend)")
 
 
-def run(args) -> int:
-    check_backend_options(args)
-    if args.temperature <= 0 or args.jsd_temperature <= 0:
+def check_choices(config: PaveConfig) -> None:
+    """--backend, --stability and --batch-size as the parser offers them (a Python caller has no parser)."""
+    if config.backend not in BACKENDS:
+        raise UserError(f"fae pave supports --backend {', '.join(BACKENDS)}, not {config.backend!r}")
+    if config.stability not in STABILITY:
+        raise UserError(f"--stability must be one of {', '.join(STABILITY)}, got {config.stability!r}")
+    if config.batch_size != ONE_PROMPT_AT_A_TIME:
+        raise UserError(f"--batch-size {config.batch_size}: fae pave samples one prompt at a time (each prompt's "
+                        f"answers are seeded by its own key), so it takes no batch size other than the default "
+                        f"{ONE_PROMPT_AT_A_TIME}")
+
+
+def run(config: PaveConfig) -> CommandResult:
+    check_choices(config)
+    check_backend_options(config)
+    if config.temperature <= 0 or config.jsd_temperature <= 0:
         raise UserError("--temperature and --jsd-temperature must be > 0: PAVE needs sampled answers")
-    if args.samples < 2 or args.jsd_samples < 2:
-        raise UserError("--samples and --jsd-samples must be at least 2")
-    if args.keep_refusals and args.definite_prior_only:
+    if config.keep_refusals and config.definite_prior_only:
         raise UserError("--keep-refusals and --definite-prior-only contradict each other; give one")
-    if not 0 < args.tune_split < 1:
-        raise UserError("--tune-split must be a fraction in (0, 1)")
     try:
-        records = load_records(args.records)
+        records = load_records(config.records)
         records = [r for r in records if r.label in (SUPPORT, REFUTE)]
-        if args.limit:
-            records = records[: args.limit]
+        if config.limit:
+            records = records[: config.limit]
         for r in records:
             counterfactual_records(r)
     except RecordError as exc:
-        raise UserError(str(exc.located(args.records, None) if exc.path is None else exc)) from None
+        raise UserError(str(exc.located(config.records, None) if exc.path is None else exc)) from None
     if not records:
-        raise UserError(f"{args.records}: no SUPPORT/REFUTE records")
+        raise UserError(f"{config.records}: no SUPPORT/REFUTE records")
     fae_run = None
-    if args.check_run:
-        fae_run = load_run(args.check_run)  # refuses an unfinished or inconsistent run, one line
+    if config.check_run:
+        fae_run = load_run(config.check_run)  # refuses an unfinished or inconsistent run, one line
 
-    out = Path(args.output)
+    out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
     with RunLock(out, "fae pave", is_dir=True):  # one writer for the command's lifetime
-        return _pave(args, records, out, fae_run)
+        return _pave(config, records, out, fae_run)
 
 
 # Compared on resume: a difference means the stored answers are not this command's answers.
@@ -170,17 +236,18 @@ FINGERPRINT = ("records", "records_sha256", "backend", "model", "adapter", "adap
                "temperature", "jsd_samples", "jsd_temperature", "max_new_tokens", "seed", "sampling", "dtype")
 
 
-def _pave(args, records: list, out: Path, fae_run=None) -> int:
+def _pave(config: PaveConfig, records: list, out: Path, fae_run=None) -> CommandResult:
     out.mkdir(parents=True, exist_ok=True)
-    cfg = {"records": str(args.records), "records_sha256": sha256_file(args.records), "backend": args.backend,
-           "model": args.model, "adapter": args.adapter, "adapter_sha256": adapter_sha256(args.adapter),
-           "samples": args.samples, "temperature": args.temperature, "jsd_samples": args.jsd_samples,
-           "jsd_temperature": args.jsd_temperature, "max_new_tokens": args.max_new_tokens,
-           "seed": args.seed, "sampling": SAMPLING_SCHEME, "base_url": args.base_url,
-           "tune_split": args.tune_split, "stability": args.stability,
-           "constrained_decoding": bool(getattr(args, "constrained_decoding", False))}
-    if args.backend == "vllm":  # vLLM's dtype changes the samples (bf16 by default)
-        cfg["dtype"] = "bfloat16" if args.dtype == "auto" else args.dtype
+    cfg = {"records": str(config.records), "records_sha256": sha256_file(config.records),
+           "backend": config.backend, "model": config.model, "adapter": config.adapter,
+           "adapter_sha256": adapter_sha256(config.adapter),
+           "samples": config.samples, "temperature": config.temperature, "jsd_samples": config.jsd_samples,
+           "jsd_temperature": config.jsd_temperature, "max_new_tokens": config.max_new_tokens,
+           "seed": config.seed, "sampling": SAMPLING_SCHEME, "base_url": config.base_url,
+           "tune_split": config.tune_split, "stability": config.stability,
+           "constrained_decoding": config.constrained_decoding}
+    if config.backend == "vllm":  # vLLM's dtype changes the samples (bf16 by default)
+        cfg["dtype"] = "bfloat16" if config.dtype == "auto" else config.dtype
     cfg_path = out / "config.json"
     if cfg_path.is_file() and (out / SAMPLES).is_file():
         old = json.loads(cfg_path.read_text())
@@ -193,38 +260,41 @@ def _pave(args, records: list, out: Path, fae_run=None) -> int:
     atomic_write_json(cfg_path, cfg)
     for derived in ("pave.json", "pave.md"):  # a stopped run never leaves an earlier run's numbers behind
         (out / derived).unlink(missing_ok=True)
-    sampler = make_sampler(args.backend, vars(args), args.stability)
+    sampler = make_sampler(config.backend, dataclasses.asdict(config), config.stability)
     try:
-        lines = collect(records, sampler, args, out)
+        lines = collect(records, sampler, config, out)
     except BackendError as exc:  # its text is scrubbed of the key by the backend
         raise RunFailure(f"{scrub(exc)}. Finished claims are saved in {out / SAMPLES}; "
                          "rerun the same command to resume") from None
     finally:
         sampler.close()
-    res = analyse(lines, tune_fraction=args.tune_split, seed=args.seed, mode=args.stability,
-                  refusals=not args.keep_refusals, jsd_condition=lambda cond: jsd_condition(cond, args),
-                  jsd_settings={"runs": args.jsd_samples, "temperature": args.jsd_temperature})
+    res = analyse(lines, tune_fraction=config.tune_split, seed=config.seed, mode=config.stability,
+                  refusals=not config.keep_refusals, jsd_condition=lambda cond: jsd_condition(cond, config),
+                  jsd_settings={"runs": config.jsd_samples, "temperature": config.jsd_temperature})
     if fae_run is not None:
-        _fae_check(res, lines, fae_run, args)
+        _fae_check(res, lines, fae_run, config)
     res["config"] = cfg
     atomic_write_json(out / "pave.json", res)
     atomic_write_text(out / "pave.md", render_markdown(res, cfg))
     for line in summary_lines(res):
         print(line)
     print(f"wrote {out / 'pave.json'} and {out / 'pave.md'}")
-    return 0
+    outputs = {"output": str(out), "samples": str(out / SAMPLES), "pave": str(out / "pave.json"),
+               "report": str(out / "pave.md")}
+    return CommandResult(outputs=outputs, summary=res)
 
 
-def _fae_check(res: dict, lines: list[dict], fae_run, args) -> None:
+def _fae_check(res: dict, lines: list[dict], fae_run, config: PaveConfig) -> None:
     """--check-run: the gold-evidence vs round-0 comparison, and a note when the run is of another verifier."""
-    chk = res["fae_check"] = fae_round0_check(lines, fae_run.claims, fae_run=str(args.check_run),
-                                              temperature=args.temperature)
-    same = (fae_run.config.get("model") == args.model
-            and fae_run.config.get("adapter_sha256") == adapter_sha256(args.adapter))
+    chk = res["fae_check"] = fae_round0_check(lines, fae_run.claims, fae_run=str(config.check_run),
+                                              temperature=config.temperature)
+    same = (fae_run.config.get("model") == config.model
+            and fae_run.config.get("adapter_sha256") == adapter_sha256(config.adapter))
     chk["same_verifier"] = same
     if not same:
-        res["notes"].append(f"--check-run {args.check_run} was made with model {fae_run.config.get('model')!r} and "
-                            "another adapter or model than this PAVE run: the comparison is between two verifiers")
+        res["notes"].append(f"--check-run {config.check_run} was made with model "
+                            f"{fae_run.config.get('model')!r} and another adapter or model than this PAVE run: "
+                            "the comparison is between two verifiers")
     if chk["disagree"]:
         res["notes"].append("PAVE's gold-evidence accuracy and FAE's round-0 accuracy differ by more than "
                             f"{FAE_GAP_POINTS:.0f} points: {chk['explanation']}")

@@ -26,18 +26,19 @@ SAMPLES = "samples.jsonl"
 JSD_SUFFIX = "@jsd"
 
 
-def jsd_condition(cond: str, args) -> str:
-    """Where the JSD rule reads a condition's runs: its own ``@jsd`` runs unless the settings are the profile's."""
-    same = args.jsd_samples == args.samples and args.jsd_temperature == args.temperature
+def jsd_condition(cond: str, config) -> str:
+    """Where the JSD rule reads a condition's runs: its own ``@jsd`` runs unless the settings are the profile's
+    (``config``: the command's :class:`~fae.pave.cli.PaveConfig`)."""
+    same = config.jsd_samples == config.samples and config.jsd_temperature == config.temperature
     return cond if same else cond + JSD_SUFFIX
 
 
-def sampled_conditions(rec: ClaimRecord, args) -> dict[str, tuple[list, list[int], int, float]]:
+def sampled_conditions(rec: ClaimRecord, config) -> dict[str, tuple[list, list[int], int, float]]:
     """Condition name in samples.jsonl -> (messages, pool ids, runs, temperature)."""
     out = {}
     for cond, (msgs, pool) in prompts_for(rec).items():
-        out[cond] = (msgs, pool, args.samples, args.temperature)
-        out[jsd_condition(cond, args)] = (msgs, pool, args.jsd_samples, args.jsd_temperature)
+        out[cond] = (msgs, pool, config.samples, config.temperature)
+        out[jsd_condition(cond, config)] = (msgs, pool, config.jsd_samples, config.jsd_temperature)
     return out
 
 
@@ -55,7 +56,7 @@ def read_samples(path: Path) -> dict[str, dict]:
     return done
 
 
-def collect(records: list[ClaimRecord], sampler, args, out_dir: Path) -> list[dict]:
+def collect(records: list[ClaimRecord], sampler, config, out_dir: Path) -> list[dict]:
     """Sample every condition of every claim, appending finished claims to samples.jsonl."""
     from tqdm.auto import tqdm
 
@@ -63,18 +64,18 @@ def collect(records: list[ClaimRecord], sampler, args, out_dir: Path) -> list[di
     done = read_samples(path)
     # A claim whose record gained a counterfactual kind since it was sampled is sampled again.
     todo = [r for r in records
-            if r.id not in done or not set(sampled_conditions(r, args)) <= set(done[r.id]["conditions"])]
+            if r.id not in done or not set(sampled_conditions(r, config)) <= set(done[r.id]["conditions"])]
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="pave", unit="claim",
-               disable=not args.progress)
+               disable=not config.progress)
     with path.open("a") as fh:
-        for start in range(0, len(todo), args.chunk_size):
-            chunk = todo[start:start + args.chunk_size]
-            jobs = [(rec, cond, *spec) for rec in chunk for cond, spec in sampled_conditions(rec, args).items()]
+        for start in range(0, len(todo), config.chunk_size):
+            chunk = todo[start:start + config.chunk_size]
+            jobs = [(rec, cond, *spec) for rec in chunk for cond, spec in sampled_conditions(rec, config).items()]
             results: dict[int, list] = {}
             for setting in sorted({(j[4], j[5]) for j in jobs}):  # one sampler call per (runs, temperature)
                 idx = [i for i, j in enumerate(jobs) if (j[4], j[5]) == setting]
                 got = sampler.sample([jobs[i][2] for i in idx], *setting,
-                                     keys=[(args.seed, jobs[i][0].id, jobs[i][1]) for i in idx])
+                                     keys=[(config.seed, jobs[i][0].id, jobs[i][1]) for i in idx])
                 results.update(zip(idx, got))
             lines: dict[str, dict] = {}
             for i, (rec, cond, _msgs, pool, _n, _t) in enumerate(jobs):

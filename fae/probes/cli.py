@@ -20,6 +20,7 @@ knowledge-prompt answers), ``dirk_claims.jsonl`` (per-claim values) and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_open, atomic_write_text
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.config import add_option_flags
 from real_fae_core.errors import UserError
 from real_fae_core.flags import deprecated_alias
@@ -39,9 +41,39 @@ from fae.ablation.runio import CLAIMS, RunData, load_run
 from fae.backends.hf import HFOptions, generate_batched, greedy_config, load_hf_model
 from fae.probes.dirk import dirk_values, summarize_rounds
 from fae.probes.knowledge import abstaining, invalid_reference, label_shares, reference_note, shares_text
+from fae.probes.options import HFLoadFields
 
 FP16_MAX = 65504.0
 STATES_FORMAT = "fae-probe-states/1"
+
+
+@dataclass
+class ProbeFields:
+    """`fae probe`'s own options (the hf backend's loading options follow in :class:`ProbeConfig`)."""
+
+    run_dir: str
+    model: str
+    output: str
+    adapter: str | None = None
+    records: str | None = None
+    layer: int = -1
+    bootstrap: int = dataclasses.field(default=2000, metadata={"min": 0})
+    seed: int = 0
+    batch_size: int = dataclasses.field(default=8, metadata={"min": 1})
+    limit: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    states_dtype: str = "float16"
+    knowledge_reference: str = "verifier"
+    knowledge_max_new_tokens: int | None = dataclasses.field(default=None, metadata={"min": 1})
+
+
+@dataclass
+class ProbeConfig(HFLoadFields, ProbeFields, CommandConfig):
+    """`fae probe`: DirK over a finished FAE run."""
+
+
+CONFIG = ProbeConfig
+STATES_DTYPES = ("float16", "float32")
+KNOWLEDGE_REFERENCES = ("verifier", "base")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,9 +92,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="prompts per forward pass (default 8)")
     add_option_flags(p, HFOptions, ["device", "dtype", "trust_remote_code"])  # as `fae run --backend hf`
     p.add_argument("--limit", type=int, default=None, help="probe only the first N claims")
-    p.add_argument("--states-dtype", choices=("float16", "float32"), default="float16",
+    p.add_argument("--states-dtype", choices=STATES_DTYPES, default="float16",
                    help="dtype of states.safetensors (default float16)")
-    p.add_argument("--knowledge-reference", choices=("verifier", "base"), default="verifier",
+    p.add_argument("--knowledge-reference", choices=KNOWLEDGE_REFERENCES, default="verifier",
                    help="whose state on the claim-only prompt is h(K): the probed verifier (default, SPEC §7) "
                         "or the base model without --adapter (the direction toward parametric knowledge)")
     p.add_argument("--knowledge-max-new-tokens", type=int, default=None,
@@ -218,67 +250,65 @@ def _same_path(a, b) -> bool:
     return str(a) == str(b)
 
 
-def _warn_if_other_verifier(cfg: dict, args) -> None:
+def _warn_if_other_verifier(cfg: dict, config: ProbeConfig) -> None:
     """Probing another checkpoint than the one the run evaluated is allowed, but say so."""
     if cfg.get("backend", "hf") != "hf":
         return
-    if not _same_path(cfg.get("model"), args.model) or not _same_path(cfg.get("adapter"),
-                                                                      args.adapter):
+    if not _same_path(cfg.get("model"), config.model) or not _same_path(cfg.get("adapter"), config.adapter):
         print(f"fae probe: note: the run evaluated model={cfg.get('model')!r} "
-              f"adapter={cfg.get('adapter')!r}; probing model={args.model!r} "
-              f"adapter={args.adapter!r}", file=sys.stderr)
+              f"adapter={cfg.get('adapter')!r}; probing model={config.model!r} "
+              f"adapter={config.adapter!r}", file=sys.stderr)
 
 
 def _fmt(x) -> str:
     return "  n/a" if x is None else f"{x:+.3f}"
 
 
-def run(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
+def run(config: ProbeConfig) -> CommandResult:
+    run_dir = Path(config.run_dir)
     if not run_dir.is_dir():
-        raise UserError(f"RUN_DIR {args.run_dir!r}: directory not found")
-    if args.bootstrap < 0:
-        raise UserError("--bootstrap must be >= 0")
-    if args.batch_size < 1:
-        raise UserError("--batch-size must be >= 1")
-    if args.knowledge_reference == "base" and args.adapter is None:
+        raise UserError(f"RUN_DIR {config.run_dir!r}: directory not found")
+    if config.states_dtype not in STATES_DTYPES:
+        raise UserError(f"--states-dtype must be one of {', '.join(STATES_DTYPES)}, got {config.states_dtype!r}")
+    if config.knowledge_reference not in KNOWLEDGE_REFERENCES:
+        raise UserError(f"--knowledge-reference must be one of {', '.join(KNOWLEDGE_REFERENCES)}, "
+                        f"got {config.knowledge_reference!r}")
+    if config.knowledge_reference == "base" and config.adapter is None:
         raise UserError("--knowledge-reference base needs --adapter: without one the verifier is the base model")
-    if args.knowledge_max_new_tokens is not None and args.knowledge_max_new_tokens < 1:
-        raise UserError("--knowledge-max-new-tokens must be >= 1")
 
     data = load_run(run_dir)  # refuses unfinished runs and stale metrics.json
-    out = Path(args.output)
+    out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
     with RunLock(out, "fae probe", is_dir=True):
-        return _probe(args, data, out)
+        return _probe(config, data, out)
 
 
-def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
+def _probe(config: ProbeConfig, data: RunData, out: Path) -> CommandResult:
     run_dir, cfg = data.path, data.config
-    records_path = resolve_records(run_dir, cfg, args.records)
+    records_path = resolve_records(run_dir, cfg, config.records)
     try:
         records = {r.id: r for r in load_records(records_path)}
     except RecordError as exc:
         raise UserError(str(exc)) from None
-    _warn_if_other_verifier(cfg, args)
-    claims = probe_claims(data, args.limit)
-    cap = _capture_states(args, build_prompts(claims, records, data), data)
+    _warn_if_other_verifier(cfg, config)
+    claims = probe_claims(data, config.limit)
+    cap = _capture_states(config, build_prompts(claims, records, data), data)
     hK, hr, mask = _state_arrays(claims, cap)
     table = dirk_table(hK, hr, mask)
-    rounds = summarize_rounds(table, hr.shape[1] - 1, n_resamples=args.bootstrap, seed=args.seed)
+    rounds = summarize_rounds(table, hr.shape[1] - 1, n_resamples=config.bootstrap, seed=config.seed)
 
     out.mkdir(parents=True, exist_ok=True)
     meta = {
         "run": str(run_dir),
-        "model": str(args.model),
-        "adapter": None if args.adapter is None else str(args.adapter),
-        "layer": args.layer,
-        "knowledge_reference": args.knowledge_reference,
+        "model": str(config.model),
+        "adapter": None if config.adapter is None else str(config.adapter),
+        "layer": config.layer,
+        "knowledge_reference": config.knowledge_reference,
     }
-    knowledge = _knowledge_section(args, claims, cap)
+    knowledge = _knowledge_section(config, claims, cap)
     saved_dtype = save_states(out / "states.safetensors", [str(c["id"]) for c in claims],
-                              hK, hr, mask, meta, args.states_dtype)
+                              hK, hr, mask, meta, config.states_dtype)
     _write_claim_lines(out / "dirk_claims.jsonl", claims, table, cap)
     summary = {
         **meta,
@@ -291,8 +321,8 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
         "n_claims": len(claims),
         "n_prompts": cap.n_prompts,
         "n_unique_prompts": cap.n_unique,
-        "bootstrap": {"method": "percentile", "n_resamples": args.bootstrap,
-                      "confidence_level": 0.95, "seed": args.seed},
+        "bootstrap": {"method": "percentile", "n_resamples": config.bootstrap,
+                      "confidence_level": 0.95, "seed": config.seed},
         "undefined": "a round whose state equals h(0) (unchanged pool) has no direction: "
                      "value null, counted in n_undefined, excluded from mean and CI; "
                      "round 0 is undefined by definition and not listed",
@@ -301,8 +331,10 @@ def _probe(args: argparse.Namespace, data: RunData, out: Path) -> int:
         "rounds": rounds,
     }
     atomic_write_text(out / "dirk.json", json.dumps(summary, indent=2) + "\n")
-    _print_summary(args, out, summary, cap)
-    return 0
+    _print_summary(config, out, summary, cap)
+    outputs = {"dirk": str(out / "dirk.json"), "claims": str(out / "dirk_claims.jsonl"),
+               "states": str(out / "states.safetensors")}
+    return CommandResult(outputs=outputs, summary=summary)
 
 
 @dataclass
@@ -318,33 +350,33 @@ class _Captured:
     reference_states: np.ndarray | None  # --knowledge-reference base: the base's claim-only states
 
 
-def _capture_states(args, prompts: list, data: RunData) -> _Captured:
+def _capture_states(config: ProbeConfig, prompts: list, data: RunData) -> _Captured:
     """Hidden states of every prompt (one model in memory at a time) and the greedy claim-only answers."""
     from fae.probes.hidden import capture_last_token_states, check_layer, encode_prompts
 
-    model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
-                               trust_remote_code=args.trust_remote_code)
-    check_layer(model, args.layer)
+    model, tok = load_hf_model(config.model, config.adapter, device=config.device, dtype=config.dtype,
+                               trust_remote_code=config.trust_remote_code)
+    check_layer(model, config.layer)
     seqs = encode_prompts(tok, [m for msgs in prompts for m in msgs])
     states = capture_last_token_states(
-        model, seqs, pad_id=tok.pad_token_id, layers=args.layer,
-        batch_size=args.batch_size, progress=True, desc="fae probe",
+        model, seqs, pad_id=tok.pad_token_id, layers=config.layer,
+        batch_size=config.batch_size, progress=True, desc="fae probe",
     ).double().numpy()
-    max_new = int(args.knowledge_max_new_tokens or (data.config.get("decoding") or {}).get("max_new_tokens") or 64)
+    max_new = int(config.knowledge_max_new_tokens or (data.config.get("decoding") or {}).get("max_new_tokens") or 64)
     knowledge_seqs = encode_prompts(tok, [msgs[0] for msgs in prompts])
-    verifier_labels = knowledge_labels(model, tok, knowledge_seqs, args.batch_size, max_new)
+    verifier_labels = knowledge_labels(model, tok, knowledge_seqs, config.batch_size, max_new)
     cap = _Captured(states, len(seqs), len({tuple(s) for s in seqs}), max_new, verifier_labels, verifier_labels,
                     None)
-    if args.knowledge_reference == "base":
+    if config.knowledge_reference == "base":
         del model  # one model in memory at a time
-        base, base_tok = load_hf_model(args.model, None, device=args.device, dtype=args.dtype,
-                                       trust_remote_code=args.trust_remote_code)
+        base, base_tok = load_hf_model(config.model, None, device=config.device, dtype=config.dtype,
+                                       trust_remote_code=config.trust_remote_code)
         base_seqs = encode_prompts(base_tok, [msgs[0] for msgs in prompts])
         cap.reference_states = capture_last_token_states(
-            base, base_seqs, pad_id=base_tok.pad_token_id, layers=args.layer,
-            batch_size=args.batch_size, progress=True, desc="fae probe (base h(K))",
+            base, base_seqs, pad_id=base_tok.pad_token_id, layers=config.layer,
+            batch_size=config.batch_size, progress=True, desc="fae probe (base h(K))",
         ).double().numpy()
-        cap.reference_labels = knowledge_labels(base, base_tok, base_seqs, args.batch_size, max_new)
+        cap.reference_labels = knowledge_labels(base, base_tok, base_seqs, config.batch_size, max_new)
     return cap
 
 
@@ -364,7 +396,7 @@ def _state_arrays(claims: list[dict], cap: _Captured) -> tuple[np.ndarray, np.nd
     return hK, hr, mask
 
 
-def _knowledge_section(args, claims: list[dict], cap: _Captured) -> dict:
+def _knowledge_section(config: ProbeConfig, claims: list[dict], cap: _Captured) -> dict:
     """dirk.json's account of h(K): whose state it is, its claim-only answers, and whether it abstains."""
     gold = [c.get("gold_label") for c in claims]
     base = cap.reference_states is not None
@@ -382,7 +414,7 @@ def _knowledge_section(args, claims: list[dict], cap: _Captured) -> dict:
     ref_summary = label_shares(cap.reference_labels, gold)
     knowledge["abstaining_reference"] = abstaining(ref_summary)
     knowledge["invalid_reference"] = invalid_reference(ref_summary)
-    knowledge["reference_note"] = reference_note(ref_summary, args.knowledge_reference)
+    knowledge["reference_note"] = reference_note(ref_summary, config.knowledge_reference)
     return knowledge
 
 
@@ -403,10 +435,10 @@ def _write_claim_lines(path: Path, claims: list[dict], table, cap: _Captured) ->
             }) + "\n")
 
 
-def _print_summary(args, out: Path, summary: dict, cap: _Captured) -> None:
+def _print_summary(config: ProbeConfig, out: Path, summary: dict, cap: _Captured) -> None:
     answers = summary["knowledge_answers"]
-    print(f"fae probe: {summary['n_claims']} claims, {cap.n_unique} unique prompts, layer {args.layer}, "
-          f"h(K) from the {args.knowledge_reference} -> {out}")
+    print(f"fae probe: {summary['n_claims']} claims, {cap.n_unique} unique prompts, layer {config.layer}, "
+          f"h(K) from the {config.knowledge_reference} -> {out}")
     print(f"  claim-only answers of the verifier: {shares_text(answers['verifier'])}")
     if cap.reference_states is not None:
         print(f"  claim-only answers of the base (h(K)): {shares_text(answers['reference'])}")

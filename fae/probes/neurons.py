@@ -20,6 +20,7 @@ Two scopes are reported:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Iterator
@@ -27,6 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.config import add_option_flags
 from real_fae_core.errors import UserError
 from real_fae_core.labels import NOT_ENOUGH_INFO
@@ -35,6 +37,29 @@ from data_prep.records import ClaimRecord, RecordError, iter_records
 from fae.backends.hf import HFOptions, load_hf_model
 from fae.probes.neuron_overlap import analyse
 from fae.probes.neuron_report import markdown, plot_venn
+from fae.probes.options import HFLoadFields
+
+
+@dataclasses.dataclass
+class NeuronsFields:
+    """`fae neurons`'s own options (the hf backend's loading options follow in :class:`NeuronsConfig`)."""
+
+    records: str
+    model: str
+    output: str
+    adapter: str | None = None
+    coverage: float = dataclasses.field(default=0.9, metadata={"above": 0, "max": 1})
+    limit: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    batch_size: int = dataclasses.field(default=8, metadata={"min": 1})
+    include_nei: bool = False
+
+
+@dataclasses.dataclass
+class NeuronsConfig(HFLoadFields, NeuronsFields, CommandConfig):
+    """`fae neurons`: MLP neuron overlap of evidence- vs knowledge-based prompts."""
+
+
+CONFIG = NeuronsConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,51 +87,47 @@ def _usable(path: str, include_nei: bool, limit: int | None) -> Iterator[ClaimRe
             return
 
 
-def run(args: argparse.Namespace) -> int:
-    if not 0.0 < args.coverage <= 1.0:
-        raise UserError(f"--coverage must be in (0, 1], got {args.coverage}")
-    if args.batch_size < 1:
-        raise UserError("--batch-size must be >= 1")
-    if not Path(args.records).is_file():
-        raise UserError(f"--records {args.records!r}: file not found")
-    out = Path(args.output)
+def run(config: NeuronsConfig) -> CommandResult:
+    if not Path(config.records).is_file():
+        raise UserError(f"--records {config.records!r}: file not found")
+    out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
     with RunLock(out, "fae neurons", is_dir=True):  # one writer for the command's lifetime
-        return _neurons(args, out)
+        return _neurons(config, out)
 
 
-def _neurons(args: argparse.Namespace, out: Path) -> int:
+def _neurons(config: NeuronsConfig, out: Path) -> CommandResult:
     from fae.probes.neuron_activations import accumulate  # loads torch: not for `fae --help`
 
-    model, tok = load_hf_model(args.model, args.adapter, device=args.device, dtype=args.dtype,
-                               trust_remote_code=args.trust_remote_code)
+    model, tok = load_hf_model(config.model, config.adapter, device=config.device, dtype=config.dtype,
+                               trust_remote_code=config.trust_remote_code)
     counter = {"n": 0}
 
     def counted():
-        for rec in _usable(args.records, args.include_nei, args.limit):
+        for rec in _usable(config.records, config.include_nei, config.limit):
             counter["n"] += 1
             yield rec
 
     try:
-        acc = accumulate(model, tok, counted(), batch_size=args.batch_size, progress=True,
-                         total=args.limit)
+        acc = accumulate(model, tok, counted(), batch_size=config.batch_size, progress=True,
+                         total=config.limit)
     except RecordError as exc:
         raise UserError(str(exc)) from None
     if counter["n"] == 0:
-        raise UserError(f"{args.records}: no usable records (NOT_ENOUGH_INFO ones are skipped "
+        raise UserError(f"{config.records}: no usable records (NOT_ENOUGH_INFO ones are skipped "
                         f"unless --include-nei)")
     mean_ev, mean_kn = acc.mean_abs("evidence"), acc.mean_abs("knowledge")
-    result = analyse(mean_ev, mean_kn, acc.layers, args.coverage)
+    result = analyse(mean_ev, mean_kn, acc.layers, config.coverage)
     masks = result.pop("_masks")
 
     out.mkdir(parents=True, exist_ok=True)
     meta = {
-        "model": str(args.model),
-        "adapter": None if args.adapter is None else str(args.adapter),
-        "records": str(args.records),
+        "model": str(config.model),
+        "adapter": None if config.adapter is None else str(config.adapter),
+        "records": str(config.records),
         "n_claims": counter["n"],
-        "coverage": args.coverage,
+        "coverage": config.coverage,
         "tokens": dict(acc.tokens),
         "modules": [name for _, name, _ in acc.modules],
         "score": "mean |input of mlp.down_proj| over all prompt tokens (padding excluded)",
@@ -122,11 +143,13 @@ def _neurons(args: argparse.Namespace, out: Path) -> int:
     }
     tensors.update({f"set_{k}": torch.from_numpy(v.astype(np.uint8)) for k, v in masks.items()})
     with atomic_file(out / "neuron_stats.safetensors") as tmp:
-        save_file(tensors, str(tmp), metadata={"layers": json.dumps(acc.layers), "coverage": str(args.coverage)})
+        save_file(tensors, str(tmp), metadata={"layers": json.dumps(acc.layers), "coverage": str(config.coverage)})
     plot_venn(result["overall"], out / "neurons_venn.png",
-              f"Neurons covering {args.coverage:.0%} of |activation|")
+              f"Neurons covering {config.coverage:.0%} of |activation|")
     md = markdown(result, meta)
     atomic_write_text(out / "neurons.md", md)
     print(md, end="")
     print(f"fae neurons: wrote {out / 'neurons.json'}, neurons.md, neurons_venn.png")
-    return 0
+    outputs = {"neurons": str(out / "neurons.json"), "report": str(out / "neurons.md"),
+               "stats": str(out / "neuron_stats.safetensors"), "plot": str(out / "neurons_venn.png")}
+    return CommandResult(outputs=outputs, summary={**meta, **result})

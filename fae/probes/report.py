@@ -13,16 +13,32 @@ probe, so the systems are compared on the same claims.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.flags import deprecated_alias
 from fae.probes.dirk import bootstrap_ci
 from fae.probes.knowledge import shares_text
 
 CLAIMS_FILE = "dirk_claims.jsonl"
+DEFAULT_TITLE = "Directional alignment to knowledge-based state"
+
+
+@dataclasses.dataclass
+class ProbeReportConfig(CommandConfig):
+    """`fae probe-report`: the DirK figure and tables of one or more `fae probe` outputs."""
+
+    dirs: list[str]
+    output: str
+    names: list[str] | None = None
+    title: str = DEFAULT_TITLE
+
+
+CONFIG = ProbeReportConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--names", nargs="+", default=None,
                    help="one name per DIR, shown in the legend and tables (default: the directory names)")
     deprecated_alias(p, "--labels", "--names")
-    p.add_argument("--title", default="Directional alignment to knowledge-based state")
+    p.add_argument("--title", default=DEFAULT_TITLE)
 
 
 def load_probe(d: str | Path) -> dict:
@@ -165,33 +181,37 @@ def plot(labels: list[str], probes: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def run(args: argparse.Namespace) -> int:
-    labels = args.names or [Path(d).resolve().name for d in args.dirs]
-    if len(labels) != len(args.dirs):
-        raise UserError(f"--names has {len(labels)} names for {len(args.dirs)} directories")
-    probes = [load_probe(d) for d in args.dirs]
+def run(config: ProbeReportConfig) -> CommandResult:
+    labels = config.names or [Path(d).resolve().name for d in config.dirs]
+    if len(labels) != len(config.dirs):
+        raise UserError(f"--names has {len(labels)} names for {len(config.dirs)} directories")
+    probes = [load_probe(d) for d in config.dirs]
     layers = {p.get("layer") for p in probes}
-    out = Path(args.output)
+    out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)
-    plot(labels, probes, out / "dirk.png", args.title)
+    plot(labels, probes, out / "dirk.png", config.title)
+    outputs = {"plot": str(out / "dirk.png"), "report": str(out / "dirk.md")}
     md = "# DirK per round: mean [95% bootstrap CI]\n\n" + markdown_table(labels, probes)
     if len(layers) > 1:
         md += "\nWarning: the probes use different layers, so their values are not comparable.\n"
     if len({p.get("knowledge_reference", "verifier") for p in probes}) > 1:
         md += ("\nWarning: h(K) comes from the verifier in some probes and from the base model in others: "
                "their DirK values measure drift toward different states.\n")
+    common = None
     if len(probes) > 1:
         boot = probes[0].get("bootstrap") or {}
-        common = common_subset_rounds([load_claim_values(d) for d in args.dirs],
+        common = common_subset_rounds([load_claim_values(d) for d in config.dirs],
                                       n_resamples=boot.get("n_resamples", 2000), seed=boot.get("seed", 0))
         md += ("\n## On one common subset\n\nPer round, only the claims whose DirK is defined in every probe "
                "(the pool changed and the state moved for all systems), so every column reads the same claims:\n\n"
                + common_subset_table(labels, common))
         atomic_write_text(out / "dirk_common.json", json.dumps({"labels": labels, "rounds": common}, indent=2) + "\n")
+        outputs["common"] = str(out / "dirk_common.json")
     notes = reference_notes(labels, probes)
     if notes:
         md += "\nWhat DirK measures here:\n\n" + "\n".join(notes) + "\n"
     atomic_write_text(out / "dirk.md", md)
     print(md, end="")
     print(f"fae probe-report: wrote {out / 'dirk.png'} and {out / 'dirk.md'}")
-    return 0
+    summary = {"labels": labels, "rounds": [p["rounds"] for p in probes], "common_subset": common}
+    return CommandResult(outputs=outputs, summary=summary)

@@ -1,0 +1,32 @@
+"""Backend options a diagnostic command embeds, declared once: where their backend declares them.
+
+`fae probe`, `fae neurons` and `fae pave` put some of a backend's options on
+their command line (``add_option_flags(parser, HFOptions, names)``); their
+configs take the same fields with :func:`backend_field`, which copies the
+default and the range from the backend's options dataclass, so a default is
+still written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fae.backends.hf import HFOptions
+
+
+def backend_field(options_class: type, name: str) -> Any:
+    """A dataclass field with the default and metadata (help, range) of ``options_class``'s field ``name``."""
+    f = {f.name: f for f in dataclasses.fields(options_class)}[name]
+    if f.default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=f.default_factory, metadata=f.metadata)
+    return dataclasses.field(default=f.default, metadata=f.metadata)
+
+
+@dataclasses.dataclass
+class HFLoadFields:
+    """How the hf backend loads a model (``--device``, ``--dtype``, ``--trust-remote-code``), as `fae run` has them."""
+
+    device: str = backend_field(HFOptions, "device")
+    dtype: str = backend_field(HFOptions, "dtype")
+    trust_remote_code: bool = backend_field(HFOptions, "trust_remote_code")
