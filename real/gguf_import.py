@@ -13,19 +13,39 @@ reloads the saved directory and checks that it computes the same logits.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import logging
 from pathlib import Path
+from typing import Literal
 
 from real_fae_core.atomicio import atomic_dir
 from real_fae_core.cli import run_guarded
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 
 logger = logging.getLogger("real.gguf_import")
 GGUF_MAGIC = b"GGUF"
 DTYPES = ("float32", "bfloat16", "float16")
 VERIFY_PROMPT = "Claim: water boils at 100 degrees Celsius at sea level."
+
+
+@dataclasses.dataclass
+class ImportGgufConfig(CommandConfig):
+    """`real-import-gguf`: a GGUF model as a trainable HF model directory; exactly one of ``gguf`` and
+    ``package`` names the source."""
+
+    output: str
+    gguf: str | None = None
+    package: str | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # DTYPES
+    chat_template: str | None = None
+    overwrite: bool = False
+    verify: bool = True
+
+
+CONFIG = ImportGgufConfig
 
 
 def find_gguf(path: str | Path) -> Path:
@@ -216,16 +236,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+def run(config: ImportGgufConfig) -> CommandResult:
+    """`real-import-gguf` as a function: the model directory in ``config.output``; its import_info as the summary."""
+    if (config.gguf is None) == (config.package is None):
+        raise UserError("give the GGUF source once: a GGUF file (or a directory holding one) or --package DIST"
+                        + (", not both" if config.gguf is not None else ""))
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    info = import_gguf(packaged_gguf(args.package) if args.package else args.gguf, args.output, dtype=args.dtype, chat_template=args.chat_template,
-                       overwrite=args.overwrite, verify=args.verify)
+    info = import_gguf(packaged_gguf(config.package) if config.package else config.gguf, config.output,
+                       dtype=config.dtype, chat_template=config.chat_template, overwrite=config.overwrite,
+                       verify=config.verify)
     checked = (f"; reloaded logits match (max diff {info['verify_max_abs_logit_diff']:.2g})"
                if "verify_max_abs_logit_diff" in info else "")
     print(f"real-import-gguf: {info['architecture']} model, {info['parameters'] / 1e6:.1f}M parameters "
-          f"({info['dtype']}), saved to {args.output}{checked}")
-    return 0
+          f"({info['dtype']}), saved to {config.output}{checked}")
+    out = Path(config.output).expanduser()
+    return CommandResult(outputs={"model": str(out), "import_info": str(out / "import_info.json")}, summary=info)
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    return run(CONFIG.from_namespace(args)).exit_code
 
 
 if __name__ == "__main__":

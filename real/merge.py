@@ -9,16 +9,34 @@ template's end-of-turn token as eos) are carried over.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 from pathlib import Path
+from typing import Literal
 
 from real_fae_core.atomicio import atomic_dir, atomic_write_text
 from real_fae_core.cli import run_guarded
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 
 logger = logging.getLogger("real.merge")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+@dataclasses.dataclass
+class MergeConfig(CommandConfig):
+    """`real-merge`: fold a LoRA adapter into its base model."""
+
+    adapter: str
+    output: str
+    base: str | None = None
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"  # DTYPES
+    trust_remote_code: bool = False
+    overwrite: bool = False
+
+
+CONFIG = MergeConfig
 
 
 def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: str = "auto",
@@ -89,13 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def run(config: MergeConfig) -> CommandResult:
+    """`real-merge` as a function: the merged model in ``config.output``."""
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    out = merge_adapter(config.adapter, config.output, base=config.base, dtype=config.dtype,
+                        trust_remote_code=config.trust_remote_code, overwrite=config.overwrite)
+    print(f"real-merge: merged model saved to {out}")
+    return CommandResult(outputs={"model": str(out)})
+
+
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    out = merge_adapter(args.adapter, args.output, base=args.base, dtype=args.dtype,
-                        trust_remote_code=args.trust_remote_code, overwrite=args.overwrite)
-    print(f"real-merge: merged model saved to {out}")
-    return 0
+    return run(CONFIG.from_namespace(args)).exit_code
 
 
 if __name__ == "__main__":

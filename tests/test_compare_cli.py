@@ -150,3 +150,26 @@ def test_families_file_errors_name_their_line(tmp_path):
         load_families(p)
     p.write_text(json.dumps({"c1": "x", "c2": "y"}))
     assert load_families(p) == {"c1": "x", "c2": "y"}
+
+
+def test_compare_as_a_function_gives_what_the_command_line_gives(runs, tmp_path, capsys):
+    from typing import get_args, get_type_hints
+
+    from fae.comparison import accounting
+    from fae.comparison.compare import CompareConfig, run
+
+    a, b = runs
+    assert main(["compare", str(a), str(b), "--output", str(tmp_path / "cli"), "--bootstrap", "300",
+                 "--seed", "5", "--metric", "fever_score"]) == 0
+    res = run(CompareConfig(run_a=a, run_b=b, output=tmp_path / "py", bootstrap=300, seed=5, metric="fever_score"))
+    assert res.ok and res.outputs == {"json": str(tmp_path / "py" / "compare.json"),
+                                      "markdown": str(tmp_path / "py" / "compare.md")}
+    cli = json.loads((tmp_path / "cli" / "compare.json").read_text())
+    assert json.loads((tmp_path / "py" / "compare.json").read_text()) == cli
+    assert json.loads(json.dumps(res.summary)) == cli and res.summary["G"]["estimate"] == cli["G"]["estimate"]
+    assert (tmp_path / "py" / "compare.md").read_text() == (tmp_path / "cli" / "compare.md").read_text()
+    assert get_args(get_type_hints(CompareConfig)["metric"]) == accounting.METRICS  # the choices, once
+    with pytest.raises(UserError, match=r"^CompareConfig: confidence: must be < 1, got 1.5$"):
+        CompareConfig(run_a=a, run_b=b, output=tmp_path / "x", confidence=1.5)
+    with pytest.raises(UserError, match=r"^CompareConfig: metric: must be one of strict, fever_score"):
+        CompareConfig(run_a=a, run_b=b, output=tmp_path / "x", metric="f1")

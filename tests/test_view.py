@@ -224,3 +224,24 @@ def test_soft_figures_have_integer_round_ticks_and_legends_off_the_data():
     ax = fig.axes[0]
     assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1
     plt.close(fig)
+
+
+def test_fae_view_as_a_function_writes_what_the_command_line_writes(toy_runs, tmp_path, capsys):
+    from fae.view.cli import ViewConfig, run
+    from real_fae_core.errors import UserError
+
+    a, b, records = toy_runs
+    assert fae(["view", str(a), str(b), "--output", str(tmp_path / "cli"), "--names", "A", "B",
+                "--records", str(records), "--shard-size", "4"]) == 0
+    res = run(ViewConfig(runs=[str(a), str(b)], output=tmp_path / "py", names=["A", "B"], records=records, shard_size=4))
+    assert res.ok and res.outputs == {"page": str(tmp_path / "py" / "index.html"), "site": str(tmp_path / "py")}
+    assert res.summary == {"n_claims": 6, "n_runs": 2}
+
+    def files(root):
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    assert files(tmp_path / "py") == files(tmp_path / "cli")
+    with pytest.raises(UserError, match=r"^ViewConfig: shard_size: must be >= 1, got 0$"):
+        ViewConfig(runs=[str(a)], output=tmp_path / "x", shard_size=0)
+    with pytest.raises(UserError, match=r"^--names has 1 names for 2 runs$"):
+        run(ViewConfig(runs=[str(a), str(b)], output=tmp_path / "x", names=["A"]))

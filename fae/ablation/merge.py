@@ -10,14 +10,29 @@ single-process run would have written them. Merging again is harmless.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import shlex
 import sys
 from pathlib import Path
 
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
+from fae.ablation import runio
 from fae.ablation.cli import write_results
 from fae.ablation.shards import merge
+
+
+@dataclasses.dataclass
+class MergeConfig(CommandConfig):
+    """`fae merge`: the shards of a run joined into one run."""
+
+    run_dir: str
+    shards: int | None = dataclasses.field(default=None, metadata={"min": 1})
+
+
+CONFIG = MergeConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,16 +41,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="merge the split into N shards (default: the one split found under RUN_DIR/shards)")
 
 
-def run(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
+def run(config: MergeConfig) -> CommandResult:
+    run_dir = Path(config.run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} not found")
-    if args.shards is not None and args.shards < 1:
-        raise UserError(f"--shards {args.shards}: at least 1")
+    if config.shards is not None and config.shards < 1:
+        raise UserError(f"--shards {config.shards}: at least 1")
     command = shlex.join(["fae", "merge", *sys.argv[2:]]) if sys.argv[1:2] == ["merge"] else f"fae merge {run_dir}"
     with RunLock(run_dir, "fae merge", is_dir=True):
-        config, claims = merge(run_dir, count=args.shards, command=command)
-        write_results(run_dir, claims, config, prog="fae merge")
-    print(f"fae merge: {config['shards']['count']} shards, {len(claims)} claims -> {run_dir}/claims.jsonl",
+        merged, claims = merge(run_dir, count=config.shards, command=command)
+        write_results(run_dir, claims, merged, prog="fae merge")
+    print(f"fae merge: {merged['shards']['count']} shards, {len(claims)} claims -> {run_dir}/claims.jsonl",
           file=sys.stderr)
-    return 0
+    metrics = json.loads((run_dir / runio.METRICS).read_text(encoding="utf-8"))
+    return CommandResult(outputs={"run_dir": str(run_dir), "claims": str(run_dir / runio.CLAIMS),
+                                  "metrics": str(run_dir / runio.METRICS), "report": str(run_dir / "report.md")},
+                         summary={"shards": merged["shards"]["count"], "n_claims": len(claims), "metrics": metrics})

@@ -26,13 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.errors import UserError
 from real_fae_core.hashing import sha256_text
+from real_fae_core.runlock import LOCK_NAME
 from fae.ablation import runio
 
 SHARDS_DIR = runio.SHARDS_DIR
 _SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 _DIR = re.compile(r"(\d+)-of-(\d+)")
+_SHARD_FLAG = re.compile(r"(--shard[= ]\s*)\d+\s*/\s*\d+")
 # config.json keys that may differ between shards of one run (everything else must be equal)
 _PER_SHARD = ("command", "config_file", "shard", "settings", "versions", "records")
 
@@ -152,29 +155,20 @@ def load_shards(run_dir: str | os.PathLike, count: int | None = None) -> list[Sh
     A missing, partial or foreign shard is a :class:`UserError` naming it. Claims already in the
     run's own claims.jsonl (an earlier single-process or merged pass of the same run) count as done.
     """
+    return read_shards(run_dir, count)[0]
+
+
+def read_shards(run_dir: str | os.PathLike, count: int | None = None) -> tuple[list[ShardState], list[dict]]:
+    """(:func:`load_shards`, the claims of the run's own claims.jsonl): every claims file read once."""
     run_dir = Path(run_dir)
-    found = found_shards(run_dir)
-    if count is not None:
-        found = [f for f in found if f[1] == count]
-    if not found:
-        raise UserError(f"{run_dir}: no shards ({SHARDS_DIR}/I-of-N directories); run `fae run ... --shard I/N` "
-                        "for each I first")
-    counts = sorted({n for _, n, _ in found})
-    if len(counts) > 1:
-        raise UserError(f"{run_dir}: shards of different splits ({', '.join(f'of {n}' for n in counts)}); "
-                        f"keep the directories of one split under {run_dir / SHARDS_DIR}")
-    n = counts[0]
-    have = {i: p for i, _, p in found}
-    missing = [i for i in range(n) if i not in have]
-    if missing:
-        raise UserError(f"{run_dir}: {shard_name(missing[0], n)} is missing ({len(missing)} of {n} missing; "
-                        f"no {shard_dir(run_dir, missing[0], n)}); run it with --shard {missing[0]}/{n}")
-    done_here = {str(c["id"]) for c in runio.read_claims(run_dir / runio.CLAIMS)}
+    have, n = _shard_dirs(run_dir, count)
+    configs = _shard_configs(have, n)
+    done = runio.read_claims(run_dir / runio.CLAIMS)
+    done_here = {str(c["id"]) for c in done}
     states: list[ShardState] = []
     first: dict | None = None
     for i in range(n):
-        path = have[i]
-        config = _read_config(path)
+        path, config = have[i], configs[i]
         sec = config["shard"]
         if sec.get("index") != i or sec.get("count") != n:
             raise UserError(f"{path / runio.CONFIG}: says shard {sec.get('index')}/{sec.get('count')}, "
@@ -198,7 +192,55 @@ def load_shards(run_dir: str | os.PathLike, count: int | None = None) -> list[Sh
             raise UserError(f"{path}: {shard_name(i, n)} is partial ({len(wanted) - len(todo)} of {len(wanted)} "
                             f"claims); finish it with: {cmd}")
         states.append(ShardState(i, n, path, config, claims))
-    return states
+    return states, done
+
+
+def _shard_dirs(run_dir: Path, count: int | None) -> tuple[dict[int, Path], int]:
+    """({index: directory}, N) of the one split under ``run_dir``; none, two splits or a missing shard is refused."""
+    found = found_shards(run_dir)
+    if count is not None:
+        found = [f for f in found if f[1] == count]
+    if not found:
+        raise UserError(f"{run_dir}: no shards ({SHARDS_DIR}/I-of-N directories); run `fae run ... --shard I/N` "
+                        "for each I first")
+    counts = sorted({n for _, n, _ in found})
+    if len(counts) > 1:
+        raise UserError(f"{run_dir}: shards of different splits ({', '.join(f'of {n}' for n in counts)}); "
+                        f"keep the directories of one split under {run_dir / SHARDS_DIR}")
+    n = counts[0]
+    have = {i: p for i, _, p in found}
+    missing = [i for i in range(n) if i not in have]
+    if missing:
+        raise UserError(f"{run_dir}: {shard_name(missing[0], n)} is missing ({len(missing)} of {n} missing; "
+                        f"no {shard_dir(run_dir, missing[0], n)}); run it with --shard {missing[0]}/{n}")
+    return have, n
+
+
+def never_started(path: Path) -> bool:
+    """A shard directory with nothing of a run in it (at most its lock file): its `fae run --shard` was
+    refused, or stopped, before it wrote its config.json."""
+    return not any(p.name != LOCK_NAME for p in path.iterdir())
+
+
+def _shard_configs(have: dict[int, Path], n: int) -> dict[int, dict]:
+    """{index: config.json} of every shard; a shard that never started is refused with the command that runs it."""
+    never = [i for i in range(n) if never_started(have[i])]
+    configs = {i: _read_config(have[i]) for i in range(n) if i not in never}
+    if never:
+        i = never[0]
+        raise UserError(f"{have[i]}: {shard_name(i, n)} never started (its directory is empty: its run was refused "
+                        f"or stopped before it began; {len(never)} of {n} shards never started); "
+                        f"run it with: {shard_command(configs, i, n)}")
+    return configs
+
+
+def shard_command(configs: dict[int, dict], i: int, n: int) -> str:
+    """The command of shard ``i``: another shard's recorded command with its ``--shard`` spec changed."""
+    for config in configs.values():
+        command = config.get("command")
+        if isinstance(command, str) and _SHARD_FLAG.search(command):
+            return _SHARD_FLAG.sub(lambda m: f"{m.group(1)}{i}/{n}", command, count=1)
+    return f"fae run ... --shard {i}/{n}"
 
 
 def merged_config(states: Sequence[ShardState], command: str | None) -> dict:
@@ -232,15 +274,31 @@ def merge(run_dir: str | os.PathLike, count: int | None = None, command: str | N
           ) -> tuple[dict, list[dict]]:
     """Check the shards (:func:`load_shards`) and write the run's config.json and claims.jsonl (record order).
 
-    Returns (config, claims). Idempotent: merging again rewrites the same files.
+    Returns (config, claims). Idempotent: merging again rewrites the same files. Each claims file
+    is read once: the claims the checks read are the ones merged.
     """
     run_dir = Path(run_dir)
-    states = load_shards(run_dir, count)
+    states, done = read_shards(run_dir, count)
     config = merged_config(states, command)
     check_run_config(run_dir, config)
     runio.write_json_atomic(run_dir / runio.CONFIG, config)
-    claims = runio.merge_claims(run_dir, config["claim_ids"],
-                                files=[s.path / runio.CLAIMS for s in states])
+    claims = join_claims(run_dir, config["claim_ids"], [done, *(s.claims for s in states)])
     if len(claims) != len(config["claim_ids"]):
         raise UserError(f"{run_dir}: {len(config['claim_ids']) - len(claims)} claims missing after the merge")
     return config, claims
+
+
+def join_claims(run_dir: Path, record_ids: Sequence[str], parts: Sequence[Sequence[dict]]) -> list[dict]:
+    """Write ``run_dir``/claims.jsonl from claims already read (the run's own first, then each shard's):
+    record order, each id once, as :func:`runio.merge_claims` does from the files. Returns the claims."""
+    by_id: dict[str, dict] = {}
+    for claims in parts:
+        for c in claims:
+            by_id.setdefault(str(c["id"]), c)
+    order = {rid: k for k, rid in enumerate(record_ids)}
+    unknown = [i for i in by_id if i not in order]
+    if unknown:
+        raise UserError(f"{run_dir}: claims {unknown[:3]} are not in the records file; use a fresh output directory")
+    merged = sorted(by_id.values(), key=lambda c: order[str(c["id"])])
+    atomic_write_text(run_dir / runio.CLAIMS, "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in merged))
+    return merged

@@ -13,13 +13,16 @@ claims (or whole families with ``--families``). Writes ``compare.json`` and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from fae.ablation.runio import CLAIMS, RunData, load_run
@@ -30,6 +33,24 @@ from fae.ablation.soft_metrics import (
     soft_from_sums,
 )
 from fae.comparison import accounting as acc
+
+
+@dataclass
+class CompareConfig(CommandConfig):
+    """`fae compare`: answer/evidence score accounting between two runs."""
+
+    run_a: str
+    run_b: str
+    output: str
+    metric: Literal["strict", "fever_score", "label_accuracy"] = "strict"  # acc.METRICS
+    bootstrap: int = dataclasses.field(default=10_000, metadata={"min": 1})
+    seed: int = 20261099
+    confidence: float = dataclasses.field(default=0.95, metadata={"above": 0, "below": 1})
+    families: str | None = None
+    allow_mixed_decoding: bool = False
+
+
+CONFIG = CompareConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -449,20 +470,20 @@ def check_same_decoding(a: Run, b: Run, allow_mixed: bool) -> None:
                         "--allow-mixed-decoding to compare anyway")
 
 
-def run(args) -> int:
-    if args.bootstrap < 1:
+def run(config: CompareConfig) -> CommandResult:
+    if config.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
-    if not 0 < args.confidence < 1:
+    if not 0 < config.confidence < 1:
         raise UserError("--confidence must be between 0 and 1")
-    a, b = load_compared(args.run_a), load_compared(args.run_b)
-    check_same_decoding(a, b, getattr(args, "allow_mixed_decoding", False))
-    families = load_families(args.families) if args.families else None
+    a, b = load_compared(config.run_a), load_compared(config.run_b)
+    check_same_decoding(a, b, config.allow_mixed_decoding)
+    families = load_families(config.families) if config.families else None
     try:
-        res = compare_runs(a, b, metric=args.metric, n_resamples=args.bootstrap, seed=args.seed,
-                           confidence=args.confidence, families=families)
+        res = compare_runs(a, b, metric=config.metric, n_resamples=config.bootstrap, seed=config.seed,
+                           confidence=config.confidence, families=families)
     except ValueError as exc:  # e.g. fewer than 2 resampling units
         raise UserError(str(exc)) from None
-    out = Path(args.output)
+    out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "compare.json", res)
     atomic_write_text(out / "compare.md", render_markdown(res))
@@ -470,4 +491,5 @@ def run(args) -> int:
     print(f"G = {_fmt(g['estimate'])} {_ci(g)}  E0 = {_fmt(res['E0']['estimate'])}  "
           f"E1 = {_fmt(res['E1']['estimate'])}  ({res['metric']}, {res['n_claims']} claims)")
     print(f"wrote {out / 'compare.json'} and {out / 'compare.md'}")
-    return 0
+    return CommandResult(outputs={"json": str(out / "compare.json"), "markdown": str(out / "compare.md")},
+                         summary=res)

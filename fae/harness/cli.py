@@ -8,11 +8,26 @@ eval id). docs/inspect.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
+from pathlib import Path
 
+from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
+
+
+@dataclasses.dataclass
+class FromInspectConfig(CommandConfig):
+    """`fae from-inspect`: an Inspect AI log as a run directory."""
+
+    log: str
+    output: str
+    skip_incomplete: bool = False
+
+
+CONFIG = FromInspectConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,18 +38,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="make a run of the complete claims only (default: refuse a log with an incomplete claim)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(config: FromInspectConfig) -> CommandResult:
     try:
         from fae.harness.logrun import log_to_run  # loads inspect_ai, an optional extra
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] == "inspect_ai":
             raise UserError("reading Inspect logs needs Inspect AI: pip install -e \".[inspect]\"") from None
         raise
-    command = shlex.join(["fae", "from-inspect", args.log, "--output", args.output]
-                         + (["--skip-incomplete"] if args.skip_incomplete else []))
-    metrics = log_to_run(args.log, args.output, command=command, skip_incomplete=args.skip_incomplete)
+    command = shlex.join(["fae", "from-inspect", config.log, "--output", config.output]
+                         + (["--skip-incomplete"] if config.skip_incomplete else []))
+    metrics = log_to_run(config.log, config.output, command=command, skip_incomplete=config.skip_incomplete)
     print(json.dumps({k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
                                                "IS", "ER", "IO", "model_calls", "reused_calls")}))
-    print(f"fae from-inspect: wrote {args.output}/config.json, claims.jsonl, metrics.json, report.md, "
+    print(f"fae from-inspect: wrote {config.output}/config.json, claims.jsonl, metrics.json, report.md, "
           "trajectory.png", file=sys.stderr)
-    return 0
+    out = Path(config.output)
+    return CommandResult(outputs={"run_dir": str(out), "claims": str(out / "claims.jsonl"),
+                                  "metrics": str(out / "metrics.json"), "report": str(out / "report.md")},
+                         summary=metrics)
