@@ -82,7 +82,10 @@ class CommandConfig:
         """An instance from what argparse parsed (attributes that are not fields, such as the dispatcher's
         ``command``, are left out)."""
         names = init_fields([cls])
-        return cls.from_mapping({k: v for k, v in vars(args).items() if k in names}, source="command line")
+        # keys spelled as the flags, so that a bad value is named as the user typed it: `--min-votes`
+        given = {"--" + k.replace("_", "-"): plain_value(v) for k, v in vars(args).items() if k in names}
+        return cls(**check_mapping(given, [cls], lambda _key: "command line",
+                                   spell=lambda flag: flag[2:].replace("-", "_")))
 
     def replace(self: C, **changes: Any) -> C:
         """A copy with some fields changed, checked again."""
