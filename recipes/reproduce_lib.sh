@@ -16,6 +16,9 @@ _reproduce_settings() {
     REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
     # recipe and config paths print relative when run from the checkout itself
     [[ $PWD == "$REPO_ROOT" ]] && REPO_ROOT=.
+    # the Python that the prerequisite check asks for the extras (and that writes the step times): the one
+    # whose console scripts (real-data, fae, real-train) run the steps
+    : "${PYTHON:=python3}"
 
     # the backbone and what to train
     : "${MODEL:?the wrapper sets MODEL}"
@@ -98,7 +101,7 @@ step() {
     local t0=$SECONDS
     "$@"
     mkdir -p "$(dirname "$STEP_TIMES")"
-    python3 -c 'import json, sys; print(json.dumps({"done": sys.argv[1], "seconds": int(sys.argv[2]), "command": sys.argv[3:]}))' \
+    "$PYTHON" -c 'import json, sys; print(json.dumps({"done": sys.argv[1], "seconds": int(sys.argv[2]), "command": sys.argv[3:]}))' \
         "${done_files[0]}" "$((SECONDS - t0))" "$@" >> "$STEP_TIMES"
 }
 
@@ -120,18 +123,25 @@ raw_files_of() {
 }
 
 # preflight: every problem a later step would stop on (a missing extra, data file, recipe, disk), all at
-# once, before anything runs: a run must not stop after an hour of training on what was known at the start
+# once, before anything runs: a run must not stop after an hour of training on what was known at the start.
+# A missing package is named with the one install line that installs everything this run needs.
 preflight() {
-    local problems=() set f module extra needs=() variant free_kb
-    _missing_module() { python3 -c "import $1" > /dev/null 2>&1 || problems+=("the Python package '$1' is missing: pip install -e \".[$2]\" (needed by $3)"); }
-    command -v real-data > /dev/null || problems+=("real-fae is not installed: pip install torch==2.13.0 -e .")
-    command -v accelerate > /dev/null || problems+=("accelerate is not installed: pip install torch==2.13.0 -e .")
-    # extras: what the settings ask for
+    local problems=() set f needs=() need module extra why variant free_kb extras install
+    # extras: what the settings ask for, as MODULE:EXTRA:WHY
     local fae_flags="$FAE_ARGS $BASE_FAE_ARGS $PAVE_ARGS $CHECKPOINT_ARGS"
-    [[ $fae_flags == *--constrained-decoding* ]] && _missing_module xgrammar structured "--constrained-decoding"
-    grep -qs "distributed_type: DEEPSPEED" "$ACCELERATE_CONFIG" && _missing_module deepspeed deepspeed "$ACCELERATE_CONFIG"
-    for needs in ${MODEL_NEEDS:-}; do  # a wrapper's own needs, MODULE:EXTRA (e.g. gguf:gguf for a GGUF import)
-        _missing_module "${needs%%:*}" "${needs##*:}" "the base model's set-up (prepare_model)"
+    [[ $fae_flags == *--constrained-decoding* ]] && needs+=("xgrammar:structured:--constrained-decoding with the hf backend")
+    grep -qs "distributed_type: DEEPSPEED" "$ACCELERATE_CONFIG" && needs+=("deepspeed:deepspeed:$ACCELERATE_CONFIG")
+    for need in ${MODEL_NEEDS:-}; do  # a wrapper's own needs, MODULE:EXTRA (e.g. gguf:gguf for a GGUF import)
+        needs+=("$need:the base model's set-up (prepare_model)")
+    done
+    extras=$(for need in "${needs[@]}"; do cut -d: -f2 <<< "$need"; done | sort -u | paste -sd, -)
+    install="pip install torch==2.13.0 -e \"$REPO_ROOT${extras:+[$extras]}\""
+    command -v real-data > /dev/null || problems+=("real-fae is not installed: $install")
+    command -v accelerate > /dev/null || problems+=("accelerate is not installed: $install")
+    for need in "${needs[@]}"; do
+        IFS=: read -r module extra why <<< "$need"
+        "$PYTHON" -c "import $module" > /dev/null 2>&1 \
+            || problems+=("the Python package '$module' (extra [$extra], needed by $why) is missing from $PYTHON; $install installs everything this script runs")
     done
     [[ -f $ACCELERATE_CONFIG ]] || problems+=("ACCELERATE_CONFIG $ACCELERATE_CONFIG: no such file")
     [[ -f $EVAL_CONFIG ]] || problems+=("EVAL_CONFIG $EVAL_CONFIG: no such file")
@@ -152,11 +162,16 @@ preflight() {
     (( free_kb >= MIN_FREE_GB * 1024 * 1024 )) \
         || problems+=("only $((free_kb / 1024 / 1024)) GB free in $PWD; the run needs about $MIN_FREE_GB GB (MIN_FREE_GB)")
     (( ${#problems[@]} == 0 )) && { echo "# prerequisites: all present"; return 0; }
-    printf 'reproduce: %s\n' "${problems[@]}" >&2
     if [[ $DRY_RUN == 1 ]]; then
+        printf 'reproduce: %s\n' "${problems[@]}" >&2
         echo "# prerequisites: ${#problems[@]} missing (listed on stderr); a real run would stop here"
         return 0
     fi
+    if (( ${#problems[@]} == 1 )); then  # one line: what is missing, and how to get it
+        echo "reproduce: ${problems[0]}; nothing was run" >&2
+        return 2
+    fi
+    printf 'reproduce: %s\n' "${problems[@]}" >&2
     echo "reproduce: ${#problems[@]} prerequisite(s) missing; nothing was run" >&2
     return 2
 }
@@ -311,7 +326,7 @@ reproduce_main() {
     done
     echo "# 6. one summary of the experiment (Table-1 columns, soft FAE, DirK, PAVE, step times)"
     if [[ $DRY_RUN != 1 ]]; then
-        python3 "$REPO_ROOT/recipes/summarize.py" --model-id "$MODEL_ID" --systems $systems --sets $TEST_SETS \
+        "$PYTHON" "$REPO_ROOT/recipes/summarize.py" --model-id "$MODEL_ID" --systems $systems --sets $TEST_SETS \
             --output "$REPORTS_DIR/$MODEL_ID/summary.json"
     fi
     if [[ $DRY_RUN == 1 ]]; then echo "# dry run: nothing was executed"; else echo "# all steps done"; fi

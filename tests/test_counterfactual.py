@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from data_prep.cli import main as real_data
@@ -697,3 +697,92 @@ def test_a_proved_swap_states_the_opposite_verdict_with_the_claims_direction(met
         assert new_says == claim_says  # the claim's value with the claim's direction: it now supports it
     if label == "REFUTE":
         assert swap.proved == same_direction  # "decreased by 30%" never passes for "increased by 30%"
+
+
+def test_a_value_swapped_in_with_the_opposite_direction_or_another_unit_is_not_proved():
+    """The issue's example: "X decreased by 12%" rewritten to "X decreased by 30%" still refutes "X increased by
+    30%"; it goes to the judge (unproved), never to the rule. So when the direction word stands far from its
+    value, when a change has no direction the rule knows, or when the unit differs."""
+    swap, why = _swap("X increased by 30%.", "REFUTE", "X decreased by 12%.")
+    assert why is None and swap.text == "X decreased by 30%." and not swap.proved
+    far = _swap("Sales increased over the last fiscal year by 30%.", "REFUTE",
+                "Sales decreased over the last fiscal year by 12%.")[0]
+    assert far.text == "Sales decreased over the last fiscal year by 30%." and not far.proved
+    assert not _swap("Mortality improved by 30% in adults.", "REFUTE", "Mortality worsened by 12% in adults.")[0].proved
+    assert not _swap("The dose was 30 mg/kg in adults.", "REFUTE", "The dose was 12 mg/day in adults.")[0].proved
+    # SUPPORT: the claim's value moved away in a sentence that gives it another direction proves nothing either
+    assert not _swap("X increased by 30% in adults.", "SUPPORT", "X fell, by 30% in adults.")[0].proved
+    # where value, unit and direction agree the rule proves the flip (it is not vacuous)
+    for claim, sentence in (("X increased by 30% in adults.", "X rose by 12% in adults."),
+                            ("Sales increased over the last fiscal year by 30%.",
+                             "Sales rose over the last fiscal year by 12%."),
+                            ("The dose was 30 mg/kg in adults.", "The dose was 12 mg/kg in adults.")):
+        swap, why = _swap(claim, "REFUTE", sentence)
+        assert why is None and swap.proved, (claim, sentence, swap)
+
+
+# An oracle of its own for generated sentences: a whitespace tokenizer and the generator's vocabulary (no regular
+# expressions or word lists of the implementation): which direction, value and unit a sentence states.
+_ORACLE_UP = {"increased", "rose", "grew", "climbed", "jumped", "increase", "rise", "gain"}
+_ORACLE_DOWN = {"decreased", "fell", "declined", "dropped", "plunged", "shrank", "decrease", "drop", "reduction"}
+_ORACLE_OTHER = {"changed", "shifted", "varied", "improved", "worsened"}  # a change whose direction is not stated
+_ORACLE_UNITS = {"%", "mg", "days", "mg/kg", "mg/day", "patients"}
+
+
+def _oracle(text: str) -> tuple[frozenset, str, str | None]:
+    """(directions, value, unit): the change words read as up/down (any other change word as itself), the one
+    number, and the unit token that follows it."""
+    tokens = text.lower().replace("%", " %").replace(",", " ").rstrip(".").split()
+    dirs = frozenset("up" if t in _ORACLE_UP else "down" if t in _ORACLE_DOWN else t
+                     for t in tokens if t in _ORACLE_UP | _ORACLE_DOWN | _ORACLE_OTHER)
+    (i, value), = [(i, t) for i, t in enumerate(tokens) if t.isdigit()]
+    unit = tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1] in _ORACLE_UNITS else None
+    return dirs, value, unit
+
+
+_VERBS = ("increased", "rose", "grew", "climbed", "jumped", "decreased", "fell", "declined", "dropped", "plunged",
+          "shrank", "changed", "shifted", "varied", "improved", "worsened")
+_NOUNS = ("increase", "rise", "gain", "decrease", "drop", "reduction")
+_FILLERS = ("", " sharply", " over the last fiscal year", " in the second half of the trial period")
+
+
+def _generated(template: int, subject: str, verb: str, noun: str, filler: str, value: int, unit: str) -> str:
+    amount = f"{value}{unit}" if unit == "%" else f"{value} {unit}"
+    if template == 0:  # the change, its amount after "by"
+        return f"{subject.capitalize()} {verb}{filler} by {amount} in adults."
+    if template == 1:  # the change as a noun after its amount
+        return f"In adults, a {amount} {noun} in {subject} was seen{filler}."
+    return f"{subject.capitalize()} was {amount}{filler} in adults."  # a level, no change
+
+
+_SIDE = st.tuples(st.integers(0, 2), st.sampled_from(_VERBS), st.sampled_from(_NOUNS), st.sampled_from(_FILLERS),
+                  st.integers(10, 99), st.sampled_from(sorted(_ORACLE_UNITS)))
+
+
+@settings(derandomize=True, max_examples=400, deadline=None)
+@given(st.sampled_from(["mortality", "the viral load", "the median dose", "the hospital stay"]), _SIDE, _SIDE,
+       st.sampled_from(["SUPPORT", "REFUTE"]), st.integers(0, 3))
+def test_a_proved_swap_states_the_claims_direction_value_and_unit_by_an_independent_oracle(subject, c_side, s_side,
+                                                                                          label, seed):
+    """Generated (claim, sentence) pairs over directions, values, units, templates and fillers that move the
+    direction word away from its value: whenever the rule says proved, the oracle reads the new sentence as
+    stating the claim's direction, value and unit (REFUTE -> it now supports the claim), or the claim's direction
+    and unit with another value (SUPPORT -> it now refutes it)."""
+    claim = _generated(c_side[0], subject, *c_side[1:])
+    if label == "SUPPORT":  # a supporting sentence states what the claim states, in its own words
+        template, verb, noun, filler = s_side[:4]
+        sentence = _generated(c_side[0], subject, verb, noun, filler, *c_side[4:])
+        assume(_oracle(sentence) == _oracle(claim))
+    else:
+        sentence = _generated(s_side[0], subject, *s_side[1:])
+        assume(_oracle(sentence) != _oracle(claim))
+    corpus = SpanCorpus.from_texts([claim, sentence, "About 44% and 61% of 73 and 58 cases."])
+    swap, why = claim_aware_swap(claim, label, sentence, corpus, seed=seed, record_id="g", sentence_id=seed)
+    if swap is None or not swap.proved:
+        return
+    claim_says, new_says = _oracle(claim), _oracle(swap.text)
+    if label == "REFUTE":
+        assert new_says == claim_says, (claim, sentence, swap.text)
+    else:
+        assert (new_says[0], new_says[2]) == (claim_says[0], claim_says[2]) and new_says[1] != claim_says[1], \
+            (claim, sentence, swap.text)

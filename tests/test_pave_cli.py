@@ -128,11 +128,16 @@ def test_pave_on_tiny_hf_model(tmp_path, tiny_llama):
                  "--samples", "3", "--temperature", "1.0", "--jsd-samples", "3", "--max-new-tokens", "12",
                  "--output", str(out), "--no-progress", "--tune-split", "0.5", "--keep-refusals"]) == 0
     res = json.loads((out / "pave.json").read_text())
-    assert res["n_claims"] == 4 and res["arbitration"]["variant"] in ("jsd", "vote")
+    assert res["n_claims"] == 4
     lines = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
-    # runs that share a label prefix share one distribution; the vote variant is chosen exactly then
-    identical = all(len({json.dumps(p) for p in c["probs"]}) == 1 for ln in lines for c in ln["conditions"].values())
-    assert res["arbitration"]["variant"] == ("vote" if identical else "jsd")
+    # The random tiny model writes no label prefix ('"label": "') in any run, so every run's distribution is
+    # scored after the answer format's default prefix: all runs of a prompt share one distribution, the JSD is
+    # 0 everywhere, and auto must choose the vote-based variant, and say why.
+    raws = [r for ln in lines for c in ln["conditions"].values() for r in c["raw"]]
+    assert raws and not any('"label"' in r for r in raws), raws
+    assert all(len({json.dumps(p) for p in c["probs"]}) == 1 for ln in lines for c in ln["conditions"].values())
+    assert res["arbitration"]["variant"] == "vote"
+    assert "same label distribution" in res["arbitration"]["variant_reason"]
     assert sum(res["profile"]["states"][s]["ratio"] for s in ("KK", "KU", "UK", "UU")) == pytest.approx(1.0)
     for line in lines:
         for cond in ("claim_only", "gold_evidence", "counterfactual"):
@@ -282,16 +287,27 @@ def test_resume_refuses_a_retrained_adapter_or_rewritten_records_at_the_same_pat
     assert len(cfg["records_sha256"]) == len(cfg["adapter_sha256"]) == 64
     capsys.readouterr()
 
-    save_adapter(1)  # retrained in place
-    assert main(cmd) == 2
-    err = capsys.readouterr().err
-    assert "holds samples made with different settings or inputs (adapter_sha256)" in err, err
+    def refused_for(what: str) -> None:
+        capsys.readouterr()  # what the test itself printed (saving an adapter)
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"holds samples made with different settings or inputs ({what});" in err, err
+        assert (out / "samples.jsonl").read_bytes() == first  # nothing sampled, nothing cut
 
-    save_adapter(0)
+    weights = tmp_path / "adapter" / "adapter_model.safetensors"
+    trained = weights.read_bytes()
+    weights.write_bytes(trained[:-1] + bytes([trained[-1] ^ 1]))  # one weight's bytes changed in place
+    refused_for("adapter_sha256")
+    save_adapter(1)  # retrained in place
+    refused_for("adapter_sha256")
+    weights.write_bytes(trained)
+
     original = records.read_text()
+    records.write_text(original.replace("Claim number 1 holds.", "Claim number 1 holds today."))  # the records
+    refused_for("records_sha256")
+    # the counterfactual evidence rebuilt into the records (what `real-data counterfactual` writes): refused too
     records.write_text(original.replace("FAKE statement number 1", "FAKE claim-aware rewrite 1"))
-    assert main(cmd) == 2
-    assert "(records_sha256)" in capsys.readouterr().err
+    refused_for("records_sha256")
 
     records.write_text(original)  # the same inputs again: resumes, nothing left to sample
     assert main(cmd) == 0

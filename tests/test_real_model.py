@@ -147,3 +147,8 @@ def test_a_few_lora_steps_then_fae_on_real_weights(smollm2, shared_data, tmp_pat
              "--limit", "2", "--rounds", "1", "--max-new-tokens", "40", "--no-progress", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert len((run2 / "claims.jsonl").read_text().splitlines()) == 2
+    # the run is of the adapter's contents (the logits above show they matter), not only of its path
+    from fae.ablation.runio import adapter_sha256
+
+    config = json.loads((run2 / "config.json").read_text())
+    assert config["adapter_sha256"] == adapter_sha256(adapter) is not None

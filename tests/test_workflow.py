@@ -344,7 +344,8 @@ def test_smollm2_reproduce_checks_every_prerequisite_before_the_first_step(tmp_p
                            ("check-covid-test", "covidCheck_test_composed.json"),
                            ("scifact-dev", "claims_dev.jsonl")):
         assert f"data set {set_name}: {tmp_path}/no-such-raw/" in text and name in text, text
-    assert "'no_such_module_xyz' is missing: pip install -e \".[imaginary]\"" in text
+    assert ("'no_such_module_xyz' (extra [imaginary], needed by the base model's set-up (prepare_model)) is "
+            f"missing from python3; pip install torch==2.13.0 -e \"{REPO}[gguf,imaginary,structured]\" installs") in text
     assert "'gguf' is missing" not in text  # installed here: only what is missing is named
     assert "MIN_FREE_GB" in text
     assert "+ " not in p.stdout and not list(work.iterdir())  # no step ran, nothing written, no pip install

