@@ -31,12 +31,29 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
+from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import LOCK_NAME, RunLock
-from data_prep.cli import main as real_data_cli
+from data_prep.enhance.cli import EnhanceConfig
+from data_prep.enhance.cli import run as real_data_enhance
+from data_prep.pairs.cli import PairsConfig
+from data_prep.pairs.cli import run as real_data_pairs
 from data_prep.records import load_records, save_records
 from fae.ablation.metrics import compute_metrics
-from fae.cli import main as fae_cli
+from fae.ablation.cli import run as fae_run
+from fae.ablation.options import FaeRunArguments
+from fae.ablation.report import ReportConfig
+from fae.ablation.report import run as fae_report
+from fae.comparison.compare import CompareConfig
+from fae.comparison.compare import run as fae_compare
+from fae.pave.cli import PaveConfig
+from fae.pave.cli import run as fae_pave
+from fae.probes.cli import ProbeConfig
+from fae.probes.cli import run as fae_probe
+from fae.probes.report import ProbeReportConfig
+from fae.probes.report import run as fae_probe_report
+from fae.view.cli import ViewConfig
+from fae.view.cli import run as fae_view
 from fae.pave.analysis import analyse
 from fae.pave.io import SAMPLES, jsd_condition, read_samples
 from fae.probes.knowledge import shares_text
@@ -183,10 +200,12 @@ def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
     proc.wait()
 
 
-def _cli(module_main, argv: list[str]) -> None:
-    rc = module_main(argv)
-    if rc:
-        raise UserError(f"`{' '.join(argv[:2])}` failed with exit code {rc}")
+def _call(command, config) -> CommandResult:
+    """Run a command as a function (real_fae_core.command): the same config and checks as its command line."""
+    result = command(config)
+    if not result.ok:
+        raise UserError(f"{type(config).__name__}: the command failed with exit code {result.exit_code}")
+    return result
 
 
 def write_world_records(out: Path, size: DemoSize, seed: int) -> tuple[Path, Path]:
@@ -204,7 +223,7 @@ def write_world_records(out: Path, size: DemoSize, seed: int) -> tuple[Path, Pat
     return data / "train.jsonl", data / "test.jsonl"
 
 
-def enhance_step(real_data, out: Path, train_path: Path, seed: int, t0: float) -> tuple[Path, dict]:
+def enhance_step(out: Path, train_path: Path, seed: int, t0: float) -> tuple[Path, dict]:
     """`real-data enhance` on the train records against the simulated annotators.
 
     The real command (client, retries, majority vote, SQLite cache) talks to
@@ -219,8 +238,8 @@ def enhance_step(real_data, out: Path, train_path: Path, seed: int, t0: float) -
         _stage(f"real-data enhance: 3 simulated annotators at {server.base_url} (majority vote, cache)", t0)
         log = out / "logs" / "enhance.log"
         with log.open("w") as fh, contextlib.redirect_stdout(fh), contextlib.redirect_stderr(fh):
-            rc = real_data(["enhance", "--records", str(train_path), "--annotators", str(yaml_path),
-                            "--output", str(enhanced), "--no-progress"])
+            rc = real_data_enhance(EnhanceConfig(records=train_path, annotators=yaml_path, output=enhanced,
+                                                 no_progress=True)).exit_code
         if rc:
             raise UserError(f"`real-data enhance` failed with exit code {rc}; log {log}:\n{log.read_text()[-2000:]}")
     quality = enhancement_quality(load_records(enhanced))
@@ -322,7 +341,7 @@ def counterfactual_check_line(test_path: Path, n_claims: int) -> str:
             "with an LLM judge (docs/counterfactual.md).")
 
 
-def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed: int, t0: float) -> dict:
+def _pave_step(out: Path, base: Path, test_path: Path, size: DemoSize, seed: int, t0: float) -> dict:
     """`fae pave` for sft and real on a few test claims, each beside its own FAE run; PAVE tables in report.md.
 
     The paper's settings (refusal filtering, Margin = Known + Unknown margins,
@@ -333,19 +352,18 @@ def _pave_step(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed
     kept, results = {}, {}
     for variant in PAVE_VARIANTS:
         _stage(f"{variant}: fae pave ({size.pave_claims} claims, N = K = {size.pave_samples})", t0)
-        results[variant], kept[variant] = _pave_variant(fae, out, base, test_path, size, seed, variant)
+        results[variant], kept[variant] = _pave_variant(out, base, test_path, size, seed, variant)
     _append(out / "report.md", _pave_report_lines(kept, results, test_path, size))
     return kept
 
 
-def _pave_variant(fae, out: Path, base: Path, test_path: Path, size: DemoSize, seed: int, variant: str):
+def _pave_variant(out: Path, base: Path, test_path: Path, size: DemoSize, seed: int, variant: str):
     """(pave.json, the summary.json rows per counterfactual kind) of one variant's `fae pave`."""
     pave_dir = out / "pave" / variant
-    _cli(fae, ["pave", "--records", str(test_path), "--output", str(pave_dir), "--backend", "hf",
-               "--model", str(base), "--adapter", str(out / "models" / variant), "--limit", str(size.pave_claims),
-               "--samples", str(size.pave_samples), "--jsd-samples", str(size.pave_samples),
-               "--max-new-tokens", "16", "--check-run", str(out / "runs" / variant), "--seed", str(seed),
-               "--no-progress"])
+    _call(fae_pave, PaveConfig(records=test_path, output=pave_dir, backend="hf", model=base,
+                               adapter=out / "models" / variant, limit=size.pave_claims,
+                               samples=size.pave_samples, jsd_samples=size.pave_samples, max_new_tokens=16,
+                               check_run=out / "runs" / variant, seed=seed, progress=False))
     res = json.loads((pave_dir / "pave.json").read_text())
     cfg = SimpleNamespace(**res["config"])
     if not res["kinds"]:  # refusal filtering left nothing: the unfiltered profile, labelled as such
@@ -436,19 +454,19 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
     # A demo run always starts fresh: stale models must never be resumed into new runs.
     lock = claim_output(out)
     try:
-        return _run_demo_locked(real_data_cli, fae_cli, out, base, size, seed, accelerate_cfg, recipes, t0)
+        return _run_demo_locked(out, base, size, seed, accelerate_cfg, recipes, t0)
     finally:
         lock.release()
 
 
-def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed: int, accelerate_cfg: Path,
+def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerate_cfg: Path,
                      recipes: dict[str, Path], t0: float) -> dict:
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
 
     _stage(f"world: {size.n_train} train / {size.n_test} test claims (seed {seed})", t0)
     train_path, test_path = write_world_records(out, size, seed)
-    enhanced_path, enhancement = enhance_step(real_data, out, train_path, seed, t0)
+    enhanced_path, enhancement = enhance_step(out, train_path, seed, t0)
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
@@ -459,8 +477,8 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
         _stage(f"{variant}: real-data pairs", t0)
         with (logs / f"pairs-{variant}.log").open("w") as fh, contextlib.redirect_stdout(fh), \
                 contextlib.redirect_stderr(fh):
-            _cli(real_data, ["pairs", "--records", str(enhanced_path), "--variant", variant, "--output", str(pairs),
-                             "--tokenizer", str(base), "--max-length", "512", "--seed", str(seed)])
+            _call(real_data_pairs, PairsConfig(records=enhanced_path, variant=variant, output=pairs, tokenizer=base,
+                                               max_length=512, seed=seed))
         cmd = [accelerate, "launch", "--config_file", str(accelerate_cfg), "--num_cpu_threads_per_process",
                str(threads), "-m", "real.train", "--config", str(recipes[variant]), "--model_name_or_path", str(base),
                "--dataset_name", str(pairs), "--output_dir", str(out / "models" / variant), "--seed", str(seed)]
@@ -474,24 +492,24 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
     for variant in VARIANTS:
         _stage(f"{variant}: fae run (R = 4) on the test split", t0)
         run_dir = out / "runs" / variant
-        _cli(fae, ["run", "--records", str(test_path), "--output", str(run_dir), "--backend", "hf",
-                   "--model", str(base), "--adapter", str(out / "models" / variant), "--rounds", "4",
-                   "--batch-size", "32", "--max-new-tokens", "16", "--no-progress",
-                   "--chunk-size", "256"])  # all test claims in one window: the measured batches
+        _call(fae_run, FaeRunArguments(records=test_path, output=run_dir, backend="hf", model=base,
+                                       adapter=out / "models" / variant, rounds=4, batch_size=32,
+                                       max_new_tokens=16, progress=False,
+                                       chunk_size=256))  # all test claims in one window: the measured batches
         _stage(f"{variant}: fae probe (DirK; h(K) from the variant, then from the base model)", t0)
         for reference, probe_dir in (("verifier", variant), ("base", base_reference_dir(variant))):
-            _cli(fae, ["probe", str(run_dir), "--model", str(base), "--adapter", str(out / "models" / variant),
-                       "--output", str(out / "probes" / probe_dir), "--bootstrap", str(size.bootstrap),
-                       "--seed", str(seed), "--batch-size", "32", "--knowledge-reference", reference])
+            _call(fae_probe, ProbeConfig(run_dir=run_dir, model=base, adapter=out / "models" / variant,
+                                         output=out / "probes" / probe_dir, bootstrap=size.bootstrap, seed=seed,
+                                         batch_size=32, knowledge_reference=reference))
 
     _stage("reports: fae report, fae probe-report, fae compare (sft vs real)", t0)
     runs = [str(out / "runs" / v) for v in VARIANTS]
-    _cli(fae, ["report", *runs, "--output", str(out), "--names", *VARIANTS])
-    _cli(fae, ["probe-report", *[str(out / "probes" / v) for v in VARIANTS], "--output", str(out),
-               "--names", *VARIANTS])
+    _call(fae_report, ReportConfig(runs=runs, output=out, names=list(VARIANTS)))
+    _call(fae_probe_report, ProbeReportConfig(dirs=[out / "probes" / v for v in VARIANTS], output=out,
+                                              names=list(VARIANTS)))
     _append(out / "report.md", dirk_lines(out))
-    _cli(fae, ["compare", str(out / "runs" / "sft"), str(out / "runs" / "real"), "--output", str(out / "compare"),
-               "--metric", "strict", "--bootstrap", str(size.bootstrap), "--seed", str(seed)])
+    _call(fae_compare, CompareConfig(run_a=out / "runs" / "sft", run_b=out / "runs" / "real",
+                                     output=out / "compare", metric="strict", bootstrap=size.bootstrap, seed=seed))
 
     test = load_records(test_path)
     incomplete = {r.id for r in test if r.extra.get("incomplete_gold")}
@@ -500,10 +518,10 @@ def _run_demo_locked(real_data, fae, out: Path, base: Path, size: DemoSize, seed
                             for v in VARIANTS}}
     _append(out / "report.md", enhancement_lines(enhancement) + subset_lines(subsets))
 
-    pave = _pave_step(fae, out, base, test_path, size, seed, t0) if size.pave_claims else {}
+    pave = _pave_step(out, base, test_path, size, seed, t0) if size.pave_claims else {}
 
     _stage("fae view: per-claim explorer of the four runs (view/index.html)", t0)
-    _cli(fae, ["view", *runs, "--output", str(out / "view"), "--names", *VARIANTS, "--title", "real-demo: FAE claims"])
+    _call(fae_view, ViewConfig(runs=runs, output=out / "view", names=list(VARIANTS), title="real-demo: FAE claims"))
 
     summary = {
         "wall_seconds": round(time.time() - t0, 1),
