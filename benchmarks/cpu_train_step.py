@@ -33,6 +33,11 @@ def choices(top_regex: str) -> dict[str, list[str]]:
         "bf16 autocast": ["--cpu_bf16", "true", "--lora_target_modules", *ALL_LAYERS_ATTN.strip("[]").split(", ")],
         "LoRA on top layers (fp32)": ["--cpu_bf16", "false", "--lora_target_modules", top_regex],
         "bf16 + top layers": ["--cpu_bf16", "true", "--lora_target_modules", top_regex],
+        # the recipe as it is (bf16, LoRA on every projection of its top layers), then without padding:
+        # TRL's padding_free packs a batch into one row with position ids; transformers' SDPA masks each
+        # sequence from the others (masking_utils: packed sequences), so the loss is the padded batch's
+        "recipe": ["--cpu_bf16", "true"],
+        "recipe + padding_free": ["--cpu_bf16", "true", "--padding_free", "true"],
     }
 
 
@@ -57,12 +62,74 @@ def time_steps(recipe: str, overrides: list[str], steps: int, out: str) -> dict:
     script_args, training_args, model_args = parse_args(argv)
     clock = StepClock()
     run = build_trainer(script_args, training_args, model_args, callbacks=[clock])
+    tokens = count_tokens(run.trainer)
     trainable = sum(p.numel() for p in run.trainer.model.parameters() if p.requires_grad)
     run.trainer.train()
     timed = clock.times[1:]
+    real, padded = [r for r, _ in tokens[1:len(timed) + 1]], [p for _, p in tokens[1:len(timed) + 1]]
+    flops = step_flops(run.trainer.model)
     return {"median_step_s": statistics.median(timed), "steps_timed": len(timed), "step_s": timed,
             "trainable_parameters": trainable, "bf16": training_args.bf16,
-            "per_device_train_batch_size": training_args.per_device_train_batch_size}
+            "padding_free": bool(getattr(training_args, "padding_free", False)),
+            "per_device_train_batch_size": training_args.per_device_train_batch_size,
+            "real_tokens": real, "computed_tokens": padded,
+            "padding_waste": 1 - sum(real) / sum(padded) if padded else None,
+            "useful_tflop_per_step": [flops(r) / 1e12 for r in real],
+            "useful_gflops": sum(flops(r) for r in real) / sum(timed) / 1e9}
+
+
+def count_tokens(trainer) -> list[tuple[int, int]]:
+    """(real tokens, tokens computed) of every batch the trainer's collator builds, in order."""
+    seen = []
+    collate = trainer.data_collator
+
+    def counting(features):
+        batch = collate(features)
+        ids = batch["input_ids"]
+        mask = batch.get("attention_mask")
+        seen.append((int(mask.sum()) if mask is not None else ids.numel(), ids.numel()))
+        return batch
+
+    trainer.data_collator = counting
+    return seen
+
+
+def step_flops(model):
+    """FLOPs of one step per token: the forward pass of the whole model, and the backward through the layers
+    from the lowest one holding a LoRA weight up (input gradients through the frozen weights: one forward's
+    FLOPs again; LoRA's own weights are negligible), output layer included; attention's own FLOPs left out,
+    so the count is a lower bound. A function of the number of tokens."""
+    import re
+
+    cfg = model.config
+    head = 2 * cfg.vocab_size * cfg.hidden_size
+    layer_params: dict[int, int] = {}
+    lowest = None
+    for name, p in model.named_parameters():
+        m = re.search(r"\.layers\.(\d+)\.", name)
+        if not m:
+            continue
+        layer = int(m.group(1))
+        if "lora_" in name:
+            lowest = layer if lowest is None else min(lowest, layer)
+        else:
+            layer_params[layer] = layer_params.get(layer, 0) + p.numel()
+    body = sum(layer_params.values())
+    span = sum(n for layer, n in layer_params.items() if lowest is not None and layer >= lowest)
+    return lambda tokens: (2 * body + head + 2 * span + head) * tokens
+
+
+def bf16_matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
+    """This CPU's bf16 matmul rate through torch (best of ``repeats``): the ceiling a bf16 step is read against."""
+    import torch
+
+    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
 
 
 def main() -> int:
@@ -88,14 +155,21 @@ def main() -> int:
         results[name] = res
         print(f"{name:28s} median {res['median_step_s']:7.2f} s/step over {res['steps_timed']} steps "
               f"({res['trainable_parameters'] / 1e6:.2f}M trainable)", flush=True)
+    peak = bf16_matmul_peak_gflops()
     base = results.get("fp32 (baseline)")
-    if base:
-        for name, res in results.items():
+    for name, res in results.items():
+        if base:
             res["speedup_vs_fp32"] = base["median_step_s"] / res["median_step_s"]
-            print(f"{name:28s} {res['speedup_vs_fp32']:5.2f}x vs fp32")
+        res["share_of_bf16_peak"] = res["useful_gflops"] / peak
+        print(f"{name:28s} {res.get('speedup_vs_fp32', float('nan')):5.2f}x vs fp32, "
+              f"{res['useful_gflops']:.1f} GFLOP/s useful = {res['share_of_bf16_peak']:.1%} of the bf16 peak "
+              f"({peak:.0f} GFLOP/s), padding waste {res['padding_waste']:.1%}")
     if args.json:
         meta = {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-                "threads": torch.get_num_threads(), "cores": os.cpu_count(), "recipe": args.recipe}
+                "threads": torch.get_num_threads(), "cores": os.cpu_count(), "recipe": args.recipe,
+                "bf16_matmul_peak_gflops": peak,
+                "flops": "per useful (non-padding) token: forward of the whole model + backward through the "
+                         "layers from the lowest LoRA layer up + the output layer twice; attention left out"}
         Path(args.json).write_text(json.dumps({"machine": meta, "choices": results}, indent=2) + "\n")
     return 0
 

@@ -27,12 +27,18 @@ every prompt, which would make the comparison of answers meaningless.
 
 A real model: ``--model DIR`` (e.g. SmolLM2-135M-Instruct after ``real-import-gguf``;
 ``--adapter`` for a LoRA adapter) on real-length Check-COVID prompts. The run then
-also measures this CPU's fp32 matmul peak (torch, same threads) and prints the
-engine's achieved FLOP/s against it: 2 x (non-embedding parameters) per token of
+also measures this CPU's fp32 and bf16 matmul peaks (torch, same threads) and prints the
+engine's achieved FLOP/s against each: 2 x (non-embedding parameters) per token of
 every prompt prefilled and every token generated, plus the output layer once per
 generated token (attention's own FLOPs left out, so the figure is a lower bound).
 
-    python benchmarks/fae_throughput.py --model models/smollm2-135m-instruct --claims 40 \
+The engine runs in every dtype of ``--dtypes`` (default: fp32 and, on a CPU with native
+bf16, bf16 — what ``--dtype auto`` now picks there), each timed against the same naive
+fp32 loop in interleaved blocks; the claim-rounds whose answer differs between bf16 and
+fp32 are counted and their claims named (greedy bf16 can flip a near tie).
+
+    python benchmarks/fae_throughput.py --model models/smollm2-135m-instruct \
+        --adapter outputs/smollm2-135m-instruct/sft --claims 16 --batch-size 16 --max-new-tokens 48 \
         --threads 0 --json benchmarks/results/fae_throughput_smollm2.json
 """
 
@@ -56,6 +62,7 @@ from fae_helpers import convert_checkcovid  # noqa: E402
 
 from data_prep.prompts import encode_chat, parse_answer, render_evidence_prompt  # noqa: E402
 from data_prep.records import ClaimRecord  # noqa: E402
+from real_fae_core.hardware import CPU_ALLOCATOR_ENV  # noqa: E402
 
 
 def checkcovid(data_dir: Path, n: int) -> list[ClaimRecord]:
@@ -79,11 +86,12 @@ def build_model(workdir: Path, scale: float) -> Path:
     return out
 
 
-def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
-    """This CPU's fp32 matmul rate through torch (best of ``repeats``), the ceiling for dense inference."""
+def matmul_peak_gflops(n: int = 2048, repeats: int = 10, dtype: str = "fp32") -> float:
+    """This CPU's matmul rate through torch in ``dtype`` (best of ``repeats``), the ceiling for dense inference."""
     import torch
 
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a, b = torch.randn(n, n, dtype=torch_dtype), torch.randn(n, n, dtype=torch_dtype)
     best = float("inf")
     for _ in range(repeats + 1):
         t = time.perf_counter()
@@ -132,7 +140,9 @@ def naive_loop(records, lm, tok, gc, rounds: int) -> list[list[str]]:
     return outs
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    from real_fae_core.hardware import native_bf16_cpu_flags
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--claims", type=int, default=200)
     p.add_argument("--rounds", type=int, default=4)
@@ -149,86 +159,149 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared few-core machine more threads oversubscribe "
                         "and time the load, not the code; 0 = torch's default)")
+    p.add_argument("--dtypes", nargs="+", choices=("fp32", "bf16"),
+                   default=["fp32", "bf16"] if native_bf16_cpu_flags() else ["fp32"],
+                   help="the engine's dtypes, each timed against the same naive fp32 loop (default: fp32 and, "
+                        "on a CPU with native bf16, bf16)")
     args = p.parse_args(argv)
+    if "fp32" not in args.dtypes:
+        p.error("--dtypes must include fp32: the naive loop and the answer comparison are fp32's")
+    if not (args.data_dir / "corpus.json").is_file():
+        p.error(f"Check-COVID not found in {args.data_dir} (pass --data-dir)")
+    return args
+
+
+def open_backends(args, model: Path) -> dict:
+    """{dtype: the hf backend of ``fae run`` with that dtype}."""
+    from fae.backends.hf import HFBackend
+
+    out = {}
+    for dtype in args.dtypes:
+        options = {"model": str(model), "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens,
+                   "device": "cpu", "dtype": dtype, "label_probs": False}
+        if args.adapter:
+            options["adapter"] = str(args.adapter)
+        out[dtype] = HFBackend(options)
+    return out
+
+
+def timed_blocks(records, backends: dict, args) -> dict:
+    """The naive fp32 loop and the engine in each dtype, interleaved in blocks (the order rotating from block
+    to block) so that a shared machine's changing load hits them alike."""
+    from fae.ablation.engine import run_ablation
+
+    fp32 = backends["fp32"]
+    contenders = ["naive", *backends]
+    seconds = {c: 0.0 for c in contenders}
+    claims: dict[str, list] = {d: [] for d in backends}
+    stats = {d: {"model_calls": 0, "reused_calls": 0} for d in backends}
+    naive: list[list[str]] = []
+    for b, start in enumerate(range(0, len(records), args.block)):
+        block = records[start:start + args.block]
+        for which in contenders[b % len(contenders):] + contenders[:b % len(contenders)]:
+            t = time.perf_counter()
+            if which == "naive":
+                naive += naive_loop(block, fp32.lm, fp32.tok, fp32.gc, args.rounds)
+            else:
+                st = run_ablation(block, backends[which], args.rounds, claims[which].extend,
+                                  chunk_size=len(block), progress=False)
+                for k in stats[which]:
+                    stats[which][k] += st[k]
+            seconds[which] += time.perf_counter() - t
+        print(f"  block {b}: " + ", ".join(f"{c} {seconds[c]:.1f} s" for c in contenders), flush=True)
+    return {"seconds": seconds, "claims": claims, "stats": stats, "naive": naive}
+
+
+def differing_rounds(a: list[dict], b: list[dict]) -> dict:
+    """Claim-rounds whose raw answer differs between two runs of the same claims, and the claims they are in."""
+    ids = sorted({x["id"] for x, y in zip(a, b)
+                  for ra, rb in zip(x["rounds"], y["rounds"]) if ra["raw_output"] != rb["raw_output"]})
+    n = sum(ra["raw_output"] != rb["raw_output"] for x, y in zip(a, b) for ra, rb in zip(x["rounds"], y["rounds"]))
+    labels = sum(ra.get("label") != rb.get("label") for x, y in zip(a, b) for ra, rb in zip(x["rounds"], y["rounds"]))
+    return {"claim_rounds": n, "label_differs": labels, "claims": ids}
+
+
+def measure(args) -> dict:
+    import resource
 
     import torch
 
-    from fae.ablation.engine import run_ablation
-    from fae.backends.hf import HFBackend
-
     if args.threads:
         torch.set_num_threads(args.threads)
-    if not (args.data_dir / "corpus.json").is_file():
-        p.error(f"Check-COVID not found in {args.data_dir} (pass --data-dir)")
     records = checkcovid(args.data_dir, args.claims)
     with tempfile.TemporaryDirectory() as tmp:
-        model = args.model or build_model(Path(tmp), args.weight_scale)
-        options = {"model": str(model), "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens,
-                   "device": "cpu", "dtype": "fp32", "label_probs": False}
-        if args.adapter:
-            options["adapter"] = str(args.adapter)
-        backend = HFBackend(options)
-        lens = [len(encode_chat(backend.tok, render_evidence_prompt(r))) for r in records]
+        backends = open_backends(args, args.model or build_model(Path(tmp), args.weight_scale))
+        fp32 = backends["fp32"]
+        lens = [len(encode_chat(fp32.tok, render_evidence_prompt(r))) for r in records]
         print(f"{len(records)} Check-COVID claims, R={args.rounds}, prompt tokens {min(lens)}-{max(lens)} "
               f"(mean {sum(lens) / len(lens):.0f}), max_new_tokens={args.max_new_tokens}, "
-              f"batch {args.batch_size}, torch threads {torch.get_num_threads()}")
+              f"batch {args.batch_size}, torch threads {torch.get_num_threads()}, engine dtypes {args.dtypes}")
+        naive_loop(records[:1], fp32.lm, fp32.tok, fp32.gc, 0)  # warm-up outside the timings
+        for backend in backends.values():
+            backend.generate([render_evidence_prompt(records[0])])
+        timed = timed_blocks(records, backends, args)
+        flops = {d: engine_flops(records, timed["claims"][d], b.lm, b.tok) for d, b in backends.items()}
+        peaks = {d: matmul_peak_gflops(dtype=d) for d in ("fp32", "bf16")} if args.model else {}
+    timed.update(records=records, flops=flops, peaks=peaks, threads=torch.get_num_threads(),
+                 peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return timed
 
-        # warm-up outside the timings (first-call allocations)
-        naive_loop(records[:1], backend.lm, backend.tok, backend.gc, 0)
 
-        # Interleave the two in blocks (alternating which goes first) so that a
-        # shared machine's changing load hits both alike.
-        engine_claims: list[dict] = []
-        naive: list[list[str]] = []
-        t_engine = t_naive = 0.0
-        stats = {"model_calls": 0, "reused_calls": 0}
-        for b, start in enumerate(range(0, len(records), args.block)):
-            block = records[start:start + args.block]
-            for which in (("engine", "naive") if b % 2 == 0 else ("naive", "engine")):
-                t = time.perf_counter()
-                if which == "engine":
-                    st = run_ablation(block, backend, args.rounds, engine_claims.extend,
-                                      chunk_size=len(block), progress=False)
-                    t_engine += time.perf_counter() - t
-                    for k in stats:
-                        stats[k] += st[k]
-                else:
-                    naive += naive_loop(block, backend.lm, backend.tok, backend.gc, args.rounds)
-                    t_naive += time.perf_counter() - t
-            print(f"  block {b}: {len(engine_claims)} claims, engine {t_engine:.1f} s, naive {t_naive:.1f} s",
-                  flush=True)
+def summarize(args, m: dict) -> dict:
+    """The JSON: per dtype the engine's time, ratio to the naive loop, FLOP/s and share of each peak."""
+    from fae.ablation.metrics import compute_metrics
 
-        flops, prompt_tokens, gen_tokens = engine_flops(records, engine_claims, backend.lm, backend.tok)
-        peak = matmul_peak_gflops() if args.model else None
+    total = len(m["records"]) * (args.rounds + 1)
+    engines = {}
+    for d, claims in m["claims"].items():
+        flops, prompt_tokens, gen_tokens = m["flops"][d]
+        achieved = flops / m["seconds"][d] / 1e9
+        engines[d] = {
+            "engine_s": m["seconds"][d], "speed_ratio": m["seconds"]["naive"] / m["seconds"][d],
+            "reused": m["stats"][d]["reused_calls"],
+            "metrics": {k: v for k, v in compute_metrics(claims).items()
+                        if k in ("label_accuracy", "strict_accuracy", "IS", "ER", "IO")},
+            "valid_share": sum(rd["valid"] for c in claims for rd in c["rounds"]) / total,
+            "prompt_tokens": prompt_tokens, "generated_tokens": gen_tokens, "engine_gflops": achieved,
+            "share_of_fp32_peak": achieved / m["peaks"]["fp32"] if m["peaks"] else None,
+            "share_of_bf16_peak": achieved / m["peaks"]["bf16"] if m["peaks"] else None}
+    fp32_claims = m["claims"]["fp32"]
+    naive_differs = sum(c["rounds"][r]["raw_output"] != m["naive"][k][r]
+                        for k, c in enumerate(fp32_claims) for r in range(args.rounds + 1))
+    return {
+        "model": str(args.model or "tiny random llama"), "adapter": str(args.adapter) if args.adapter else None,
+        "claims": len(m["records"]), "rounds": args.rounds, "batch_size": args.batch_size,
+        "max_new_tokens": args.max_new_tokens, "threads": m["threads"], "claim_rounds": total,
+        "naive_s": m["seconds"]["naive"], "naive_dtype": "fp32",
+        "engine_fp32_vs_naive_differing_claim_rounds": naive_differs,
+        "engines": engines,
+        "bf16_vs_fp32_answers": differing_rounds(fp32_claims, m["claims"]["bf16"]) if "bf16" in engines else None,
+        "matmul_peak_gflops": m["peaks"] or None, "peak_rss_mib": round(m["peak_rss_mib"], 1),
+        "allocator_env": {k: os.environ[k] for k in CPU_ALLOCATOR_ENV if k in os.environ}}
 
-    total = len(records) * (args.rounds + 1)
-    differ = sum(
-        c["rounds"][r]["raw_output"] != naive[k][r] for k, c in enumerate(engine_claims) for r in range(args.rounds + 1)
-    )
-    valid = sum(rd["valid"] for c in engine_claims for rd in c["rounds"])
-    print(f"naive loop : {t_naive:8.2f} s  ({total} generate calls)")
-    print(f"engine     : {t_engine:8.2f} s  ({stats['model_calls']} prompts generated, "
-          f"{stats['reused_calls']} reused)")
-    print(f"speed ratio: {t_naive / t_engine:.2f}x")
-    print(f"calls saved by reuse: {stats['reused_calls'] / total:.1%} of {total} claim-rounds")
-    print(f"valid answers: {valid / total:.1%} of claim-rounds")
-    print(f"claim-rounds differing from the naive loop: {differ} of {total} ({differ / total:.2%})")
-    achieved = flops / t_engine / 1e9
-    print(f"engine work: {prompt_tokens} prompt + {gen_tokens} generated tokens, {flops / 1e12:.2f} TFLOP "
-          f"(lower bound) -> {achieved:.1f} GFLOP/s")
-    if peak:
-        print(f"fp32 matmul peak of this CPU (torch, {torch.get_num_threads()} threads): {peak:.1f} GFLOP/s; "
-              f"the engine runs at {achieved / peak:.1%} of it")
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = summarize(args, measure(args))
+    print(f"naive loop (fp32, one claim at a time): {out['naive_s']:8.2f} s  ({out['claim_rounds']} generate calls)")
+    for d, e in out["engines"].items():
+        peak = (f", {e['share_of_bf16_peak']:.1%} of the bf16 and {e['share_of_fp32_peak']:.1%} of the fp32 "
+                f"matmul peak" if e["share_of_bf16_peak"] is not None else "")
+        print(f"engine {d}: {e['engine_s']:8.2f} s, {e['speed_ratio']:.2f}x the naive loop, {e['reused']} rounds "
+              f"reused, {e['valid_share']:.1%} valid, {e['engine_gflops']:.1f} GFLOP/s (lower bound){peak}; "
+              f"Acc {e['metrics']['label_accuracy']}, IS {e['metrics']['IS']}")
+    print(f"engine fp32 vs naive: {out['engine_fp32_vs_naive_differing_claim_rounds']} of {out['claim_rounds']} "
+          "claim-rounds differ")
+    if out["bf16_vs_fp32_answers"]:
+        d = out["bf16_vs_fp32_answers"]
+        print(f"bf16 vs fp32: {d['claim_rounds']} of {out['claim_rounds']} claim-rounds answer differently "
+              f"({d['label_differs']} with another label), in claims {d['claims']}")
+    if out["matmul_peak_gflops"]:
+        print("matmul peaks of this CPU (torch, same threads): "
+              + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in out["matmul_peak_gflops"].items()))
+    print(f"peak RSS {out['peak_rss_mib']} MiB")
     if args.json:
-        args.json.write_text(json.dumps({
-            "model": str(args.model or "tiny random llama"), "adapter": str(args.adapter) if args.adapter else None,
-            "claims": len(records), "rounds": args.rounds, "batch_size": args.batch_size,
-            "max_new_tokens": args.max_new_tokens, "threads": torch.get_num_threads(),
-            "naive_s": t_naive, "engine_s": t_engine, "speed_ratio": t_naive / t_engine,
-            "claim_rounds": total, "reused": stats["reused_calls"], "valid_share": valid / total,
-            "differing_claim_rounds": differ, "prompt_tokens": prompt_tokens, "generated_tokens": gen_tokens,
-            "engine_gflops": achieved, "matmul_peak_gflops": peak,
-            "share_of_peak": achieved / peak if peak else None}, indent=2) + "\n")
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
 

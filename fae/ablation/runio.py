@@ -174,6 +174,17 @@ def _show(key: str, old, new) -> str:
     return f"{key}: {old!r} -> {new!r}"
 
 
+def dtype_hint(key: str, old, new) -> str:
+    """Why a run made in fp32 on a CPU now differs in dtype: ``--dtype auto`` became bf16 on a CPU with native
+    bf16; the old dtype, asked for by name, resumes it."""
+    if key != "decoding" or not isinstance(old, dict) or not isinstance(new, dict):
+        return ""
+    if old.get("dtype") == "float32" and new.get("dtype") == "bfloat16":
+        return (" (--dtype auto is bf16 on a CPU with native bf16, fp32 before: pass --dtype fp32 to resume "
+                "this run)")
+    return ""
+
+
 def check_resume(run_dir: str | os.PathLike, config: dict) -> dict | None:
     """The existing config.json, after checking its fingerprint matches ``config``.
 
@@ -211,7 +222,7 @@ def check_resume(run_dir: str | os.PathLike, config: dict) -> dict | None:
             diffs.append(f"adapter content: {old.get('adapter')!r} (sha256 {str(old.get(k))[:12]}) -> "
                          f"{config.get('adapter')!r} (sha256 {str(config.get(k))[:12]})")
         else:
-            diffs.append(_show(k, old.get(k), config.get(k)))
+            diffs.append(_show(k, old.get(k), config.get(k)) + dtype_hint(k, old.get(k), config.get(k)))
     if not config.get("adapter_sha256") and not old.get("adapter_sha256") \
             and old.get("adapter") != config.get("adapter"):  # adapters not on disk: compare names
         diffs.append(_show("adapter", old.get("adapter"), config.get("adapter")))

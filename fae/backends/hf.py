@@ -4,8 +4,9 @@ Prompts are rendered with the model's own chat template
 (:func:`data_prep.prompts.encode_chat`, no doubled BOS), sorted by length so a
 batch pads little, left-padded, and decoded greedily until an end-of-turn id of
 the model's ``generation_config``; an answer that fills ``max_new_tokens``
-first is reported as cut off (``finish_reason="length"``). bf16 on CUDA (fp32 on CPU, where bf16 matmuls
-are ~100x slower). :func:`load_hf_model` is shared with the probes.
+first is reported as cut off (``finish_reason="length"``). bf16 on CUDA and on a CPU with native bf16
+(fp32 on a CPU without it, where bf16 matmuls are emulated and far slower). :func:`load_hf_model` is shared
+with the probes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from real_fae_core.errors import UserError
+from real_fae_core.hardware import native_bf16_cpu_flags
 from real_fae_core.modelref import is_hub_id
 from data_prep.prompts import encode_chat
 from data_prep.schemas import schema_for_prompt
@@ -31,7 +33,7 @@ class HFOptions(BackendOptions):
 
     batch_size: int = field(default=8, metadata={"help": "hf: prompts per generate call", "min": 1})
     device: str = field(default="auto", metadata={"help": "hf: auto, cpu, cuda, cuda:1 ..."})
-    dtype: str = field(default="auto", metadata={"help": "hf: auto (bf16 on CUDA, fp32 on CPU), bf16, fp16, fp32"})
+    dtype: str = field(default="auto", metadata={"help": "hf: auto (bf16 on CUDA and on a CPU with native bf16, else fp32), bf16, fp16, fp32"})
     trust_remote_code: bool = field(default=False, metadata={
         "help": "hf: run the model repository's own Python code (off unless you ask: it executes on load)"})
 
@@ -45,11 +47,17 @@ def resolve_device(device: str | None = "auto") -> str:
 
 
 def resolve_dtype(dtype: str | None, device: str):
-    """``auto``: bf16 on CUDA, fp32 elsewhere."""
+    """``auto``: bf16 on CUDA and on a CPU with native bf16 (avx512_bf16 / amx_bf16), fp32 elsewhere.
+
+    On such a CPU a bf16 matmul runs several times an fp32 one (benchmarks/results/fae_throughput_smollm2.json);
+    where bf16 is emulated it is far slower, so there ``auto`` stays fp32. ``--dtype fp32`` keeps fp32."""
     import torch
 
     if dtype in (None, "", "auto"):
-        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+        device = str(device)
+        if device.startswith("cuda") or (device.startswith("cpu") and native_bf16_cpu_flags()):
+            return torch.bfloat16
+        return torch.float32
     table = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
              "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
     if dtype not in table:

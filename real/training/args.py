@@ -19,6 +19,7 @@ from pathlib import Path
 from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
 from real_fae_core.errors import UserError
+from real_fae_core.hardware import native_bf16_cpu_flags  # noqa: F401 - also imported from here by tests
 from real.training import recipe_checks
 
 logger = logging.getLogger("real.train")
@@ -34,16 +35,6 @@ def accelerator_available() -> bool:
         return True
     xpu = getattr(torch, "xpu", None)
     return bool(xpu is not None and xpu.is_available())
-
-
-def native_bf16_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
-    """The CPU's native bf16 instruction sets (x86: avx512_bf16, amx_bf16); empty where bf16 is emulated."""
-    try:
-        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
 
 
 @dataclass

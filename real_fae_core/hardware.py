@@ -1,0 +1,65 @@
+"""What the machine can do fast, read without importing torch: the CPU's native bf16, and the memory
+allocator settings under which torch on a CPU stops paying the kernel for every tensor."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def native_bf16_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The CPU's native bf16 instruction sets (x86: avx512_bf16, amx_bf16); empty where bf16 is emulated
+    (there a bf16 matmul is far slower than fp32) or where /proc/cpuinfo is not there to say."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return [f for f in NATIVE_BF16_FLAGS if f in flags]
+
+
+# glibc's malloc hands tensors above its mmap threshold straight to the kernel and back, so every training
+# step (and every long prompt) faults its activations in page by page: on a 2-core CPU a SmolLM2 LoRA step
+# spent as much time in the kernel as in matmuls. Kept in one heap (one arena, no mmap, no trimming) and
+# backed by transparent huge pages (torch's THP_MEM_ALLOC_ENABLE), the memory is reused: the step is
+# ~1.9x faster (benchmarks/results/cpu_train_step_allocator.json). The price: the process keeps its peak memory
+# until it exits. glibc reads these at start-up, so they go into the environment of the process to start
+# (``accelerate launch``, ``fae``), not into a running one.
+CPU_ALLOCATOR_ENV = {
+    "MALLOC_ARENA_MAX": "1",
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
+    "MALLOC_TOP_PAD_": str(512 << 20),
+    "THP_MEM_ALLOC_ENABLE": "1",
+}
+OPT_OUT = "REAL_FAE_CPU_ALLOCATOR"  # "system": leave the allocator as the system sets it
+
+
+def cpu_allocator_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) with :data:`CPU_ALLOCATOR_ENV` added where a variable is unset;
+    unchanged when ``REAL_FAE_CPU_ALLOCATOR=system``. For the environment of a process about to start."""
+    env = dict(os.environ if environ is None else environ)
+    if env.get(OPT_OUT, "").strip().lower() == "system":
+        return env
+    for key, value in CPU_ALLOCATOR_ENV.items():
+        env.setdefault(key, value)
+    return env
+
+
+def main() -> int:
+    """``eval "$(python -m real_fae_core.hardware)"``: the allocator settings as shell exports (the ones not
+    already set), so a script's torch processes start with them (recipes/smollm2-135m-instruct/reproduce.sh)."""
+    import shlex
+
+    env = cpu_allocator_env()
+    for key in CPU_ALLOCATOR_ENV:
+        if key not in os.environ and key in env:
+            print(f"export {key}={shlex.quote(env[key])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
