@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from real_fae_core.hardware import matmul_peak_gflops  # noqa: E402
+
 ALL_LAYERS_ATTN = "[q_proj, k_proj, v_proj, o_proj]"
 
 
@@ -119,19 +121,6 @@ def step_flops(model):
     return lambda tokens: (2 * body + head + 2 * span + head) * tokens
 
 
-def bf16_matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
-    """This CPU's bf16 matmul rate through torch (best of ``repeats``): the ceiling a bf16 step is read against."""
-    import torch
-
-    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
-    best = float("inf")
-    for _ in range(repeats + 1):
-        t = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best / 1e9
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--recipe", required=True)
@@ -155,7 +144,7 @@ def main() -> int:
         results[name] = res
         print(f"{name:28s} median {res['median_step_s']:7.2f} s/step over {res['steps_timed']} steps "
               f"({res['trainable_parameters'] / 1e6:.2f}M trainable)", flush=True)
-    peak = bf16_matmul_peak_gflops()
+    peak = matmul_peak_gflops("bf16")
     base = results.get("fp32 (baseline)")
     for name, res in results.items():
         if base:

@@ -62,7 +62,7 @@ from fae_helpers import convert_checkcovid  # noqa: E402
 
 from data_prep.prompts import encode_chat, parse_answer, render_evidence_prompt  # noqa: E402
 from data_prep.records import ClaimRecord  # noqa: E402
-from real_fae_core.hardware import CPU_ALLOCATOR_ENV  # noqa: E402
+from real_fae_core.hardware import CPU_ALLOCATOR_ENV, matmul_peak_gflops  # noqa: E402
 
 
 def checkcovid(data_dir: Path, n: int) -> list[ClaimRecord]:
@@ -84,20 +84,6 @@ def build_model(workdir: Path, scale: float) -> Path:
     lm.save_pretrained(out)
     AutoTokenizer.from_pretrained(base).save_pretrained(out)
     return out
-
-
-def matmul_peak_gflops(n: int = 2048, repeats: int = 10, dtype: str = "fp32") -> float:
-    """This CPU's matmul rate through torch in ``dtype`` (best of ``repeats``), the ceiling for dense inference."""
-    import torch
-
-    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-    a, b = torch.randn(n, n, dtype=torch_dtype), torch.randn(n, n, dtype=torch_dtype)
-    best = float("inf")
-    for _ in range(repeats + 1):
-        t = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best / 1e9
 
 
 def engine_flops(records, claims, lm, tok) -> tuple[float, int, int]:
@@ -241,7 +227,7 @@ def measure(args) -> dict:
             backend.generate([render_evidence_prompt(records[0])])
         timed = timed_blocks(records, backends, args)
         flops = {d: engine_flops(records, timed["claims"][d], b.lm, b.tok) for d, b in backends.items()}
-        peaks = {d: matmul_peak_gflops(dtype=d) for d in ("fp32", "bf16")} if args.model else {}
+        peaks = {d: matmul_peak_gflops(d) for d in ("fp32", "bf16")} if args.model else {}
     timed.update(records=records, flops=flops, peaks=peaks, threads=torch.get_num_threads(),
                  peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return timed

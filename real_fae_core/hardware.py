@@ -4,6 +4,7 @@ allocator settings under which torch on a CPU stops paying the kernel for every 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -19,6 +20,21 @@ def native_bf16_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
         return []
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
     return [f for f in NATIVE_BF16_FLAGS if f in flags]
+
+
+def matmul_peak_gflops(dtype: str = "fp32", n: int = 2048, repeats: int = 10) -> float:
+    """This CPU's matmul rate through torch in ``dtype`` (fp32 or bf16; best of ``repeats`` n x n products):
+    the ceiling the benchmarks read a model's achieved FLOP/s against (torch imported here, not at import)."""
+    import torch
+
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a, b = torch.randn(n, n, dtype=torch_dtype), torch.randn(n, n, dtype=torch_dtype)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
 
 
 # glibc's malloc hands tensors above its mmap threshold straight to the kernel and back, so every training
