@@ -17,6 +17,7 @@ from data_prep.records import load_records
 from fae.ablation.engine import pool_after
 from fae.ablation.metrics import compute_metrics
 from fae.ablation.runio import read_claims
+from fae.backends.hf import resolve_dtype
 from fae.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,7 +70,8 @@ def test_run_writes_consistent_claims_metrics_report(reference_run, cc_records):
     assert metrics["invalid_rate"][0] == sum(not c["rounds"][0]["valid"] for c in claims) / 20
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["backend"] == "hf" and cfg["rounds"] == 4 and cfg["adapter"] is None
-    assert cfg["decoding"] == {"greedy": True, "max_new_tokens": 24, "dtype": "float32"}
+    auto = str(resolve_dtype("auto", "cpu")).replace("torch.", "")  # bf16 on a CPU with native bf16
+    assert cfg["decoding"] == {"greedy": True, "max_new_tokens": 24, "dtype": auto}
     assert cfg["records_sha256"] and cfg["versions"]["torch"] and cfg["command"].startswith("fae run --records")
     report = (out / "report.md").read_text()
     assert "| Model | Prec | Rec | F1 | Acc | Strict | IS | ER | IO |" in report

@@ -56,7 +56,7 @@ def test_venn_distance_gives_requested_overlap():
 
 def _brute_force(model_path, records, coverage, adapter=None):
     """One claim at a time, every activation kept, sets by sorting in plain Python."""
-    model, tok = load_model(model_path, adapter)
+    model, tok = load_model(model_path, adapter, dtype="fp32")
     mods = find_down_projs(model)
     acts = {p: [[] for _ in mods] for p in ("evidence", "knowledge")}
     cur = {}
@@ -98,7 +98,7 @@ def test_neurons_match_brute_force(arch, tiny_llama, tiny_qwen, tiny_gemma3, tmp
     path = write_jsonl(tmp_path / "eval.jsonl", recs)
     out = tmp_path / "n"
     assert main(["neurons", "--records", str(path), "--model", str(model), "--output", str(out),
-                 "--coverage", "0.9", "--batch-size", "3", "--limit", "4"]) == 0
+                 "--coverage", "0.9", "--batch-size", "3", "--limit", "4", "--dtype", "fp32"]) == 0
     res = json.loads((out / "neurons.json").read_text())
     stats = load_file(str(out / "neuron_stats.safetensors"))
     assert res["n_claims"] == 4
@@ -130,7 +130,7 @@ def test_neurons_match_brute_force(arch, tiny_llama, tiny_qwen, tiny_gemma3, tmp
 
 def test_neurons_with_lora_on_down_proj(tiny_llama, tmp_path):
     adapter = make_lora_adapter(tiny_llama, tmp_path / "lora", targets=("q_proj", "down_proj"))
-    model, _ = load_model(tiny_llama, adapter)
+    model, _ = load_model(tiny_llama, adapter, dtype="fp32")
     names = [n for _, n, _ in find_down_projs(model)]
     assert len(names) == 2 and all(n.endswith("layers.%d.mlp.down_proj" % i)
                                    for i, n in enumerate(names))
@@ -138,7 +138,7 @@ def test_neurons_with_lora_on_down_proj(tiny_llama, tmp_path):
     path = write_jsonl(tmp_path / "eval.jsonl", recs)
     for name, extra in (("base", []), ("lora", ["--adapter", str(adapter)])):
         assert main(["neurons", "--records", str(path), "--model", str(tiny_llama),
-                     "--output", str(tmp_path / name), *extra]) == 0
+                     "--output", str(tmp_path / name), "--dtype", "fp32", *extra]) == 0
     base = load_file(str(tmp_path / "base" / "neuron_stats.safetensors"))
     lora = load_file(str(tmp_path / "lora" / "neuron_stats.safetensors"))
     # LoRA on q_proj of layer 0 changes what layer 1's MLP sees; layer 0's MLP input is

@@ -7,7 +7,7 @@ from probe_data import make_lora_adapter, make_records, tiny_gemma3, with_nonzer
 from real_fae_core.errors import UserError
 from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord
-from fae.backends.hf import load_hf_model as load_model
+from fae.backends.hf import load_hf_model as load_model  # fp32: the states are compared with fp32 by hand
 from fae.probes.hidden import capture_last_token_states, encode_prompts, left_pad_batch
 
 
@@ -44,7 +44,7 @@ def test_left_pad_batch_is_the_generation_padding_plus_positions():
 
 
 def test_batching_is_invisible(any_model, tmp_path):
-    model, tok = load_model(with_nonzero_pad(any_model, tmp_path / "m"))
+    model, tok = load_model(with_nonzero_pad(any_model, tmp_path / "m"), dtype="fp32")
     seqs = encode_prompts(tok, _prompts())
     assert len({len(s) for s in seqs}) > 3  # real left padding inside the batch
     batched = capture_last_token_states(model, seqs, pad_id=tok.pad_token_id, batch_size=16,
@@ -60,7 +60,7 @@ def test_batching_is_invisible(any_model, tmp_path):
 
 
 def test_captured_position_is_the_last_prompt_token(any_model):
-    model, tok = load_model(any_model)
+    model, tok = load_model(any_model, dtype="fp32")
     msgs = _prompts(2)
     batched = capture_last_token_states(model, encode_prompts(tok, msgs),
                                         pad_id=tok.pad_token_id, batch_size=8)
@@ -86,7 +86,7 @@ def test_captured_position_is_the_last_prompt_token(any_model):
 
 
 def test_layer_selection(tiny_llama):
-    model, tok = load_model(tiny_llama)
+    model, tok = load_model(tiny_llama, dtype="fp32")
     seqs = encode_prompts(tok, _prompts(1))
     emb = capture_last_token_states(model, seqs, pad_id=tok.pad_token_id, layers=0)
     want = model.get_input_embeddings().weight[[s[-1] for s in seqs]]
@@ -108,13 +108,13 @@ def test_layer_selection(tiny_llama):
 
 def test_lora_adapter_is_active(tiny_qwen, tmp_path):
     adapter = make_lora_adapter(tiny_qwen, tmp_path / "lora")
-    base, tok = load_model(tiny_qwen)
-    peft_model, _ = load_model(tiny_qwen, adapter, merge_adapter=False)
+    base, tok = load_model(tiny_qwen, dtype="fp32")
+    peft_model, _ = load_model(tiny_qwen, adapter, dtype="fp32", merge_adapter=False)
     seqs = encode_prompts(tok, _prompts(2))
     hb = capture_last_token_states(base, seqs, pad_id=tok.pad_token_id)
     ha = capture_last_token_states(peft_model, seqs, pad_id=tok.pad_token_id, batch_size=4)
     assert (ha - hb).abs().max() > 1e-3
-    merged, _ = load_model(tiny_qwen, adapter)  # what the probes use: merged, same states
+    merged, _ = load_model(tiny_qwen, adapter, dtype="fp32")  # what the probes use: merged, same states
     hm = capture_last_token_states(merged, seqs, pad_id=tok.pad_token_id)
     torch.testing.assert_close(ha, hm, rtol=1e-4, atol=1e-4)
 

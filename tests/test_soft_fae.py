@@ -48,7 +48,7 @@ def test_hf_label_probs_match_a_plain_forward_pass(tiny_model):
     from data_prep.prompts import encode_chat
     from fae.backends.hf import load_hf_model
 
-    lm, tok = load_hf_model(tiny_model, device="cpu")
+    lm, tok = load_hf_model(tiny_model, device="cpu", dtype="fp32")  # compared with fp32 by hand
     prompts = [[{"role": "user", "content": "Claim: " + "x " * n}] for n in (1, 7, 3)]
     ids = [encode_chat(tok, m) for m in prompts]
     got = teacher_forced_label_probs(lm, tok, ids, tok.pad_token_id)  # one padded batch
@@ -84,9 +84,10 @@ def test_hf_backend_label_probs_leave_answers_unchanged(tiny_llama):
     from fae.backends.hf import HFBackend
 
     prompts = [[{"role": "user", "content": f"Claim {k}: " + "y " * k}] for k in range(5)]
-    on = HFBackend({"model": str(tiny_llama), "device": "cpu", "batch_size": 2, "max_new_tokens": 6})
-    off = HFBackend({"model": str(tiny_llama), "device": "cpu", "batch_size": 2, "max_new_tokens": 6,
-                     "label_probs": False})
+    on = HFBackend({"model": str(tiny_llama), "device": "cpu", "dtype": "fp32", "batch_size": 2,
+                    "max_new_tokens": 6})
+    off = HFBackend({"model": str(tiny_llama), "device": "cpu", "dtype": "fp32", "batch_size": 2,
+                     "max_new_tokens": 6, "label_probs": False})
     a, b = on.generate(prompts), off.generate(prompts)
     assert [g.text for g in a] == [g.text for g in b]
     assert all(g.label_probs is None for g in b)
