@@ -121,14 +121,24 @@ def given_fields(argv: list[str]) -> set[str]:
     return out
 
 
+def own_fields(backend: str) -> set[str]:
+    """The fields a run with ``backend`` reads: its options class's and the run's own."""
+    return {f.name for f in fields(get_backend(backend).options_class)} | {f.name for f in fields(RunFields)}
+
+
+def owners() -> dict[str, list[str]]:
+    """{field: the built-in backends whose options class declares it}."""
+    out: dict[str, list[str]] = {}
+    for name, cls in _BUILTIN_OPTIONS.items():
+        for f in fields(cls):
+            out.setdefault(f.name, []).append(name)
+    return out
+
+
 def check_backend_fields(backend: str, argv: list[str], config: str | None) -> None:
     """An option of another built-in backend, set for this one, is an error naming it: it would be ignored
     (``--tensor-parallel-size 2`` with ``--backend hf``). A registered backend's own fields count as its own."""
-    own = {f.name for f in fields(get_backend(backend).options_class)} | {f.name for f in fields(RunFields)}
-    owner: dict[str, list[str]] = {}
-    for name, cls in _BUILTIN_OPTIONS.items():
-        for f in fields(cls):
-            owner.setdefault(f.name, []).append(name)
+    own, owner = own_fields(backend), owners()
     sources = [(given_fields(argv), lambda k: flag(k))]
     if config:
         sources.append((set(load_yaml_options(config)), lambda k: f"{config}: {k}"))
@@ -142,17 +152,15 @@ def check_backend_fields(backend: str, argv: list[str], config: str | None) -> N
 def check_backend_values(options: FaeRunArguments) -> None:
     """The same refusal for a Python caller: an option of another built-in backend set away from its default
     (a config built in code has no command line to look at)."""
-    own = {f.name for f in fields(get_backend(options.backend).options_class)} | {f.name for f in fields(RunFields)}
+    own, owner = own_fields(options.backend), owners()
     defaults = {f.name: f.default for f in fields(FaeRunArguments)}  # one default per flag, whichever backend
-    for name, cls in _BUILTIN_OPTIONS.items():
-        for f in fields(cls):
-            if f.name in own or defaults.get(f.name, MISSING) is MISSING:
-                continue
-            if getattr(options, f.name) != defaults[f.name]:
-                owners = [n for n, c in _BUILTIN_OPTIONS.items() if f.name in {g.name for g in fields(c)}]
-                raise UserError(f"{f.name}={getattr(options, f.name)!r} is an option of --backend "
-                                f"{' / '.join(owners)}; --backend {options.backend} does not read it "
-                                "(leave it at its default, or choose that backend)")
+    for key, backends in owner.items():
+        if key in own or defaults.get(key, MISSING) is MISSING:
+            continue
+        if getattr(options, key) != defaults[key]:
+            raise UserError(f"{key}={getattr(options, key)!r} is an option of --backend {' / '.join(backends)}; "
+                            f"--backend {options.backend} does not read it (leave it at its default, or choose "
+                            "that backend)")
 
 
 def require(options: FaeRunArguments) -> None:
