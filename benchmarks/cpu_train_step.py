@@ -40,6 +40,9 @@ def choices(top_regex: str) -> dict[str, list[str]]:
         # sequence from the others (masking_utils: packed sequences), so the loss is the padded batch's
         "recipe": ["--cpu_bf16", "true"],
         "recipe + padding_free": ["--cpu_bf16", "true", "--padding_free", "true"],
+        # TRL's fused LM head off CUDA projects every position onto the vocabulary and masks the result;
+        # the recipe (cpu_scored_positions=labelled, real/training/cpu_loss.py) projects only the answer tokens
+        "recipe, every position scored": ["--cpu_bf16", "true", "--cpu_scored_positions", "all"],
     }
 
 
@@ -68,20 +71,22 @@ def time_steps(recipe: str, overrides: list[str], steps: int, out: str) -> dict:
     trainable = sum(p.numel() for p in run.trainer.model.parameters() if p.requires_grad)
     run.trainer.train()
     timed = clock.times[1:]
-    real, padded = [r for r, _ in tokens[1:len(timed) + 1]], [p for _, p in tokens[1:len(timed) + 1]]
+    counted = tokens[1:len(timed) + 1]
+    real, padded, labelled = ([c[i] for c in counted] for i in range(3))
     flops = step_flops(run.trainer.model)
     return {"median_step_s": statistics.median(timed), "steps_timed": len(timed), "step_s": timed,
             "trainable_parameters": trainable, "bf16": training_args.bf16,
             "padding_free": bool(getattr(training_args, "padding_free", False)),
             "per_device_train_batch_size": training_args.per_device_train_batch_size,
-            "real_tokens": real, "computed_tokens": padded,
+            "cpu_scored_positions": getattr(training_args, "cpu_scored_positions", None),
+            "real_tokens": real, "computed_tokens": padded, "labelled_tokens": labelled,
             "padding_waste": 1 - sum(real) / sum(padded) if padded else None,
-            "useful_tflop_per_step": [flops(r) / 1e12 for r in real],
-            "useful_gflops": sum(flops(r) for r in real) / sum(timed) / 1e9}
+            "useful_tflop_per_step": [flops(r, n) / 1e12 for r, n in zip(real, labelled)],
+            "useful_gflops": sum(flops(r, n) for r, n in zip(real, labelled)) / sum(timed) / 1e9}
 
 
-def count_tokens(trainer) -> list[tuple[int, int]]:
-    """(real tokens, tokens computed) of every batch the trainer's collator builds, in order."""
+def count_tokens(trainer) -> list[tuple[int, int, int]]:
+    """(real tokens, tokens computed, tokens that carry a label) of every batch the collator builds, in order."""
     seen = []
     collate = trainer.data_collator
 
@@ -89,7 +94,8 @@ def count_tokens(trainer) -> list[tuple[int, int]]:
         batch = collate(features)
         ids = batch["input_ids"]
         mask = batch.get("attention_mask")
-        seen.append((int(mask.sum()) if mask is not None else ids.numel(), ids.numel()))
+        labels = batch["labels"][:, 1:]  # the positions whose next token is scored
+        seen.append((int(mask.sum()) if mask is not None else ids.numel(), ids.numel(), int((labels != -100).sum())))
         return batch
 
     trainer.data_collator = counting
@@ -97,10 +103,11 @@ def count_tokens(trainer) -> list[tuple[int, int]]:
 
 
 def step_flops(model):
-    """FLOPs of one step per token: the forward pass of the whole model, and the backward through the layers
-    from the lowest one holding a LoRA weight up (input gradients through the frozen weights: one forward's
-    FLOPs again; LoRA's own weights are negligible), output layer included; attention's own FLOPs left out,
-    so the count is a lower bound. A function of the number of tokens."""
+    """Useful FLOPs of one step: the forward pass of every layer for every real token, the backward through the
+    layers from the lowest one holding a LoRA weight up (input gradients through the frozen weights: one
+    forward's FLOPs again; LoRA's own weights are negligible), and the output layer forward and backward for
+    the tokens that carry a label (the loss needs no other logits); attention's own FLOPs left out, so the
+    count is a lower bound. A function of (real tokens, labelled tokens)."""
     import re
 
     cfg = model.config
@@ -118,7 +125,7 @@ def step_flops(model):
             layer_params[layer] = layer_params.get(layer, 0) + p.numel()
     body = sum(layer_params.values())
     span = sum(n for layer, n in layer_params.items() if lowest is not None and layer >= lowest)
-    return lambda tokens: (2 * body + head + 2 * span + head) * tokens
+    return lambda tokens, labelled: (2 * body + 2 * span) * tokens + 2 * head * labelled
 
 
 def main() -> int:
@@ -157,8 +164,9 @@ def main() -> int:
         meta = {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
                 "threads": torch.get_num_threads(), "cores": os.cpu_count(), "recipe": args.recipe,
                 "bf16_matmul_peak_gflops": peak,
-                "flops": "per useful (non-padding) token: forward of the whole model + backward through the "
-                         "layers from the lowest LoRA layer up + the output layer twice; attention left out"}
+                "flops": "per real (non-padding) token: forward of every layer + backward through the layers "
+                         "from the lowest LoRA layer up; per labelled token: the output layer forward and backward; "
+                         "attention left out"}
         Path(args.json).write_text(json.dumps({"machine": meta, "choices": results}, indent=2) + "\n")
     return 0
 

@@ -80,12 +80,13 @@ def test_every_recipe_parses_with_installed_trl(recipe):
     assert model.use_peft and (model.lora_r, model.lora_alpha, model.lora_dropout) == (16, 32, 0.05)
     if recipe.parent.name == "smollm2-135m-instruct":
         # the CPU budget's choices, each stated in the recipe (recipes/smollm2-135m-instruct/README.md):
-        # every projection of the top 10 of 30 layers, bf16 autocast, 60 steps at a higher learning rate
+        # every projection of the top 10 of 30 layers, bf16 autocast, one epoch at a higher learning rate
         target = re.compile(model.lora_target_modules)
         assert target.fullmatch("model.layers.20.mlp.down_proj") and target.fullmatch("model.layers.29.self_attn.q_proj")
         assert not target.fullmatch("model.layers.19.self_attn.q_proj")
         assert raw["cpu_bf16"] is True
-        assert training.max_steps == 60 and training.learning_rate == 8e-4 and training.seed == raw["seed"]
+        assert training.max_steps == -1 and training.num_train_epochs == 1 and training.learning_rate == 5e-4
+        assert training.save_steps == 25 and training.seed == raw["seed"]
         return
     assert sorted(model.lora_target_modules) == ["k_proj", "o_proj", "q_proj", "v_proj"]
     assert str(training.optim.value).startswith("adamw") and training.seed == raw["seed"]
@@ -188,6 +189,45 @@ def test_labels_cover_exactly_the_answer(arch, work, tiny_llama, tiny_qwen, tmp_
     assert kinds == ({"positive", "negative"} if arch == "llama" else {"positive"})
     # generation stops at the end-of-turn token
     assert tok.convert_tokens_to_ids(EOT[arch]) in run.model.generation_config.eos_token_id
+
+
+def test_cpu_training_step_projects_only_the_labelled_positions_with_the_same_loss(work, tiny_llama, tmp_path,
+                                                                                     monkeypatch):
+    """A real step through build_trainer: cpu_scored_positions=labelled (the default) projects fewer
+    positions onto the vocabulary than TRL's `all`, and the step's loss and LoRA update are the same."""
+    import torch
+    import trl.trainer.utils as trl_utils
+    from real.training import cpu_loss
+
+    original = trl_utils._ChunkedLogProbFunction.apply
+    rows: list[int] = []
+
+    def apply(hidden, *args):
+        rows.append(hidden.reshape(-1, hidden.shape[-1]).shape[0])
+        return original(hidden, *args)
+
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", apply)
+    results = {}
+    try:
+        for mode in ("all", "labelled"):
+            rows.clear()
+            extra = ["--max_steps", "1", "--save_strategy", "no", "--logging_steps", "1"]
+            if mode == "all":
+                extra += ["--cpu_scored_positions", "all"]
+            run = rt.build_trainer(*rt.parse_args(_args("llama-real.yaml", tiny_llama, work / "pairs-real",
+                                                        tmp_path / mode, *extra)))
+            out = run.trainer.train()
+            lora = {n: p.detach().clone() for n, p in run.model.named_parameters() if "lora_B" in n}
+            results[mode] = (out.training_loss, list(rows), lora)
+    finally:
+        cpu_loss.score_positions("all")
+    (loss_all, rows_all, lora_all), (loss_lab, rows_lab, lora_lab) = results["all"], results["labelled"]
+    assert rows_all and rows_lab and sum(rows_lab) < sum(rows_all) / 2
+    assert loss_lab == pytest.approx(loss_all, rel=1e-5)
+    assert lora_all.keys() == lora_lab.keys() and lora_all
+    for name, value in lora_all.items():
+        assert float(value.abs().sum()) > 0  # the step moved lora_B away from its zero init
+        torch.testing.assert_close(lora_lab[name], value, rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_generation_eos_gets_end_of_turn_token(tiny_llama):

@@ -109,6 +109,14 @@ class RealSFTConfig(SFTConfig):
                   "refused elsewhere, where bf16 matmuls are emulated and far slower. Ignored on a GPU."},
     )
 
+    cpu_scored_positions: str = field(
+        default="labelled",
+        metadata={"help": "On a CPU, which positions TRL's fused LM head projects onto the vocabulary: `labelled` "
+                  "(only the answer tokens that carry the loss; the same loss, about a third less work per step) or "
+                  "`all` (TRL's own choice off CUDA: every position, masked afterwards). Ignored on a GPU.",
+                  "choices": ["labelled", "all"]},
+    )
+
     def __post_init__(self):
         # TRL turns bf16 on by default; without a GPU TrainingArguments refuses it, and bf16
         # matmuls on a CPU without native bf16 are ~100x slower. Fall back to fp32 on CPU

@@ -22,7 +22,7 @@ from real_fae_core.cli import set_interrupt_note
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.runlock import RunLock
 from real_fae_core.lifeline import set_stage
-from real.training import checkpoints, engines, fingerprint
+from real.training import checkpoints, cpu_loss, engines, fingerprint
 from real.training.args import accelerator_available
 from real.training.data import check_variant, data_fingerprint, load_pairs
 from real.training.fae_callback import fae_eval_callback
@@ -195,6 +195,10 @@ def build_trainer(script_args, training_args, model_args, *, callbacks: list | N
         "the resume decision")
 
     model = load_model(model_args, training_args)
+    if cpu_loss.score_positions(training_args.cpu_scored_positions) and not accelerator_available():
+        logger.info("cpu_scored_positions=%s: the fused LM head projects %s positions onto the vocabulary",
+                    training_args.cpu_scored_positions,
+                    "only the labelled" if training_args.cpu_scored_positions == "labelled" else "all")
     if engines.fsdp_on_cpu(engines.current_engine(), accelerator_available()):
         logger.info("FSDP on CPU ranks: accelerate's state marked multi-device so that its FSDP plugin applies")
     eos_ids = set_generation_eos(model, tokenizer)
