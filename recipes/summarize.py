@@ -4,7 +4,7 @@
         --sets check-covid-test scifact-dev --output reports/smollm2-135m-instruct/summary.json
 
 It reads only what the steps wrote under the path scheme (recipes/README.md): runs/<model>/<system>/<set>
-(metrics.json; claims.jsonl for the 95% bootstrap intervals of Acc, Strict, IS, ER, IO), probes/...
+(metrics.json; claims.jsonl for the 95% bootstrap intervals of Acc, Strict, IS, ER, IO and Acc against chance), probes/...
 (dirk.json), pave/... (pave.json, with its own intervals), reports/<model>/<set>/dirk/dirk_common.json (DirK
 on one common claim subset), reports/<model>/checkpoints-* and the step times; a missing piece is recorded as
 missing, never invented.
@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from real_fae_core.atomicio import atomic_write_text  # noqa: E402
-from fae.ablation.metrics import metric_intervals  # noqa: E402
+from fae.ablation.metrics import chance_comparison, metric_intervals  # noqa: E402
 
 TABLE1 = (("Prec", "evidence_precision"), ("Rec", "evidence_recall"), ("F1", "evidence_f1"),
           ("Acc", "label_accuracy"), ("Strict", "strict_accuracy"), ("IS", "IS"), ("ER", "ER"), ("IO", "IO"))
@@ -83,6 +83,7 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str]) ->
                     entry["fae"]["intervals"] = {k: ({"ci_low": _pct(v["ci_low"]), "ci_high": _pct(v["ci_high"]),
                                                       "defined": v["defined"]} if isinstance(v, dict) else v)
                                                  for k, v in metric_intervals(claims).items()}
+                    entry["fae"]["chance"] = chance_comparison(claims)
             dirk = _load(root / "probes" / model_id / system / s / "dirk.json")
             if dirk is not None:
                 entry["dirk"] = dirk_row(dirk)
@@ -122,11 +123,27 @@ def _cell(row: dict, name: str, key: str) -> str:
     return f"{_fmt(row[name])} [{_fmt(ci['ci_low'])}, {_fmt(ci['ci_high'])}]"
 
 
+def _chance_cells(chance: dict | None) -> str:
+    """Balanced accuracy with its interval, and the verdict against a verifier that reads nothing."""
+    if not chance or chance.get("balanced_accuracy") is None:
+        return "n/a | n/a"
+    ci = chance["balanced_accuracy_ci"]
+    bal = _fmt(_pct(chance["balanced_accuracy"]))
+    if ci.get("ci_low") is not None:
+        bal += f" [{_fmt(_pct(ci['ci_low']))}, {_fmt(_pct(ci['ci_high']))}]"
+    verdict = (f"Acc {'yes' if chance['label_accuracy_above_chance'] else 'no'} "
+               f"(majority {chance['majority_label']} {_fmt(_pct(chance['majority_rate']))}); "
+               f"balanced {'yes' if chance['balanced_accuracy_above_chance'] else 'no'} "
+               f"(1/k {_fmt(_pct(chance['balanced_accuracy_chance']))})")
+    return f"{bal} | {verdict}"
+
+
 def markdown(summary: dict) -> str:
     lines = [f"# {summary['model_id']}: FAE summary", ""]
     for s, per in summary["sets"].items():
-        lines += [f"## {s}", "", "| system | n | " + " | ".join(n for n, _ in TABLE1) + " | a_r (r = 0..R) |",
-                  "|---|---|" + "---|" * len(TABLE1) + "---|"]
+        lines += [f"## {s}", "", "| system | n | " + " | ".join(n for n, _ in TABLE1)
+                  + " | a_r (r = 0..R) | balanced Acc | above chance (Acc > majority share; balanced > 1/k) |",
+                  "|---|---|" + "---|" * len(TABLE1) + "---|---|---|"]
         for system, entry in per.items():
             row = entry.get("fae")
             if row is None:
@@ -134,7 +151,7 @@ def markdown(summary: dict) -> str:
                 continue
             traj = " / ".join(_fmt(a) for a in row["round_accuracy"])
             lines.append(f"| {system} | {row['n_claims']} | " + " | ".join(_cell(row, n, k) for n, k in TABLE1)
-                         + f" | {traj} |")
+                         + f" | {traj} | {_chance_cells(row.get('chance'))} |")
         lines.append("")
     if summary["step_times"]:
         lines += ["## Wall time per step", "", "| step (its output) | seconds |", "|---|---|"]

@@ -233,3 +233,45 @@ def test_metric_intervals_where_the_metrics_break():
 def test_metric_intervals_do_not_depend_on_the_order_of_the_claims():
     claims = _random_claims(60, seed=5)
     assert M.metric_intervals(claims, n_resamples=300) == M.metric_intervals(list(reversed(claims)), n_resamples=300)
+
+
+# ---------------------------------------------------------------------------
+# accuracy against a verifier that reads nothing
+# ---------------------------------------------------------------------------
+
+def _answering(golds: list[str], answers: list[str]) -> list[dict]:
+    return [claim(f"k{i:03d}", g, [[0]], [rnd(0, [0, 1], a, [0]), rnd(1, [1], a)])
+            for i, (g, a) in enumerate(zip(golds, answers))]
+
+
+def test_a_constant_verifier_is_never_above_chance_whatever_the_label_mix():
+    golds = ["SUPPORT"] * 70 + ["REFUTE"] * 30  # SciFact dev's first 100 claims
+    for answer in ("SUPPORT", "REFUTE", NEI):
+        c = M.chance_comparison(_answering(golds, [answer] * 100), n_resamples=500)
+        assert c["majority_label"] == "SUPPORT" and c["majority_rate"] == pytest.approx(0.7)
+        assert c["label_accuracy"] == pytest.approx({"SUPPORT": 0.7, "REFUTE": 0.3, NEI: 0.0}[answer])
+        # balanced accuracy: 1/2 for a constant label, 0 for a verifier that always abstains
+        assert c["balanced_accuracy"] == pytest.approx(0.0 if answer == NEI else 0.5)
+        assert c["balanced_accuracy_chance"] == 0.5
+        assert not c["label_accuracy_above_chance"] and not c["balanced_accuracy_above_chance"]
+
+
+def test_a_verifier_that_reads_the_evidence_is_above_chance_and_the_interval_holds_it():
+    import random
+
+    rng = random.Random(7)
+    golds = ["SUPPORT"] * 70 + ["REFUTE"] * 30
+    flip = {"SUPPORT": "REFUTE", "REFUTE": "SUPPORT"}
+    answers = [g if rng.random() < 0.9 else flip[g] for g in golds]
+    c = M.chance_comparison(_answering(golds, answers), n_resamples=2000)
+    right = [a == g for a, g in zip(answers, golds)]
+    assert c["label_accuracy"] == pytest.approx(sum(right) / 100)
+    by_hand = (sum(right[:70]) / 70 + sum(right[70:]) / 30) / 2
+    assert c["balanced_accuracy"] == pytest.approx(by_hand)
+    for key in ("label_accuracy", "balanced_accuracy"):
+        assert c[f"{key}_ci"]["ci_low"] <= c[key] <= c[f"{key}_ci"]["ci_high"]
+    assert c["label_accuracy_above_chance"] and c["balanced_accuracy_above_chance"]
+    # the same verifier on 10 claims: too few to tell
+    small = M.chance_comparison(_answering(golds[::10], answers[::10]), n_resamples=2000)
+    assert not small["label_accuracy_above_chance"]
+    assert M.chance_comparison([])["majority_rate"] is None

@@ -496,6 +496,50 @@ def metric_intervals(claims: Sequence[Mapping], *, n_resamples: int = 2000, conf
     return out
 
 
+def chance_comparison(claims: Sequence[Mapping], *, n_resamples: int = 2000, confidence_level: float = 0.95,
+                      seed: int = 0) -> dict[str, Any]:
+    """Round-0 accuracy against what a verifier that reads nothing gets on the same claims.
+
+    A constant answer scores the share of its label among the claims, so the bar for Acc is the
+    majority label's share (70% SUPPORT on SciFact dev's first 100 claims, not 50%). Balanced
+    accuracy, the mean over gold labels of the share answered right, is 1/k for any constant answer
+    (k gold labels present) whatever the label mix. ``above_chance`` holds when the lower end of the
+    percentile-bootstrap interval (claims resampled as in :func:`metric_intervals`) clears the bar.
+    """
+    import numpy as np
+
+    pop = sorted(evidence_claims(claims), key=lambda c: str(c["id"]))
+    out: dict[str, Any] = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
+                           "confidence_level": confidence_level, "seed": seed, "n_claims": len(pop)}
+    if not pop:
+        return {**out, "majority_label": None, "majority_rate": None, "balanced_accuracy": None,
+                "balanced_accuracy_chance": None, "label_accuracy_above_chance": None,
+                "balanced_accuracy_above_chance": None}
+    gold = [str(c["gold_label"]) for c in pop]
+    labels = sorted(set(gold))
+    counts = {lab: gold.count(lab) for lab in labels}
+    majority = max(labels, key=lambda lab: (counts[lab], lab == SUPPORT))
+    right = np.array([same_label(round_label(c["rounds"][0]), c["gold_label"]) for c in pop], float)
+    member = np.array([[g == lab for lab in labels] for g in gold], float)  # (claims, labels)
+    idx = np.random.default_rng(seed).integers(0, len(pop), (int(n_resamples), len(pop)))
+    hits = (right[idx][:, :, None] * member[idx]).sum(axis=1)
+    present = member[idx].sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        recall = np.where(present > 0, hits / present, np.nan)
+    balanced_draws = np.nanmean(recall, axis=1)
+    acc_ci = percentile_interval(right[idx].mean(axis=1), confidence_level)
+    bal_ci = percentile_interval(balanced_draws, confidence_level)
+    majority_rate = counts[majority] / len(pop)
+    balanced = float(np.mean([right[member[:, j] > 0].mean() for j in range(len(labels))]))
+    return {**out, "gold_counts": counts, "majority_label": majority, "majority_rate": majority_rate,
+            "label_accuracy": float(right.mean()), "label_accuracy_ci": acc_ci,
+            "balanced_accuracy": balanced, "balanced_accuracy_ci": bal_ci,
+            "balanced_accuracy_chance": 1 / len(labels),
+            "label_accuracy_above_chance": acc_ci["ci_low"] is not None and acc_ci["ci_low"] > majority_rate,
+            "balanced_accuracy_above_chance": (bal_ci["ci_low"] is not None
+                                               and bal_ci["ci_low"] > 1 / len(labels))}
+
+
 def percentile_interval(draws, confidence_level: float = 0.95) -> dict[str, Any]:
     """The percentile interval of a statistic's bootstrap draws; NaN draws (the statistic undefined in that
     resample) are left out and ``defined`` is the share kept; below one half there is no interval."""
