@@ -282,7 +282,7 @@ def test_docs_name_only_files_that_exist():
 
 
 def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp_path):
-    """The CPU wrapper: model import first, single splits, no enhancement, PAVE, opt-in checkpoint FAE, a summary."""
+    """The CPU wrapper: model import first, single splits, no enhancement, PAVE, learning curves, a summary."""
     env = {k: v for k, v in os.environ.items()
            if k not in {"MODEL", "VARIANTS", "TEST_SETS", "DATA_DIR", "OUTPUTS_DIR", "RUNS_DIR", "ENHANCE"}}
     p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path, env, timeout=60)
@@ -319,12 +319,14 @@ def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp
     assert "the semantic kind needs an LLM rewriter and judge" in p.stdout
     audits = [c for c in cmds if c[:2] == ["real-data", "counterfactual-audit"]]
     assert len(audits) == 1 and _flag(audits[0], "--size") == "100"
-    assert not [c for c in cmds if c[:2] == ["fae", "checkpoints"]]  # opt-in: the 60-minute budget
+    # the learning curves: FAE of every checkpoint of both trainings, on at least 100 claims like the systems
+    curves = [c for c in cmds if c[:2] == ["fae", "checkpoints"]]
+    assert [_flag(c, "--training-output") for c in curves] == trained
+    assert all(int(_flag(c, "--limit")) >= 100 for c in curves + list(runs.values()))
     assert "# 6. one summary" in p.stdout
     p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path,
-              {**env, "CHECKPOINT_VARIANTS": "no_enhancement"}, timeout=60)
-    checkpoints = [shlex.split(line[2:]) for line in p.stdout.splitlines() if line.startswith("+ fae checkpoints")]
-    assert len(checkpoints) == 1 and _flag(checkpoints[0], "--training-output") == "outputs/smollm2-135m-instruct/no_enhancement"
+              {**env, "CHECKPOINT_VARIANTS": ""}, timeout=60)
+    assert "+ fae checkpoints" not in p.stdout  # CHECKPOINT_VARIANTS= (empty) skips them
 
 
 def test_smollm2_reproduce_checks_every_prerequisite_before_the_first_step(tmp_path):
