@@ -208,8 +208,8 @@ def test_probe_checks_hold_for_a_python_caller(run_dir, tmp_path):
 
     with pytest.raises(UserError, match="^ProbeConfig: bootstrap: must be >= 0, got -1$"):
         probe.ProbeConfig(run_dir=run_dir, model="m", output=tmp_path / "o", bootstrap=-1)
-    with pytest.raises(UserError, match="--knowledge-reference base needs --adapter"):
-        probe.run(probe.ProbeConfig(run_dir=run_dir, model="m", output=tmp_path / "o", knowledge_reference="base"))
+    with pytest.raises(UserError, match="--knowledge-reference must be one of"):
+        probe.run(probe.ProbeConfig(run_dir=run_dir, model="m", output=tmp_path / "o", knowledge_reference="other"))
     with pytest.raises(UserError, match="--states-dtype must be one of float16, float32, got 'int8'"):
         probe.run(probe.ProbeConfig(run_dir=run_dir, model="m", output=tmp_path / "o", states_dtype="int8"))
     with pytest.raises(UserError, match="--names has 1 names for 2 directories"):

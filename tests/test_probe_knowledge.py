@@ -193,4 +193,11 @@ def test_knowledge_reference_base_takes_hK_from_the_model_without_the_adapter(ti
     assert set(summary["knowledge_answers"]) == {"decoding", "verifier", "reference"}
     md = _probe_report(tmp_path, [tmp_path / "lora", tmp_path / "mixed"], ["verifier-hK", "base-hK"])
     assert "| h(K) from | verifier | base |" in md and "toward different states" in md
-    assert main(["probe", *common, "--knowledge-reference", "base", "--output", str(tmp_path / "x")]) == 2
+    # the base model itself under --knowledge-reference base (reproduce.sh passes it to every system): its own
+    # h(K), which is the reference of its adapters' base runs, so one probe-report compares them all
+    assert main(["probe", *common, "--knowledge-reference", "base", "--output", str(tmp_path / "own")]) == 0
+    own = load_states(tmp_path / "own" / "states.safetensors")
+    assert (own["hK"] == plain["hK"]).all() and (own["hK"] == mixed["hK"]).all() and (own["hr"] == plain["hr"]).all()
+    own_summary = json.loads((tmp_path / "own" / "dirk.json").read_text())
+    assert own_summary["knowledge_reference"] == "base" and "no adapter" in own_summary["knowledge_reference_model"]
+    assert set(own_summary["knowledge_answers"]) == {"decoding", "verifier"}

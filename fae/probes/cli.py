@@ -96,7 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtype of states.safetensors (default float16)")
     p.add_argument("--knowledge-reference", choices=KNOWLEDGE_REFERENCES, default="verifier",
                    help="whose state on the claim-only prompt is h(K): the probed verifier (default, SPEC §7) "
-                        "or the base model without --adapter (the direction toward parametric knowledge)")
+                        "or the base model without --adapter (the direction toward parametric knowledge; "
+                        "without --adapter the verifier is the base, the same h(K))")
     p.add_argument("--knowledge-max-new-tokens", type=int, default=None,
                    help="tokens of the greedy answer to each claim-only prompt (default: the run's "
                         "max_new_tokens, else 64)")
@@ -273,9 +274,6 @@ def run(config: ProbeConfig) -> CommandResult:
     if config.knowledge_reference not in KNOWLEDGE_REFERENCES:
         raise UserError(f"--knowledge-reference must be one of {', '.join(KNOWLEDGE_REFERENCES)}, "
                         f"got {config.knowledge_reference!r}")
-    if config.knowledge_reference == "base" and config.adapter is None:
-        raise UserError("--knowledge-reference base needs --adapter: without one the verifier is the base model")
-
     data = load_run(run_dir)  # refuses unfinished runs and stale metrics.json
     out = Path(config.output)
     if out.exists() and not out.is_dir():
@@ -367,7 +365,7 @@ def _capture_states(config: ProbeConfig, prompts: list, data: RunData) -> _Captu
     verifier_labels = knowledge_labels(model, tok, knowledge_seqs, config.batch_size, max_new)
     cap = _Captured(states, len(seqs), len({tuple(s) for s in seqs}), max_new, verifier_labels, verifier_labels,
                     None)
-    if config.knowledge_reference == "base":
+    if config.knowledge_reference == "base" and config.adapter is not None:  # else the verifier is the base
         del model  # one model in memory at a time
         base, base_tok = load_hf_model(config.model, None, device=config.device, dtype=config.dtype,
                                        trust_remote_code=config.trust_remote_code)
@@ -400,11 +398,16 @@ def _knowledge_section(config: ProbeConfig, claims: list[dict], cap: _Captured) 
     """dirk.json's account of h(K): whose state it is, its claim-only answers, and whether it abstains."""
     gold = [c.get("gold_label") for c in claims]
     base = cap.reference_states is not None
+    if base:
+        whose = ("base: h(K) is the base model's state (without the adapter) on the claim-only prompt, "
+                 "the direction toward parametric knowledge")
+    elif config.knowledge_reference == "base":  # no adapter: the same h(K) as every adapter's base reference
+        whose = ("base: the verifier is the base model (no adapter), so h(K) is its own state on the claim-only "
+                 "prompt, the same reference as its adapters' `--knowledge-reference base`")
+    else:
+        whose = "verifier: h(K) is the probed checkpoint's state on the claim-only prompt (SPEC §7)"
     knowledge = {
-        "knowledge_reference_model": (
-            "base: h(K) is the base model's state (without the adapter) on the claim-only prompt, "
-            "the direction toward parametric knowledge" if base else
-            "verifier: h(K) is the probed checkpoint's state on the claim-only prompt (SPEC §7)"),
+        "knowledge_reference_model": whose,
         "knowledge_answers": {
             "decoding": {"greedy": True, "max_new_tokens": cap.max_new},
             "verifier": label_shares(cap.verifier_labels, gold),
