@@ -786,3 +786,28 @@ def test_a_proved_swap_states_the_claims_direction_value_and_unit_by_an_independ
     else:
         assert (new_says[0], new_says[2]) == (claim_says[0], claim_says[2]) and new_says[1] != claim_says[1], \
             (claim, sentence, swap.text)
+
+
+def test_audit_of_a_counterfactual_run_that_kept_nothing_writes_empty_sheets_not_an_error(tmp_path, capsys):
+    """`real-data counterfactual` can keep no sentence (no rule proves a flip and no judge is set): the audit
+    says so and writes header-only sheets, so a pipeline does not stop there; records that never went
+    through `real-data counterfactual` are still refused."""
+    recs = [make_record_dict(id=f"r{k}", claim=f"Claim {k}.", label="SUPPORT") for k in range(3)]
+    src = tmp_path / "cf.jsonl"
+    save_records(recs, src)
+    assert real_data(["counterfactual-audit", "--records", str(src), "--output", str(tmp_path / "a0")]) == 2
+    assert "run `real-data counterfactual` first" in capsys.readouterr().err
+    assert not (tmp_path / "a0").exists()
+    summary = {"complete": True, "kinds": {"entity": {"sentences": 3, "kept": 0, "dropped": 3, "dropped_by_reason": {
+        "a name swap, not provable by rule, and no judge": 2, "the sentence states none of the claim's values": 1}}}}
+    (tmp_path / "cf.jsonl.summary.json").write_text(json.dumps(summary))
+    audit = tmp_path / "audit"
+    assert real_data(["counterfactual-audit", "--records", str(src), "--output", str(audit)]) == 0
+    out = capsys.readouterr().out
+    assert "nothing to audit" in out and "none of the 3 gold sentences" in out
+    assert "2 a name swap, not provable by rule, and no judge" in out
+    sample = json.loads((audit / "audit.json").read_text())
+    assert sample["sample"] == [] and sample["instances_available"] == 0 and "nothing to audit" in sample["note"]
+    for k in (1, 2, 3):
+        lines = (audit / f"sheet-{k}.csv").read_text().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("item,")  # the header only

@@ -329,6 +329,49 @@ def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp
     assert "+ fae checkpoints" not in p.stdout  # CHECKPOINT_VARIANTS= (empty) skips them
 
 
+@pytest.mark.slow
+def test_smollm2_reproduce_runs_every_step_on_a_tiny_model(tmp_path, shared_data, tiny_llama):
+    """Every step the CPU experiment runs (trainings, FAE, DirK with the base's h(K) for every system,
+    counterfactual evidence, PAVE, the learning curves, the reports and the summary), for real on a tiny
+    Llama and the shipped samples (one training, one test set): a step that fails after the trainings fails
+    here, not an hour into a run."""
+    import shutil
+
+    model = tmp_path / "models" / "smollm2-135m-instruct"
+    shutil.copytree(tiny_llama, model)
+    (model / "import_info.json").write_text("{}\n")  # the GGUF import is done: the script skips it
+    raw = tmp_path / "raw"
+    (raw / "check-covid").mkdir(parents=True)
+    (raw / "scifact").mkdir()
+    for name in ("covidCheck_train_composed+extracted.json", "covidCheck_test_composed.json", "corpus.json"):
+        shutil.copy(shared_data / "check-covid" / name, raw / "check-covid" / name)
+    shutil.copy(shared_data / "scifact" / "claims_dev.jsonl", raw / "scifact" / "claims_dev.jsonl")
+    shutil.copy(shared_data / "scifact" / "corpus_cited.jsonl", raw / "scifact" / "corpus.jsonl")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHON": sys.executable,
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "MIN_FREE_GB": "0",
+           "CHECK_COVID_TEST": str(raw / "check-covid" / "covidCheck_test_composed.json"),
+           # one training and one test set keep it to a few minutes: every kind of step still runs
+           "VARIANTS": "no_enhancement", "TEST_SETS": "check-covid-test", "CHECKPOINT_VARIANTS": "no_enhancement",
+           # the recipe's budget cut to a smoke run; LoRA on the tiny model's two layers
+           "TRAIN_ARGS": "--max_steps 2 --save_steps 1 --cpu_bf16 false --lora_target_modules q_proj v_proj",
+           "FAE_ARGS": "--limit 4 --max-new-tokens 24", "PROBE_ARGS": "--bootstrap 50 --limit 3 --knowledge-reference base",
+           "PAVE_ARGS": "--limit 2 --samples 2 --jsd-samples 2 --jsd-temperature 0.3 --max-new-tokens 16",
+           "CHECKPOINT_ARGS": "--limit 3 --rounds 1 --max-new-tokens 16"}
+    p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh")], tmp_path, env, timeout=900)
+    m = "smollm2-135m-instruct"
+    summary = json.loads((tmp_path / f"reports/{m}/summary.json").read_text())
+    assert summary["missing"] == [], summary["missing"]
+    for system in ("base", "no_enhancement"):
+        entry = summary["sets"]["check-covid-test"][system]
+        assert entry["fae"]["n_claims"] > 0 and "chance" in entry["fae"] and "pave" in entry
+        assert entry["dirk_knowledge_reference"] == "base"
+    curves = summary["checkpoints"]
+    assert list(curves) == ["checkpoints-no_enhancement-check-covid-test"]
+    assert [r["step"] for r in curves["checkpoints-no_enhancement-check-covid-test"]["rows"]] == [1, 2]
+    assert (tmp_path / f"reports/{m}/summary.md").is_file() and "# all steps done" in p.stdout
+
+
 def test_smollm2_reproduce_checks_every_prerequisite_before_the_first_step(tmp_path):
     """A newcomer's run that cannot stop late: missing data, a missing extra and too little disk are all
     named at once, exit 2, before the model package is installed or any file is written; the dry run

@@ -308,8 +308,11 @@ def run(config: AuditConfig) -> CommandResult:
     records = _read_records(Path(config.records))
     instances = audit_instances(records)
     if not instances:
-        raise UserError(f"{config.records}: no record carries counterfactual_sentences "
-                        "(run `real-data counterfactual` first)")
+        made = _counterfactual_summary(Path(config.records))
+        if made is None:
+            raise UserError(f"{config.records}: no record carries counterfactual_sentences "
+                            "(run `real-data counterfactual` first)")
+        return _nothing_to_audit(config, made)
     sample = stratified_sample(instances, config.size, config.seed)
     strata: dict[str, int] = defaultdict(int)
     for s in sample:
@@ -327,6 +330,37 @@ def run(config: AuditConfig) -> CommandResult:
                **{p.stem: str(p) for p in paths}}
     return CommandResult(outputs=outputs, summary={"instances": len(sample), "instances_available": len(instances),
                                                    "strata": dict(sorted(strata.items()))})
+
+
+def _counterfactual_summary(records: Path) -> dict | None:
+    """The summary `real-data counterfactual` wrote beside its output, when it finished (else None)."""
+    try:
+        summary = json.loads(Path(f"{records}.summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and summary.get("complete") and summary.get("kinds") else None
+
+
+def _nothing_to_audit(config: AuditConfig, made: dict) -> CommandResult:
+    """`real-data counterfactual` ran and kept no sentence: empty sheets that say why, not an error that would
+    stop a pipeline after hours of work (PAVE then reports PR and the Margin as undefined)."""
+    dropped: dict[str, int] = defaultdict(int)
+    sentences = 0
+    for kind in made["kinds"].values():
+        sentences += int(kind.get("sentences") or 0)
+        for reason, n in (kind.get("dropped_by_reason") or {}).items():
+            dropped[reason] += int(n)
+    why = "; ".join(f"{n} {reason}" for reason, n in sorted(dropped.items(), key=lambda kv: -kv[1]))
+    note = (f"nothing to audit: `real-data counterfactual` kept none of the {sentences} gold sentences it tried"
+            + (f" ({why})" if why else ""))
+    out = Path(config.output)
+    paths = write_sheets(out, [], config.raters,
+                         {"records": str(config.records), "size": config.size, "seed": config.seed,
+                          "raters": config.raters, "instances_available": 0, "strata": {}, "note": note})
+    print(f"counterfactual audit: {note}; empty sheets in {out}")
+    return CommandResult(outputs={"audit_dir": str(out), "sample": str(out / SAMPLE_FILE),
+                                  **{p.stem: str(p) for p in paths}},
+                         summary={"instances": 0, "instances_available": 0, "strata": {}, "note": note})
 
 
 def _read_records(path: Path) -> list[dict]:
