@@ -7,7 +7,7 @@ and ``run(args) -> int``; this file only dispatches.
 from __future__ import annotations
 
 from real_fae_core.cli import dispatch
-from real_fae_core.lifeline import die_with_launcher, launched, leave, watch_peers
+from real_fae_core.lifeline import answer_sigterm, die_with_launcher, launched, leave, watch_peers
 
 SUBCOMMANDS = {
     "run": ("fae.ablation.cli", "run multi-round evidence ablation (SPEC §6) on a verifier"),
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     and its sibling ranks, and leaves through :func:`real_fae_core.lifeline.leave`."""
     die_with_launcher()
     watch_peers("fae")
+    answer_sigterm("fae")  # SIGTERM ends a rank with a line that says why
     code = dispatch("fae", __doc__, SUBCOMMANDS, argv)
     if argv is None and launched():
         leave("fae", code)

@@ -18,14 +18,15 @@ from __future__ import annotations
 import logging
 
 from real_fae_core.cli import run_guarded
-from real_fae_core.lifeline import die_with_launcher, launched, leave, watch_peers
+from real_fae_core.lifeline import answer_sigterm, die_with_launcher, launched, leave, watch_peers
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one training; a launched rank started from the command line (``argv`` None) ends through
     :func:`real_fae_core.lifeline.leave`, so it exits within seconds of its last step and says so."""
     die_with_launcher()  # first, before the heavy imports: a launched rank never outlives its launcher
-    watch_peers("real-train")  # nor a sibling rank that has exited
+    watch_peers("real-train")
+    answer_sigterm("real-train")  # SIGTERM ends a rank with a line that says why  # nor a sibling rank that has exited
     from real.training import parse_args, train  # torch, transformers, trl: after the lifeline
 
     def body(argv: list[str]) -> int:

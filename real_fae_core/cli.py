@@ -40,6 +40,11 @@ def set_interrupt_note(text: str | None) -> None:
         _interrupt_notes.append(text)
 
 
+def interrupt_note() -> str | None:
+    """The note set by :func:`set_interrupt_note`, if any."""
+    return _interrupt_notes[0] if _interrupt_notes else None
+
+
 def _debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
@@ -57,8 +62,9 @@ def _sigterm_as_interrupt():
 
     Not in a multi-process run (``WORLD_SIZE`` > 1): a rank blocked in a
     collective (a gloo/NCCL wait for a dead peer) never returns to Python, so a
-    Python-level handler would never run and the launcher's SIGTERM would leave
-    it hanging forever. There the default action (terminate) stays.
+    Python-level handler alone could leave it hanging; there
+    :func:`real_fae_core.lifeline.answer_sigterm` (installed by the entry point)
+    or SIGTERM's default action stays.
     """
     import threading
 

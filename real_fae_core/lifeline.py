@@ -12,11 +12,22 @@ holding the output directory's lock.
 
 :func:`die_with_launcher` ties such a rank to its launcher: on Linux the kernel
 sends it SIGTERM when the launcher dies (``PR_SET_PDEATHSIG``), elsewhere a
-watchdog thread checks the parent every second. SIGTERM is enough: in a
-multi-process run the rank keeps SIGTERM's default action (``run_guarded``), so
-it ends at once even inside a C++ collective, and the run lock, a ``flock``,
-goes with it; a one-process run stops cleanly and says what it kept. A launcher
-stopped normally (Ctrl-C, SIGTERM) still stops its ranks itself first.
+watchdog thread checks the parent every second. SIGTERM is enough: a rank whose
+launcher is gone ends at once (:func:`answer_sigterm`), even inside a C++
+collective, and the run lock, a ``flock``, goes with it; a one-process run stops
+cleanly and says what it kept. A launcher stopped normally (Ctrl-C, SIGTERM)
+still stops its ranks itself first.
+
+:func:`answer_sigterm` decides what SIGTERM means to a rank of a multi-process
+run. torch elastic sends it to every survivor as soon as one rank *fails*: the
+survivor's collective fails at the same moment, and the error that names the
+lost peer and the checkpoint kept must win the race against SIGTERM's default
+action (which used to end the rank silently, now and then). So a SIGTERM that
+finds a sibling rank gone is left to that error; one sent to stop the run
+(Ctrl-C on the launcher) raises :class:`~real_fae_core.errors.Terminated` like
+Ctrl-C does. Either way a rank still alive ``REAL_TRAIN_TERM_SECONDS`` later
+(blocked in C++, where no Python handler runs) is ended by a thread that reads
+Python's signal wake-up pipe, with one line saying why.
 
 A process in its launcher's own process group (accelerate's one-process
 launcher, DeepSpeed's) is not tied: every signal to that group reaches it
@@ -56,6 +67,8 @@ from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PEER_GRACE_ENV = "REAL_TRAIN_PEER_GRACE"  # seconds a rank may outlive a sibling that exited (default 60)
+TERM_GRACE_ENV = "REAL_TRAIN_TERM_SECONDS"  # seconds a rank may take to stop after SIGTERM (default 10)
+DEFAULT_TERM_GRACE = 10.0
 EXIT_CEILING_ENV = "REAL_TRAIN_EXIT_SECONDS"  # seconds a finished rank may take to exit (default 30)
 DEFAULT_PEER_GRACE = 60.0
 DEFAULT_EXIT_CEILING = 30.0
@@ -251,6 +264,98 @@ def _end_stuck(prog: str, peer: int, seconds: float) -> None:
     os._exit(1)
 
 
+# ----------------------------------------------------------------- what SIGTERM means
+
+_term_lock = threading.Lock()
+_term_reason: str | None = None  # "peer", "launcher" or "stop", fixed by the first SIGTERM
+_leaving = False  # set by leave(): its own ceiling bounds the rest
+
+
+def answer_sigterm(prog: str, grace: float | None = None) -> bool:
+    """Make SIGTERM end this rank of a multi-process launch with one line that says why (see the module doc).
+
+    Call it from the main thread, before the training starts. Returns whether it was installed: only in a
+    launched run of two or more processes (a one-process run keeps ``run_guarded``'s handling).
+    """
+    if not launched() or rank_and_world()[1] < 2 or threading.current_thread() is not threading.main_thread():
+        return False
+    grace = _seconds(TERM_GRACE_ENV, DEFAULT_TERM_GRACE) if grace is None else grace
+    parent = os.getppid()
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, lambda signum, frame: _on_sigterm(parent))
+    except (ValueError, OSError):  # pragma: no cover - an embedding that owns the signals
+        os.close(read_end)
+        os.close(write_end)
+        return False
+    threading.Thread(target=_watch_sigterm, args=(prog, parent, read_end, grace), name="sigterm-watch",
+                     daemon=True).start()
+    return True
+
+
+def sigterm_reason(parent: int | None = None) -> str | None:
+    """Why SIGTERM came, once it has: ``"launcher"`` (it is gone), ``"peer"`` (a sibling rank is gone, so
+    torch elastic is stopping the run after a failure) or ``"stop"`` (the run is being stopped); None before."""
+    global _term_reason
+    with _term_lock:
+        if _term_reason is None and parent is not None:
+            if os.getppid() != parent:
+                _term_reason = "launcher"
+            else:
+                try:
+                    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", rank_and_world()[1]))
+                except ValueError:
+                    local_world = 1
+                alive = len(_sibling_ranks(parent)) if sys.platform.startswith("linux") else local_world - 1
+                _term_reason = "peer" if alive < local_world - 1 else "stop"
+        return _term_reason
+
+
+def _on_sigterm(parent: int) -> None:
+    """The main thread's handler: a stop raises Terminated; a lost peer is left to the failing collective."""
+    from real_fae_core.errors import Terminated
+
+    if sigterm_reason(parent) == "stop":
+        raise Terminated()
+
+
+def _watch_sigterm(prog: str, parent: int, read_end: int, grace: float) -> None:
+    while True:
+        try:
+            data = os.read(read_end, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGTERM in data:
+            break
+    reason = sigterm_reason(parent)
+    if reason != "launcher":
+        time.sleep(grace)  # the main thread says it better, with the checkpoint kept: give it the time
+        if _leaving:  # it did, and is leaving within leave()'s own ceiling
+            return
+    _end_terminated(prog, reason, grace)
+
+
+def _end_terminated(prog: str, reason: str | None, grace: float) -> None:
+    from real_fae_core.cli import interrupt_note
+
+    note = interrupt_note()
+    tail = f"; {note}" if note else ""
+    if reason == "peer":
+        _say(prog, f"error: another process of this run stopped while this rank was {_stage}; see its error"
+                   f"{tail}")
+        os._exit(1)
+    if reason == "launcher":
+        _say(prog, f"terminated: its launcher is gone{tail}")
+    else:
+        _say(prog, f"terminated: still {_stage} {grace:.0f} s after SIGTERM ({TERM_GRACE_ENV} sets this limit)"
+                   f"{tail}")
+    os._exit(143)
+
+
 # ----------------------------------------------------------------- a bounded exit
 
 def leave(prog: str, code: int, ceiling: float | None = None) -> None:
@@ -260,6 +365,8 @@ def leave(prog: str, code: int, ceiling: float | None = None) -> None:
     its threads' stacks and one line naming what it was still doing, and exits 1. Then ``os._exit``: the
     interpreter's and the C++ libraries' teardown, where finished runs hung or aborted, does not run.
     """
+    global _leaving
+    _leaving = True
     ceiling = _seconds(EXIT_CEILING_ENV, DEFAULT_EXIT_CEILING) if ceiling is None else ceiling
     started = time.monotonic()
     threading.Thread(target=_watch_exit, args=(prog, ceiling), name="exit-watch", daemon=True).start()

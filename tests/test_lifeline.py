@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -73,10 +74,7 @@ def test_a_rank_that_outlives_an_exited_sibling_is_ended_with_one_line(tmp_path)
     assert took < 150, f"the launcher took {took:.0f} s to return"
 
 
-def test_a_rank_stuck_at_exit_after_training_is_ended_and_the_adapter_is_whole(tiny_llama, tmp_path):
-    """A real two-process training whose rank 1 blocks in an atexit handler (code outside ours: a tracker, a
-    library) after the run is saved: the rank is ended after REAL_TRAIN_EXIT_SECONDS with one line, rank 0
-    exits cleanly, the saved adapter is complete, no process is left."""
+def _tiny_pairs(tmp_path, tiny_llama) -> Path:
     recs = tmp_path / "train.jsonl"
     pool = [{"id": 0, "text": "The vaccine reduces the risk of severe disease.", "doc": "V"},
             {"id": 9, "text": "The study found no significant effect.", "doc": "S"}]
@@ -85,6 +83,14 @@ def test_a_rank_stuck_at_exit_after_training_is_ended_and_the_adapter_is_whole(t
                             + "\n" for i in range(4)))
     assert real_data(["pairs", "--records", str(recs), "--variant", "no_enhancement", "--output",
                       str(tmp_path / "pairs"), "--tokenizer", str(tiny_llama)]) == 0
+    return tmp_path / "pairs"
+
+
+def test_a_rank_stuck_at_exit_after_training_is_ended_and_the_adapter_is_whole(tiny_llama, tmp_path):
+    """A real two-process training whose rank 1 blocks in an atexit handler (code outside ours: a tracker, a
+    library) after the run is saved: the rank is ended after REAL_TRAIN_EXIT_SECONDS with one line, rank 0
+    exits cleanly, the saved adapter is complete, no process is left."""
+    _tiny_pairs(tmp_path, tiny_llama)
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(textwrap.dedent("""
@@ -109,4 +115,127 @@ def test_a_rank_stuck_at_exit_after_training_is_ended_and_the_adapter_is_whole(t
     assert re.search(r'File ".*sitecustomize\.py", line \d+ in <lambda>', p.stderr)  # the stuck thread's stack
     assert "real-train: rank 1 of 2: exited" not in p.stderr
     assert (out / "adapter_model.safetensors").is_file() and (out / "run_fingerprint.json").is_file()
+    assert _none_left(tag) == []
+
+
+SIGTERM_SCRIPT = """
+import os, signal, sys, time
+from pathlib import Path
+from real_fae_core.cli import run_guarded, set_interrupt_note
+from real_fae_core.lifeline import answer_sigterm, die_with_launcher, leave, set_stage, watch_peers
+die_with_launcher()
+watch_peers("term-test")
+assert answer_sigterm("term-test")
+
+def body(argv):
+    set_interrupt_note("kept checkpoint out/checkpoint-4 (step 4); resume with: the same command")
+    Path(os.environ["REAL_TEST_READY"] + os.environ["RANK"]).write_text("ready")
+    if os.environ["RANK"] == "1" and os.environ["REAL_TEST_MODE"] == "kill":
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    set_stage("waiting in a collective that never returns")
+    while True:
+        time.sleep(600)
+
+leave("term-test", run_guarded("term-test", body))
+"""
+
+
+def _sigterm_launch(tmp_path, mode: str, grace: str) -> tuple[subprocess.Popen, str, Path]:
+    script = tmp_path / "term_rank.py"
+    script.write_text(SIGTERM_SCRIPT)
+    tag, ready = uuid.uuid4().hex, tmp_path / "ready-"
+    cmd = [ACCELERATE, "launch", "--config_file", "accelerate_configs/cpu_2proc.yaml",
+           "--main_process_port", str(free_port()), str(script)]
+    log = tmp_path / "launch.log"
+    with log.open("w") as fh:
+        launcher = subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, env={
+            **ENV, "REAL_TEST_TAG": tag, "PYTHONPATH": str(REPO), "REAL_TEST_MODE": mode,
+            "REAL_TEST_READY": str(ready), "REAL_TRAIN_TERM_SECONDS": grace})
+    deadline = time.time() + 120
+    while not all(Path(f"{ready}{r}").exists() for r in (0, 1)):
+        assert launcher.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    return launcher, tag, log
+
+
+def test_a_rank_whose_sibling_was_killed_says_so_even_when_sigterm_comes_first(tmp_path):
+    """Rank 1 is SIGKILLed; torch elastic SIGTERMs rank 0, which here never gets an error of its own (a
+    collective blocked in C++). SIGTERM's default action used to end it without a word; now it is ended
+    REAL_TRAIN_TERM_SECONDS later with the line that names the lost peer and the checkpoint kept."""
+    launcher, tag, log = _sigterm_launch(tmp_path, "kill", grace="3")
+    try:
+        launcher.wait(timeout=90)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        for pid in tagged_processes(tag):
+            os.kill(pid, 9)
+    text = log.read_text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("term-test: rank 0 of 2:")]
+    assert lines == ["term-test: rank 0 of 2: error: another process of this run stopped while this rank was "
+                     "waiting in a collective that never returns; see its error; kept checkpoint "
+                     "out/checkpoint-4 (step 4); resume with: the same command"], text[-3000:]
+    assert re.search(r"exitcode\s*:\s*1 \(pid", text), text[-3000:]  # rank 0 exits 1, not -15 (SIGTERM)
+    assert launcher.returncode != 0
+    assert _none_left(tag) == []
+
+
+def test_a_launch_stopped_with_sigterm_ends_every_rank_with_the_interrupt_note(tmp_path):
+    """SIGTERM to the launcher (a scheduler stopping the job): each rank, busy in Python, raises Terminated
+    at once and says what is kept, instead of dying silently; nothing is left running."""
+    launcher, tag, log = _sigterm_launch(tmp_path, "stop", grace="30")
+    started = time.monotonic()
+    try:
+        launcher.send_signal(signal.SIGTERM)
+        launcher.wait(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        for pid in tagged_processes(tag):
+            os.kill(pid, 9)
+    took = time.monotonic() - started
+    text = log.read_text()
+    lines = sorted(ln for ln in text.splitlines() if ln.startswith("term-test: terminated"))
+    assert lines == ["term-test: terminated; kept checkpoint out/checkpoint-4 (step 4); resume with: the same "
+                     "command"] * 2, text[-3000:]
+    assert "another process" not in text
+    assert took < 20, f"the launch took {took:.0f} s to stop"
+    assert _none_left(tag) == []
+
+
+def test_a_two_process_training_stopped_with_sigterm_says_on_every_rank_what_was_kept(tiny_llama, tmp_path):
+    """A scheduler stops a real two-process training (SIGTERM to `accelerate launch`) after its first
+    checkpoint: every rank ends with the Ctrl-C-style line naming the checkpoint kept and how to resume, and
+    none claims that another process failed."""
+    pairs = _tiny_pairs(tmp_path, tiny_llama)
+    out, tag = tmp_path / "out", uuid.uuid4().hex
+    cmd = [ACCELERATE, "launch", "--config_file", "accelerate_configs/cpu_2proc.yaml", "--main_process_port",
+           str(free_port()), "-m", "real.train", "--config", str(REPO / "recipes" / "tiny" / "llama-real.yaml"),
+           "--model_name_or_path", str(tiny_llama), "--dataset_name", str(pairs), "--variant", "no_enhancement",
+           "--output_dir", str(out), "--max_steps", "100000", "--per_device_train_batch_size", "1",
+           "--global_batch_size", "2", "--save_strategy", "steps", "--save_steps", "1"]
+    log = tmp_path / "launch.log"
+    with log.open("w") as fh:
+        launcher = subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT,
+                                    env={**ENV, "REAL_TEST_TAG": tag, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.time() + 300
+        while not (out / "checkpoint-2" / "trainer_state.json").exists():
+            assert launcher.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        launcher.send_signal(signal.SIGTERM)
+        launcher.wait(timeout=90)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        for pid in tagged_processes(tag):
+            os.kill(pid, 9)
+    text = log.read_text()
+    lines = [ln for ln in text.splitlines() if ln.startswith("real-train: terminated")]
+    assert len(lines) == 2, text[-4000:]
+    for line in lines:
+        assert re.fullmatch(r"real-train: terminated; kept checkpoint \S+checkpoint-\d+ \(step \d+\); resume with: "
+                            r"the same `accelerate launch \.\.\. -m real\.train .+` command", line), line
+    assert "another process" not in text and "internal error" not in text, text[-4000:]
     assert _none_left(tag) == []
