@@ -87,3 +87,20 @@ def test_a_batch_without_labels_still_backpropagates_a_zero(tiny_llama, restore_
 def test_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="labelled, all"):
         cpu_loss.score_positions("some")
+
+
+def test_a_switch_replaced_after_ours_is_wrapped_again_and_still_asked_off_cpu(monkeypatch, restore_mode):
+    """Another library that wraps `_use_triton` after us must not silently undo the setting; ours goes back
+    on top and hands every non-CPU device to theirs."""
+    import trl.trainer.utils as trl_utils
+
+    assert cpu_loss.score_positions("labelled")
+    asked = []
+    theirs = lambda device: asked.append(device.type) or device.type == "meta"  # noqa: E731
+    monkeypatch.setattr(trl_utils, "_use_triton", theirs)
+    assert cpu_loss.score_positions("labelled")
+    assert trl_utils._use_triton is not theirs
+    assert trl_utils._use_triton(torch.device("cpu")) is True and asked == []
+    assert trl_utils._use_triton(torch.device("meta")) is True and asked == ["meta"]
+    cpu_loss.score_positions("all")
+    assert trl_utils._use_triton(torch.device("cpu")) is False and asked == ["meta", "cpu"]

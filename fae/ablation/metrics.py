@@ -459,6 +459,20 @@ def truncation_note(metrics: Mapping[str, Any], max_new_tokens: int | None = Non
 INTERVAL_METRICS = ("label_accuracy", "strict_accuracy", "IS", "ER", "IO")
 
 
+def _bootstrap_claims(claims: Sequence[Mapping], n_resamples: int, confidence_level: float,
+                      seed: int) -> tuple[list[Mapping], Any, dict[str, Any]]:
+    """The claims resampled by :func:`metric_intervals` and :func:`chance_comparison`: the population in
+    id order (the same draws in any file order), the (resamples, claims) index of each draw, and the
+    header both results start with. The shared draw lets their intervals be read side by side."""
+    import numpy as np
+
+    pop = sorted(evidence_claims(claims), key=lambda c: str(c["id"]))
+    head = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
+            "confidence_level": confidence_level, "seed": seed, "n_claims": len(pop)}
+    idx = np.random.default_rng(seed).integers(0, len(pop), (int(n_resamples), len(pop))) if pop else None
+    return pop, idx, head
+
+
 def metric_intervals(claims: Sequence[Mapping], *, n_resamples: int = 2000, confidence_level: float = 0.95,
                      seed: int = 0) -> dict[str, Any]:
     """Percentile-bootstrap intervals over claims of Acc, Strict, IS, ER and IO.
@@ -471,17 +485,14 @@ def metric_intervals(claims: Sequence[Mapping], *, n_resamples: int = 2000, conf
     """
     import numpy as np
 
-    pop = sorted(evidence_claims(claims), key=lambda c: str(c["id"]))  # the same draws in any file order
+    pop, idx, out = _bootstrap_claims(claims, n_resamples, confidence_level, seed)
     R = _n_rounds(pop) if pop else 0
-    out: dict[str, Any] = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
-                           "confidence_level": confidence_level, "seed": seed, "n_claims": len(pop)}
     if not pop:
         return {**out, **{k: {"ci_low": None, "ci_high": None, "defined": 0.0} for k in INTERVAL_METRICS}}
     right = np.array([[same_label(round_label(c["rounds"][r]), c["gold_label"]) for r in range(R + 1)]
                       for c in pop], float)
     strict = np.array([same_label(round_label(c["rounds"][0]), c["gold_label"])
                        and cites_gold(c["rounds"][0].get("cited") or [], c["gold_groups"]) for c in pop], float)
-    idx = np.random.default_rng(seed).integers(0, len(pop), (int(n_resamples), len(pop)))
     acc = right[idx].mean(axis=1)  # (resamples, R + 1): a_0..a_R of each resample
     draws = {"label_accuracy": acc[:, 0], "strict_accuracy": strict[idx].mean(axis=1)}
     if R >= 1:
@@ -508,9 +519,7 @@ def chance_comparison(claims: Sequence[Mapping], *, n_resamples: int = 2000, con
     """
     import numpy as np
 
-    pop = sorted(evidence_claims(claims), key=lambda c: str(c["id"]))
-    out: dict[str, Any] = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
-                           "confidence_level": confidence_level, "seed": seed, "n_claims": len(pop)}
+    pop, idx, out = _bootstrap_claims(claims, n_resamples, confidence_level, seed)
     if not pop:
         return {**out, "majority_label": None, "majority_rate": None, "balanced_accuracy": None,
                 "balanced_accuracy_chance": None, "label_accuracy_above_chance": None,
@@ -521,7 +530,6 @@ def chance_comparison(claims: Sequence[Mapping], *, n_resamples: int = 2000, con
     majority = max(labels, key=lambda lab: (counts[lab], lab == SUPPORT))
     right = np.array([same_label(round_label(c["rounds"][0]), c["gold_label"]) for c in pop], float)
     member = np.array([[g == lab for lab in labels] for g in gold], float)  # (claims, labels)
-    idx = np.random.default_rng(seed).integers(0, len(pop), (int(n_resamples), len(pop)))
     hits = (right[idx][:, :, None] * member[idx]).sum(axis=1)
     present = member[idx].sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -44,10 +44,7 @@ def score_positions(mode: str) -> bool:
             logger.warning("cpu_scored_positions: this TRL's fused LM head has no `_use_triton` switch; it scores "
                            "positions its own way (the loss is unchanged)")
         return False
-    if _state["original"] is None:
-        _state["original"] = current
-        trl_utils._use_triton = _compact_on_cpu
-    elif current is not _compact_on_cpu:  # someone replaced it after us: follow theirs, keep ours on top
+    if current is not _compact_on_cpu:  # the first call (or another wrapper since): ours goes on top
         _state["original"] = current
         trl_utils._use_triton = _compact_on_cpu
     _state["mode"] = mode
