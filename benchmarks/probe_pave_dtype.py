@@ -7,7 +7,10 @@ records, one after the other on an otherwise idle machine:
 - ``fae probe``: seconds per claim, and the DirK values of the two dtypes side by side (per round, and the
   largest per-claim difference): bf16 hidden states round differently, so bitwise equality is not expected;
 - ``fae pave``: seconds per claim, the share of sampled answers whose label is the same in both dtypes (same
-  seeds), and PR / CR / Margin of each.
+  seeds), and PR / CR / Margin of each; then bf16 again with the sampler's two savings
+  (:func:`fae.pave.sampling.one_row_prefill`: one prefill for a prompt's N samples; the label distribution
+  projecting only the positions it scores), which are the default: ``fp32`` and ``bf16`` run without them, as
+  the sampler did before, and ``bf16_one_prefill`` must give bf16's samples exactly (``same_as_bf16``).
 
     python benchmarks/probe_pave_dtype.py --model models/smollm2-135m-instruct \\
         --adapter outputs/smollm2-135m-instruct/sft --records data/check-covid-test.jsonl --claims 12 \\
@@ -34,6 +37,7 @@ from fae.ablation.options import FaeRunArguments  # noqa: E402
 from fae.pave.cli import PaveConfig  # noqa: E402
 from fae.pave.cli import run as fae_pave  # noqa: E402
 from fae.pave.io import read_samples  # noqa: E402
+from fae.pave.sampling import HFSampler  # noqa: E402
 from fae.probes.cli import ProbeConfig  # noqa: E402
 from fae.probes.cli import run as fae_probe  # noqa: E402
 
@@ -71,31 +75,53 @@ def claim_values(path: Path) -> dict:
     return values
 
 
+PAVE_RUNS = (("fp32", "fp32", False), ("bf16", "bf16", False), ("bf16_one_prefill", "bf16", True))
+
+
 def pave_side_by_side(args, records: Path, run_dir: Path, work: Path) -> dict:
     out = {}
-    for dtype in DTYPES:
-        result, seconds = timed(fae_pave, PaveConfig(records=records, model=args.model, adapter=args.adapter,
-                                                     output=work / f"pave-{dtype}", limit=args.claims,
-                                                     samples=args.samples, jsd_samples=args.samples,
-                                                     jsd_temperature=0.3, max_new_tokens=40, check_run=run_dir,
-                                                     dtype=dtype, progress=False))
+    for name, dtype, savings in PAVE_RUNS:
+        HFSampler.prefill_once = HFSampler.logits_to_keep = savings
+        try:
+            result, seconds = timed(fae_pave, PaveConfig(records=records, model=args.model, adapter=args.adapter,
+                                                         output=work / f"pave-{name}", limit=args.claims,
+                                                         samples=args.samples, jsd_samples=args.samples,
+                                                         jsd_temperature=0.3, max_new_tokens=40, check_run=run_dir,
+                                                         dtype=dtype, progress=False))
+        finally:
+            HFSampler.prefill_once = HFSampler.logits_to_keep = True
         profile = (result.summary.get("profile") or {})
-        out[dtype] = {"seconds": seconds, "seconds_per_claim": seconds / args.claims,
-                      "PR": profile.get("PR"), "CR": profile.get("CR"), "Margin": profile.get("Margin")}
-    samples = [read_samples(work / f"pave-{d}" / "samples.jsonl") for d in DTYPES]
+        out[name] = {"seconds": seconds, "seconds_per_claim": seconds / args.claims, "dtype": dtype,
+                     "one_prefill_and_scored_positions_only": savings,
+                     "PR": profile.get("PR"), "CR": profile.get("CR"), "Margin": profile.get("Margin")}
+    samples = {name: read_samples(work / f"pave-{name}" / "samples.jsonl") for name, _, _ in PAVE_RUNS}
+    same, total = compare_samples(samples["fp32"], samples["bf16"])
+    out["speedup"] = out["fp32"]["seconds"] / out["bf16"]["seconds"]
+    out["speedup_one_prefill"] = out["fp32"]["seconds"] / out["bf16_one_prefill"]["seconds"]
+    out["same_label_share"] = same / total if total else None
+    out["labels_compared"] = total
+    same, total = compare_samples(samples["bf16"], samples["bf16_one_prefill"], whole=True)
+    out["one_prefill_same_as_bf16"] = {"same_samples": same, "samples": total}
+    return out
+
+
+def compare_samples(first: dict, second: dict, whole: bool = False) -> tuple[int, int]:
+    """How many sampled answers agree (their labels; ``whole``: the entire sample line per condition)."""
     same = total = 0
-    for key, line in samples[0].items():
-        other = samples[1].get(key)
+    for key, line in first.items():
+        other = second.get(key)
         if other is None:
             continue
         for condition, answers in line["conditions"].items():
-            for a, b in zip(answers["answers"], (other["conditions"].get(condition) or {}).get("answers") or []):
+            theirs = other["conditions"].get(condition) or {}
+            if whole:
+                same += answers == theirs
+                total += 1
+                continue
+            for a, b in zip(answers["answers"], theirs.get("answers") or []):
                 same += a == b
                 total += 1
-    out["speedup"] = out["fp32"]["seconds"] / out["bf16"]["seconds"]
-    out["same_label_share"] = same / total if total else None
-    out["labels_compared"] = total
-    return out
+    return same, total
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,11 @@ chunk size, ``--limit``, record order or where a run was interrupted
   padding in a mixed batch changes attention numerics, and batched sampling
   draws every row from one shared random stream, so a batch of several
   prompts could not give the same answers as the same prompts alone.
+  ``generate`` copies the prompt N times before its prefill; the N rows are
+  the same, so :func:`one_row_prefill` computes one and copies its cache and
+  logits (on this CPU a row of a batched matmul equals the row alone, so the
+  answers are bitwise those of the N-row prefill; ``tests/test_pave_speed.py``
+  checks it), 1/N of the prompt's work.
   A run's label distribution is the softmax over the three full label continuations
   ``<prefix>SUPPORT"``, ``<prefix>REFUTE"``, ``<prefix>NOT_ENOUGH_INFO"``
   scored by the model after the prompt, where ``<prefix>`` is the run's own
@@ -42,6 +47,7 @@ chunk size, ``--limit``, record order or where a run was interrupted
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
 from typing import Any, Callable, Mapping
@@ -94,6 +100,9 @@ def distribution_from_top_logprobs(top: list[tuple[str, float]], labels=LABELS) 
 class HFSampler:
     """N sampled answers per prompt and each run's label distribution, with a local transformers model."""
 
+    prefill_once = True  # False: generate's own N-row prefill (the baseline of benchmarks/probe_pave_dtype.py)
+    logits_to_keep = True  # False: the label distribution projects every position (the same baseline)
+
     def __init__(self, options: HFOptions | Mapping[str, Any], with_probs: bool = True):
         import torch
 
@@ -123,7 +132,7 @@ class HFSampler:
                 # a cut-off constrained answer is invalid: let the longest admissible one finish
                 max_new = max(max_new, max_answer_tokens(schemas))
             torch.manual_seed(derived_seed(*key))  # CPU and every CUDA device: this prompt's own stream
-            with torch.inference_mode():
+            with torch.inference_mode(), one_row_prefill(self.lm, enabled=self.prefill_once):
                 gen = self.lm.generate(**extra,
                     input_ids=x.to(self.lm.device), attention_mask=torch.ones_like(x).to(self.lm.device),
                     do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
@@ -159,14 +168,19 @@ class HFSampler:
         for i, s in enumerate(seqs):  # right padding: positions stay aligned with the prompt
             x[i, :len(s)] = torch.tensor(s)
             att[i, :len(s)] = 1
+        p0 = len(prompt_ids)
+        # only the positions that predict a continuation token are projected onto the vocabulary: the last
+        # prompt token and those after it (the lm_head rows are computed alone either way)
+        keep = width - (p0 - 1) if self.logits_to_keep else 0  # 0: every position
         with torch.inference_mode():
-            logits = self.lm(input_ids=x.to(self.lm.device), attention_mask=att.to(self.lm.device)).logits
-        logp = torch.log_softmax(logits.float(), dim=-1)
+            logits = self.lm(input_ids=x.to(self.lm.device), attention_mask=att.to(self.lm.device),
+                             logits_to_keep=keep).logits
+        first = logits.shape[1] - (width - (p0 - 1))  # where position p0 - 1 sits among the kept ones
+        logp = torch.log_softmax(logits[:, first:].float(), dim=-1)
         scores = []
         for i, c in enumerate(conts):
-            p0 = len(prompt_ids)
             tgt = torch.tensor(c, device=logp.device)
-            scores.append(float(logp[i, p0 - 1:p0 - 1 + len(c)].gather(1, tgt[:, None]).sum()))
+            scores.append(float(logp[i, :len(c)].gather(1, tgt[:, None]).sum()))
         return softmax(scores)
 
     def close(self):
@@ -257,6 +271,40 @@ class VLLMSampler(VLLMBackend):
 
 
 SAMPLERS = {"hf": HFSampler, "openai": OpenAISampler, "vllm": VLLMSampler}
+
+
+@contextlib.contextmanager
+def one_row_prefill(lm, enabled: bool = True):
+    """Within the block, a ``generate`` whose prompt rows are all the same (``num_return_sequences``) runs its
+    prefill on one row and copies the cache and the logits to the others.
+
+    The sampling that follows is untouched: the same random stream, the same N-row decode. Only a prefill
+    from an empty cache with identical, unpadded rows is shortened; any other call runs as it would.
+    """
+    model = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    original = getattr(model, "_prefill", None)
+    if not enabled or original is None:
+        yield
+        return
+
+    def prefill(input_ids, generation_config, model_kwargs, *args, **kwargs):
+        n = input_ids.shape[0]
+        cache = model_kwargs.get("cache")
+        mask = model_kwargs.get("attention_mask")
+        if (n < 2 or cache is None or not hasattr(cache, "batch_repeat_interleave") or cache.get_seq_length() != 0
+                or (mask is not None and not bool(mask.all())) or not bool((input_ids == input_ids[:1]).all())):
+            return original(input_ids, generation_config, model_kwargs, *args, **kwargs)
+        one = {k: (v[:1] if hasattr(v, "shape") and v.ndim and v.shape[0] == n else v) for k, v in model_kwargs.items()}
+        out = original(input_ids[:1], generation_config, one, *args, **kwargs)
+        cache.batch_repeat_interleave(n)  # filled in place by the one-row forward
+        out.logits = out.logits.expand(n, *out.logits.shape[1:]).clone()
+        return out
+
+    model._prefill = prefill
+    try:
+        yield
+    finally:
+        del model._prefill
 
 
 def make_sampler(backend: str, options: Mapping[str, Any], stability: str = "auto"):
