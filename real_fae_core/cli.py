@@ -45,6 +45,14 @@ def interrupt_note() -> str | None:
     return _interrupt_notes[0] if _interrupt_notes else None
 
 
+def say_line(text: str) -> None:
+    """One line to stderr in a single write: the ranks of a launch share one stderr, and ``print``
+    writes the text and its newline apart, so two ranks' lines could run into one."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+
 def _debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
@@ -116,29 +124,28 @@ def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str
             raise
         what = "terminated" if isinstance(exc, Terminated) else "interrupted"
         note = f"; {_interrupt_notes[0]}" if _interrupt_notes else ""
-        print(f"{prog}: {what}{note}", file=sys.stderr)
+        say_line(f"{prog}: {what}{note}")
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except UserError as exc:
         if debug:
             raise
-        print(f"{prog}: error: {scrub(exc)}", file=sys.stderr)
+        say_line(f"{prog}: error: {scrub(exc)}")
         return exc.exit_code
     except OSError as exc:
         if debug:
             raise
-        print(f"{prog}: error: {_describe_os_error(exc)}", file=sys.stderr)
+        say_line(f"{prog}: error: {_describe_os_error(exc)}")
         return EXIT_FAILURE
     except MemoryError:
         if debug:
             raise
-        print(f"{prog}: error: out of memory", file=sys.stderr)
+        say_line(f"{prog}: error: out of memory")
         return EXIT_FAILURE
     except Exception as exc:  # a bug of ours: still one line, the traceback on request
         if debug:
             raise
-        print(f"{prog}: internal error: {type(exc).__name__}: {scrub(exc)} "
-              f"(rerun with --debug or {DEBUG_ENV}=1 for the traceback, and please report it)",
-              file=sys.stderr)
+        say_line(f"{prog}: internal error: {type(exc).__name__}: {scrub(exc)} "
+                 f"(rerun with --debug or {DEBUG_ENV}=1 for the traceback, and please report it)")
         return EXIT_FAILURE
 
 

@@ -65,6 +65,9 @@ import threading
 import time
 from pathlib import Path
 
+from real_fae_core.cli import interrupt_note, say_line
+from real_fae_core.errors import Terminated
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PEER_GRACE_ENV = "REAL_TRAIN_PEER_GRACE"  # seconds a rank may outlive a sibling that exited (default 60)
 TERM_GRACE_ENV = "REAL_TRAIN_TERM_SECONDS"  # seconds a rank may take to stop after SIGTERM (default 10)
@@ -157,10 +160,7 @@ def _say(prog: str, text: str) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    try:
-        print(f"{prog}: rank {rank} of {world}: {text}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
+    say_line(f"{prog}: rank {rank} of {world}: {text}")
 
 
 # ----------------------------------------------------------------- the peer watch
@@ -315,8 +315,6 @@ def sigterm_reason(parent: int | None = None) -> str | None:
 
 def _on_sigterm(parent: int) -> None:
     """The main thread's handler: a stop raises Terminated; a lost peer is left to the failing collective."""
-    from real_fae_core.errors import Terminated
-
     if sigterm_reason(parent) == "stop":
         raise Terminated()
 
@@ -340,8 +338,6 @@ def _watch_sigterm(prog: str, parent: int, read_end: int, grace: float) -> None:
 
 
 def _end_terminated(prog: str, reason: str | None, grace: float) -> None:
-    from real_fae_core.cli import interrupt_note
-
     note = interrupt_note()
     tail = f"; {note}" if note else ""
     if reason == "peer":

@@ -168,3 +168,37 @@ def test_cli_row(row: Row, tmp_path):
         assert answers == _cached_answers(cache) and answers > 0
         assert claims == len(partial.read_text().splitlines())
         assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err  # one line, nothing else
+
+
+class _Writes(__import__("io").RawIOBase):
+    """A raw stream that keeps every write it is given, as the OS would see them."""
+
+    def __init__(self):
+        self.chunks: list[bytes] = []
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self.chunks.append(bytes(b))
+        return len(b)
+
+
+def test_a_closing_line_reaches_stderr_in_one_write(monkeypatch):
+    """The ranks of a launch share one stderr, and Python's stderr writes through to the file descriptor
+    (``sys.stderr.buffer`` is a raw FileIO): a line written as text then newline in two writes ran into the
+    other rank's line in CI; one write cannot."""
+    import io
+
+    from real_fae_core.cli import run_guarded
+    from real_fae_core.errors import Terminated
+
+    assert isinstance(sys.__stderr__.buffer, io.RawIOBase)  # what the stand-in below copies
+    raw = _Writes()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, encoding="utf-8", write_through=True))
+
+    def stopped(argv):
+        raise Terminated()
+
+    assert run_guarded("term-test", stopped, []) == 143
+    assert raw.chunks == [b"term-test: terminated\n"]
