@@ -39,13 +39,15 @@ def matmul_peak_gflops(dtype: str = "fp32", n: int = 2048, repeats: int = 10) ->
 
 # glibc's malloc hands tensors above its mmap threshold straight to the kernel and back, so every training
 # step (and every long prompt) faults its activations in page by page: on a 2-core CPU a SmolLM2 LoRA step
-# spent as much time in the kernel as in matmuls. Kept in one heap (one arena, no mmap, no trimming) and
-# backed by transparent huge pages (torch's THP_MEM_ALLOC_ENABLE), the memory is reused: the step is
-# ~1.9x faster (benchmarks/results/cpu_train_step_allocator.json). The price: the process keeps its peak memory
-# until it exits. glibc reads these at start-up, so they go into the environment of the process to start
+# spent as much time in the kernel as in matmuls. Kept in the heap (no mmap, no trimming) and backed by
+# transparent huge pages (torch's THP_MEM_ALLOC_ENABLE), the memory is reused: the step is ~1.9x faster
+# (benchmarks/results/cpu_train_step_allocator.json). glibc's arenas stay as they are (one per thread):
+# squeezed into one (MALLOC_ARENA_MAX=1, what this held before), the threads of a kernel that allocates as it
+# runs queue on its lock, and SDPA's backward, a third of a LoRA step, ran 2.4x slower
+# (benchmarks/results/allocator_arenas_cpu.json). The price: the process keeps its peak memory until it
+# exits. glibc reads these at start-up, so they go into the environment of the process to start
 # (``accelerate launch``, ``fae``), not into a running one.
 CPU_ALLOCATOR_ENV = {
-    "MALLOC_ARENA_MAX": "1",
     "MALLOC_MMAP_MAX_": "0",
     "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
     "MALLOC_TOP_PAD_": str(512 << 20),
