@@ -214,9 +214,15 @@ def _drive(shards: list[_Shard], backend_cls, backend_opts, opts, run_dir: Path,
                     s.take(item)
                     note()
     finally:
-        for s in running.values():
-            try:
-                ray.cancel(s.gen, force=True)
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                pass
+        if running:  # a failure or a stop: end the other tasks, and Ray's reports of them before our last line
+            for s in running.values():
+                try:
+                    ray.cancel(s.gen, force=True)
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    pass
+                s.gen = None
+            running.clear()
+            # Ray prints a failed task it was never asked about (the other shard's BackendError) when its
+            # reference dies, at exit, after the line that says what failed; shutting down here prints it first
+            ray.shutdown()
     set_interrupt_note(None)
