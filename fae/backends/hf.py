@@ -26,6 +26,7 @@ from fae.backends.constrained import HFConstraint
 from fae.backends.label_probs import label_continuations, teacher_forced_label_probs
 from fae.backends.packed_linear import pack_linear_weights
 from fae.backends.padding import left_pad
+from fae.backends.reserved_cache import reserved_cache
 
 
 @dataclass
@@ -186,7 +187,7 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
         batch_gc = constraint.budget(gc, [schemas[i] for i in idx]) if extra else gc
         with torch.inference_mode():
             gen = lm.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                              generation_config=batch_gc, **extra)
+                              generation_config=batch_gc, **extra, **answer_cache(lm, batch_gc.max_new_tokens))
         if extra:
             constraint.done()
         cache = None
@@ -209,6 +210,24 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
         if callback:
             callback(len(idx))
     return out
+
+
+RESERVE_CACHE = True  # False: transformers' own DynamicCache (the same answers, one cache copy per new token)
+
+
+def answer_cache(lm, max_new_tokens: int) -> dict:
+    """``generate`` kwargs giving it a KV cache with room for the answer reserved up front
+    (:func:`fae.backends.reserved_cache.reserved_cache`); none where that cache cannot be built."""
+    import inspect
+
+    if not RESERVE_CACHE:
+        return {}
+    cache = reserved_cache(lm, max_new_tokens)
+    if cache is None:
+        return {}
+    inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # a PeftModel's forward takes **kwargs
+    params = inspect.signature(inner.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
 
 
 def constrained_kwargs(constraint, schemas: list | None, idx: list[int]) -> dict:

@@ -4,7 +4,7 @@ A bf16 ``F.linear`` on a CPU goes through oneDNN, which reorders the weight into
 (AMX / avx512_bf16 tiles) on every call. Decoding calls each of a model's linear layers once per new
 token at a handful of rows, so the reorder, not the arithmetic, is most of the call: SmolLM2's
 576 -> 1536 projection took 62 us at 16 rows, 28 us with the weight reordered beforehand, and an FAE
-batch ran 1.14x faster with the same tokens (``benchmarks/results/packed_linear_cpu.json``). The reordered
+run 1.15x faster with the same tokens (``benchmarks/results/fae_cpu_savings.json``). The reordered
 weight is what ``torch.compile``'s CPU freezing pass builds (``torch.ops.mkldnn._reorder_linear_weight``
 and ``_linear_pointwise``); here it is done eagerly, at load time, for inference only.
 
