@@ -5,12 +5,15 @@ Both commands are called as functions (their typed configs), each on the same FA
 records, one after the other on an otherwise idle machine:
 
 - ``fae probe``: seconds per claim, and the DirK values of the two dtypes side by side (per round, and the
-  largest per-claim difference): bf16 hidden states round differently, so bitwise equality is not expected;
+  largest per-claim difference): bf16 hidden states round differently, so bitwise equality is not expected.
+  fp32 runs as the probe ran before the CPU savings (transformers' own KV cache; fp32 never packs), bf16
+  with them (packed linear layers, the reserved KV cache: both bitwise neutral);
 - ``fae pave``: seconds per claim, the share of sampled answers whose label is the same in both dtypes (same
   seeds), and PR / CR / Margin of each; then bf16 again with the sampler's two savings
   (:func:`fae.pave.sampling.one_row_prefill`: one prefill for a prompt's N samples; the label distribution
-  projecting only the positions it scores), which are the default: ``fp32`` and ``bf16`` run without them, as
-  the sampler did before, and ``bf16_one_prefill`` must give bf16's samples exactly (``same_as_bf16``).
+  projecting only the positions it scores; the second is the default, the first is opt-in): ``fp32`` and
+  ``bf16`` run without them, as the sampler did before, and ``one_prefill_same_as_bf16`` counts the samples
+  ``bf16_one_prefill`` gives exactly as ``bf16`` (all of them on an AVX-512 CPU, not on an AMX one).
 
     python benchmarks/probe_pave_dtype.py --model models/smollm2-135m-instruct \\
         --adapter outputs/smollm2-135m-instruct/sft --records data/check-covid-test.jsonl --claims 12 \\
@@ -32,6 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from data_prep.counterfactual.cli import CounterfactualConfig  # noqa: E402
 from data_prep.counterfactual.cli import run as counterfactual  # noqa: E402
+import fae.backends.hf as hf  # noqa: E402
 from fae.ablation.cli import run as fae_run  # noqa: E402
 from fae.ablation.options import FaeRunArguments  # noqa: E402
 from fae.pave.cli import PaveConfig  # noqa: E402
@@ -53,9 +57,13 @@ def timed(fn, config):
 def probe_side_by_side(args, run_dir: Path, work: Path) -> dict:
     out = {}
     for dtype in DTYPES:
-        result, seconds = timed(fae_probe, ProbeConfig(run_dir=run_dir, model=args.model, adapter=args.adapter,
-                                                       output=work / f"probe-{dtype}", limit=args.claims,
-                                                       bootstrap=200, batch_size=args.batch_size, dtype=dtype))
+        hf.RESERVE_CACHE = dtype != "fp32"  # fp32: the probe as it ran before the CPU savings (bf16 also packs)
+        try:
+            result, seconds = timed(fae_probe, ProbeConfig(run_dir=run_dir, model=args.model, adapter=args.adapter,
+                                                           output=work / f"probe-{dtype}", limit=args.claims,
+                                                           bootstrap=200, batch_size=args.batch_size, dtype=dtype))
+        finally:
+            hf.RESERVE_CACHE = True
         rounds = result.summary.get("rounds") or []
         out[dtype] = {"seconds": seconds, "seconds_per_claim": seconds / args.claims,
                       "dirk_by_round": [r.get("mean") for r in rounds]}

@@ -17,10 +17,13 @@ chunk size, ``--limit``, record order or where a run was interrupted
   draws every row from one shared random stream, so a batch of several
   prompts could not give the same answers as the same prompts alone.
   ``generate`` copies the prompt N times before its prefill; the N rows are
-  the same, so :func:`one_row_prefill` computes one and copies its cache and
-  logits (on this CPU a row of a batched matmul equals the row alone, so the
-  answers are bitwise those of the N-row prefill; ``tests/test_pave_speed.py``
-  checks it), 1/N of the prompt's work.
+  the same, so :func:`one_row_prefill` can compute one and copy its cache and
+  logits, 1/N of the prompt's work. It is off unless asked
+  (``HFSampler.prefill_once = True``): its answers are bitwise those of the
+  N-row prefill only where a row of a batched matmul equals the row alone,
+  which held on an AVX-512 CPU (25 of 25 SmolLM2 samples) but not on an AMX one,
+  where oneDNN picks its kernel by the number of rows (7 of 15 samples equal;
+  ``benchmarks/results/probe_pave_dtype_cpu_amx.json``).
   A run's label distribution is the softmax over the three full label continuations
   ``<prefix>SUPPORT"``, ``<prefix>REFUTE"``, ``<prefix>NOT_ENOUGH_INFO"``
   scored by the model after the prompt, where ``<prefix>`` is the run's own
@@ -100,8 +103,8 @@ def distribution_from_top_logprobs(top: list[tuple[str, float]], labels=LABELS) 
 class HFSampler:
     """N sampled answers per prompt and each run's label distribution, with a local transformers model."""
 
-    prefill_once = True  # False: generate's own N-row prefill (the baseline of benchmarks/probe_pave_dtype.py)
-    logits_to_keep = True  # False: the label distribution projects every position (the same baseline)
+    prefill_once = False  # True: one prefill for a prompt's N samples (faster; equal samples only on some CPUs)
+    logits_to_keep = True  # False: the label distribution projects every position (differences <= 1e-7 in bf16)
 
     def __init__(self, options: HFOptions | Mapping[str, Any], with_probs: bool = True):
         import torch
