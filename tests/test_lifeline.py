@@ -159,18 +159,25 @@ def _sigterm_launch(tmp_path, mode: str, grace: str) -> tuple[subprocess.Popen, 
     return launcher, tag, log
 
 
-def test_a_rank_whose_sibling_was_killed_says_so_even_when_sigterm_comes_first(tmp_path):
-    """Rank 1 is SIGKILLed; torch elastic SIGTERMs rank 0, which here never gets an error of its own (a
-    collective blocked in C++). SIGTERM's default action used to end it without a word; now it is ended
-    REAL_TRAIN_TERM_SECONDS later with the line that names the lost peer and the checkpoint kept."""
-    launcher, tag, log = _sigterm_launch(tmp_path, "kill", grace="3")
+def _wait_then_clean_up(launcher: subprocess.Popen, tag: str, timeout: float, signal_first: bool = False) -> None:
+    """Wait for the launch to end (after SIGTERM if asked); whatever is still running afterwards is killed."""
     try:
-        launcher.wait(timeout=90)
+        if signal_first:
+            launcher.send_signal(signal.SIGTERM)
+        launcher.wait(timeout=timeout)
     finally:
         if launcher.poll() is None:
             launcher.kill()
         for pid in tagged_processes(tag):
             os.kill(pid, 9)
+
+
+def test_a_rank_whose_sibling_was_killed_says_so_even_when_sigterm_comes_first(tmp_path):
+    """Rank 1 is SIGKILLed; torch elastic SIGTERMs rank 0, which here never gets an error of its own (a
+    collective blocked in C++). SIGTERM's default action used to end it without a word; now it is ended
+    REAL_TRAIN_TERM_SECONDS later with the line that names the lost peer and the checkpoint kept."""
+    launcher, tag, log = _sigterm_launch(tmp_path, "kill", grace="3")
+    _wait_then_clean_up(launcher, tag, timeout=90)
     text = log.read_text()
     lines = [ln for ln in text.splitlines() if ln.startswith("term-test: rank 0 of 2:")]
     assert lines == ["term-test: rank 0 of 2: error: another process of this run stopped while this rank was "
@@ -186,14 +193,7 @@ def test_a_launch_stopped_with_sigterm_ends_every_rank_with_the_interrupt_note(t
     at once and says what is kept, instead of dying silently; nothing is left running."""
     launcher, tag, log = _sigterm_launch(tmp_path, "stop", grace="30")
     started = time.monotonic()
-    try:
-        launcher.send_signal(signal.SIGTERM)
-        launcher.wait(timeout=60)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-        for pid in tagged_processes(tag):
-            os.kill(pid, 9)
+    _wait_then_clean_up(launcher, tag, timeout=60, signal_first=True)
     took = time.monotonic() - started
     text = log.read_text()
     lines = sorted(ln for ln in text.splitlines() if ln.startswith("term-test: terminated"))
@@ -224,13 +224,8 @@ def test_a_two_process_training_stopped_with_sigterm_says_on_every_rank_what_was
         while not (out / "checkpoint-2" / "trainer_state.json").exists():
             assert launcher.poll() is None and time.time() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
-        launcher.send_signal(signal.SIGTERM)
-        launcher.wait(timeout=90)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-        for pid in tagged_processes(tag):
-            os.kill(pid, 9)
+        _wait_then_clean_up(launcher, tag, timeout=90, signal_first=True)
     text = log.read_text()
     lines = [ln for ln in text.splitlines() if ln.startswith("real-train: terminated")]
     assert len(lines) == 2, text[-4000:]
