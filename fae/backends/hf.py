@@ -26,7 +26,7 @@ from fae.backends.constrained import HFConstraint
 from fae.backends.label_probs import label_continuations, teacher_forced_label_probs
 from fae.backends.packed_linear import pack_linear_weights
 from fae.backends.padding import left_pad
-from fae.backends.reserved_cache import reserved_cache
+from fae.backends.reserved_cache import cache_kwarg, reserved_cache
 
 
 @dataclass
@@ -86,7 +86,8 @@ def load_hf_model(model: str | Path, adapter: str | Path | None = None, dtype: s
     model, and must have a chat template. A LoRA adapter is merged into the
     weights for speed (same states as the active adapter, up to rounding)
     unless ``merge_adapter=False``. A bf16 model on a CPU gets its linear weights packed for oneDNN
-    (:mod:`fae.backends.packed_linear`: bitwise the same outputs, about 2x faster decoding steps) unless
+    (:mod:`fae.backends.packed_linear`: bitwise the same outputs, each linear call about 2x faster, an FAE
+    run 1.15x) unless
     ``pack_weights=False``. Bad paths/dtypes raise :class:`UserError`.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -218,16 +219,10 @@ RESERVE_CACHE = True  # False: transformers' own DynamicCache (the same answers,
 def answer_cache(lm, max_new_tokens: int) -> dict:
     """``generate`` kwargs giving it a KV cache with room for the answer reserved up front
     (:func:`fae.backends.reserved_cache.reserved_cache`); none where that cache cannot be built."""
-    import inspect
-
     if not RESERVE_CACHE:
         return {}
     cache = reserved_cache(lm, max_new_tokens)
-    if cache is None:
-        return {}
-    inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # a PeftModel's forward takes **kwargs
-    params = inspect.signature(inner.forward).parameters
-    return {"cache" if "cache" in params else "past_key_values": cache}
+    return {} if cache is None else {cache_kwarg(lm): cache}
 
 
 def constrained_kwargs(constraint, schemas: list | None, idx: list[int]) -> dict:

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 from real_fae_core.labels import LABELS
 from fae.backends.padding import left_pad
+from fae.backends.reserved_cache import cache_kwarg
 
 ANSWER_PREFIX = '{"label": "'
 _LABEL_START = re.compile(r'"label"\s*:\s*"')
@@ -99,7 +100,7 @@ def teacher_forced_label_probs(lm, tok, prompt_ids: Sequence[Sequence[int]], pad
     device = lm.device
     params = inspect.signature(lm.forward).parameters
     keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # no vocab-wide logits per position
-    cache_arg = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.2x
+    cache_arg = cache_kwarg(lm)
     if not shared:  # nothing shared to run on top of the prompt: the prompt pass gives the first logits
         prompt_ids, shared, cache = [list(p) for p in prompt_ids], [], None
     ids, mask = left_pad([list(p) for p in prompt_ids], pad_id)

@@ -12,6 +12,16 @@ simply makes the next update allocate again; ``crop`` keeps writing into the sam
 
 from __future__ import annotations
 
+import functools
+import inspect
+
+
+def cache_kwarg(lm) -> str:
+    """The name a model's forward (and ``generate``) takes its KV cache under: ``cache`` since transformers
+    renamed it in 5.2x, ``past_key_values`` before. A PeftModel's forward takes ``**kwargs``: ask its base."""
+    inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+
 
 def _dynamic_layer_class():
     from transformers.cache_utils import DynamicLayer
@@ -63,14 +73,10 @@ class _Reserving:
         super().reset()
 
 
-_CLASS = {}
-
-
+@functools.cache
 def reserving_layer_class():
     """``DynamicLayer`` with :class:`_Reserving`'s update (built on first use: transformers loads lazily)."""
-    if "cls" not in _CLASS:
-        _CLASS["cls"] = type("ReservingLayer", (_Reserving, _dynamic_layer_class()), {})
-    return _CLASS["cls"]
+    return type("ReservingLayer", (_Reserving, _dynamic_layer_class()), {})
 
 
 def reserved_cache(lm, reserve: int):
