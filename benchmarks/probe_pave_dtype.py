@@ -11,7 +11,7 @@ records, one after the other on an otherwise idle machine:
 - ``fae pave``: seconds per claim, the share of sampled answers whose label is the same in both dtypes (same
   seeds), and PR / CR / Margin of each; then bf16 again with the sampler's two savings
   (:func:`fae.pave.sampling.one_row_prefill`: one prefill for a prompt's N samples; the label distribution
-  projecting only the positions it scores; the second is the default, the first is opt-in): ``fp32`` and
+  projecting only the positions it scores; the second is the default, the first is opt-in, ``--prefill-once``): ``fp32`` and
   ``bf16`` run without them, as the sampler did before, and ``one_prefill_same_as_bf16`` counts the samples
   ``bf16_one_prefill`` gives exactly as ``bf16`` (all of them on an AVX-512 CPU, not on an AMX one).
 
@@ -89,15 +89,15 @@ PAVE_RUNS = (("fp32", "fp32", False), ("bf16", "bf16", False), ("bf16_one_prefil
 def pave_side_by_side(args, records: Path, run_dir: Path, work: Path) -> dict:
     out = {}
     for name, dtype, savings in PAVE_RUNS:
-        HFSampler.prefill_once = HFSampler.logits_to_keep = savings
+        HFSampler.logits_to_keep = savings  # the one prefill is the command's --prefill-once
         try:
             result, seconds = timed(fae_pave, PaveConfig(records=records, model=args.model, adapter=args.adapter,
                                                          output=work / f"pave-{name}", limit=args.claims,
                                                          samples=args.samples, jsd_samples=args.samples,
                                                          jsd_temperature=0.3, max_new_tokens=40, check_run=run_dir,
-                                                         dtype=dtype, progress=False))
+                                                         dtype=dtype, prefill_once=savings, progress=False))
         finally:
-            HFSampler.prefill_once = HFSampler.logits_to_keep = True
+            HFSampler.logits_to_keep = True
         profile = (result.summary.get("profile") or {})
         out[name] = {"seconds": seconds, "seconds_per_claim": seconds / args.claims, "dtype": dtype,
                      "one_prefill_and_scored_positions_only": savings,

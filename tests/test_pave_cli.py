@@ -314,10 +314,60 @@ def test_resume_refuses_a_retrained_adapter_or_rewritten_records_at_the_same_pat
     assert (out / "samples.jsonl").read_bytes() == first
 
 
+def test_prefill_once_reaches_the_sampler_and_never_resumes_a_run_made_without_it(tmp_path, tiny_llama, capsys,
+                                                                                monkeypatch):
+    """--prefill-once is recorded in config.json with the dtype the samples were made in; a rerun that differs in
+    either is refused (on an AMX CPU one prefill gives other samples), an older config.json without the flag
+    reads as off, and one without the hf dtype is refused rather than guessed."""
+    import fae.pave.sampling as sampling
+    from fae.backends.hf import resolve_dtype
+
+    seen = []
+    original = sampling.one_row_prefill
+
+    def spy(lm, enabled=True):
+        seen.append(enabled)
+        return original(lm, enabled=enabled)
+
+    monkeypatch.setattr(sampling, "one_row_prefill", spy)
+    records, _ = _records(tmp_path, n=2)
+    out = tmp_path / "pave"
+    cmd = ["pave", "--records", str(records), "--backend", "hf", "--model", str(tiny_llama), "--samples", "2",
+           "--temperature", "1.0", "--jsd-samples", "2", "--max-new-tokens", "4", "--output", str(out),
+           "--no-progress", "--tune-split", "0.5", "--keep-refusals"]
+    assert main(cmd + ["--prefill-once"]) == 0
+    assert seen and all(seen)  # every prompt's generate ran with one prefill
+    cfg = json.loads((out / "config.json").read_text())
+    auto = str(resolve_dtype("auto", "cpu")).replace("torch.", "")
+    assert cfg["prefill_once"] is True and cfg["dtype"] == auto
+    first = (out / "samples.jsonl").read_bytes()
+    other_dtype = "fp32" if auto == "bfloat16" else "bf16"
+    for argv, what in ((cmd, "prefill_once"), (cmd + ["--prefill-once", "--dtype", other_dtype], "dtype")):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"holds samples made with different settings or inputs ({what});" in err, err
+        assert (out / "samples.jsonl").read_bytes() == first
+    seen.clear()
+    assert main(cmd + ["--prefill-once"]) == 0 and not seen  # the same settings: resumed, nothing left to sample
+    assert (out / "samples.jsonl").read_bytes() == first
+
+    del cfg["prefill_once"]  # a config.json from before the flag: it was off
+    (out / "config.json").write_text(json.dumps(cfg))
+    assert main(cmd) == 0 and not seen
+    del cfg["dtype"]  # before the hf dtype was recorded: which one made the samples is unknown
+    (out / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert main(cmd) == 2
+    assert "(dtype (not recorded there));" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--tensor-parallel-size", "2"], "--tensor-parallel-size is an option of --backend vllm; --backend hf"),
     (["--backend", "openai", "--base-url", "http://x/v1", "--dtype", "bf16"], "--dtype is an option of --backend hf"),
     (["--backend", "vllm", "--concurrency", "4"], "--concurrency is an option of --backend openai"),
+    (["--backend", "openai", "--base-url", "http://x/v1", "--prefill-once"],
+     "--prefill-once is an option of --backend hf; --backend openai does not read it"),
 ])
 def test_pave_refuses_an_option_of_another_backend(tmp_path, capsys, argv, message):
     """The backends' options come from their dataclasses; one set for another backend would be ignored."""

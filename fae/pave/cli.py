@@ -87,6 +87,7 @@ class PaveFields:
     chunk_size: int = dataclasses.field(default=32, metadata={"min": 1})
     progress: bool = True
     constrained_decoding: bool = backend_field(BackendOptions, "constrained_decoding")
+    prefill_once: bool = False  # hf: one prefill for a prompt's N samples (fae.pave.sampling.one_row_prefill)
 
 
 @dataclasses.dataclass
@@ -163,6 +164,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "seeded by the prompt's own key, so they never depend on other prompts): a value other "
                         "than the default 8 is refused")
     add_option_flags(g, HFOptions, HF_FIELDS)
+    g.add_argument("--prefill-once", action="store_true",
+                   help="run a prompt's prefill once for its N samples and copy the KV cache (about 1/N of the "
+                        "prompt's work); its samples equal the default's only on CPUs and GPUs where a row of a "
+                        "batched matmul equals that row alone (an AVX-512 CPU: yes; an AMX CPU: no), so it is "
+                        "off unless asked and a run made with it never resumes one made without it")
     add_option_flags(p.add_argument_group("vllm backend (and --dtype)"), VLLMOptions, VLLM_FIELDS)
     add_option_flags(p.add_argument_group("openai backend"), OpenAIOptions, OPENAI_FIELDS)
 
@@ -186,6 +192,13 @@ def check_backend_options(config: PaveConfig) -> None:
                                 f"{config.backend} does not read it (remove it, or choose that backend)")
 
 
+def check_hf_only(config: PaveConfig) -> None:
+    """--prefill-once is the hf sampler's: another backend prefills as its server does."""
+    if config.prefill_once and config.backend != "hf":
+        raise UserError(f"--prefill-once is an option of --backend hf; --backend {config.backend} does not read "
+                        "it (remove it, or choose that backend)")
+
+
 def check_choices(config: PaveConfig) -> None:
     """--backend, --stability and --batch-size as the parser offers them (a Python caller has no parser)."""
     if config.backend not in BACKENDS:
@@ -201,6 +214,7 @@ def check_choices(config: PaveConfig) -> None:
 def run(config: PaveConfig) -> CommandResult:
     check_choices(config)
     check_backend_options(config)
+    check_hf_only(config)
     if config.temperature <= 0 or config.jsd_temperature <= 0:
         raise UserError("--temperature and --jsd-temperature must be > 0: PAVE needs sampled answers")
     if config.keep_refusals and config.definite_prior_only:
@@ -232,8 +246,22 @@ def run(config: PaveConfig) -> CommandResult:
 SAMPLING_SCHEME = "per-prompt-seed-1"
 # Contents, not only paths (as `fae run`): a records file or adapter rewritten in place (a retrained adapter
 # at the same path, counterfactuals rebuilt into the records) is another run, never mixed with the old samples.
+# The dtype the model ran in is recorded for hf (auto = bf16 on a CPU with native bf16, else fp32) and vllm.
 FINGERPRINT = ("records", "records_sha256", "backend", "model", "adapter", "adapter_sha256", "samples",
                "temperature", "jsd_samples", "jsd_temperature", "max_new_tokens", "seed", "sampling", "dtype")
+# Flags whose absence from an older config.json means off (they were not there before the flag existed).
+FINGERPRINT_FLAGS = ("constrained_decoding", "prefill_once")
+
+
+def sampling_dtype(config: PaveConfig) -> str | None:
+    """The dtype the samples are made in: what --dtype resolves to on this machine (hf, vllm), None for openai."""
+    if config.backend == "vllm":  # vLLM's auto is bf16
+        return "bfloat16" if config.dtype == "auto" else config.dtype
+    if config.backend == "hf":
+        from fae.backends.hf import resolve_device, resolve_dtype
+
+        return str(resolve_dtype(config.dtype, resolve_device(config.device))).replace("torch.", "")
+    return None
 
 
 def _pave(config: PaveConfig, records: list, out: Path, fae_run=None) -> CommandResult:
@@ -245,15 +273,15 @@ def _pave(config: PaveConfig, records: list, out: Path, fae_run=None) -> Command
            "jsd_temperature": config.jsd_temperature, "max_new_tokens": config.max_new_tokens,
            "seed": config.seed, "sampling": SAMPLING_SCHEME, "base_url": config.base_url,
            "tune_split": config.tune_split, "stability": config.stability,
-           "constrained_decoding": config.constrained_decoding}
-    if config.backend == "vllm":  # vLLM's dtype changes the samples (bf16 by default)
-        cfg["dtype"] = "bfloat16" if config.dtype == "auto" else config.dtype
+           "constrained_decoding": config.constrained_decoding, "prefill_once": config.prefill_once}
+    dtype = sampling_dtype(config)  # the dtype changes the samples
+    if dtype is not None:
+        cfg["dtype"] = dtype
     cfg_path = out / "config.json"
     if cfg_path.is_file() and (out / SAMPLES).is_file():
         old = json.loads(cfg_path.read_text())
         diff = [k if k in old else f"{k} (not recorded there)" for k in FINGERPRINT if old.get(k) != cfg.get(k)]
-        if bool(old.get("constrained_decoding")) != cfg["constrained_decoding"]:
-            diff.append("constrained_decoding")
+        diff += [k for k in FINGERPRINT_FLAGS if bool(old.get(k)) != cfg[k]]
         if diff:
             raise UserError(f"{out} holds samples made with different settings or inputs ({', '.join(diff)}); "
                             "use another --output")

@@ -19,7 +19,7 @@ chunk size, ``--limit``, record order or where a run was interrupted
   ``generate`` copies the prompt N times before its prefill; the N rows are
   the same, so :func:`one_row_prefill` can compute one and copy its cache and
   logits, 1/N of the prompt's work. It is off unless asked
-  (``HFSampler.prefill_once = True``): its answers are bitwise those of the
+  (``fae pave --prefill-once``, option ``prefill_once``): its answers are bitwise those of the
   N-row prefill only where a row of a batched matmul equals the row alone,
   which held on an AVX-512 CPU (25 of 25 SmolLM2 samples) but not on an AMX one,
   where oneDNN picks its kernel by the number of rows (7 of 15 samples equal;
@@ -103,13 +103,16 @@ def distribution_from_top_logprobs(top: list[tuple[str, float]], labels=LABELS) 
 class HFSampler:
     """N sampled answers per prompt and each run's label distribution, with a local transformers model."""
 
-    prefill_once = False  # True: one prefill for a prompt's N samples (faster; equal samples only on some CPUs)
+    prefill_once = False  # True: one prefill for a prompt's N samples (faster; equal samples only on some CPUs);
+    # option ``prefill_once`` (``fae pave --prefill-once``) sets it per sampler
     logits_to_keep = True  # False: the label distribution projects every position (differences <= 1e-7 in bf16)
 
     def __init__(self, options: HFOptions | Mapping[str, Any], with_probs: bool = True):
         import torch
 
         o = options if isinstance(options, HFOptions) else options_from(HFOptions, options, "fae pave")
+        if isinstance(options, Mapping) and options.get("prefill_once") is not None:
+            self.prefill_once = bool(options["prefill_once"])
         self.lm, self.tok = load_hf_model(o.model, o.adapter, o.dtype, o.device,
                                           trust_remote_code=o.trust_remote_code)
         self.max_new_tokens = o.max_new_tokens

@@ -57,7 +57,7 @@ import_packaged_gguf() {
 }
 
 source "$(dirname "${BASH_SOURCE[0]}")/../reproduce_lib.sh"
-# torch on a CPU: one malloc heap that keeps its memory, on transparent huge pages (real_fae_core/hardware.py:
+# torch on a CPU: malloc keeps its memory in the heap, on transparent huge pages (real_fae_core/hardware.py:
 # ~1.9x faster LoRA steps, the same numbers); REAL_FAE_CPU_ALLOCATOR=system leaves the allocator alone
 eval "$("${PYTHON:-python3}" -m real_fae_core.hardware 2>/dev/null)"
 reproduce_main "$@"
