@@ -49,7 +49,7 @@ from real_fae_core.secrets import scrub
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import adapter_sha256, load_run
 from fae.backends import BackendError, BackendOptions
-from fae.backends.hf import HFOptions
+from fae.backends.hf import HFOptions, resolve_device, resolve_dtype
 from fae.backends.openai_backend import OpenAIOptions
 from fae.backends.vllm_backend import VLLMOptions
 from fae.pave.analysis import FAE_GAP_POINTS, analyse, fae_round0_check
@@ -258,8 +258,6 @@ def sampling_dtype(config: PaveConfig) -> str | None:
     if config.backend == "vllm":  # vLLM's auto is bf16
         return "bfloat16" if config.dtype == "auto" else config.dtype
     if config.backend == "hf":
-        from fae.backends.hf import resolve_device, resolve_dtype
-
         return str(resolve_dtype(config.dtype, resolve_device(config.device))).replace("torch.", "")
     return None
 
