@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from real_fae_core.hardware import matmul_peak_gflops  # noqa: E402
+from real_fae_core.hardware import matmul_peak_gflops, native_bf16_cpu_flags  # noqa: E402
 
 ALL_LAYERS_ATTN = "[q_proj, k_proj, v_proj, o_proj]"
 
@@ -43,6 +43,10 @@ def choices(top_regex: str) -> dict[str, list[str]]:
         # TRL's fused LM head off CUDA projects every position onto the vocabulary and masks the result;
         # the recipe (cpu_scored_positions=labelled, real/training/cpu_loss.py) projects only the answer tokens
         "recipe, every position scored": ["--cpu_bf16", "true", "--cpu_scored_positions", "all"],
+        # not a speed option (it changes the training): what the recipe's LoRA dropout costs. PEFT draws a
+        # dropout mask of each adapter's input for each of the 70 adapters; torch's CPU dropout draws its
+        # Bernoulli mask at ~6 ns an element, about 0.9 s of a SmolLM2 step
+        "recipe without LoRA dropout": ["--cpu_bf16", "true", "--lora_dropout", "0"],
     }
 
 
@@ -128,6 +132,12 @@ def step_flops(model):
     return lambda tokens, labelled: (2 * body + 2 * span) * tokens + 2 * head * labelled
 
 
+def _repo_relative(path: str) -> str:
+    p = Path(path).resolve()
+    repo = Path(__file__).resolve().parents[1]
+    return str(p.relative_to(repo)) if p.is_relative_to(repo) else path
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--recipe", required=True)
@@ -161,8 +171,9 @@ def main() -> int:
               f"{res['useful_gflops']:.1f} GFLOP/s useful = {res['share_of_bf16_peak']:.1%} of the bf16 peak "
               f"({peak:.0f} GFLOP/s), padding waste {res['padding_waste']:.1%}")
     if args.json:
-        meta = {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-                "threads": torch.get_num_threads(), "cores": os.cpu_count(), "recipe": args.recipe,
+        meta = {"cpu": platform.processor() or platform.machine(), "native_bf16": native_bf16_cpu_flags(),
+                "torch": torch.__version__, "threads": torch.get_num_threads(), "cores": os.cpu_count(),
+                "recipe": _repo_relative(args.recipe), "pairs": args.pairs, "steps_timed_per_choice": args.steps,
                 "bf16_matmul_peak_gflops": peak,
                 "flops": "per real (non-padding) token: forward of every layer + backward through the layers "
                          "from the lowest LoRA layer up; per labelled token: the output layer forward and backward; "

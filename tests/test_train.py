@@ -230,6 +230,41 @@ def test_cpu_training_step_projects_only_the_labelled_positions_with_the_same_lo
         torch.testing.assert_close(lora_lab[name], value, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_padding_free_trains_the_padded_batch_without_its_padding(work, tiny_llama, tmp_path):
+    """padding_free: true (TRL packs a batch into one row with position ids) runs through real.train although
+    TRL refuses it with max_length set: the pairs were checked against max_length first, so TRL's truncation
+    is off while it prepares them and max_length is back afterwards. The step's loss and LoRA update are the
+    padded batch's; the model saw one row and no pad token."""
+    import torch
+
+    results = {}
+    for padding_free in (False, True):
+        # no LoRA dropout (its masks follow the batch's shape) and plain SGD (Adam's first step is lr * sign(g),
+        # which turns a float rounding of a near-zero gradient into a full step): the update is the gradient
+        extra = ["--max_steps", "1", "--save_strategy", "no", "--logging_steps", "1", "--per_device_train_batch_size",
+                 "4", "--lora_dropout", "0", "--optim", "sgd", "--learning_rate", "1.0", "--warmup_steps", "0",
+                 "--padding_free", str(padding_free).lower()]
+        run = rt.build_trainer(*rt.parse_args(_args("llama-real.yaml", tiny_llama, work / "pairs-real",
+                                                    tmp_path / str(padding_free), *extra)))
+        assert run.trainer.args.max_length == 4096  # put back after SFTTrainer prepared the data
+        shapes: list[tuple[int, int]] = []
+        handle = run.model.register_forward_pre_hook(
+            lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+        out = run.trainer.train()
+        handle.remove()
+        lora = {n: p.detach().clone() for n, p in run.model.named_parameters() if "lora_B" in n}
+        results[padding_free] = (out.training_loss, shapes, lora)
+    (loss_pad, shapes_pad, lora_pad), (loss_free, shapes_free, lora_free) = results[False], results[True]
+    assert shapes_pad and shapes_pad[0][0] == 4  # four padded rows
+    assert shapes_free and shapes_free[0][0] == 1  # one packed row
+    assert shapes_free[0][1] < shapes_pad[0][0] * shapes_pad[0][1]  # the padding is gone
+    assert loss_free == pytest.approx(loss_pad, rel=1e-4)
+    assert lora_pad.keys() == lora_free.keys() and lora_pad
+    for name, value in lora_pad.items():
+        assert float(value.abs().sum()) > 0
+        torch.testing.assert_close(lora_free[name], value, rtol=1e-3, atol=1e-6, msg=name)
+
+
 def test_generation_eos_gets_end_of_turn_token(tiny_llama):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

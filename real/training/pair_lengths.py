@@ -10,6 +10,7 @@ removes exactly the pairs that do not fit so nothing is ever truncated.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from real_fae_core.errors import UserError
@@ -62,3 +63,26 @@ def enforce_max_length(dataset, tokenizer, max_length: int | None, *, drop_overl
             raise UserError(f"dataset {data_path!r}: all {len(lengths)} pairs are longer than max_length "
                             f"{max_length} tokens (the longest has {longest}); raise max_length")
     return dataset, LengthCheck(len(lengths), len(dataset), len(over), longest, max_length)
+
+
+@contextmanager
+def fitted_for_padding_free(training_args, lengths: LengthCheck):
+    """While ``SFTTrainer`` is built: ``max_length`` off when TRL would refuse it and the pairs already fit.
+
+    TRL refuses ``padding_free`` without packing while ``max_length`` is set, because that path would not
+    truncate ("provide already truncated inputs, or set max_length=None"). Every pair here was measured
+    against ``max_length`` by :func:`enforce_max_length` (over-long ones refused or dropped), so there is
+    nothing to truncate: TRL gets ``max_length=None`` while it prepares the data, and the value is put back
+    for everything after (the checkpoints' training arguments, the model card, the resume fingerprint)."""
+    if not (getattr(training_args, "padding_free", False) and not training_args.packing
+            and training_args.max_length is not None):
+        yield
+        return
+    if lengths.max_length != training_args.max_length or lengths.longest > training_args.max_length:
+        raise AssertionError("padding_free: the pairs were not checked against this max_length")
+    saved = training_args.max_length
+    training_args.max_length = None
+    try:
+        yield
+    finally:
+        training_args.max_length = saved

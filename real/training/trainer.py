@@ -29,7 +29,7 @@ from real.training.fae_callback import fae_eval_callback
 from real.training.interrupt import InterruptNote, resume_command
 from real.training.model import check_model_path, check_target_modules, load_model, load_tokenizer, set_generation_eos
 from real.training.model_card import model_card, resolved_config
-from real.training.pair_lengths import enforce_max_length
+from real.training.pair_lengths import enforce_max_length, fitted_for_padding_free
 
 logger = logging.getLogger("real.train")
 
@@ -203,14 +203,16 @@ def build_trainer(script_args, training_args, model_args, *, callbacks: list | N
         logger.info("FSDP on CPU ranks: accelerate's state marked multi-device so that its FSDP plugin applies")
     eos_ids = set_generation_eos(model, tokenizer)
     fae_eval = fae_eval_callback(script_args)  # FAE at each save when the recipe names fae_eval_records
-    trainer = SFTTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_ds,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        callbacks=[fingerprint.RunDefinition(plan.definition), *(callbacks or []), *([fae_eval] if fae_eval else [])],
-    )
+    with fitted_for_padding_free(training_args, lengths):
+        trainer = SFTTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=train_ds,
+            processing_class=tokenizer,
+            peft_config=get_peft_config(model_args),
+            callbacks=[fingerprint.RunDefinition(plan.definition), *(callbacks or []),
+                       *([fae_eval] if fae_eval else [])],
+        )
     if fae_eval:
         fae_eval.attach(trainer)
     if len(trainer.train_dataset) != lengths.kept:  # TRL dropped pairs our length check let through
