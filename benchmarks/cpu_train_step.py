@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -45,7 +46,7 @@ def choices(top_regex: str) -> dict[str, list[str]]:
         "recipe, every position scored": ["--cpu_bf16", "true", "--cpu_scored_positions", "all"],
         # not a speed option (it changes the training): what the recipe's LoRA dropout costs. PEFT draws a
         # dropout mask of each adapter's input for each of the 70 adapters; torch's CPU dropout draws its
-        # Bernoulli mask at ~6 ns an element, about 0.9 s of a SmolLM2 step
+        # Bernoulli mask at ~6 ns an element, a quarter to a third of a SmolLM2 step
         "recipe without LoRA dropout": ["--cpu_bf16", "true", "--lora_dropout", "0"],
     }
 
@@ -132,6 +133,10 @@ def step_flops(model):
     return lambda tokens, labelled: (2 * body + 2 * span) * tokens + 2 * head * labelled
 
 
+def _peak_rss_mib() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def _repo_relative(path: str) -> str:
     p = Path(path).resolve()
     repo = Path(__file__).resolve().parents[1]
@@ -158,6 +163,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as out:
             res = time_steps(args.recipe, ["--model_name_or_path", args.model, "--dataset_name", args.pairs,
                                            *overrides], args.steps, out)
+        res["peak_rss_mib_so_far"] = _peak_rss_mib()  # the process's peak up to this choice (ru_maxrss only rises)
         results[name] = res
         print(f"{name:28s} median {res['median_step_s']:7.2f} s/step over {res['steps_timed']} steps "
               f"({res['trainable_parameters'] / 1e6:.2f}M trainable)", flush=True)
@@ -178,7 +184,9 @@ def main() -> int:
                 "flops": "per real (non-padding) token: forward of every layer + backward through the layers "
                          "from the lowest LoRA layer up; per labelled token: the output layer forward and backward; "
                          "attention left out"}
-        Path(args.json).write_text(json.dumps({"machine": meta, "choices": results}, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({"machine": meta, "choices": results, "peak_rss_mib": _peak_rss_mib()},
+                                              indent=2) + "\n")
+    print(f"peak RSS {_peak_rss_mib():.0f} MiB")
     return 0
 
 
