@@ -177,26 +177,19 @@ HF_FIELDS = ("device", "dtype", "trust_remote_code")
 VLLM_FIELDS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
 OPENAI_FIELDS = ("base_url", "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base")
 ONE_PROMPT_AT_A_TIME = PaveConfig.batch_size  # the only --batch-size PAVE takes: its default
-OWNERS = {"hf": HF_FIELDS, "vllm": VLLM_FIELDS + ("dtype",), "openai": OPENAI_FIELDS}
+# the options each backend reads: its declared fields, and the hf sampler's own --prefill-once
+OWNERS = {"hf": HF_FIELDS + ("prefill_once",), "vllm": VLLM_FIELDS + ("dtype",), "openai": OPENAI_FIELDS}
 
 
 def check_backend_options(config: PaveConfig) -> None:
     """An option of another backend, set away from its default, would be ignored: one line naming it."""
     own = set(OWNERS[config.backend])
+    defaults = {f.name: f.default for f in dataclasses.fields(PaveConfig)}  # declared from the backends' own
     for backend, names in OWNERS.items():
-        cls = {"hf": HFOptions, "vllm": VLLMOptions, "openai": OpenAIOptions}[backend]
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         for name in names:
             if name not in own and getattr(config, name) != defaults[name]:
                 raise UserError(f"--{name.replace('_', '-')} is an option of --backend {backend}; --backend "
                                 f"{config.backend} does not read it (remove it, or choose that backend)")
-
-
-def check_hf_only(config: PaveConfig) -> None:
-    """--prefill-once is the hf sampler's: another backend prefills as its server does."""
-    if config.prefill_once and config.backend != "hf":
-        raise UserError(f"--prefill-once is an option of --backend hf; --backend {config.backend} does not read "
-                        "it (remove it, or choose that backend)")
 
 
 def check_choices(config: PaveConfig) -> None:
@@ -214,7 +207,6 @@ def check_choices(config: PaveConfig) -> None:
 def run(config: PaveConfig) -> CommandResult:
     check_choices(config)
     check_backend_options(config)
-    check_hf_only(config)
     if config.temperature <= 0 or config.jsd_temperature <= 0:
         raise UserError("--temperature and --jsd-temperature must be > 0: PAVE needs sampled answers")
     if config.keep_refusals and config.definite_prior_only:
