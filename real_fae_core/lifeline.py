@@ -25,9 +25,14 @@ lost peer and the checkpoint kept must win the race against SIGTERM's default
 action (which used to end the rank silently, now and then). So a SIGTERM that
 finds a sibling rank gone is left to that error; one sent to stop the run
 (Ctrl-C on the launcher) raises :class:`~real_fae_core.errors.Terminated` like
-Ctrl-C does. Either way a rank still alive ``REAL_TRAIN_TERM_SECONDS`` later
-(blocked in C++, where no Python handler runs) is ended by a thread that reads
-Python's signal wake-up pipe, with one line saying why.
+Ctrl-C does. A stopped rank can leave before a busy sibling has even taken the
+same SIGTERM (they are sent a moment apart, and two cores may not run both at
+once), so a rank that reads its SIGTERM as a stop leaves a mark first
+(:func:`mark_stop`): a sibling that finds it gone *and* marked knows the run is
+being stopped, not failing. Either way a rank still alive
+``REAL_TRAIN_TERM_SECONDS`` later (blocked in C++, where no Python handler
+runs) is ended by a thread that reads Python's signal wake-up pipe, with one
+line saying why.
 
 A process in its launcher's own process group (accelerate's one-process
 launcher, DeepSpeed's) is not tied: every signal to that group reaches it
@@ -61,6 +66,7 @@ import faulthandler
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -176,7 +182,7 @@ def _process_start(pid: int) -> str | None:
     return fields[19]
 
 
-def _sibling_ranks(parent: int) -> dict[int, tuple[int, str, int]]:
+def sibling_ranks(parent: int) -> dict[int, tuple[int, str, int]]:
     """The other ranks of this launch alive now, by local rank: (pid, start time, global rank).
 
     They are the launcher's other children whose environment carries a rank of the same run.
@@ -224,7 +230,7 @@ def watch_peers(prog: str, grace: float | None = None, period: float = 1.0, star
     grace = _seconds(PEER_GRACE_ENV, DEFAULT_PEER_GRACE) if grace is None else grace
     expected = set(range(local_world)) - {local_rank}
     parent = os.getppid()
-    known = _sibling_ranks(parent)  # at once: a sibling that exits early is still seen alive once
+    known = sibling_ranks(parent)  # at once: a sibling that exits early is still seen alive once
     threading.Thread(target=_watch_peers, args=(prog, parent, expected, known, grace, period, startup),
                      name="peer-watch", daemon=True).start()
     return True
@@ -237,7 +243,7 @@ def _watch_peers(prog: str, parent: int, expected: set[int], known: dict, grace:
     gone: dict[int, float] = {}
     while os.getppid() == parent:
         time.sleep(period)
-        for local, entry in _sibling_ranks(parent).items():
+        for local, entry in sibling_ranks(parent).items():
             known.setdefault(local, entry)
         now = time.monotonic()
         for local in expected - gone.keys():
@@ -269,6 +275,7 @@ def _end_stuck(prog: str, peer: int, seconds: float) -> None:
 _term_lock = threading.Lock()
 _term_reason: str | None = None  # "peer", "launcher" or "stop", fixed by the first SIGTERM
 _leaving = False  # set by leave(): its own ceiling bounds the rest
+_term_parent: int | None = None  # the launcher, once answer_sigterm() is installed
 
 
 def answer_sigterm(prog: str, grace: float | None = None) -> bool:
@@ -279,8 +286,9 @@ def answer_sigterm(prog: str, grace: float | None = None) -> bool:
     """
     if not launched() or rank_and_world()[1] < 2 or threading.current_thread() is not threading.main_thread():
         return False
+    global _term_parent
     grace = _seconds(TERM_GRACE_ENV, DEFAULT_TERM_GRACE) if grace is None else grace
-    parent = os.getppid()
+    parent = _term_parent = os.getppid()
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     try:
@@ -308,9 +316,55 @@ def sigterm_reason(parent: int | None = None) -> str | None:
                     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", rank_and_world()[1]))
                 except ValueError:
                     local_world = 1
-                alive = len(_sibling_ranks(parent)) if sys.platform.startswith("linux") else local_world - 1
-                _term_reason = "peer" if alive < local_world - 1 else "stop"
+                alive = len(sibling_ranks(parent)) if sys.platform.startswith("linux") else local_world - 1
+                _term_reason = "peer" if alive < local_world - 1 and not stop_marked(parent) else "stop"
+                if _term_reason == "stop":
+                    mark_stop(parent)
         return _term_reason
+
+
+def stop_marks_dir() -> Path:
+    """Where stopped ranks leave their marks: one directory per user, empty files named by launch and rank."""
+    return Path(tempfile.gettempdir()) / f"real-fae-stops-{os.getuid() if hasattr(os, 'getuid') else 0}"
+
+
+def launch_key(parent: int) -> str | None:
+    """This launch, as the launcher's pid and start time (a reused pid is another launch)."""
+    start = _process_start(parent)
+    return None if start is None else f"{parent}-{start}"
+
+
+def mark_stop(parent: int) -> None:
+    """Leave a mark, before this rank goes, that it was stopped (not failing); marks of launches gone are removed."""
+    key = launch_key(parent)
+    if key is None:
+        return
+    marks = stop_marks_dir()
+    try:
+        marks.mkdir(mode=0o700, exist_ok=True)
+        for old in marks.iterdir():
+            pid, _, start = old.name.partition("-")
+            if pid.isdigit() and launch_key(int(pid)) != f"{pid}-{start.rsplit('-', 1)[0]}":
+                old.unlink(missing_ok=True)
+        (marks / f"{key}-{os.environ.get('LOCAL_RANK', '0')}").touch()
+    except OSError:  # a mark is a courtesy to the siblings: without it they say "another process stopped"
+        pass
+
+
+def stop_marked(parent: int) -> bool:
+    """Whether a sibling of this launch read its SIGTERM as a stop before it left."""
+    key = launch_key(parent)
+    try:
+        return key is not None and any(m.name.startswith(f"{key}-") for m in stop_marks_dir().iterdir())
+    except OSError:
+        return False
+
+
+def run_stopping() -> bool:
+    """Whether this run is being stopped: SIGTERM came here as a stop, or a sibling rank read its own so
+    before it left. A collective that fails because such a sibling left is the stop, not a failure, even
+    when this rank's own SIGTERM has not been taken yet."""
+    return sigterm_reason() == "stop" or (_term_parent is not None and stop_marked(_term_parent))
 
 
 def _on_sigterm(parent: int) -> None:

@@ -122,7 +122,10 @@ SIGTERM_SCRIPT = """
 import os, signal, sys, time
 from pathlib import Path
 from real_fae_core.cli import run_guarded, set_interrupt_note
-from real_fae_core.lifeline import answer_sigterm, die_with_launcher, leave, set_stage, watch_peers
+from real_fae_core.lifeline import sibling_ranks, answer_sigterm, die_with_launcher, leave, set_stage, watch_peers
+late = os.environ["RANK"] == "1" and os.environ["REAL_TEST_MODE"] == "late"
+if late:  # blocked in every thread started from here on: the SIGTERM stays pending until unblocked below
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 die_with_launcher()
 watch_peers("term-test")
 assert answer_sigterm("term-test")
@@ -133,6 +136,10 @@ def body(argv):
     if os.environ["RANK"] == "1" and os.environ["REAL_TEST_MODE"] == "kill":
         time.sleep(1)
         os.kill(os.getpid(), signal.SIGKILL)
+    if late:  # takes its SIGTERM only once the stopped rank 0 has left (a busy core, a long C++ call)
+        while sibling_ranks(os.getppid()):
+            time.sleep(0.05)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     set_stage("waiting in a collective that never returns")
     while True:
         time.sleep(600)
@@ -204,6 +211,24 @@ def test_a_launch_stopped_with_sigterm_ends_every_rank_with_the_interrupt_note(t
     assert _none_left(tag) == []
 
 
+def test_a_rank_that_takes_its_sigterm_after_its_stopped_sibling_left_still_reads_it_as_a_stop(tmp_path):
+    """torch elastic sends SIGTERM to the ranks a moment apart; rank 0 stops and leaves before rank 1 has
+    taken its own (here held until rank 0 is gone). Rank 1 finds its sibling gone, but the mark rank 0 left
+    says the run is being stopped: it raises Terminated at once with the interrupt note instead of waiting
+    REAL_TRAIN_TERM_SECONDS and blaming another process."""
+    launcher, tag, log = _sigterm_launch(tmp_path, "late", grace="30")
+    started = time.monotonic()
+    _wait_then_clean_up(launcher, tag, timeout=60, signal_first=True)
+    took = time.monotonic() - started
+    text = log.read_text()
+    lines = sorted(ln for ln in text.splitlines() if ln.startswith("term-test: terminated"))
+    assert lines == ["term-test: terminated; kept checkpoint out/checkpoint-4 (step 4); resume with: the same "
+                     "command"] * 2, text[-3000:]
+    assert "another process" not in text, text[-3000:]
+    assert took < 20, f"the launch took {took:.0f} s to stop"
+    assert _none_left(tag) == []
+
+
 def test_a_two_process_training_stopped_with_sigterm_says_on_every_rank_what_was_kept(tiny_llama, tmp_path):
     """A scheduler stops a real two-process training (SIGTERM to `accelerate launch`) after its first
     checkpoint: every rank ends with the Ctrl-C-style line naming the checkpoint kept and how to resume, and
@@ -221,7 +246,8 @@ def test_a_two_process_training_stopped_with_sigterm_says_on_every_rank_what_was
                                     env={**ENV, "REAL_TEST_TAG": tag, "PYTHONPATH": str(REPO)})
     try:
         deadline = time.time() + 300
-        while not (out / "checkpoint-2" / "trainer_state.json").exists():
+        # any complete checkpoint (save_total_limit rotates them away, at several steps a second on a fast CPU)
+        while not any(out.glob("checkpoint-*/trainer_state.json")):
             assert launcher.poll() is None and time.time() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
     finally:
@@ -234,3 +260,21 @@ def test_a_two_process_training_stopped_with_sigterm_says_on_every_rank_what_was
                             r"the same `accelerate launch \.\.\. -m real\.train .+` command", line), line
     assert "another process" not in text and "internal error" not in text, text[-4000:]
     assert _none_left(tag) == []
+
+
+def test_stop_marks_name_their_launch_and_marks_of_launches_gone_are_removed(tmp_path, monkeypatch):
+    """A mark says "a rank of this launch was stopped" only for the launch that is alive now (pid and start
+    time), so a sibling of a later launch that reuses the pid never reads an old stop as its own."""
+    from real_fae_core import lifeline
+
+    monkeypatch.setattr(lifeline.tempfile, "tempdir", str(tmp_path))
+    me = os.getpid()
+    assert not lifeline.stop_marked(me)
+    marks = lifeline.stop_marks_dir()
+    marks.mkdir()
+    (marks / f"{me}-1-0").touch()  # this pid, another start time: a launch long gone
+    (marks / "999999999-5-1").touch()  # no such process
+    assert not lifeline.stop_marked(me)
+    lifeline.mark_stop(me)
+    assert lifeline.stop_marked(me)
+    assert [m.name for m in marks.iterdir()] == [f"{lifeline.launch_key(me)}-{os.environ.get('LOCAL_RANK', '0')}"]

@@ -475,7 +475,7 @@ def test_killed_run_resumes_from_last_checkpoint(work, tiny_qwen, tmp_path):
                             start_new_session=True)
     try:
         deadline = time.time() + 240
-        while not (out / "checkpoint-1" / "trainer_state.json").exists():
+        while not any(out.glob("checkpoint-*/trainer_state.json")):  # rotated away fast on a fast CPU
             assert proc.poll() is None, "training ended before its first checkpoint"
             assert time.time() < deadline, "no checkpoint within the time limit"
             time.sleep(0.02)

@@ -477,7 +477,7 @@ def test_signal_mid_training_says_what_was_kept(sig, code, word, cc, tmp_path, c
     proc = _start_training(cc, out)
     try:
         deadline = time.time() + 240
-        while not (out / "checkpoint-2" / "trainer_state.json").exists():
+        while not any(out.glob("checkpoint-*/trainer_state.json")):  # rotated away fast on a fast CPU
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.time() < deadline, "no checkpoint within the time limit"
             time.sleep(0.05)

@@ -21,7 +21,7 @@ from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.cli import set_interrupt_note
 from real_fae_core.errors import RunFailure, Terminated, UserError
 from real_fae_core.runlock import RunLock
-from real_fae_core.lifeline import set_stage, sigterm_reason
+from real_fae_core.lifeline import run_stopping, set_stage
 from real.training import checkpoints, cpu_loss, engines, fingerprint
 from real.training.args import accelerator_available
 from real.training.data import check_variant, data_fingerprint, load_pairs
@@ -280,7 +280,7 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
         print(file=sys.stderr, flush=True)
         raise
     except RuntimeError as exc:  # a peer rank died mid-step: its collective fails here
-        if acc.num_processes > 1 and sigterm_reason() == "stop":  # the peer left because the run is stopped
+        if acc.num_processes > 1 and run_stopping():  # the peer left because the run is stopped
             print(file=sys.stderr, flush=True)
             raise Terminated() from None
         if acc.num_processes > 1 and peer_lost(exc):
