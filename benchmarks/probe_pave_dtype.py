@@ -9,11 +9,13 @@ records, one after the other on an otherwise idle machine:
   fp32 runs as the probe ran before the CPU savings (transformers' own KV cache; fp32 never packs), bf16
   with them (packed linear layers, the reserved KV cache: both bitwise neutral);
 - ``fae pave``: seconds per claim, the share of sampled answers whose label is the same in both dtypes (same
-  seeds), and PR / CR / Margin of each; then bf16 again with the sampler's two savings
-  (:func:`fae.pave.sampling.one_row_prefill`: one prefill for a prompt's N samples; the label distribution
-  projecting only the positions it scores; the second is the default, the first is opt-in, ``--prefill-once``): ``fp32`` and
-  ``bf16`` run without them, as the sampler did before, and ``one_prefill_same_as_bf16`` counts the samples
-  ``bf16_one_prefill`` gives exactly as ``bf16`` (all of them on an AVX-512 CPU, not on an AMX one).
+  seeds), and PR / CR / Margin of each. ``fp32`` and ``bf16`` run the sampler as it ran before the CPU
+  savings; ``bf16_default`` as ``fae pave`` runs it now (the label distribution projecting only the positions
+  it scores, the KV cache reserving the answer's room: both leave the samples bitwise as they were);
+  ``bf16_one_prefill`` adds the opt-in ``--prefill-once`` (:func:`fae.pave.sampling.one_row_prefill`: one
+  prefill for a prompt's N samples). ``*_same_as_bf16`` counts the samples whose text, and whose label
+  distribution, each gives exactly as ``bf16`` (every text with the defaults; with one prefill, all of them
+  on an AVX-512 CPU, not on an AMX one).
 
     python benchmarks/probe_pave_dtype.py --model models/smollm2-135m-instruct \\
         --adapter outputs/smollm2-135m-instruct/sft --records data/check-covid-test.jsonl --claims 12 \\
@@ -83,38 +85,50 @@ def claim_values(path: Path) -> dict:
     return values
 
 
-PAVE_RUNS = (("fp32", "fp32", False), ("bf16", "bf16", False), ("bf16_one_prefill", "bf16", True))
+# (name, dtype, the sampler's default savings, --prefill-once). The default savings are the label distribution
+# projecting only the positions it scores and the KV cache reserving the answer's room, both bitwise neutral for
+# the samples; fp32 and bf16 run without them, as the sampler ran before the CPU savings.
+PAVE_RUNS = (("fp32", "fp32", False, False), ("bf16", "bf16", False, False), ("bf16_default", "bf16", True, False),
+             ("bf16_one_prefill", "bf16", True, True))
 
 
 def pave_side_by_side(args, records: Path, run_dir: Path, work: Path) -> dict:
     out = {}
-    for name, dtype, savings in PAVE_RUNS:
-        HFSampler.logits_to_keep = savings  # the one prefill is the command's --prefill-once
+    for name, dtype, savings, prefill_once in PAVE_RUNS:
+        HFSampler.logits_to_keep = savings
+        hf.RESERVE_CACHE = savings
         try:
             result, seconds = timed(fae_pave, PaveConfig(records=records, model=args.model, adapter=args.adapter,
                                                          output=work / f"pave-{name}", limit=args.claims,
                                                          samples=args.samples, jsd_samples=args.samples,
                                                          jsd_temperature=0.3, max_new_tokens=40, check_run=run_dir,
-                                                         dtype=dtype, prefill_once=savings, progress=False))
+                                                         dtype=dtype, prefill_once=prefill_once, progress=False,
+                                                         constrained_decoding=args.constrained_decoding))
         finally:
             HFSampler.logits_to_keep = True
+            hf.RESERVE_CACHE = True
         profile = (result.summary.get("profile") or {})
         out[name] = {"seconds": seconds, "seconds_per_claim": seconds / args.claims, "dtype": dtype,
-                     "one_prefill_and_scored_positions_only": savings,
+                     "scored_positions_only_and_reserved_cache": savings, "prefill_once": prefill_once,
                      "PR": profile.get("PR"), "CR": profile.get("CR"), "Margin": profile.get("Margin")}
-    samples = {name: read_samples(work / f"pave-{name}" / "samples.jsonl") for name, _, _ in PAVE_RUNS}
+    samples = {name: read_samples(work / f"pave-{name}" / "samples.jsonl") for name, *_ in PAVE_RUNS}
     same, total = compare_samples(samples["fp32"], samples["bf16"])
-    out["speedup"] = out["fp32"]["seconds"] / out["bf16"]["seconds"]
-    out["speedup_one_prefill"] = out["fp32"]["seconds"] / out["bf16_one_prefill"]["seconds"]
-    out["same_label_share"] = same / total if total else None
+    for name, *_ in PAVE_RUNS[1:]:
+        out[f"speedup_{name}"] = out["fp32"]["seconds"] / out[name]["seconds"]
+    out["bf16_same_label_share_as_fp32"] = same / total if total else None
     out["labels_compared"] = total
-    same, total = compare_samples(samples["bf16"], samples["bf16_one_prefill"], whole=True)
-    out["one_prefill_same_as_bf16"] = {"same_samples": same, "samples": total}
+    out["valid_labels_in_fp32"] = sum(a is not None for line in samples["fp32"].values()
+                                      for answers in line["conditions"].values() for a in answers["answers"])
+    for name in ("bf16_default", "bf16_one_prefill"):
+        same_text, total = compare_samples(samples["bf16"], samples[name], field="raw")
+        same_probs, _ = compare_samples(samples["bf16"], samples[name], field="probs")
+        out[f"{name}_same_as_bf16"] = {"same_texts": same_text, "same_distributions": same_probs, "samples": total}
     return out
 
 
-def compare_samples(first: dict, second: dict, whole: bool = False) -> tuple[int, int]:
-    """How many sampled answers agree (their labels; ``whole``: the entire sample line per condition)."""
+def compare_samples(first: dict, second: dict, field: str = "answers") -> tuple[int, int]:
+    """How many sampled answers agree in ``field`` (``answers``: the parsed labels; ``raw``: the texts;
+    ``probs``: the label distributions, exactly)."""
     same = total = 0
     for key, line in first.items():
         other = second.get(key)
@@ -122,11 +136,7 @@ def compare_samples(first: dict, second: dict, whole: bool = False) -> tuple[int
             continue
         for condition, answers in line["conditions"].items():
             theirs = other["conditions"].get(condition) or {}
-            if whole:
-                same += answers == theirs
-                total += 1
-                continue
-            for a, b in zip(answers["answers"], theirs.get("answers") or []):
+            for a, b in zip(answers[field], theirs.get(field) or []):
                 same += a == b
                 total += 1
     return same, total
@@ -140,16 +150,21 @@ def main(argv=None) -> int:
     p.add_argument("--claims", type=int, default=12)
     p.add_argument("--samples", type=int, default=5, help="PAVE's N = K")
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--constrained-decoding", action="store_true",
+                   help="FAE and PAVE under the answer grammar (a base model answers prose without it, so every "
+                        "label is invalid and PR / CR are undefined)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         run_dir = work / "run"
         fae_run(FaeRunArguments(records=args.records, output=run_dir, model=args.model, adapter=args.adapter,
-                                limit=args.claims, rounds=4, dtype="fp32", progress=False, label_probs=False))
+                                limit=args.claims, rounds=4, dtype="fp32", progress=False, label_probs=False,
+                                constrained_decoding=args.constrained_decoding))
         cf = work / "counterfactual.jsonl"
         counterfactual(CounterfactualConfig(records=args.records, output=cf, kinds=["entity"], no_progress=True))
         out = {"model": args.model, "adapter": args.adapter, "claims": args.claims, "samples": args.samples,
+               "constrained_decoding": args.constrained_decoding,
                "probe": probe_side_by_side(args, run_dir, work),
                "pave": pave_side_by_side(args, cf, run_dir, work),
                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}

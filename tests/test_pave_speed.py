@@ -67,3 +67,30 @@ def test_label_distribution_from_the_scored_positions_only_is_the_full_one(noisy
             sampler.logits_to_keep = False
             full = sampler.label_distribution(ids, prefix)
             assert kept == full and abs(sum(kept) - 1) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_sampling_with_the_reserved_kv_cache_gives_the_answers_of_transformers_own_cache(noisy_llama, tiny_qwen,
+                                                                                         dtype, monkeypatch):
+    import fae.backends.hf as hf
+
+    for model in (noisy_llama, tiny_qwen):
+        sampler = _sampler(model, dtype)
+        layer_kinds = []
+        inner = sampler.lm.get_base_model() if hasattr(sampler.lm, "get_base_model") else sampler.lm
+
+        def hook(module, args, kwargs):
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            layer_kinds.append(type(cache.layers[0]).__name__ if cache is not None else None)
+
+        handle = inner.register_forward_pre_hook(hook, with_kwargs=True)
+        reserved = sampler.sample(PROMPTS, n=4, temperature=1.0, keys=KEYS)
+        assert layer_kinds[0] == "ReservingLayer", layer_kinds[:3]
+        monkeypatch.setattr(hf, "RESERVE_CACHE", False)
+        layer_kinds.clear()
+        plain = sampler.sample(PROMPTS, n=4, temperature=1.0, keys=KEYS)
+        monkeypatch.setattr(hf, "RESERVE_CACHE", True)
+        handle.remove()
+        assert layer_kinds[0] == "DynamicLayer", layer_kinds[:3]
+        assert reserved == plain  # texts and label distributions
+        assert len({t for answers in plain for t, _ in answers}) > 1

@@ -167,10 +167,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefill-once", action="store_true",
                    help="run a prompt's prefill once for its N samples and copy the KV cache (about 1/N of the "
                         "prompt's work); its samples equal the default's only on CPUs and GPUs where a row of a "
-                        "batched matmul equals that row alone (an AVX-512 CPU: yes; an AMX CPU: no), and on an "
-                        "AMX CPU they were not even the same from one process to the next (so a resumed run may "
-                        "differ from an uninterrupted one); it is off unless asked, and a run made with it never "
-                        "resumes one made without it")
+                        "batched matmul equals that row alone (an AVX-512 CPU: yes; an AMX CPU: no), and one "
+                        "AMX CPU once gave other samples from one process to the next (a resumed run may then "
+                        "differ from an uninterrupted one: benchmarks/pave_reproducibility.py checks a machine); "
+                        "it is off unless asked, and a run made with it never resumes one made without it")
     add_option_flags(p.add_argument_group("vllm backend (and --dtype)"), VLLMOptions, VLLM_FIELDS)
     add_option_flags(p.add_argument_group("openai backend"), OpenAIOptions, OPENAI_FIELDS)
 

@@ -16,14 +16,18 @@ chunk size, ``--limit``, record order or where a run was interrupted
   padding in a mixed batch changes attention numerics, and batched sampling
   draws every row from one shared random stream, so a batch of several
   prompts could not give the same answers as the same prompts alone.
+  The KV cache reserves the answer's room up front, as the FAE backend's does
+  (``fae.backends.hf.answer_cache``: the same tensors, no copy per new token).
   ``generate`` copies the prompt N times before its prefill; the N rows are
   the same, so :func:`one_row_prefill` can compute one and copy its cache and
   logits, 1/N of the prompt's work. It is off unless asked
   (``fae pave --prefill-once``, option ``prefill_once``): its answers are bitwise those of the
   N-row prefill only where a row of a batched matmul equals the row alone,
   which held on an AVX-512 CPU (25 of 25 SmolLM2 samples) but not on an AMX one,
-  where oneDNN picks its kernel by the number of rows (7 of 15 samples equal;
-  ``benchmarks/results/probe_pave_dtype_cpu_amx.json``).
+  where oneDNN picks its kernel by the number of rows (66 of 125 texts equal;
+  ``benchmarks/results/probe_pave_dtype_cpu_amx.json``); whether its samples are
+  the same from one process to the next, as a resume needs, is checked per machine
+  by ``benchmarks/pave_reproducibility.py`` (docs/compare.md).
   A run's label distribution is the softmax over the three full label continuations
   ``<prefix>SUPPORT"``, ``<prefix>REFUTE"``, ``<prefix>NOT_ENOUGH_INFO"``
   scored by the model after the prompt, where ``<prefix>`` is the run's own
@@ -62,7 +66,7 @@ from real_fae_core.labels import LABELS
 from data_prep.prompts import encode_chat
 from data_prep.schemas import schema_for_prompt
 from fae.backends.constrained import max_answer_tokens
-from fae.backends.hf import HFOptions, load_hf_model, open_constraint
+from fae.backends.hf import HFOptions, answer_cache, load_hf_model, open_constraint
 from fae.backends.label_probs import ANSWER_PREFIX
 from fae.backends.openai_backend import MalformedResponse, OpenAIBackend
 from fae.backends.vllm_backend import VLLMBackend, constrained_params, vllm_token_list
@@ -139,7 +143,7 @@ class HFSampler:
                 max_new = max(max_new, max_answer_tokens(schemas))
             torch.manual_seed(derived_seed(*key))  # CPU and every CUDA device: this prompt's own stream
             with torch.inference_mode(), one_row_prefill(self.lm, enabled=self.prefill_once):
-                gen = self.lm.generate(**extra,
+                gen = self.lm.generate(**extra, **answer_cache(self.lm, max_new),
                     input_ids=x.to(self.lm.device), attention_mask=torch.ones_like(x).to(self.lm.device),
                     do_sample=True, temperature=temperature, top_p=1.0, top_k=0,
                     num_return_sequences=n, max_new_tokens=max_new,
