@@ -31,6 +31,9 @@ from pathlib import Path
 
 
 
+OWN_OPTIONS = ("--output", "--limit", "--chunk-size")  # set per run by this check, refused after --
+
+
 def pave_command(args, out: Path) -> list[str]:
     cmd = [sys.executable, "-m", "fae.cli", "pave", "--records", str(args.records), "--model", args.model,
            "--output", str(out), "--limit", str(args.limit), "--chunk-size", "1", "--no-progress"]
@@ -95,6 +98,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.runs < 2 or not 0 < args.kill_after < args.limit:
         p.error("needs --runs >= 2 and 0 < --kill-after < --limit")
+    owned = sorted({a.split("=")[0] for a in args.pave_args} & set(OWN_OPTIONS))
+    if owned:  # every run would write, or resume, the same output: equal files that prove nothing
+        p.error(f"{', '.join(owned)} after -- : this check sets {', '.join(OWN_OPTIONS)} itself")
     import torch
 
     from real_fae_core.hardware import native_bf16_cpu_flags

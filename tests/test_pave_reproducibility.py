@@ -70,3 +70,13 @@ def test_a_changed_sample_is_named_and_counted(tmp_path):
 def test_a_kill_that_cannot_happen_before_the_end_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         check.main(["--records", str(tmp_path / "r.jsonl"), "--model", "m", "--limit", "1"])
+
+
+@pytest.mark.parametrize("option", ["--output", "--output=elsewhere", "--limit", "--chunk-size"])
+def test_options_the_check_sets_itself_are_refused_after_the_separator(tmp_path, option, capsys):
+    """An --output passed through would make every run write (or resume) one directory: equal files, nothing
+    checked, exit 0."""
+    with pytest.raises(SystemExit) as err:
+        check.main(["--records", str(tmp_path / "r.jsonl"), "--model", "m", "--", option, "x"])
+    assert err.value.code == 2
+    assert f"{option.split('=')[0]} after --" in capsys.readouterr().err

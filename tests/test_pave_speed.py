@@ -22,10 +22,12 @@ def _sampler(model, dtype):
 
 
 class PrefillRows:
-    """Records the batch size of every forward that starts from an empty cache (a prefill)."""
+    """Records the batch size of every forward that starts from an empty cache (a prefill), and the class of
+    that cache's first layer (None without a cache)."""
 
     def __init__(self, lm):
         self.rows: list[int] = []
+        self.cache_layers: list[str | None] = []
         inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
         self.handle = inner.register_forward_pre_hook(self.hook, with_kwargs=True)
 
@@ -34,6 +36,11 @@ class PrefillRows:
         ids = kwargs.get("input_ids")
         if ids is not None and (cache is None or cache.get_seq_length() == 0):
             self.rows.append(ids.shape[0])
+            self.cache_layers.append(None if cache is None else type(cache.layers[0]).__name__)
+
+    def clear(self):
+        self.rows.clear()
+        self.cache_layers.clear()
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
@@ -45,7 +52,7 @@ def test_one_prefill_for_n_samples_gives_the_answers_of_n_prefills(noisy_llama, 
         fast = sampler.sample(PROMPTS, n=4, temperature=1.0, keys=KEYS)
         assert spy.rows[:1] == [1], spy.rows  # the prompt ran once, not four times
         sampler.prefill_once = False
-        spy.rows.clear()
+        spy.clear()
         plain = sampler.sample(PROMPTS, n=4, temperature=1.0, keys=KEYS)
         assert spy.rows[:1] == [4], spy.rows
         spy.handle.remove()
@@ -76,21 +83,14 @@ def test_sampling_with_the_reserved_kv_cache_gives_the_answers_of_transformers_o
 
     for model in (noisy_llama, tiny_qwen):
         sampler = _sampler(model, dtype)
-        layer_kinds = []
-        inner = sampler.lm.get_base_model() if hasattr(sampler.lm, "get_base_model") else sampler.lm
-
-        def hook(module, args, kwargs):
-            cache = kwargs.get("cache", kwargs.get("past_key_values"))
-            layer_kinds.append(type(cache.layers[0]).__name__ if cache is not None else None)
-
-        handle = inner.register_forward_pre_hook(hook, with_kwargs=True)
+        spy = PrefillRows(sampler.lm)
         reserved = sampler.sample(PROMPTS, n=4, temperature=1.0, keys=KEYS)
-        assert layer_kinds[0] == "ReservingLayer", layer_kinds[:3]
+        assert spy.cache_layers[0] == "ReservingLayer", spy.cache_layers[:3]
         monkeypatch.setattr(hf, "RESERVE_CACHE", False)
-        layer_kinds.clear()
+        spy.clear()
         plain = sampler.sample(PROMPTS, n=4, temperature=1.0, keys=KEYS)
         monkeypatch.setattr(hf, "RESERVE_CACHE", True)
-        handle.remove()
-        assert layer_kinds[0] == "DynamicLayer", layer_kinds[:3]
+        spy.handle.remove()
+        assert spy.cache_layers[0] == "DynamicLayer", spy.cache_layers[:3]
         assert reserved == plain  # texts and label distributions
         assert len({t for answers in plain for t, _ in answers}) > 1
