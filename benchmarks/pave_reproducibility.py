@@ -45,7 +45,7 @@ def pave_command(args, out: Path) -> list[str]:
 def run_to_end(cmd: list[str]) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
-        raise SystemExit(f"pave_reproducibility: fae pave failed ({res.returncode}): {res.stderr[-2000:]}")
+        raise SystemExit(f"pave_reproducibility: fae pave failed ({res.returncode}): {res.stderr[-2000:].strip()}")
 
 
 def killed_then_resumed(cmd: list[str], samples: Path, claims_before_kill: int) -> tuple[bool, int]:
@@ -59,7 +59,7 @@ def killed_then_resumed(cmd: list[str], samples: Path, claims_before_kill: int) 
         time.sleep(0.01)
     _, err = proc.communicate()
     if proc.returncode not in (0, -signal.SIGKILL):
-        raise SystemExit(f"pave_reproducibility: fae pave failed ({proc.returncode}): {err.decode()[-2000:]}")
+        raise SystemExit(f"pave_reproducibility: fae pave failed ({proc.returncode}): {err.decode()[-2000:].strip()}")
     kept = samples.read_bytes().count(b"\n") if samples.exists() else 0
     run_to_end(cmd)
     return proc.returncode == -signal.SIGKILL, kept
