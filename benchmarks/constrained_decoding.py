@@ -1,7 +1,7 @@
 """Constrained vs free decoding: valid-answer rate, a_0 and seconds per claim, same model, same claims.
 
 Both passes run in this process on the same claims with the ``hf`` backend and
-the FAE engine (``fae.ablation.engine.ablate_chunk``, R rounds): first unconstrained,
+the FAE engine (``fae.ablation.engine.ablate``, R rounds): first unconstrained,
 then with ``constrained_decoding`` (xgrammar, docs/structured.md). Also prints
 the constraint's own cost: grammar compilation (once per pool shape) and the
 per-step masking, per prompt.
@@ -34,14 +34,14 @@ from fae_throughput import build_model, checkcovid  # noqa: E402
 
 
 def one_pass(records, model: Path, rounds: int, constrained: bool, args) -> dict:
-    from fae.ablation.engine import ablate_chunk
+    from fae.ablation.engine import ablate
     from fae.ablation.metrics import compute_metrics
     from fae.backends.hf import HFBackend
 
     backend = HFBackend({"model": str(model), "device": "cpu", "batch_size": args.batch_size,
                          "max_new_tokens": args.max_new_tokens, "constrained_decoding": constrained})
     t0 = time.perf_counter()
-    claims = ablate_chunk(records, backend, rounds)
+    claims = ablate(records, backend, rounds)
     seconds = time.perf_counter() - t0
     m = compute_metrics(claims)
     r0 = [c["rounds"][0] for c in claims]

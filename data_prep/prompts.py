@@ -15,10 +15,6 @@ from typing import Any, Iterable, Sequence
 from real_fae_core.jsonl import short_repr
 from data_prep.records import LABELS, MAX_SENTENCE_ID, ClaimRecord
 
-# Version of the prompt layout and answer format, stored with every run so a
-# run made with another format is never resumed as if it were the same.
-PROMPT_FORMAT_VERSION = 1
-
 FORMAT_INSTRUCTIONS = (
     "Answer with one JSON object and nothing else: "
     '{"label": LABEL, "evidence": [IDS]}. '
@@ -38,10 +34,46 @@ PROMPT_FORMAT_VERSION = 1
 Message = dict[str, str]
 
 
-def format_pool(record: ClaimRecord, pool_ids: Iterable[int] | None = None) -> str:
-    """The ``lineN: text`` block, in the record's reading order."""
+# How the lines of a pool are numbered in the prompt (SPEC §3, `--line-ids`). ``original`` shows each
+# sentence's record id (the paper's protocol): a pool that lost a line shows a hole in its numbering.
+# ``renumbered`` numbers the lines shown 0..n-1 in reading order (a full pool numbered 0..n-1 renders the
+# same either way) and maps cited numbers back to record ids. A hole is a cue a verifier can learn instead
+# of reading its evidence (SPEC §6, control arm), so every run and pair file records the choice.
+LINE_IDS = ("original", "renumbered")
+DEFAULT_LINE_IDS = "original"
+
+
+def check_line_ids(value: str, where: str = "--line-ids") -> str:
+    """``value`` when it is a line numbering of :data:`LINE_IDS`; else ValueError naming the choices."""
+    if value not in LINE_IDS:
+        raise ValueError(f"{where} {value!r}: choose {' or '.join(LINE_IDS)}")
+    return value
+
+
+@dataclass(frozen=True)
+class ShownPool:
+    """The lines of one prompt: record ids in reading order and the number shown for each."""
+
+    ids: tuple[int, ...]
+    numbers: tuple[int, ...]
+
+    def record_id(self, shown: int) -> int | None:
+        """The record id behind a number the prompt showed (None: no line had that number)."""
+        try:
+            return self.ids[self.numbers.index(shown)]
+        except ValueError:
+            return None
+
+    def shown_number(self, record_id: int) -> int:
+        return self.numbers[self.ids.index(record_id)]
+
+
+def shown_pool(record: ClaimRecord, pool_ids: Iterable[int] | None = None,
+               line_ids: str = DEFAULT_LINE_IDS) -> ShownPool:
+    """The pool ``pool_ids`` (default: the full pool) in the record's reading order, numbered by ``line_ids``."""
+    check_line_ids(line_ids)
     if pool_ids is None:
-        sents = record.sentences
+        ids = tuple(s.id for s in record.sentences)
     else:
         keep = set(pool_ids)
         unknown = keep - set(record.pool_ids)
@@ -49,8 +81,23 @@ def format_pool(record: ClaimRecord, pool_ids: Iterable[int] | None = None) -> s
             raise ValueError(
                 f"record {record.id!r}: pool ids {sorted(unknown)} are not sentences of the record"
             )
-        sents = [s for s in record.sentences if s.id in keep]
-    return "\n".join(f"line{s.id}: {one_line(s.text)}" for s in sents)
+        ids = tuple(s.id for s in record.sentences if s.id in keep)
+    return number_lines(ids, line_ids)
+
+
+def number_lines(pool_ids: Sequence[int], line_ids: str = DEFAULT_LINE_IDS) -> ShownPool:
+    """The numbers a prompt shows for ``pool_ids`` (record ids already in reading order)."""
+    check_line_ids(line_ids)
+    ids = tuple(pool_ids)
+    return ShownPool(ids, ids if line_ids == "original" else tuple(range(len(ids))))
+
+
+def format_pool(record: ClaimRecord, pool_ids: Iterable[int] | None = None,
+                line_ids: str = DEFAULT_LINE_IDS) -> str:
+    """The ``lineN: text`` block, in the record's reading order, numbered by ``line_ids``."""
+    shown = shown_pool(record, pool_ids, line_ids)
+    text = {s.id: s.text for s in record.sentences}
+    return "\n".join(f"line{n}: {one_line(text[i])}" for i, n in zip(shown.ids, shown.numbers))
 
 
 def one_line(text: str) -> str:
@@ -59,14 +106,37 @@ def one_line(text: str) -> str:
 
 
 def render_evidence_prompt(
-    record: ClaimRecord, pool_ids: Iterable[int] | None = None
+    record: ClaimRecord, pool_ids: Iterable[int] | None = None, line_ids: str = DEFAULT_LINE_IDS
 ) -> list[Message]:
-    """Evidence-based chat messages for the pool ``pool_ids`` (default: full pool)."""
-    user = f"Claim: {one_line(record.claim)}\nDocument:\n{format_pool(record, pool_ids)}"
+    """Evidence-based chat messages for the pool ``pool_ids`` (default: full pool), lines numbered by ``line_ids``."""
+    user = f"Claim: {one_line(record.claim)}\nDocument:\n{format_pool(record, pool_ids, line_ids)}"
     return [
         {"role": "system", "content": EVIDENCE_SYSTEM_PROMPT},
         {"role": "user", "content": user.rstrip("\n")},
     ]
+
+
+def shown_evidence(shown: ShownPool, record_ids: Iterable[int]) -> list[int]:
+    """Record ids as the prompt shows them (a training target's evidence under ``renumbered``)."""
+    return sorted(shown.shown_number(i) for i in record_ids)
+
+
+def parse_shown_answer(text: str, shown: ShownPool) -> tuple[ParsedAnswer, list[int]]:
+    """(the answer in record ids, the record ids it named in citation order) for the prompt ``shown``.
+
+    Under ``original`` this is :func:`parse_answer` against the pool. Under ``renumbered`` a cited number
+    is mapped back to the record id shown with it; a number no line showed is hallucinated and kept as
+    written (it names no sentence of the record, so it is left out of the named record ids).
+    """
+    if shown.numbers == shown.ids:
+        parsed = parse_answer(text, shown.ids)
+        return parsed, (parse_answer(text, ()).hallucinated if parsed.valid else [])
+    parsed = parse_answer(text, shown.numbers)
+    if not parsed.valid:
+        return parsed, []
+    parsed.cited = [shown.record_id(n) for n in parsed.cited]
+    named = [shown.record_id(n) for n in parse_answer(text, ()).hallucinated]
+    return parsed, [i for i in named if i is not None]
 
 
 def render_knowledge_prompt(record: ClaimRecord) -> list[Message]:

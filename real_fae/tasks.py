@@ -9,20 +9,28 @@ from inspect_ai._util.error import PrerequisiteError  # what Inspect's command l
 from inspect_ai.util import registry_info
 
 from real_fae_core.errors import UserError
+from data_prep.prompts import DEFAULT_LINE_IDS
+from fae.ablation.engine import DEFAULT_CONTROL
 from fae.harness.inspect_task import DEFAULT_MAX_TOKENS, TASK_NAME, fae_task
 
 
 def fae_options(records: str | None = None, rounds: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS,
-                **unknown: Any) -> Task:
+                control: str = DEFAULT_CONTROL, control_seed: int = 0, gold_only: bool = True,
+                line_ids: str = DEFAULT_LINE_IDS, **unknown: Any) -> Task:
     """Fact-Ablated Evaluation (SPEC §6) of the model under evaluation on a records file (SPEC §2).
 
     Args:
       records: the claim records (.jsonl); required.
       rounds: R, the ablation rounds after round 0 (fae run's --rounds).
       max_tokens: the answer length cap (fae run's --max-new-tokens).
+      control: random (the control arm, IS_ctrl) or none (fae run's --control).
+      control_seed: the control's seed (fae run's --control-seed).
+      gold_only: also ask each claim on its gold sentences alone (fae run's --gold-only).
+      line_ids: original or renumbered line numbers (fae run's --line-ids).
     """
     try:
-        return fae_task(records, rounds=rounds, max_tokens=max_tokens, unknown=unknown)
+        return fae_task(records, rounds=rounds, max_tokens=max_tokens, unknown=unknown, control=control,
+                        control_seed=control_seed, gold_only=gold_only, line_ids=line_ids)
     except UserError as exc:  # bad input: one line, no traceback
         raise PrerequisiteError(f"{TASK_NAME}: error: {exc}") from None
 

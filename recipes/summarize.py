@@ -4,7 +4,8 @@
         --sets check-covid-test scifact-dev --output reports/smollm2-135m-instruct/summary.json
 
 It reads only what the steps wrote under the path scheme (recipes/README.md): runs/<model>/<system>/<set>
-(metrics.json; claims.jsonl for the 95% bootstrap intervals of Acc, Strict, IS, ER, IO and Acc against chance), probes/...
+(metrics.json with the control arm and gold-only pools; claims.jsonl for the 95% bootstrap intervals of Acc, Strict,
+IS, ER, IO, Acc against chance, and each system's paired differences from --baseline), probes/...
 (dirk.json), pave/... (pave.json, with its own intervals), reports/<model>/<set>/dirk/dirk_common.json (DirK
 on one common claim subset), reports/<model>/checkpoints-* and the step times; a missing piece is recorded as
 missing, never invented.
@@ -20,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from real_fae_core.atomicio import atomic_write_text  # noqa: E402
+from fae.ablation.control import system_differences  # noqa: E402
 from fae.ablation.metrics import chance_comparison, metric_intervals  # noqa: E402
 
 TABLE1 = (("Prec", "evidence_precision"), ("Rec", "evidence_recall"), ("F1", "evidence_f1"),
@@ -44,6 +46,8 @@ def fae_row(metrics: dict) -> dict:
                nei_answer_rate=[_pct(a) for a in metrics.get("nei_answer_rate") or []],
                invalid_rate=[_pct(a) for a in metrics.get("invalid_rate") or []],
                reasons={k: metrics[k] for k in ("IS_reason", "ER_reason", "IO_reason") if metrics.get(k)})
+    row["control"] = metrics.get("control")  # IS_ctrl, IS - IS_ctrl with intervals (fae.ablation.control)
+    row["gold_only"] = metrics.get("gold_only")
     soft = metrics.get("soft") or {}
     row["soft"] = {k: soft.get(k) for k in ("soft_IS", "nei_area", "p_gold", "p_nei", "ece") if k in soft}
     return row
@@ -67,8 +71,9 @@ def step_times(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def summarize(root: Path, model_id: str, systems: list[str], sets: list[str]) -> dict:
-    out: dict = {"model_id": model_id, "systems": systems, "sets": {}, "missing": []}
+def summarize(root: Path, model_id: str, systems: list[str], sets: list[str], baseline: str | None = None) -> dict:
+    """The summary; with ``baseline`` (a system), every other system's paired differences from it per set."""
+    out: dict = {"model_id": model_id, "systems": systems, "sets": {}, "missing": [], "baseline": baseline}
     for s in sets:
         per = {}
         for system in systems:
@@ -96,6 +101,14 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str]) ->
                 entry["pave"] = pave
             per[system] = entry
         out["sets"][s] = per
+        base_claims = _claims(root / "runs" / model_id / str(baseline) / s / "claims.jsonl") if baseline else None
+        if base_claims is not None:
+            diffs = {}
+            for system in systems:
+                other = _claims(root / "runs" / model_id / system / s / "claims.jsonl")
+                if system != baseline and other is not None:
+                    diffs[system] = system_differences(base_claims, other)
+            out.setdefault("differences", {})[s] = diffs
         common = _load(root / "reports" / model_id / s / "dirk" / "dirk_common.json")
         if common is not None:
             out.setdefault("dirk_common", {})[s] = common
@@ -138,6 +151,13 @@ def _chance_cells(chance: dict | None) -> str:
     return f"{bal} | {verdict}"
 
 
+def _ci(block: dict, key: str) -> str:
+    """A control metric ×100 with its interval (none under the minimum claim count)."""
+    iv = (block.get("intervals") or {}).get(key) or {}
+    cell = _fmt(_pct(block.get(key)))
+    return cell if iv.get("ci_low") is None else f"{cell} [{_fmt(_pct(iv['ci_low']))}, {_fmt(_pct(iv['ci_high']))}]"
+
+
 def markdown(summary: dict) -> str:
     lines = [f"# {summary['model_id']}: FAE summary", ""]
     for s, per in summary["sets"].items():
@@ -152,6 +172,35 @@ def markdown(summary: dict) -> str:
             traj = " / ".join(_fmt(a) for a in row["round_accuracy"])
             lines.append(f"| {system} | {row['n_claims']} | " + " | ".join(_cell(row, n, k) for n, k in TABLE1)
                          + f" | {traj} | {_chance_cells(row.get('chance'))} |")
+        lines.append("")
+    for s, per in summary["sets"].items():
+        rows = [(system, e["fae"]) for system, e in per.items() if (e.get("fae") or {}).get("control")
+                or (e.get("fae") or {}).get("gold_only")]
+        if rows:
+            lines += [f"## {s}: control arm and gold-only pools (×100; 95% bootstrap over claims)", "",
+                      "| system | control claims (left out) | IS (same claims) | IS_ctrl | IS − IS_ctrl | gold-only Acc "
+                      "| gold-only NEI |", "|---|---|---|---|---|---|---|"]
+            for system, row in rows:
+                c, g = row.get("control") or {}, row.get("gold_only") or {}
+                left = (c.get("n_left_out") or [0])[0]
+                lines.append(f"| {system} | {c.get('n_control_claims', 'n/a')} ({left}) | {_ci(c, 'IS')} "
+                             f"| {_ci(c, 'IS_ctrl')} | {_ci(c, 'IS_minus_IS_ctrl')} "
+                             f"| {_fmt(_pct(g.get('label_accuracy')))} | {_fmt(_pct(g.get('nei_answer_rate')))} |")
+            lines.append("")
+    for s, diffs in (summary.get("differences") or {}).items():
+        if not diffs:
+            continue
+        lines += [f"## {s}: paired differences from {summary['baseline']} (×100; one bootstrap over the same claims)",
+                  "", "| system | Acc | IS | IS − IS_ctrl | gold-only Acc |", "|---|---|---|---|---|"]
+        for system, d in diffs.items():
+            cells = []
+            for key in ("label_accuracy", "IS", "IS_minus_IS_ctrl", "gold_only_accuracy"):
+                v = d.get(key) or {}
+                cell = _fmt(_pct(v.get("difference")))
+                if v.get("ci_low") is not None:
+                    cell += f" [{_fmt(_pct(v['ci_low']))}, {_fmt(_pct(v['ci_high']))}]"
+                cells.append(f"{cell} (n {v.get('n_claims', 0)})")
+            lines.append(f"| {system} | " + " | ".join(cells) + " |")
         lines.append("")
     if summary["step_times"]:
         lines += ["## Wall time per step", "", "| step (its output) | seconds |", "|---|---|"]
@@ -169,8 +218,11 @@ def main() -> int:
     p.add_argument("--systems", nargs="+", required=True)
     p.add_argument("--sets", nargs="+", required=True)
     p.add_argument("--output", required=True, help="summary JSON; the Markdown table goes beside it (.md)")
+    p.add_argument("--baseline", help="the system every other is compared with, paired over the same claims "
+                                      "(default: sft when it is one of --systems)")
     args = p.parse_args()
-    summary = summarize(Path(args.root), args.model_id, args.systems, args.sets)
+    baseline = args.baseline or ("sft" if "sft" in args.systems else None)
+    summary = summarize(Path(args.root), args.model_id, args.systems, args.sets, baseline)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(summary, indent=2) + "\n")

@@ -173,3 +173,125 @@ def test_compare_as_a_function_gives_what_the_command_line_gives(runs, tmp_path,
         CompareConfig(run_a=a, run_b=b, output=tmp_path / "x", confidence=1.5)
     with pytest.raises(UserError, match=r"^CompareConfig: metric: must be one of strict, fever_score"):
         CompareConfig(run_a=a, run_b=b, output=tmp_path / "x", metric="f1")
+
+
+# ---------------------------------------------------------------- the control arm and gold-only pools (SPEC §6)
+
+# per claim of fae_helpers.CLAIMS: (label on the round-1 control or None = left out, label on gold-only)
+ARMS_A = {"c1": ("SUPPORT", "SUPPORT"), "c2": ("REFUTE", "NOT_ENOUGH_INFO"), "c3": ("SUPPORT", "SUPPORT"),
+          "c4": (None, "REFUTE")}
+ARMS_B = {"c1": ("SUPPORT", "NOT_ENOUGH_INFO"), "c2": ("SUPPORT", "NOT_ENOUGH_INFO"),
+          "c3": ("NOT_ENOUGH_INFO", "NOT_ENOUGH_INFO"), "c4": ("REFUTE", None)}
+
+
+def add_arms(run: Path, arms: dict, line_ids: str | None = None) -> Path:
+    """Give a write_run run the control arm (rounds 1..2) and gold-only answers of ``arms``; reseal it."""
+    from fae_helpers import seal_run
+
+    def answer(r, label, pool):
+        return {"round": r, "pool_ids": pool, "raw_output": "...", "label": label, "cited": [],
+                "hallucinated": [], "valid": True, "reused": False}
+
+    claims = [json.loads(x) for x in (run / "claims.jsonl").read_text().splitlines()]
+    for c in claims:
+        ctrl, gold = arms[c["id"]]
+        c["control"] = [{"round": r, "skipped": "0 lines neither cited nor gold; the ablation removed 1 by round 1"}
+                        if ctrl is None else {**answer(r, ctrl, [0, 1, 2, 3, 4]), "removed": [5], "reused": r == 2}
+                        for r in (1, 2)]
+        c["gold_only"] = {"skipped": "no gold sentence in the pool"} if gold is None else \
+            answer(0, gold, sorted({i for g in c["gold_groups"] for i in g}))
+    (run / "claims.jsonl").write_text("".join(json.dumps(c) + "\n" for c in claims))
+    cfg = json.loads((run / "config.json").read_text())
+    cfg.update(control="random", control_seed=0, gold_only=True)
+    if line_ids:
+        cfg["line_ids"] = line_ids
+    (run / "config.json").write_text(json.dumps(cfg))
+    return seal_run(run, metrics={"n_claims": len(claims), "rounds": 2})
+
+
+def test_compare_pairs_the_control_and_gold_only_differences_on_the_same_draws(runs, tmp_path, capsys, monkeypatch):
+    from fae.comparison import accounting
+    from fae.comparison.compare import compare_runs, load_compared
+
+    a, b = add_arms(runs[0], ARMS_A), add_arms(runs[1], ARMS_B)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "-o", str(out), "--bootstrap", "400", "--seed", "9"]) == 0
+    res = json.loads((out / "compare.json").read_text())
+    ctrl, gold = res["control"], res["gold_only"]
+    # control: c4 is left out of A's, so c1..c3. A: a0 = [1,1,0], a1 = [1,1,1], control [1,1,1]
+    #  -> IS = IS_ctrl = 1 - 1/(2/3) = -50, IS - IS_ctrl = 0. B: a0 = [1,0,1], a1 = [0,0,0], control [1,0,0]
+    #  -> IS = 100, IS_ctrl = 1 - (1/3)/(2/3) = 50, IS - IS_ctrl = 50.
+    assert ctrl["n_claims"] == 3 and (ctrl["seed"], ctrl["bootstrap"]) == (9, 400)
+    for key, want in {"IS": (-50, 100, 150), "IS_ctrl": (-50, 50, 100), "IS_minus_IS_ctrl": (0, 50, 50)}.items():
+        got = tuple(ctrl[key][w]["estimate"] for w in ("A", "B", "difference"))
+        assert got == pytest.approx(want), key
+    # gold-only: c4 is skipped in B, so c1..c3. A: right [1,0,1], NEI [0,1,0]; B: right [0,0,0], NEI [1,1,1]
+    assert gold["n_claims"] == 3
+    assert gold["label_accuracy"]["A"]["estimate"] == pytest.approx(200 / 3)
+    assert gold["label_accuracy"]["difference"]["estimate"] == pytest.approx(-200 / 3)
+    assert gold["nei_answer_rate"]["difference"]["estimate"] == pytest.approx(100 - 100 / 3)
+    for block, key in ((ctrl, "IS_minus_IS_ctrl"), (gold, "label_accuracy")):
+        d = block[key]["difference"]
+        assert d["ci_low"] is not None and d["ci_low"] <= d["estimate"] + 1e-9 <= d["ci_high"] + 1e-9
+    assert res["line_ids"] == {"A": "original", "B": "original", "mixed": False}
+    md = (out / "compare.md").read_text()
+    assert "## Control arm and gold-only pools (paired)" in md and "seed 9" in md
+    assert "| control IS_minus_IS_ctrl | 3 | 0.00 | 50.00 | 50.00 |" in md
+    assert "| gold-only label_accuracy | 3 | 66.67 | 0.00 | -66.67 |" in md
+    assert "IS - IS_ctrl, B - A = 50.00" in capsys.readouterr().out
+    # one bootstrap: the accounting, the run metrics and both arms are computed on the same resampled claims
+    calls = []
+    real = accounting.paired_bootstrap
+
+    def spy(sums, statistic, **kw):
+        calls.append(sums.shape)
+        return real(sums, statistic, **kw)
+
+    monkeypatch.setattr(accounting, "paired_bootstrap", spy)
+    ra, rb = load_compared(a), load_compared(b)
+    again = compare_runs(ra, rb, metric="strict", n_resamples=400, seed=9)
+    assert len(calls) == 1 and json.loads(json.dumps(again)) == res
+    # a run compared with itself: every paired difference is 0 on every draw, so its interval is [0, 0]
+    same = compare_runs(ra, load_compared(a), metric="strict", n_resamples=200, seed=1)
+    zero = {"estimate": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+    pairs = [("control", k) for k in ("IS", "IS_ctrl", "IS_minus_IS_ctrl")] + [("gold_only", "label_accuracy")]
+    for block, key in pairs:
+        d = same[block][key]["difference"]  # (draws without a round-0 success leave a ratio undefined)
+        assert {k: d[k] for k in zero} == zero, key
+    # the intervals move with the seed, the point estimates do not
+    other = compare_runs(ra, rb, metric="strict", n_resamples=400, seed=10)
+    assert other["control"]["IS_minus_IS_ctrl"]["difference"]["estimate"] == pytest.approx(50)
+    assert other["control"]["seed"] == 10
+
+
+def test_a_run_without_control_data_compares_without_them(runs, tmp_path, capsys):
+    a = add_arms(runs[0], ARMS_A)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(runs[1]), "-o", str(out), "--bootstrap", "100"]) == 0
+    res = json.loads((out / "compare.json").read_text())
+    assert res["control"] is None and res["gold_only"] is None
+    assert any("control not compared: run B has no control data" in n for n in res["notes"])
+    md = (out / "compare.md").read_text()
+    assert "## Control arm and gold-only pools (paired)\n\nNot compared" in md
+    assert "control not compared: run B has no control data" in md
+    assert "IS - IS_ctrl" not in capsys.readouterr().out
+    # neither run has them (older runs, --control none): the same, and nothing else changes
+    assert main(["compare", *map(str, runs), "-o", str(tmp_path / "plain"), "--bootstrap", "100"]) == 0
+    plain = json.loads((tmp_path / "plain" / "compare.json").read_text())
+    assert plain["control"] is None and plain["gold_only"] is None and plain["G"]["estimate"] == pytest.approx(25)
+    assert "Not compared: both runs need the control arm" in (tmp_path / "plain" / "compare.md").read_text()
+
+
+def test_runs_numbering_their_lines_differently_are_refused_unless_allowed(runs, tmp_path, capsys):
+    a, b = add_arms(runs[0], ARMS_A), add_arms(runs[1], ARMS_B, line_ids="renumbered")
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "line_ids" in err and "original" in err and "renumbered" in err
+    assert "--allow-mixed-line-ids" in err and not out.exists()
+    assert main(["compare", str(a), str(b), "-o", str(out), "--bootstrap", "100", "--allow-mixed-line-ids"]) == 0
+    assert "WARNING: mixed line numbering" in capsys.readouterr().err
+    res = json.loads((out / "compare.json").read_text())
+    assert res["line_ids"] == {"A": "original", "B": "renumbered", "mixed": True}
+    assert res["notes"][0].startswith("WARNING: mixed line numbering")
+    assert (out / "compare.md").read_text().startswith("> **WARNING: mixed line numbering.**")

@@ -123,7 +123,8 @@ def test_a_third_party_backend_gets_its_options_checked_and_used(tmp_path):
     records.write_text("".join(json.dumps(make_record_dict(id=f"r{i}")) + "\n" for i in range(5)))
     out = tmp_path / "run"
     argv = ["run", "--backend", "test-echo", "--model", "x", "--records", str(records), "--output", str(out),
-            "--rounds", "1", "--max-new-tokens", "9", "--no-progress"]
+            "--rounds", "1", "--max-new-tokens", "9", "--no-progress",
+            "--control", "none", "--no-gold-only"]  # one prompt per claim in flight: a call's size is the chunk
     EchoBackend.chunks.clear()
     assert main(argv) == 0
     cfg = json.loads((out / "config.json").read_text())

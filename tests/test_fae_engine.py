@@ -8,7 +8,7 @@ from helpers import make_record_dict
 
 from data_prep.records import ClaimRecord
 from fae.ablation.engine import (
-    ablate_chunk,
+    ablate,
     make_round,
     next_pool,
     pool_after,
@@ -39,7 +39,7 @@ def test_make_round_parses_against_the_shown_pool():
 
 def test_ablation_removes_cited_ids_round_by_round():
     gen = Scripted()
-    out = ablate_chunk([rec("a", n=3)], gen, rounds=4)
+    out = ablate([rec("a", n=3)], gen, rounds=4)
     rounds = out[0]["rounds"]
     assert [r["pool_ids"] for r in rounds] == [[0, 1, 2], [1, 2], [2], [], []]
     assert [r["label"] for r in rounds] == ["SUPPORT"] * 3 + ["NOT_ENOUGH_INFO"] * 2
@@ -59,7 +59,7 @@ def test_invalid_and_hallucinated_answers_never_crash_and_remove_nothing():
         id=name, claim=name, sentences=[{"id": i, "text": f"s{i}"} for i in range(4)], evidence=[[0]]))
         for name in script]
     gen = Scripted(script)
-    out = {c["id"]: c["rounds"] for c in ablate_chunk(recs, gen, rounds=3)}
+    out = {c["id"]: c["rounds"] for c in ablate(recs, gen, rounds=3)}
     g = out["garbage"]
     assert all(not r["valid"] and r["label"] is None for r in g)
     assert [r["reused"] for r in g] == [False, True, True, True]
@@ -75,7 +75,7 @@ def test_invalid_and_hallucinated_answers_never_crash_and_remove_nothing():
 
 def test_chunking_does_not_change_answers_and_writes_in_order():
     recs = [rec(f"r{k}", n=1 + k % 4) for k in range(7)]
-    whole = ablate_chunk(recs, Scripted(), rounds=2)
+    whole = ablate(recs, Scripted(), rounds=2)
     written = []
     stats = run_ablation(recs, Scripted(), 2, written.extend, chunk_size=3, progress=False)
     # a window smaller than the input takes claims by prompt length, and writes them in that order
@@ -91,4 +91,4 @@ def test_chunking_does_not_change_answers_and_writes_in_order():
 
 def test_backend_returning_wrong_count_is_an_error():
     with pytest.raises(RuntimeError, match="answers for"):
-        ablate_chunk([rec("a")], lambda prompts, callback=None: [], rounds=1)
+        ablate([rec("a")], lambda prompts, callback=None: [], rounds=1)

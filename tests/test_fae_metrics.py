@@ -220,10 +220,14 @@ def test_metric_intervals_hold_the_estimate_and_agree_with_scipys_bootstrap():
 
 def test_metric_intervals_where_the_metrics_break():
     # the ideal verifier: IS = ER = IO = 1 in every resample
-    ideal = M.metric_intervals(ideal_claims(), n_resamples=500, seed=0)
+    ideal = [{**c, "id": f"{c['id']}-{k}"} for k in range(4) for c in ideal_claims()]
+    ideal = M.metric_intervals(ideal, n_resamples=500, seed=0)
     assert ideal["IS"] == ideal["ER"] == ideal["IO"] == {"ci_low": 1.0, "ci_high": 1.0, "defined": 1.0}
+    # too few claims to resample: no interval at all, and it says why
+    few = M.metric_intervals(ideal_claims(), n_resamples=500, seed=0)
+    assert few["IS"]["ci_low"] is None and "no interval below 10" in few["IS"]["reason"]
     # nothing right at round 0: no IS/ER/IO anywhere, and no interval claims otherwise
-    wrong = [claim(f"w{k}", "SUPPORT", [[0]], [rnd(0, [0, 1], "REFUTE", [0]), rnd(1, [1], NEI)]) for k in range(6)]
+    wrong = [claim(f"w{k}", "SUPPORT", [[0]], [rnd(0, [0, 1], "REFUTE", [0]), rnd(1, [1], NEI)]) for k in range(12)]
     none = M.metric_intervals(wrong, n_resamples=200, seed=0)
     assert none["label_accuracy"] == {"ci_low": 0.0, "ci_high": 0.0, "defined": 1.0}
     assert none["IS"] == {"ci_low": None, "ci_high": None, "defined": 0.0}

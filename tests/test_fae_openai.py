@@ -8,7 +8,7 @@ from fae_helpers import write_checkcovid
 from openai_server import LocalOpenAIServer, body_key, claim_of, overlap_verifier
 
 from data_prep.records import load_records
-from fae.ablation.engine import ablate_chunk
+from fae.ablation.engine import Arms, ablate, call_counts_of
 from fae.ablation.metrics import compute_metrics
 from fae.ablation.runio import read_claims
 from fae.backends import Generation
@@ -24,10 +24,10 @@ def records_file(shared_data, tmp_path_factory):
 
 
 def expected_claims(path, rounds):
-    """What a perfect transport yields: the same verifier, called in-process."""
+    """What a perfect transport yields: the same verifier, called in-process (fae run's arms: control, gold-only)."""
     def generate(prompts, callback=None):  # the server says finish_reason "stop"
         return [Generation(overlap_verifier({"messages": m}), "stop") for m in prompts]
-    return ablate_chunk(load_records(path), generate, rounds)
+    return ablate(load_records(path), generate, rounds, Arms())
 
 
 def fae_run(records, out, base_url, *extra):
@@ -69,7 +69,8 @@ def test_faults_are_retried_nothing_lost_key_never_stored(records_file, tmp_path
     n_faults = sum(o != "ok" for o in outcomes)
     assert stats["retries"] == n_faults and stats["requests"] == len(outcomes)
     assert stats["malformed"] >= 1 and stats["timeout"] >= 1 and stats["429"] >= 1 and stats["5xx"] >= 2
-    assert srv.count(outcome="ok") == compute_metrics(claims)["model_calls"]
+    m = compute_metrics(claims)  # every question answered once: the rounds, their controls, the gold-only pools
+    assert srv.count(outcome="ok") == m["model_calls"] + sum(call_counts_of(c)["control_calls"] for c in claims)
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["settings"]["api_key_env"] == ENV and cfg["backend"] == "openai"
     captured = capfd.readouterr()

@@ -27,7 +27,7 @@ from openai_server import LocalOpenAIServer, body_key, claim_of, stepwise_verifi
 
 from data_prep.records import load_records
 from fae.ablation import streaming
-from fae.ablation.engine import ablate_chunk, run_ablation
+from fae.ablation.engine import ABLATION_ONLY, Arms, ablate, call_counts_of, run_ablation
 from fae.ablation.runio import read_claims
 from fae.backends import BackendError, Generation
 from fae.backends.openai_backend import OpenAIBackend
@@ -41,7 +41,7 @@ def records_file(shared_data, tmp_path_factory):
     return write_checkcovid(shared_data, tmp_path_factory.mktemp("fleet") / "cc.jsonl", n=40)
 
 
-def expected(path, rounds=4):
+def expected(path, rounds=4, arms=ABLATION_ONLY):
     """The claims a perfect transport yields: the same verifier, called in-process.
 
     The servers here run the stepwise verifier (one cited line per round), so
@@ -49,7 +49,7 @@ def expected(path, rounds=4):
     """
     def generate(prompts, callback=None):
         return [Generation(stepwise_verifier({"messages": m}), "stop") for m in prompts]
-    return {c["id"]: c for c in ablate_chunk(load_records(path), generate, rounds)}
+    return {c["id"]: c for c in ablate(load_records(path), generate, rounds, arms)}
 
 
 def backend(url, **opts):
@@ -66,7 +66,7 @@ def test_streaming_rounds_equal_run_ablation_one_key_per_claim_bounded(records_f
     with LocalOpenAIServer(responder=stepwise_verifier) as srv:
         barrier: list[dict] = []
         run_ablation(records, backend(srv.base_url, concurrency=4), 4, barrier.extend, chunk_size=4,
-                     progress=False)
+                     progress=False, arms=Arms())
         assert {r.session for r in srv.log} == {None}  # generate() sends no routing key
         srv.reset_log()
         # writes flush every 3 claims here; at most 5 claims exist at once
@@ -81,14 +81,20 @@ def test_streaming_rounds_equal_run_ablation_one_key_per_claim_bounded(records_f
                 yield rec
 
         stats = streaming.run_ablation_streaming(feed(), backend(srv.base_url, concurrency=4), 4,
-                                                 writes.append, run_name="run Ä", in_flight=5, progress=False)
+                                                 writes.append, run_name="run Ä", in_flight=5, progress=False,
+                                                 arms=Arms())
         log = list(srv.log)
     got = [c for w in writes for c in w]
-    assert by_id(got) == by_id(barrier) == by_id(expected(records_file).values())
+    # the control arm and gold-only pools too: the same questions whichever loop asks them
+    assert by_id(got) == by_id(barrier) == by_id(expected(records_file, arms=Arms()).values())
+    assert all("control" in c and "gold_only" in c for c in got)
     assert [len(w) for w in writes[:-1]] == [3] * (len(writes) - 1) and 1 <= len(writes[-1]) <= 3
     assert max(pulled_ahead) <= 5 + 3  # in flight + finished but not yet flushed
-    assert stats == {"claims": len(records), "model_calls": len(log),
-                     "reused_calls": sum(rd["reused"] for c in got for rd in c["rounds"])}
+    counts = [call_counts_of(c) for c in got]
+    assert stats == {"claims": len(records), "model_calls": sum(n["model_calls"] for n in counts),
+                     "reused_calls": sum(rd["reused"] for c in got for rd in c["rounds"]),
+                     "control_calls": sum(n["control_calls"] for n in counts)}
+    assert stats["model_calls"] + stats["control_calls"] == len(log) and stats["control_calls"] > 0
     sessions = defaultdict(set)
     for r in log:
         sessions[r.claim].add(r.session)
@@ -241,12 +247,16 @@ def cached_share(run_dir: Path) -> float:
 
 
 def fae_run(records, out: Path, url: str, monkeypatch, *extra) -> int:
-    """``fae run --backend openai`` in this process, with streaming ablation under the openai backend."""
+    """``fae run --backend openai`` in this process, with streaming ablation under the openai backend.
+
+    The ablation's rounds alone (``--control none --no-gold-only``): these tests measure how a router places
+    a claim's rounds and what its prefix cache serves, which the extra questions would blur."""
     from fae.cli import main
 
     return main(["run", "--backend", "openai", "--model", "verifier", "--base-url", f"{url}/v1",
                  "--records", str(records), "--output", str(out), "--rounds", "4", "--concurrency", "8",
-                 "--backoff-base", "0.05", "--request-timeout", "5", "--no-progress", *extra])
+                 "--backoff-base", "0.05", "--request-timeout", "5", "--no-progress", "--control", "none",
+                 "--no-gold-only", *extra])
 
 
 @pytest.mark.slow
@@ -354,15 +364,16 @@ def test_sigterm_mid_run_keeps_finished_claims_and_the_rerun_completes(records_f
     out = tmp_path / "run"
     repo = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": repo}
-    want = expected(records_file)
+    want = expected(records_file, arms=Arms())  # fae run's questions: rounds, controls, gold-only pools
     with LocalOpenAIServer(responder=stepwise_verifier, latency=0.05) as srv:
         args = ["run", "--backend", "openai", "--model", "verifier", "--base-url", srv.base_url,
                 "--records", str(records_file), "--output", str(out), "--rounds", "4", "--concurrency", "4",
                 "--no-progress"]
         p = subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
-        while srv.count() < 40 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30  # a few claims written, most still to do
+        written = out / "claims.jsonl"
+        while time.monotonic() < deadline and (srv.count() < 40 or not (written.exists() and written.read_text().strip())):
             time.sleep(0.02)
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=30)

@@ -1,9 +1,11 @@
 """`inspect eval real_fae/fae` and `fae from-inspect` (docs/inspect.md).
 
 Inspect's own ``mockllm`` provider plays a scripted verifier; the same script drives `fae run`'s
-engine (:func:`fae.ablation.engine.run_ablation`), so every round Inspect records must be the
-round `fae run` records: ablation order, invalid and NEI answers, reused rounds, hallucinated
-and already-removed ids, an answer cut off at the token cap. A round whose generate fails
+engine (:func:`fae.ablation.engine.run_ablation`), so every question Inspect asks must be the
+question `fae run` asks: ablation order, invalid and NEI answers, reused rounds, hallucinated
+and already-removed ids, an answer cut off at the token cap, and with `fae run`'s default arms
+each round's control pool and the gold-only pool (and renumbered line ids on request). A question
+whose generate fails
 leaves its claim incomplete: not scored, and refused (or left out on request) on the way back
 to a run directory. The slow test runs real weights through both.
 """
@@ -29,12 +31,13 @@ from inspect_ai.model import ModelOutput, ModelUsage, get_model  # noqa: E402
 
 from real_fae_core.errors import UserError  # noqa: E402
 from data_prep.records import ClaimRecord, save_records  # noqa: E402
-from fae.ablation.engine import run_ablation  # noqa: E402
+from fae.ablation.engine import ABLATION_ONLY, Arms, call_counts_of, run_ablation  # noqa: E402
 from fae.ablation.metrics import compute_metrics  # noqa: E402
 from fae.ablation.runio import load_run  # noqa: E402
 from fae.backends import Generation  # noqa: E402
 from fae.cli import main as fae_main  # noqa: E402
-from fae.harness.inspect_task import CLAIM_KEY, METRIC_NAMES, STORE_KEY, TASK_NAME  # noqa: E402
+from fae.harness.inspect_task import (ARM_METRIC_NAMES, CLAIM_KEY, METRIC_NAMES, STORE_KEY, TASK_NAME,  # noqa: E402
+                                      arms_args)
 from fae.harness.logrun import log_to_run  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -109,8 +112,9 @@ class MockVerifier:
         return out
 
 
-def fae_run_claims(records: Path, rounds: int) -> dict[str, dict]:
-    """What `fae run`'s engine makes of the same script (its claims.jsonl entries by id)."""
+def fae_run_claims(records: Path, rounds: int, arms: Arms = Arms()) -> dict[str, dict]:
+    """What `fae run`'s engine makes of the same script (its claims.jsonl entries by id), by default with
+    `fae run`'s default arms (control, gold-only, original line ids)."""
     from data_prep.records import load_records
     from fae.ablation.population import fae_claims
 
@@ -120,12 +124,15 @@ def fae_run_claims(records: Path, rounds: int) -> dict[str, dict]:
         return [Generation(*scripted_text(*parse_prompt(m[-1]["content"]))) for m in prompts]
 
     out: list[dict] = []
-    run_ablation(recs, generate, rounds, out.extend, chunk_size=2, progress=False)
+    run_ablation(recs, generate, rounds, out.extend, chunk_size=2, progress=False, arms=arms)
     return {c["id"]: c for c in out}
 
 
-def run_inspect(records: Path, log_dir: Path, verifier: MockVerifier, rounds: int = ROUNDS, **kw):
-    [log] = inspect_eval(TASK_NAME, task_args={"records": str(records), "rounds": rounds},
+def run_inspect(records: Path, log_dir: Path, verifier: MockVerifier, rounds: int = ROUNDS,
+                arms: Arms | None = None, **kw):
+    """The task with its default arms, or ``arms`` given as task options (-T)."""
+    task_args = {"records": str(records), "rounds": rounds, **(arms_args(arms) if arms else {})}
+    [log] = inspect_eval(TASK_NAME, task_args=task_args,
                          model=get_model("mockllm/model", custom_outputs=verifier),
                          log_dir=str(log_dir), display="none", **kw)
     return log
@@ -162,13 +169,26 @@ def test_every_round_is_the_round_fae_run_records(scripted):
     assert got["cut"]["rounds"][0]["error"].startswith("answer cut off at max_new_tokens")
     assert [r["reused"] for r in got["prose"]["rounds"]] == [False, True, True, True]
     assert got["invented"]["rounds"][0]["hallucinated"] == [99]
+    # fae run's default arms, asked by the task's defaults: every round's control and the gold-only pool
+    assert all(len(c["control"]) == ROUNDS and c["gold_only"] is not None for c in got.values())
+    ctrl = [(c["round"], c.get("pool_ids"), c.get("removed"), c.get("reused"), "skipped" in c)
+            for c in got["order"]["control"]]
+    assert ctrl == [(1, [0, 1, 2], [3, 4], False, False), (2, None, None, None, True), (3, None, None, None, True)]
+    assert got["order"]["gold_only"]["pool_ids"] == [0, 2] and got["order"]["gold_only"]["cited"] == [2, 0]
+    # nothing removed yet (an invalid round 0): the control's pool is round 0's, copied
+    assert [(c["pool_ids"], c["reused"]) for c in got["cut"]["control"]] == [([0, 1, 2], True)] * ROUNDS
+    assert got != fae_run_claims(scripted["records"], ROUNDS, ABLATION_ONLY)  # the arms are in the comparison
 
 
-def test_only_unreused_rounds_reach_the_model(scripted):
+def test_only_unreused_questions_reach_the_model(scripted):
     claims = {s.id: s.scores["fae_scorer"].metadata[CLAIM_KEY] for s in scripted["log"].samples}
-    asked = {cid: sum(not r["reused"] for r in c["rounds"]) for cid, c in claims.items()}
+    counts = {cid: call_counts_of(c) for cid, c in claims.items()}
+    asked = {cid: n["model_calls"] + n["control_calls"] for cid, n in counts.items()}
     assert scripted["verifier"].calls == asked
-    assert asked == {"ideal": 2, "order": 3, "prose": 1, "invented": 1, "stale": 2, "cut": 1}
+    assert {cid: n["model_calls"] for cid, n in counts.items()} == \
+        {"ideal": 2, "order": 3, "prose": 1, "invented": 1, "stale": 2, "cut": 1}
+    assert {cid: n["control_calls"] for cid, n in counts.items()} == \
+        {"ideal": 2, "order": 2, "prose": 1, "invented": 1, "stale": 2, "cut": 1}
 
 
 def test_inspect_metrics_are_fae_metrics(scripted):
@@ -176,17 +196,24 @@ def test_inspect_metrics_are_fae_metrics(scripted):
     claims = list(fae_run_claims(scripted["records"], ROUNDS).values())
     want = compute_metrics(claims)
     shown = {name: m.value for name, m in log.results.scores[0].metrics.items()}
-    for name, key in METRIC_NAMES.items():
-        if want[key] is None:
+    wanted = {name: want[key] for name, key in METRIC_NAMES.items()}
+    wanted.update({name: want[block][key] for name, (block, key) in ARM_METRIC_NAMES.items()})
+    for name, value in wanted.items():
+        if value is None:
             assert name not in shown  # undefined is left out, never shown as a number
         else:
-            assert shown[name] == pytest.approx(want[key]), name
+            assert shown[name] == pytest.approx(value), name
     assert want["IS"] is not None and want["label_accuracy"] not in (0, 1)  # the case is not degenerate
+    assert all(wanted[name] is not None for name in ARM_METRIC_NAMES)  # the control's metrics are shown
     sample = next(s for s in log.samples if s.id == "order")
     score = sample.scores["fae_scorer"]
     assert score.value == {"strict": 1.0, "r0": 1.0, "r1": 1.0, "r2": 0.0, "r3": 0.0}
     assert '| 1 | [2, 3, 4] | {"label": "REFUTE", "evidence": [3, 2]} | REFUTE | [3, 2] |' in score.explanation
-    assert sample.store[STORE_KEY] == score.metadata[CLAIM_KEY]["rounds"]
+    assert '| control 1 | [0, 1, 2] | {"label": "REFUTE", "evidence": [1, 0]} | REFUTE | [1, 0] |' \
+        in score.explanation
+    assert "| control 2 | | | | | | | not asked: " in score.explanation
+    assert '| gold-only | [0, 2] | {"label": "REFUTE", "evidence": [2, 0]} | REFUTE | [2, 0] |' in score.explanation
+    assert sample.store[STORE_KEY] == score.metadata[CLAIM_KEY]
 
 
 def test_the_log_becomes_a_run_that_fae_commands_read(scripted, capsys):
@@ -198,6 +225,8 @@ def test_the_log_becomes_a_run_that_fae_commands_read(scripted, capsys):
     assert metrics == compute_metrics(list(expected.values()), n_excluded_nei=1)
     cfg = run.config
     assert cfg["backend"] == "inspect" and cfg["model"] == "mockllm/model" and cfg["rounds"] == ROUNDS
+    assert {k: cfg[k] for k in ("control", "control_seed", "gold_only", "line_ids")} == Arms().record()
+    assert run.metrics["control"]["IS_ctrl"] is not None and run.metrics["gold_only"]["n_claims"] == len(SCRIPT)
     assert cfg["inspect_log"]["path"] == str(Path(scripted["log"].location).resolve())
     from real_fae_core.hashing import sha256_file
 
@@ -206,7 +235,9 @@ def test_the_log_becomes_a_run_that_fae_commands_read(scripted, capsys):
     assert cfg["decoding"]["greedy"] is True and cfg["decoding"]["max_tokens"] == 64
     out = scripted["tmp"] / "report"
     assert fae_main(["report", str(scripted["run"]), "--output", str(out)]) == 0
-    assert f"{100 * run.metrics['label_accuracy']:.2f}" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert f"{100 * run.metrics['label_accuracy']:.2f}" in report
+    assert "## Control arm and gold-only pools" in report and "line ids original, control seed 0" in report
     cmp = scripted["tmp"] / "compare"
     assert fae_main(["compare", str(scripted["run"]), str(scripted["run"]), "--output", str(cmp),
                      "--bootstrap", "200"]) == 0
@@ -227,13 +258,16 @@ def test_the_log_becomes_a_run_that_fae_commands_read(scripted, capsys):
 
 def test_a_failed_round_leaves_the_claim_incomplete_never_scored(tmp_path, capsys):
     records = make_records(tmp_path / "records.jsonl", names=("ideal", "order", "stale"), nei=False)
-    log = run_inspect(records, tmp_path / "logs", MockVerifier(fail={"order": 2}), fail_on_error=False)
+    # order's calls: round 0; round 1, its control, the gold-only pool; round 2 (its control: too few lines)
+    log = run_inspect(records, tmp_path / "logs", MockVerifier(fail={"order": 4}), fail_on_error=False)
     by_id = {s.id: s for s in log.samples}
     bad = by_id["order"]
     assert bad.error is not None and not bad.scores
     assert "claim 'order': round 2 of rounds 0..3 did not complete: ConnectionError: provider unreachable" \
         in bad.error.message
-    assert [r["round"] for r in bad.store[STORE_KEY]] == [0, 1]  # the rounds that did complete stay visible
+    partial = bad.store[STORE_KEY]  # the questions that were answered stay visible
+    assert [r["round"] for r in partial["rounds"]] == [0, 1]
+    assert [c["round"] for c in partial["control"]] == [1] and partial["gold_only"]["pool_ids"] == [0, 2]
     # the metrics are over the complete claims only
     complete = [by_id[c].scores["fae_scorer"].metadata[CLAIM_KEY] for c in ("ideal", "stale")]
     want = compute_metrics(complete)
@@ -254,14 +288,71 @@ def test_a_failed_round_leaves_the_claim_incomplete_never_scored(tmp_path, capsy
     run = load_run(out)
     assert [c["id"] for c in run.claims] == ["ideal", "stale"]
     assert list(run.config["skipped_incomplete"]) == ["order"]
-    # Inspect's --score-on-error hands the errored sample to the scorer: it scores NaN, left out
+    # Inspect's --score-on-error hands the errored sample to the scorer: it scores NaN, left out; here the
+    # control of round 1 fails after round 1 was answered: every round of a claim is not enough
     log = run_inspect(records, tmp_path / "logs2", MockVerifier(fail={"order": 2}), fail_on_error=False,
                       score_on_error=True)
     bad = next(s for s in log.samples if s.id == "order")
+    assert "claim 'order': the control of round 1 did not complete: ConnectionError" in bad.error.message
+    assert [r["round"] for r in bad.store[STORE_KEY]["rounds"]] == [0, 1] and bad.store[STORE_KEY]["control"] == [None]
     assert math.isnan(bad.scores["fae_scorer"].value) and CLAIM_KEY not in (bad.scores["fae_scorer"].metadata or {})
     shown = {name: m.value for name, m in log.results.scores[0].metrics.items()}
     assert shown["accuracy"] == pytest.approx(want["label_accuracy"])
     assert fae_main(["from-inspect", log.location, "--output", str(tmp_path / "run2")]) == 2
+
+
+def test_renumbered_line_ids_and_a_control_seed_are_the_ones_fae_run_uses(tmp_path):
+    """-T line_ids=renumbered shows lines 0..n-1 and maps cited numbers back to record ids, as fae run does;
+    -T control_seed draws the control's lines as fae run draws them."""
+    from fae.ablation.engine import control_order
+
+    records = make_records(tmp_path / "records.jsonl", names=("ideal", "order", "stale"), nei=False)
+    ideal = ClaimRecord.from_dict(make_record_dict(id="ideal", claim="c", label="SUPPORT", evidence=[[1]],
+                                                   sentences=[{"id": i, "text": "s"} for i in range(3)]))
+
+    def first_drawn(seed):  # the line the control of round 1 removes: [0, 2] are neither cited nor gold
+        return next(i for i in control_order(ideal, seed) if i in (0, 2))
+
+    seed = next(s for s in range(1, 50) if first_drawn(s) != first_drawn(0))  # another control pool than seed 0's
+    arms = Arms(control_seed=seed, line_ids="renumbered")
+    verifier = MockVerifier()
+    log = run_inspect(records, tmp_path / "logs", verifier, arms=arms)
+    assert log.status == "success"
+    got = {s.id: s.scores["fae_scorer"].metadata[CLAIM_KEY] for s in log.samples}
+    expected = fae_run_claims(records, ROUNDS, arms)
+    assert got == expected
+    # the numbering matters: round 1 of `ideal` shows [0, 2] as line0, line1; the verifier's "1" is record id 2
+    r1 = got["ideal"]["rounds"][1]
+    assert (r1["pool_ids"], r1["cited"], r1["label"]) == ([0, 2], [2], "SUPPORT")
+    assert got["stale"]["rounds"][1]["cited"] == [1]  # "0" again: now the first line left, record id 1
+    assert got != fae_run_claims(records, ROUNDS, Arms(control_seed=seed))
+    assert got["ideal"]["control"] != fae_run_claims(records, ROUNDS, Arms(line_ids="renumbered"))["ideal"]["control"]
+    sample = next(s for s in log.samples if s.id == "ideal")
+    assert sample.input[-1].text.endswith("line0: sentence 0 of ideal\nline1: sentence 1 of ideal\n"
+                                          "line2: sentence 2 of ideal")
+    run_dir = tmp_path / "run"
+    assert fae_main(["from-inspect", log.location, "--output", str(run_dir)]) == 0
+    run = load_run(run_dir)
+    assert {k: run.config[k] for k in ("control", "control_seed", "gold_only", "line_ids")} == arms.record()
+    assert run.claims == [expected[c] for c in ("ideal", "order", "stale")]
+
+
+def test_the_ablation_alone_on_request(tmp_path):
+    """-T control=none -T gold_only=false: the paper's protocol, as fae run --control none --no-gold-only."""
+    records = make_records(tmp_path / "records.jsonl", names=("ideal", "order"), nei=False)
+    verifier = MockVerifier()
+    log = run_inspect(records, tmp_path / "logs", verifier, arms=ABLATION_ONLY)
+    got = {s.id: s.scores["fae_scorer"].metadata[CLAIM_KEY] for s in log.samples}
+    assert got == fae_run_claims(records, ROUNDS, ABLATION_ONLY)
+    assert all("control" not in c and "gold_only" not in c for c in got.values())
+    assert verifier.calls == {"ideal": 2, "order": 3}
+    shown = {name: m.value for name, m in log.results.scores[0].metrics.items()}
+    assert "accuracy" in shown and not set(ARM_METRIC_NAMES) & set(shown)  # undefined: left out
+    run_dir = tmp_path / "run"
+    assert fae_main(["from-inspect", log.location, "--output", str(run_dir)]) == 0
+    run = load_run(run_dir)
+    assert (run.config["control"], run.config["gold_only"]) == ("none", False)
+    assert run.metrics["control"] is None and run.metrics["gold_only"] is None
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
@@ -274,6 +365,11 @@ def test_bad_input_is_one_line(tmp_path, capsys):
              ({"records": str(good), "round": 2}, "real_fae/fae: error: unknown task option 'round'"),
              ({"records": str(good), "rounds": -1}, "task option rounds: expected an integer >= 0"),
              ({"records": str(tmp_path / "none.jsonl")}, "records file not found"),
+             ({"records": str(good), "line_ids": "x"},
+              "real_fae/fae: error: task option line_ids: 'x'; choose original or renumbered"),
+             ({"records": str(good), "control": "x"}, "task option control: 'x'; choose random or none"),
+             ({"records": str(good), "gold_only": "yes"}, "task option gold_only: expected true or false"),
+             ({"records": str(good), "control_seed": 1.5}, "task option control_seed: expected an integer"),
              ({}, "task option records is required")]
     for args, message in cases:
         with pytest.raises(PrerequisiteError) as err:
@@ -304,6 +400,14 @@ def test_the_command_line_finds_the_task_and_prints_bad_input_as_one_message(tmp
     assert p.returncode == 1
     assert "Traceback" not in text
     assert text.splitlines() == [f"real_fae/fae: error: {bad}:1: record 'x': field 'claim': missing required field"]
+    good = make_records(tmp_path / "good.jsonl", names=("ideal",), nei=False)
+    p = subprocess.run([str(BIN / "inspect"), "eval", TASK_NAME, "-T", f"records={good}", "-T", "line_ids=x",
+                        "--model", "mockllm/model", "--log-dir", str(tmp_path / "logs")], capture_output=True,
+                       text=True, env=env, timeout=300, cwd=tmp_path)
+    text = (p.stdout + p.stderr).strip()
+    assert p.returncode == 1 and "Traceback" not in text
+    assert text.splitlines() == ["real_fae/fae: error: task option line_ids: 'x'; choose original or renumbered"]
+    assert not list((tmp_path / "logs").glob("*.eval"))  # refused up front: nothing asked, no log
 
 
 # ---------------------------------------------------------------- real weights, both ways
@@ -355,12 +459,18 @@ def test_real_weights_answer_the_same_through_inspect_and_fae_run(smollm2, share
     a, b = load_run(run_a), load_run(run_b)
     assert [c["id"] for c in a.claims] == [c["id"] for c in b.claims] and len(a.claims) == 2
     for ca, cb in zip(a.claims, b.claims):
-        for ra, rb in zip(ca["rounds"], cb["rounds"]):
+        # both with fae run's default arms: each round's control and the gold-only pool are asked too
+        asked_a = ca["rounds"] + [c for c in ca["control"] + [ca["gold_only"]] if "skipped" not in c]
+        asked_b = cb["rounds"] + [c for c in cb["control"] + [cb["gold_only"]] if "skipped" not in c]
+        assert len(asked_a) == len(asked_b)
+        for ra, rb in zip(asked_a, asked_b):
             assert ra["raw_output"] == rb["raw_output"], (ca["id"], ra["round"])
             # the round's contract (SPEC §6); `truncated` and its note in `error` only where the provider says
             assert {k: ra[k] for k in ROUND_KEYS} == {k: rb[k] for k in ROUND_KEYS}
-    for key in ("label_accuracy", "strict_accuracy", "IS", "ER", "IO", "round_accuracy", "invalid_rate"):
+    for key in ("label_accuracy", "strict_accuracy", "IS", "ER", "IO", "round_accuracy", "invalid_rate",
+                "gold_only"):
         assert a.metrics[key] == b.metrics[key], key
+    assert (a.metrics["control"] or {}).get("IS_ctrl") == (b.metrics["control"] or {}).get("IS_ctrl")
 
 
 def test_a_retry_wrappers_error_is_named_by_the_error_behind_it():

@@ -78,6 +78,10 @@ def test_counts_and_targets_per_variant(records, variant):
         if row["kind"] == "positive":
             assert row["pool_ids"] == rec.pool_ids
             assert answer == format_answer(rec.label, sorted(e_train))
+        elif row["kind"] == "matched_positive":  # *_matched variants (tests/test_pairs_shortcut.py)
+            assert v.matched and set(rec.pool_ids) - set(row["pool_ids"]) == set(row["removed_ids"])
+            assert not set(row["removed_ids"]) & (set(e_train) | set(rec.gold_ids))
+            assert answer == format_answer(rec.label, sorted(e_train))
         else:
             # ablated pool: E_train removed, survivors keep their ids and order
             assert row["pool_ids"] == [i for i in rec.pool_ids if i not in set(e_train)]

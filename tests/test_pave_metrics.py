@@ -198,6 +198,9 @@ def test_profile_intervals_cover_the_estimate_narrow_with_more_claims_and_say_wh
     same = profile_intervals(["KK", "KU"] * 5, [1, 0.5] * 5, [0.8, None] * 5, n_resamples=200, seed=0)
     assert same["CR"]["ci_low"] == same["CR"]["ci_high"] == 0.5
     # no prior-wrong claim in the sample: CR and every margin have no value, and no interval
-    none_wrong = profile_intervals(["KK", "UK"] * 4, [1] * 8, [0.5] * 8, n_resamples=200, seed=0)
+    none_wrong = profile_intervals(["KK", "UK"] * 5, [1] * 10, [0.5] * 10, n_resamples=200, seed=0)
     assert none_wrong["CR"] == {"ci_low": None, "ci_high": None, "defined": 0.0}
     assert none_wrong["Margin"]["ci_low"] is None and none_wrong["PR"]["defined"] == 1.0
+    # one claim (the demo's and the real model's PAVE on a handful): no interval, whatever the draws
+    one = profile_intervals(["KK"], [1], [0.5], n_resamples=200, seed=0)
+    assert one["PR"]["ci_low"] is None and "no interval below 10" in one["PR"]["reason"]

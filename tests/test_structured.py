@@ -297,12 +297,15 @@ def test_openai_sends_each_prompt_its_schema_and_a_honouring_server_makes_answer
     free = [r for c in read_claims(tmp_path / "free" / "claims.jsonl") for r in c["rounds"]]
     assert not any(r["valid"] for r in free)
     claims = read_claims(tmp_path / "cd" / "claims.jsonl")
-    rounds = [r for c in claims for r in c["rounds"] if not r["reused"]]
+    # every question asked: the rounds, the controls and the gold-only pools, each with its own pool's schema
+    asked = [r for c in claims for r in c["rounds"] + [x for x in c["control"] if "skipped" not in x]
+             + ([c["gold_only"]] if "skipped" not in c["gold_only"] else [])]
+    rounds = [r for r in asked if not r["reused"]]
     assert sent and all(f["type"] == "json_schema" for f in sent)
     assert len(sent) == len(rounds)
     schemas = sorted(json.dumps(f["json_schema"]["schema"], sort_keys=True) for f in sent)
     assert schemas == sorted(json.dumps(answer_schema(r["pool_ids"]), sort_keys=True) for r in rounds)
-    assert all(r["valid"] and r["hallucinated"] == [] for c in claims for r in c["rounds"])
+    assert all(r["valid"] and r["hallucinated"] == [] for r in asked)
 
 
 def test_openai_falls_back_to_json_object_once_per_run(cc_records, tmp_path):

@@ -1,12 +1,17 @@
 """`fae view`: the index's per-claim summaries against the metrics, alignment of runs by claim id,
 the site on disk, bad input, and figures where no series hides another.
 
-The browser half (headless Chromium over the viewer) is tests/test_view_browser.py.
+The browser half (headless Chromium over the viewer) is tests/test_view_browser.py; the control arm and
+gold-only pools are also driven here through view.js itself under node with a minimal DOM (skipped
+without node).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +20,7 @@ from real_fae_core.hashing import sha256_file
 from data_prep.records import save_records
 from fae.ablation.metrics import compute_metrics
 from fae.cli import main as fae
-from fae.view.data import answer_summary, build_view, load_view_runs
+from fae.view.data import answer_summary, arm_metrics, build_view, load_view_runs
 from fae.view.site import MARKER
 from fae_helpers import seal_run
 
@@ -245,3 +250,224 @@ def test_fae_view_as_a_function_writes_what_the_command_line_writes(toy_runs, tm
         ViewConfig(runs=[str(a)], output=tmp_path / "x", shard_size=0)
     with pytest.raises(UserError, match=r"^--names has 1 names for 2 runs$"):
         run(ViewConfig(runs=[str(a), str(b)], output=tmp_path / "x", names=["A"]))
+
+
+# ---------------------------------------------------------------------------- the control arm and gold-only pools
+
+
+def with_arms(claims):
+    """CLAIMS_A with a control arm (rounds 1..2) and gold-only pools, as `fae run` writes them (SPEC §6).
+
+    Control at round 1: c1 keeps SUPPORT, c2 abstains, c3 answers REFUTE (wrong), c4 (nothing removed by the
+    ablation) copies round 0. c2 is left out at round 2 (one free line, three to remove). Gold-only: c1 SUPPORT,
+    c2 and c3 abstain, c4 REFUTE.
+    """
+    out = copy.deepcopy(claims)
+    c1, c2, c3, c4 = out
+
+    def ctrl(r, pool, label, cited=(), removed=(), reused=False):
+        return {**rnd(r, pool, label, cited, reused=reused), "raw_output": f"control {r}", "removed": list(removed)}
+
+    c1["control"] = [ctrl(1, [0, 1, 2], "SUPPORT", [0], [3]), ctrl(2, [0, 1, 2], "SUPPORT", [0], [3], reused=True)]
+    c2["control"] = [ctrl(1, [1, 2], "NOT_ENOUGH_INFO", removed=[0, 3]),
+                     {"round": 2, "skipped": "1 lines neither cited nor gold; the ablation removed 3 by round 2",
+                      "removed_needed": 3}]
+    c3["control"] = [ctrl(1, [0, 2, 3], "REFUTE", [3], [1]), ctrl(2, [0, 2, 3], "REFUTE", [3], [1], reused=True)]
+    c4["control"] = [{**c4["rounds"][0], "round": r, "reused": True, "removed": []} for r in (1, 2)]
+    for c, pool, label, cited in ((c1, [0], "SUPPORT", [0]), (c2, [1], "NOT_ENOUGH_INFO", []),
+                                  (c3, [2], "NOT_ENOUGH_INFO", []), (c4, [0], "REFUTE", [0])):
+        c["gold_only"] = {**rnd(0, pool, label, cited), "raw_output": "gold-only answer"}
+    return out
+
+
+def copies(claims, n):
+    """``n`` copies of ``claims``, ids ``c1``, ..., then ``c1.1``, ...: enough claims for a bootstrap interval."""
+    return [{**copy.deepcopy(c), "id": c["id"] + (f".{k}" if k else "")} for k in range(n) for c in claims]
+
+
+@pytest.fixture
+def arm_runs(tmp_path):
+    """Run "arms" asked the control and gold-only pools; run "plain" (--control none --no-gold-only) did not.
+    Three copies of the four claims: 12 claims, enough for the control's bootstrap intervals."""
+    claims = copies(with_arms(CLAIMS_A), 3)
+    records = tmp_path / "records.jsonl"
+    save_records([record(c["id"], c["gold_label"], gold=c["gold_groups"]) for c in claims], records)
+    arms = make_run(tmp_path, "arms", claims, records)
+    cfg = json.loads((arms / "config.json").read_text())
+    (arms / "config.json").write_text(json.dumps({**cfg, "control": "random", "control_seed": 0, "gold_only": True,
+                                                  "line_ids": "original"}))
+    return arms, make_run(tmp_path, "plain", copies(CLAIMS_A, 3), records), claims
+
+
+def test_the_index_holds_the_control_and_gold_only_answers_the_metrics_count(arm_runs):
+    arms, plain, claims = arm_runs
+    s = [answer_summary(c) for c in claims]
+    assert [x["ctrl"] for x in s] == [".SS", ".N-", ".RR", ".SS"] * 3
+    assert [x["gold_only"] for x in s] == ["S", "N", "N", "R"] * 3
+    assert [answer_summary(c)["ctrl"] + answer_summary(c)["gold_only"] for c in CLAIMS_A] == [""] * 4
+    m = compute_metrics(claims)
+    ctrl, gold = m["control"], m["gold_only"]
+    # a second measure of the metrics' counts: the codes the filters read
+    assert sum(x["ctrl"][1] == "N" for x in s) == round(ctrl["nei_answer_rate_ctrl"][0]
+                                                        * (m["n_claims"] - ctrl["n_left_out"][0])) == 3
+    assert sum(x["ctrl"][2] == "-" for x in s) == ctrl["n_left_out"][1] == 3
+    assert sum(x["gold_only"] == "N" for x in s) == round(gold["nei_answer_rate"] * gold["n_claims"]) == 6
+    runs = load_view_runs([arms, plain], ["arms", "plain"])
+    index, shards = build_view(runs)
+    A, B = index["answers"]
+    assert A["ctrl"] == [".SS", ".N-", ".RR", ".SS"] * 3 and A["gold_only"] == ["S", "N", "N", "R"] * 3
+    assert B["ctrl"] == B["gold_only"] == [""] * 12
+    ra, rb = index["runs"]
+    assert ra["arms"] == {"control": True, "gold_only": True} and rb["arms"] == {"control": False, "gold_only": False}
+    assert ra["metrics"]["control"] == json.loads((arms / "metrics.json").read_text())["control"] == ctrl
+    assert rb["metrics"]["control"] is None and rb["metrics"]["gold_only"] is None
+    c2 = list(shards)[0][1]
+    assert c2["control"][0] == claims[1]["control"] and c2["gold_only"][0] == claims[1]["gold_only"]
+    assert c2["control"][1] is None and c2["gold_only"][1] is None
+    # a metrics.json written before the arms existed: fae.ablation.control computes them, never the viewer
+    old = {k: v for k, v in m.items() if k not in ("control", "gold_only")}
+    assert arm_metrics(old, claims) == {**old, "control": ctrl, "gold_only": gold}
+    assert arm_metrics(old, CLAIMS_A) == {**old, "control": None, "gold_only": None}
+    assert ctrl["intervals"]["IS_minus_IS_ctrl"]["ci_low"] is not None  # 12 claims: the page shows an interval
+
+
+NODE = shutil.which("node") or shutil.which("nodejs")
+DOM_JS = r"""
+// A minimal DOM for running fae/view/assets/view.js under node (no browser): enough for the run table,
+// the claim list and the claim page. Usage: node dom.js SITE_DIR '["#hash", ...]' -> JSON per hash.
+const fs = require("fs"), path = require("path"), vm = require("vm");
+const site = process.argv[2], hashes = JSON.parse(process.argv[3]);
+const camel = s => s.replace(/-([a-z])/g, (_, c) => c.toUpperCase());
+class N {
+  constructor(tag) { this.tag = tag; this.attrs = {}; this.children = []; this.dataset = {}; this.className = ""; this.style = {}; }
+  appendChild(c) { this.children.push(c); if (this.onappend) this.onappend(c); return c; }
+  replaceChildren(...cs) { this.children = cs; }
+  setAttribute(k, v) { v = String(v); this.attrs[k] = v; if (k === "class") this.className = v;
+                       if (k.startsWith("data-")) this.dataset[camel(k.slice(5))] = v; }
+  getAttribute(k) { return k in this.attrs ? this.attrs[k] : null; }
+  get textContent() { return this.children.map(c => c.textContent).join(""); }
+  set textContent(v) { this.children = [{tag: "#text", textContent: String(v), children: []}]; }
+}
+function walk(n, fn, out) { out = out || []; if (n.tag !== "#text") { if (fn(n)) out.push(n); n.children.forEach(c => walk(c, fn, out)); } return out; }
+const app = new N("main"), where = new N("span"), head = new N("head"), body = new N("body");
+body.children = [where, app];
+let hash = "", listeners = [];
+const location = {get hash() { return hash; }, set hash(v) { v = String(v); hash = v.startsWith("#") ? v : "#" + v; listeners.forEach(f => f()); }};
+head.onappend = s => {
+  const file = path.join(site, s.src);
+  if (fs.existsSync(file)) vm.runInContext(fs.readFileSync(file, "utf8"), ctx); else s.onerror();
+};
+const document = {
+  head, body, title: "",
+  createElement: t => new N(t), createElementNS: (_, t) => new N(t),
+  createTextNode: t => ({tag: "#text", textContent: String(t), children: []}),
+  getElementById: id => id === "app" ? app : id === "where" ? where : walk(app, n => n.attrs.id === id)[0] || null,
+};
+const ctx = vm.createContext({document, location, performance, console,
+  history: {replaceState: (_, __, h) => { hash = h.startsWith("#") ? h : "#" + h; }},
+  addEventListener: (ev, f) => { if (ev === "hashchange") listeners.push(f); }});
+ctx.window = ctx;
+vm.runInContext(fs.readFileSync(path.join(site, "assets/view.js"), "utf8"), ctx);
+vm.runInContext(fs.readFileSync(path.join(site, "data/index.js"), "utf8"), ctx);
+const out = [];
+for (const h of hashes) {
+  location.hash = h;
+  const cls = n => " " + n.className + " ";
+  const table = walk(app, n => n.tag === "table" && n.className === "runs")[0];
+  const runs = table ? walk(table, n => n.tag === "tr" && n.dataset.run !== undefined) : [];
+  const head = table ? walk(table.children[0], n => n.tag === "th").map(n => n.textContent) : null;
+  out.push({
+    hash: h,
+    head,
+    runs: runs.map(tr => ({cells: tr.children.map(td => td.textContent),
+                           titles: tr.children.map(td => td.attrs.title || walk(td, x => x.attrs.title)[0]?.attrs.title || null),
+                           links: walk(tr, a => a.tag === "a").map(a => [a.attrs.href, +a.attrs["data-count"]])})),
+    flags: walk(app, n => n.tag === "input" && (n.attrs.id || "").startsWith("f-flag-")).map(n => n.attrs.id.slice(7)),
+    listed: walk(app, n => n.tag === "tr" && n.dataset.claim !== undefined).map(n => n.dataset.claim),
+    rounds: walk(app, n => cls(n).includes(" round ") && n.dataset.run !== undefined)
+      .map(n => ({run: +n.dataset.run, round: +n.dataset.round})),
+    arms: walk(app, n => cls(n).includes(" arm ") && n.dataset.run !== undefined).map(n => ({
+      run: +n.dataset.run, round: +n.dataset.armRound, cls: n.className, text: n.textContent,
+      label: (walk(n, x => cls(x).includes(" arm-label "))[0] || {textContent: null}).textContent,
+      struck: walk(n, x => x.tag === "li" && cls(x).includes(" removed ")).map(x => +x.dataset.sid),
+      cited: walk(n, x => x.tag === "li" && cls(x).includes(" cited ")).map(x => +x.dataset.sid),
+      shown: walk(n, x => x.tag === "li").map(x => +x.dataset.sid)})),
+    select: vm.runInContext("FAE_VIEW.select(" + JSON.stringify(h) + ")", ctx),
+  });
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def render(site: Path, hashes: list[str], tmp_path: Path) -> list[dict]:
+    """What view.js puts on the page for each hash, run under node with a minimal DOM (no browser)."""
+    if NODE is None:
+        pytest.skip("no node to run view.js")
+    harness = tmp_path / "dom.js"
+    harness.write_text(DOM_JS)
+    done = subprocess.run([NODE, str(harness), str(site), json.dumps(hashes)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_page_shows_the_control_beside_the_rounds_and_filters_on_abstentions(arm_runs, tmp_path):
+    arms, plain, claims = arm_runs
+    site = tmp_path / "site"
+    assert fae(["view", str(arms), str(plain), "--output", str(site), "--names", "arms", "plain"]) == 0
+    m = json.loads((arms / "metrics.json").read_text())
+    ctrl, gold = m["control"], m["gold_only"]
+    lst, nei1, gnei, c2, c1 = render(site, ["#run=0&r=1", "#run=0&r=1&flags=ctrl_nei1", "#run=0&r=0&flags=gold_nei",
+                                            "#claim=c2&run=0&r=1", "#claim=c1&run=0&r=1"], tmp_path)
+    # run table: IS_ctrl and IS - IS_ctrl with their intervals, gold-only Acc and NEI share; n/a without them
+    head = lst["head"]
+    cols = [head.index(h) for h in ("IS_ctrl [95%]", "IS \u2212 IS_ctrl [95%]", "NEI on control r1",
+                                    "gold-only Acc", "gold-only NEI")]
+    assert head.index("IS") == 7  # the columns before IS stay where they were
+
+    def p(x):
+        return f"{100 * x:.2f}"
+
+    def iv(key):
+        i = ctrl["intervals"][key]
+        return f"{p(ctrl[key])} [{p(i['ci_low'])}, {p(i['ci_high'])}]"
+
+    row_a, row_b = lst["runs"]
+    assert [row_a["cells"][c] for c in cols] == [iv("IS_ctrl"), iv("IS_minus_IS_ctrl"),
+                                                 p(ctrl["nei_answer_rate_ctrl"][0]), p(gold["label_accuracy"]),
+                                                 p(gold["nei_answer_rate"])]
+    assert [row_b["cells"][c] for c in cols] == ["n/a"] * 5
+    assert "--control none" in row_b["titles"][cols[0]] and "--no-gold-only" in row_b["titles"][cols[3]]
+    links = dict(row_a["links"])
+    assert links["#run=0&r=1&flags=ctrl_nei1"] == 3 and links["#run=0&r=0&flags=gold_nei"] == 6
+    assert not any("ctrl_nei1" in h or "gold_nei" in h for h, _ in row_b["links"])
+    # the claim list filters on abstaining on the control at round 1 / on gold-only
+    assert {"ctrl_nei1", "gold_nei"} <= set(lst["flags"])
+    assert nei1["listed"] == nei1["select"] == ["c2", "c2.1", "c2.2"]
+    assert gnei["listed"] == ["c2", "c3", "c2.1", "c3.1", "c2.2", "c3.2"]
+    assert render(site, ["#run=1&r=1&flags=ctrl_nei1"], tmp_path)[0]["select"] == []  # plain has no control
+    # the claim page: both runs' rounds, and beside run "arms" its gold-only answer (round 0) and control pools
+    assert len(c2["rounds"]) == 2 * 3
+    by = {(a["run"], a["round"]): a for a in c2["arms"]}
+    assert set(by) == {(0, 0), (0, 1), (0, 2)}  # run "plain" has no column for them
+    assert by[0, 0]["label"] == "NOT_ENOUGH_INFO" and by[0, 0]["struck"] == [0, 2, 3] and "gold-only" in by[0, 0]["cls"]
+    assert by[0, 1]["label"] == "NOT_ENOUGH_INFO" and by[0, 1]["struck"] == [0, 3]
+    assert "control removed[0, 3]" in by[0, 1]["text"] and by[0, 1]["shown"] == [0, 1, 2, 3]
+    assert by[0, 2]["label"] == "left out" and \
+        "left out: 1 lines neither cited nor gold; the ablation removed 3 by round 2" in by[0, 2]["text"]
+    by1 = {(a["run"], a["round"]): a for a in c1["arms"]}
+    assert by1[0, 1]["cited"] == [0] and by1[0, 1]["struck"] == [3] and "reused" not in by1[0, 1]["text"]
+    assert "reused" in by1[0, 2]["text"] and by1[0, 0]["label"] == "SUPPORT"
+
+
+def test_a_site_of_runs_without_the_arms_shows_no_arm_column_and_no_arm_filter(toy_runs, tmp_path):
+    a, b, _ = toy_runs
+    site = tmp_path / "site"
+    assert fae(["view", str(a), str(b), "--output", str(site)]) == 0
+    lst, page = render(site, ["#run=0&r=1", "#claim=c1&run=0&r=1"], tmp_path)
+    head = lst["head"]
+    for row in lst["runs"]:
+        assert row["cells"][head.index("IS_ctrl [95%]")] == "n/a"
+        assert row["cells"][head.index("gold-only NEI")] == "n/a"
+    assert not {"ctrl_nei1", "gold_nei"} & set(lst["flags"])
+    assert len(page["rounds"]) == 2 * 3 and page["arms"] == []

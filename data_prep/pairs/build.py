@@ -1,17 +1,19 @@
 """REAL training pairs (SPEC §4) as TRL conversational prompt-completion rows.
 
 Every variant goes through the same code path; a variant only decides which
-evidence set is ``E_train`` (gold ``E*`` or ``enhanced_evidence``) and whether
-ablated negatives are added:
+evidence set is ``E_train`` (gold ``E*`` or ``enhanced_evidence``), whether
+ablated negatives are added and whether each negative gets a matched positive:
 
-==================  =========  =========  ==========
-variant             positives  negatives  E_train
-==================  =========  =========  ==========
-``sft``             yes        no         gold E*
-``no_ablation``     yes        no         enhanced
-``no_enhancement``  yes        yes        gold E*
-``real``            yes        yes        enhanced
-==================  =========  =========  ==========
+============================  =========  =========  ========  ==========
+variant                       positives  negatives  matched   E_train
+============================  =========  =========  ========  ==========
+``sft``                       yes        no         no        gold E*
+``no_ablation``               yes        no         no        enhanced
+``no_enhancement``            yes        yes        no        gold E*
+``real``                      yes        yes        no        enhanced
+``no_enhancement_matched``    yes        yes        yes       gold E*
+``real_matched``              yes        yes        yes       enhanced
+============================  =========  =========  ========  ==========
 
 Rows are ``{"prompt": [system, user], "completion": [assistant], ...metadata}``
 so TRL's SFTTrainer puts the loss on the completion only, whatever the chat
@@ -21,6 +23,15 @@ A negative whose ablated pool ``S \\ E_train`` would be empty is dropped and
 counted (``dropped.empty_ablated_pool``): an empty ``Document:`` block teaches
 nothing about evidence and never occurs in FAE, whose round r+1 pool is what
 is left of round r's pool.
+
+Matched positives break a shortcut of the plain pairs: every positive shows the
+full pool and every negative a smaller one, numbered with a hole where
+``E_train`` was (``--line-ids original``), so "a line is missing" or "the pool
+shrank" alone predicts NOT_ENOUGH_INFO. A matched positive removes as many
+sentences as the negative does, drawn from outside ``E_train`` ∪ ``E*``, and
+keeps the positive's target: the same hole and the same size, the opposite
+answer. ``--line-ids renumbered`` removes the hole itself (lines 0..n-1 shown);
+the pool size is still a cue there, which the matched positive removes too.
 """
 
 from __future__ import annotations
@@ -29,7 +40,14 @@ import random
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from data_prep.prompts import format_answer, render_evidence_prompt
+from data_prep.prompts import (
+    DEFAULT_LINE_IDS,
+    check_line_ids,
+    format_answer,
+    render_evidence_prompt,
+    shown_evidence,
+    shown_pool,
+)
 from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord
 
 
@@ -38,6 +56,8 @@ class Variant:
     name: str
     negatives: bool
     enhanced: bool
+    # Each negative's record also gets a MATCHED_POSITIVE row (needs ``negatives``).
+    matched: bool = False
 
 
 VARIANTS: dict[str, Variant] = {
@@ -45,10 +65,13 @@ VARIANTS: dict[str, Variant] = {
     "no_ablation": Variant("no_ablation", negatives=False, enhanced=True),
     "no_enhancement": Variant("no_enhancement", negatives=True, enhanced=False),
     "real": Variant("real", negatives=True, enhanced=True),
+    "no_enhancement_matched": Variant("no_enhancement_matched", negatives=True, enhanced=False, matched=True),
+    "real_matched": Variant("real_matched", negatives=True, enhanced=True, matched=True),
 }
 
 POSITIVE = "positive"
 NEGATIVE = "negative"
+MATCHED_POSITIVE = "matched_positive"
 LENGTH_PERCENTILES = (50, 90, 95, 99, 100)
 
 
@@ -105,8 +128,24 @@ def check_records(records: Sequence[ClaimRecord], variant: str | Variant) -> Non
         raise MissingEnhancedEvidence(v.name, missing, len(trainable))
 
 
-def make_pair(record: ClaimRecord, kind: str, variant: str, e_train: Sequence[int]) -> dict:
-    """One prompt-completion row; ids in the ablated pool keep their numbers."""
+def make_pair(record: ClaimRecord, kind: str, variant: str | Variant, e_train: Sequence[int], *,
+              line_ids: str = DEFAULT_LINE_IDS, removed_ids: Sequence[int] | None = None) -> dict:
+    """One prompt-completion row, its lines numbered by ``line_ids`` (SPEC §3).
+
+    Under ``original`` the ids in an ablated pool keep their numbers; under
+    ``renumbered`` the lines shown are 0..n-1. The completion cites the numbers
+    the prompt shows, while the ``evidence`` and ``pool_ids`` columns keep
+    record ids, so a row can be traced back to its record whatever the prompt
+    showed. ``removed_ids``: the sentences a MATCHED_POSITIVE leaves out.
+
+    Columns are added only where they tell something: ``line_ids`` when it is
+    not the default (a pair file without the column is ``original``, as every
+    file made before the flag is) and ``removed_ids`` on every row of a matched
+    variant. A paper variant under ``original`` thus writes the same bytes as
+    before, and all rows of one build have the same columns (HF datasets
+    takes its columns from the first row).
+    """
+    v = variant if isinstance(variant, Variant) else get_variant(variant)
     if kind == POSITIVE:
         pool = record.pool_ids
         label, evidence = record.label, sorted(e_train)
@@ -114,19 +153,51 @@ def make_pair(record: ClaimRecord, kind: str, variant: str, e_train: Sequence[in
         removed = set(e_train)
         pool = [i for i in record.pool_ids if i not in removed]
         label, evidence = NOT_ENOUGH_INFO, []
+    elif kind == MATCHED_POSITIVE:
+        if removed_ids is None:
+            raise ValueError("a matched positive needs the ids it removes (removed_ids)")
+        removed = set(removed_ids)
+        if removed & (set(e_train) | set(record.gold_ids)):
+            raise ValueError(f"record {record.id!r}: a matched positive must keep E_train and E*")
+        pool = [i for i in record.pool_ids if i not in removed]
+        label, evidence = record.label, sorted(e_train)
     else:
         raise ValueError(f"unknown pair kind {kind!r}")
-    return {
-        "prompt": render_evidence_prompt(record, pool),
-        "completion": [{"role": "assistant", "content": format_answer(label, evidence)}],
+    shown = shown_pool(record, pool, line_ids)
+    row = {
+        "prompt": render_evidence_prompt(record, pool, line_ids),
+        "completion": [{"role": "assistant", "content": format_answer(label, shown_evidence(shown, evidence))}],
         "record_id": record.id,
         "dataset": record.dataset,
         "kind": kind,
-        "variant": variant,
+        "variant": v.name,
         "label": label,
         "evidence": list(evidence),
         "pool_ids": list(pool),
     }
+    if line_ids != DEFAULT_LINE_IDS:
+        row["line_ids"] = line_ids
+    if v.matched:
+        row["removed_ids"] = sorted(removed_ids or []) if kind == MATCHED_POSITIVE else []
+    return row
+
+
+def matched_removal(record: ClaimRecord, e_train: Sequence[int], seed: int | None) -> list[int] | None:
+    """The sentences a matched positive leaves out, or None when too few can go.
+
+    As many as the negative removes (the pool ids in ``E_train``), drawn from
+    the pool outside ``E_train`` ∪ ``E*`` so the positive's target still holds.
+    The draw is seeded by ``seed`` (None: 0) and the record id only, so it does
+    not depend on the file's order, on shuffling or on the other records.
+    """
+    train = set(e_train)
+    keep = train | set(record.gold_ids)
+    k = sum(1 for i in record.pool_ids if i in train)
+    candidates = [i for i in record.pool_ids if i not in keep]
+    if k > len(candidates):
+        return None
+    rng = random.Random(f"{0 if seed is None else seed}:{record.id}")
+    return sorted(rng.sample(candidates, k))
 
 
 def build_pairs(
@@ -135,35 +206,47 @@ def build_pairs(
     *,
     seed: int | None = 42,
     keep_pairs_together: bool = False,
+    line_ids: str = DEFAULT_LINE_IDS,
 ) -> tuple[list[dict], dict]:
     """Training rows for ``variant`` and counts of what was skipped.
 
     NOT_ENOUGH_INFO records are skipped (SPEC §1). ``seed=None`` keeps record
-    order (positive before negative); otherwise rows are shuffled with
-    ``random.Random(seed)`` so the same input always gives the same file.
+    order (positive, negative, matched positive); otherwise rows are shuffled
+    with ``random.Random(seed)`` so the same input always gives the same file.
     ``keep_pairs_together`` shuffles records instead of rows: each record's
-    positive stays right before its negative, so a sequentially sampled batch
-    (``train_sampling_strategy: sequential``) shows the same claim with and
-    without its evidence, the contrast REAL teaches.
+    rows stay together, its positive right before its negative, so a
+    sequentially sampled batch (``train_sampling_strategy: sequential``) shows
+    the same claim with and without its evidence, the contrast REAL teaches.
+    A matched variant's record whose pool has fewer sentences outside
+    ``E_train`` ∪ ``E*`` than its negative removes gets no matched positive
+    (counted in ``dropped.too_few_matched_lines``).
     """
     v = get_variant(variant)
+    check_line_ids(line_ids, "line_ids")
     records = list(records)
     check_records(records, v)
     units: list[list[dict]] = []  # one record's rows
     skipped_nei = 0
     dropped_empty = 0
+    too_few_matched = 0
     for rec in records:
         if rec.label == NOT_ENOUGH_INFO:
             skipped_nei += 1
             continue
         e_train = train_evidence(rec, v)
-        unit = [make_pair(rec, POSITIVE, v.name, e_train)]
+        unit = [make_pair(rec, POSITIVE, v, e_train, line_ids=line_ids)]
         units.append(unit)
         if v.negatives:
             if set(rec.pool_ids) <= set(e_train):
                 dropped_empty += 1
                 continue
-            unit.append(make_pair(rec, NEGATIVE, v.name, e_train))
+            unit.append(make_pair(rec, NEGATIVE, v, e_train, line_ids=line_ids))
+        if v.matched:
+            removed = matched_removal(rec, e_train, seed)
+            if removed is None:
+                too_few_matched += 1
+                continue
+            unit.append(make_pair(rec, MATCHED_POSITIVE, v, e_train, line_ids=line_ids, removed_ids=removed))
     if keep_pairs_together:
         if seed is not None:
             random.Random(seed).shuffle(units)
@@ -172,10 +255,13 @@ def build_pairs(
         rows = [row for unit in units for row in unit]
         if seed is not None:
             random.Random(seed).shuffle(rows)
+    dropped = {"empty_ablated_pool": dropped_empty}
+    if v.matched:
+        dropped["too_few_matched_lines"] = too_few_matched
     info = {
         "records": len(records),
         "skipped_not_enough_info_records": skipped_nei,
-        "dropped": {"empty_ablated_pool": dropped_empty},
+        "dropped": dropped,
     }
     return rows, info
 

@@ -3,6 +3,11 @@
 Writes ``DIR`` as a ``datasets.DatasetDict`` (``save_to_disk``, split
 ``train``), the same rows as ``DIR/pairs.jsonl`` and a ``DIR/stats.json``
 summary. ``real-train`` reads either form through ``dataset_name``.
+
+``--line-ids`` numbers the prompt's lines (SPEC §3): ``original`` shows record
+ids, so a negative's pool has a hole where ``E_train`` was; ``renumbered``
+shows 0..n-1. The targets cite the numbers shown; ``evidence`` and
+``pool_ids`` keep record ids, and ``stats.json`` records the choice.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from data_prep.pairs.build import (
     pair_stats,
     token_lengths,
 )
+from data_prep.prompts import DEFAULT_LINE_IDS, LINE_IDS, check_line_ids
 from data_prep.records import load_records_or_fail
 
 
@@ -37,6 +43,7 @@ class PairsConfig(CommandConfig):
     seed: int = 42
     no_shuffle: bool = False
     keep_pairs_together: bool = False
+    line_ids: str = DEFAULT_LINE_IDS  # a name in LINE_IDS
     tokenizer: str | None = None
     max_length: int = dataclasses.field(default=4096, metadata={"min": 1})
     overwrite: bool = False
@@ -48,13 +55,21 @@ CONFIG = PairsConfig
 def add_arguments(p):
     p.add_argument("--records", required=True, help="claim records JSONL (e.g. FEVER train)")
     p.add_argument("--variant", required=True, choices=list(VARIANTS),
-                   help="sft | no_ablation | no_enhancement | real (SPEC §4)")
+                   help="sft | no_ablation | no_enhancement | real | no_enhancement_matched | real_matched (SPEC "
+                        "§4; *_matched add, per negative, a positive whose pool lost as many lines outside the "
+                        "evidence)")
     p.add_argument("--output", required=True, help="output directory (HF dataset + pairs.jsonl + stats.json)")
     p.add_argument("--seed", type=int, default=42, help="shuffling seed (default 42)")
     p.add_argument("--no-shuffle", action="store_true", help="keep record order (positive before negative)")
     p.add_argument("--keep-pairs-together", action="store_true",
-                   help="shuffle records, not rows: each record's positive stays right before its negative (train "
-                        "with train_sampling_strategy: sequential so that one batch holds both)")
+                   help="shuffle records, not rows: a record's rows stay together, its positive right before its "
+                        "negative (train with train_sampling_strategy: sequential so that one batch holds both)")
+    # Checked in run(), not by argparse `choices`: a wrong value is then one line (no usage block), and a
+    # Python caller's PairsConfig gets the same check.
+    p.add_argument("--line-ids", default=DEFAULT_LINE_IDS, metavar="{" + ",".join(LINE_IDS) + "}",
+                   help="how the prompt numbers its lines: original (record ids, the paper's; an ablated pool "
+                        "shows a hole) or renumbered (0..n-1 in reading order); targets cite the numbers shown "
+                        f"(default {DEFAULT_LINE_IDS})")
     p.add_argument("--tokenizer", help="tokenizer (local dir or hub id) to measure token lengths with its chat template")
     p.add_argument("--max-length", type=int, default=4096,
                    help="with --tokenizer: drop (and count) pairs longer than this many tokens (default 4096)")
@@ -87,6 +102,10 @@ def _check(config: PairsConfig) -> Path:
     """The output directory, after the checks that need no records."""
     if config.variant not in VARIANTS:
         raise UserError(f"--variant {config.variant!r}: unknown; choose from {', '.join(VARIANTS)}")
+    try:
+        check_line_ids(config.line_ids)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {str(out)!r} is a file; give a directory for the dataset")
@@ -100,7 +119,8 @@ def run(config: PairsConfig) -> CommandResult:
     records = load_records_or_fail(config.records)
     seed = None if config.no_shuffle else config.seed
     try:
-        rows, info = build_pairs(records, config.variant, seed=seed, keep_pairs_together=config.keep_pairs_together)
+        rows, info = build_pairs(records, config.variant, seed=seed, keep_pairs_together=config.keep_pairs_together,
+                                 line_ids=config.line_ids)
     except MissingEnhancedEvidence as exc:
         raise UserError(str(exc.located(config.records, _first_line_of(config.records, exc.missing[0])))) from None
     if not rows:
@@ -118,7 +138,7 @@ def run(config: PairsConfig) -> CommandResult:
                        max_length=config.max_length if config.tokenizer else None,
                        tokenizer=config.tokenizer)
     stats.update({"variant": config.variant, "records_file": os.path.abspath(config.records),
-                  "seed": seed, "keep_pairs_together": config.keep_pairs_together})
+                  "seed": seed, "keep_pairs_together": config.keep_pairs_together, "line_ids": config.line_ids})
     write_dataset(out, rows, stats, overwrite=config.overwrite)
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats["by_kind"].items()))
     dropped = ", ".join(f"{k} {n}" for k, n in stats["dropped"].items())

@@ -38,7 +38,7 @@ from real_fae_core.secrets import scrub
 from data_prep.prompts import PROMPT_FORMAT_VERSION
 from data_prep.records import RecordError, load_records
 from fae.ablation import runio
-from fae.ablation.engine import run_ablation
+from fae.ablation.engine import Arms, call_counts_of, run_ablation
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.metrics import compute_metrics, nei_exclusion_note, truncation_note
 from fae.ablation.population import fae_claims
@@ -122,9 +122,19 @@ def check_paths_and_values(opts: FaeRunArguments) -> None:
         raise UserError(f"--output {output} is a file; give a run directory (created if missing)")
     if opts.backend == "hf" and not _DEVICE.fullmatch(opts.device):
         raise UserError(f"--device {opts.device!r} is not a device: use auto, cpu, cuda, cuda:N, mps or xpu")
+    arms_of(opts)
     adapter = opts.adapter
     if adapter and Path(adapter).is_dir() and not (Path(adapter) / "adapter_config.json").is_file():
         raise UserError(f"--adapter {adapter}: no adapter_config.json; is it a PEFT adapter directory?")
+
+
+def arms_of(opts: FaeRunArguments) -> Arms:
+    """The control, gold-only and line-numbering choices of a run; an unknown value is one line."""
+    try:
+        return Arms(control=opts.control, control_seed=opts.control_seed, gold_only=opts.gold_only,
+                    line_ids=opts.line_ids)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def adapter_base(adapter: str | None) -> str | None:
@@ -189,6 +199,7 @@ def build_config(args: argparse.Namespace, backend_cls, decoding: dict,
         "decoding": decoding,
         "constrained_decoding": opts.constrained_decoding,
         "prompt_format_version": PROMPT_FORMAT_VERSION,
+        **arms_of(opts).record(),
         "limit": opts.limit,
         **runio.claim_set(claim_ids or []),
         "settings": settings,  # every resolved option (never the API key, only its variable's name)
@@ -379,7 +390,8 @@ def ablate_into(args, backend_cls, opts, config: dict, todo: list, run_dir: Path
     backend = open_backend(backend_cls, opts)
     kept = [done]
     started = time.time()
-    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0}
+    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0, "control_calls": 0}
+    arms = arms_of(args.options)
 
     def note() -> None:
         set_interrupt_note(f"{kept[0]} of {total} claims kept in {out_dir}; resume with: {config['command']}")
@@ -401,12 +413,12 @@ def ablate_into(args, backend_cls, opts, config: dict, todo: list, run_dir: Path
                 # no barrier across claims (a fleet's tail latency); --chunk-size bounds the claims in flight.
                 # The routing key names the run, not the shard: a claim's rounds go to one server either way.
                 stats = run_ablation_streaming(todo, backend, args.options.rounds, write, run_name=run_dir.name,
-                                               in_flight=chunk_size, progress=show, desc=tag)
+                                               in_flight=chunk_size, progress=show, desc=tag, arms=arms)
             else:
                 if chunk_size is None:
                     chunk_size = backend_cls.default_chunk_size(opts)
                 stats = run_ablation(todo, backend, args.options.rounds, write, chunk_size=chunk_size,
-                                     progress=show, desc=tag)
+                                     progress=show, desc=tag, arms=arms)
         stopped = None
     except BackendError as exc:
         error = exc
@@ -417,8 +429,9 @@ def ablate_into(args, backend_cls, opts, config: dict, todo: list, run_dir: Path
         ours = [c for c in runio.read_claims(out_path) if str(c["id"]) not in before]
         kept[0] = done + len(ours)
         stats["claims"] = len(ours)
-        stats["model_calls"] = sum(not rd.get("reused") for c in ours for rd in c["rounds"])
-        stats["reused_calls"] = sum(bool(rd.get("reused")) for c in ours for rd in c["rounds"])
+        counts = [call_counts_of(c) for c in ours]
+        for key in ("model_calls", "reused_calls", "control_calls"):
+            stats[key] = sum(n[key] for n in counts)
         note()
         raise
     finally:

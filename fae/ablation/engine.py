@@ -24,9 +24,12 @@ answer is copied with ``reused: true`` instead of calling the model.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Protocol, Sequence
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
 
-from data_prep.prompts import ParsedAnswer, parse_answer, render_evidence_prompt
+from data_prep.prompts import (DEFAULT_LINE_IDS, ParsedAnswer, check_line_ids, number_lines, parse_answer,
+                               parse_shown_answer, render_evidence_prompt)
 from data_prep.records import ClaimRecord
 from fae.backends import Generation, as_generation
 
@@ -59,7 +62,7 @@ def named_ids_in_order(raw_output: str) -> list[int]:
 
 
 def make_round(r: int, pool_ids: Sequence[int], raw_output: str, truncated: bool | None = None,
-               answer: Generation | None = None) -> dict:
+               answer: Generation | None = None, line_ids: str = DEFAULT_LINE_IDS) -> dict:
     """One round of the claims.jsonl contract, parsed against the pool it was shown.
 
     ``truncated``: the answer hit ``max_new_tokens`` (None: the backend did
@@ -67,8 +70,10 @@ def make_round(r: int, pool_ids: Sequence[int], raw_output: str, truncated: bool
     :class:`Generation`, whose label probabilities (soft FAE) are kept as
     ``label_probs`` / ``label_logprobs``, or the reason they are missing as
     ``label_probs_skipped`` (keys absent when the backend computed none).
+    ``line_ids``: how the prompt numbered the lines (SPEC §3); cited numbers are
+    mapped back to record ids, so every round speaks of record ids whatever was shown.
     """
-    parsed: ParsedAnswer = parse_answer(raw_output, pool_ids)
+    parsed, named = parse_shown_answer(raw_output, number_lines(pool_ids, line_ids))
     error = parsed.error
     if truncated and error:
         error = f"answer cut off at max_new_tokens: {error}"
@@ -82,7 +87,7 @@ def make_round(r: int, pool_ids: Sequence[int], raw_output: str, truncated: bool
         "valid": parsed.valid,
         "reused": False,
         # additions to the contract: ids in citation order (FEVER's first-5 rule) and why invalid
-        "evidence": named_ids_in_order(raw_output) if parsed.valid else [],
+        "evidence": named if parsed.valid else [],
         "error": error,
     }
     if truncated is not None:
@@ -125,53 +130,6 @@ def claim_entry(record: ClaimRecord, rounds: list[dict]) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def ablate_chunk(
-    records: Sequence[ClaimRecord],
-    generate: Generator,
-    rounds: int,
-    on_round: Callable[[int, int], None] | None = None,
-) -> list[dict]:
-    """Run rounds 0..R for a chunk of claims; returns claims.jsonl entries in input order.
-
-    ``on_round(r, n)`` reports n more claims finished round r (progress bars).
-    """
-    history: list[list[dict]] = [[] for _ in records]
-    for r in range(rounds + 1):
-        todo: list[tuple[int, list[int]]] = []
-        for k, rec in enumerate(records):
-            if r == 0:
-                todo.append((k, rec.pool_ids))
-                continue
-            prev = history[k][-1]
-            pool = pool_after(prev)
-            if pool == prev["pool_ids"]:
-                history[k].append(reuse_round(prev, r))
-            else:
-                todo.append((k, pool))
-        n_reused = len(records) - len(todo)
-        if on_round and n_reused:
-            on_round(r, n_reused)
-        if todo:
-            prompts = [render_evidence_prompt(records[k], pool) for k, pool in todo]
-            cb = (lambda n, r=r: on_round(r, n)) if on_round else None
-            outputs = generate(prompts, callback=cb)
-            if len(outputs) != len(prompts):
-                raise RuntimeError(f"backend returned {len(outputs)} answers for {len(prompts)} prompts")
-            for (k, pool), raw in zip(todo, outputs):
-                answer = as_generation(raw)
-                history[k].append(make_round(r, pool, answer.text, answer.truncated, answer))
-    return [claim_entry(rec, h) for rec, h in zip(records, history)]
-
-
-class _Claim:
-    """A claim in flight: its record, input position and the rounds done so far."""
-
-    __slots__ = ("k", "record", "rounds")
-
-    def __init__(self, k: int, record: ClaimRecord):
-        self.k, self.record, self.rounds = k, record, []
-
-
 def advance(done: list[dict], full_pool: Sequence[int], rounds: int,
             on_reuse: Callable[[int], None] | None = None) -> list[int] | None:
     """Append the reused rounds that follow ``done``; the pool of the next model call, or None when
@@ -196,10 +154,178 @@ def advance(done: list[dict], full_pool: Sequence[int], rounds: int,
     return None
 
 
-def _advance(claim: _Claim, rounds: int, on_round) -> list[int] | None:
-    """Fill reused rounds; the pool of the next model call, or None when the claim is done."""
-    on_reuse = (lambda r: on_round(r, 1)) if on_round else None
-    return advance(claim.rounds, claim.record.pool_ids, rounds, on_reuse)
+# ---------------------------------------------------------------------------
+# the arms beside the ablation: control and gold-only (SPEC §6)
+# ---------------------------------------------------------------------------
+
+CONTROL_CHOICES = ("random", "none")
+DEFAULT_CONTROL = "random"
+
+
+@dataclass(frozen=True)
+class Arms:
+    """What FAE asks beside the ablation rounds, and how a prompt numbers its lines.
+
+    ``control``: ``random`` asks, at every round r >= 1, the full pool minus as many lines as the
+    ablation has removed by then, drawn (seeded by ``control_seed`` and the claim id) from the lines
+    neither cited in rounds 0..r-1 nor gold; ``none`` skips it. ``gold_only``: one more question on
+    the gold sentences alone. ``line_ids``: ``original`` or ``renumbered`` (SPEC §3). The default is
+    what ``fae run`` does; :data:`ABLATION_ONLY` is the ablation alone (the paper's protocol).
+    """
+
+    control: str = DEFAULT_CONTROL
+    control_seed: int = 0
+    gold_only: bool = True
+    line_ids: str = DEFAULT_LINE_IDS
+
+    def __post_init__(self):
+        if self.control not in CONTROL_CHOICES:
+            raise ValueError(f"--control {self.control!r}: choose {' or '.join(CONTROL_CHOICES)}")
+        check_line_ids(self.line_ids)
+
+    def record(self) -> dict:
+        """What config.json records (a resume across any of it is refused)."""
+        return {"control": self.control, "control_seed": self.control_seed if self.control != "none" else None,
+                "gold_only": self.gold_only, "line_ids": self.line_ids}
+
+
+ABLATION_ONLY = Arms(control="none", gold_only=False)
+
+
+def control_order(record: ClaimRecord, seed: int) -> list[int]:
+    """The claim's seeded order of its lines; the control removes the first eligible ones in it.
+
+    Seeded by (seed, claim id) only: a claim's control pools do not depend on the other claims, on the
+    order of the file, on shards or on the backend.
+    """
+    order = sorted(record.pool_ids)
+    random.Random(f"fae-control:{seed}:{record.id}").shuffle(order)
+    return order
+
+
+def control_removal(full_pool: Sequence[int], ablated_pool: Sequence[int], gold: set,
+                    order: Sequence[int]) -> tuple[list[int] | None, int, int]:
+    """(ids the control removes, or None when too few; how many it must remove; how many it may).
+
+    It removes as many lines as the ablation has (``|S| - |S^r|``), taken in ``order`` from the lines
+    still in the ablated pool (never cited in an earlier round) that are not gold.
+    """
+    need = len(full_pool) - len(ablated_pool)
+    still = set(ablated_pool)
+    eligible = [i for i in order if i in still and i not in gold]
+    if len(eligible) < need:
+        return None, need, len(eligible)
+    removed = set(eligible[:need])
+    return [i for i in full_pool if i in removed], need, len(eligible)
+
+
+class Request(NamedTuple):
+    """One model call of a claim: the arm (``rounds``, ``control`` or ``gold_only``), its round and pool."""
+
+    arm: str
+    r: int
+    pool: list[int]
+
+
+class ClaimSchedule:
+    """Every question FAE asks about one claim, in the order their pools become known.
+
+    The ablation steps with :func:`advance` (the one round schedule). The control of round r is known
+    once the ablation's round-r pool is, so it is asked in the same step; the gold-only pool is asked
+    with round 1 (or alone after round 0 when R = 0). A control or gold-only pool equal to one already
+    answered copies that answer (``reused``), as the ablation does. :meth:`next_requests` gives the
+    next step's calls (none: the claim is finished); :meth:`answer` records one.
+    """
+
+    def __init__(self, record: ClaimRecord, rounds: int, arms: Arms = ABLATION_ONLY):
+        self.record, self.R, self.arms = record, rounds, arms
+        self.rounds: list[dict] = []
+        self.control: list[dict | None] = []
+        self.gold_only: dict | None = None
+        self._gold_asked = False
+        self._order = control_order(record, arms.control_seed) if arms.control != "none" else []
+        self._gold = set(record.gold_ids)
+        self._pending: list[Request] = []
+
+    def next_requests(self, on_reuse: Callable[[int], None] | None = None) -> list[Request]:
+        if self._pending:
+            raise RuntimeError(f"claim {self.record.id!r}: {len(self._pending)} answers still missing")
+        reqs: list[Request] = []
+        pool = advance(self.rounds, self.record.pool_ids, self.R, on_reuse)
+        if pool is not None:
+            reqs.append(Request("rounds", len(self.rounds), pool))
+        known = [rd["pool_ids"] for rd in self.rounds] + ([pool] if pool is not None else [])
+        if self.arms.control != "none":
+            for r in range(len(self.control) + 1, len(known)):
+                self._control(r, known[r], reqs)
+        if self.arms.gold_only and not self._gold_asked and self.rounds:
+            self._gold_asked = True
+            self._gold_only(reqs)
+        self._pending = list(reqs)
+        return reqs
+
+    def _copy_of(self, pool: list[int]) -> dict | None:
+        """An answered question of this claim on exactly ``pool`` (round 0 or the previous control)."""
+        prev = [self.rounds[0]] + [c for c in self.control[-1:] if c is not None and "skipped" not in c]
+        for rnd in prev:
+            if rnd["pool_ids"] == pool:
+                return rnd
+        return None
+
+    def _control(self, r: int, ablated: list[int], reqs: list[Request]) -> None:
+        full = self.record.pool_ids
+        removed, need, have = control_removal(full, ablated, self._gold, self._order)
+        if removed is None:
+            self.control.append({"round": r, "skipped": f"{have} lines neither cited nor gold; the ablation "
+                                 f"removed {need} by round {r}", "removed_needed": need})
+            return
+        pool = [i for i in full if i not in set(removed)]
+        same = self._copy_of(pool)
+        if same is not None:
+            self.control.append({**reuse_round(same, r), "removed": removed})
+            return
+        self.control.append(None)  # answered by :meth:`answer`
+        reqs.append(Request("control", r, pool))
+
+    def _gold_only(self, reqs: list[Request]) -> None:
+        pool = [i for i in self.record.pool_ids if i in self._gold]
+        if not pool:
+            self.gold_only = {"skipped": "no gold sentence in the pool"}
+        elif pool == self.rounds[0]["pool_ids"]:
+            self.gold_only = reuse_round(self.rounds[0], 0)
+        else:
+            reqs.append(Request("gold_only", 0, pool))
+
+    def answer(self, req: Request, got: Generation) -> None:
+        self._pending.remove(req)
+        rnd = make_round(req.r, req.pool, got.text, got.truncated, got, self.arms.line_ids)
+        if req.arm == "rounds":
+            self.rounds.append(rnd)
+        elif req.arm == "control":
+            removed = set(req.pool)
+            self.control[req.r - 1] = {**rnd, "removed": [i for i in self.record.pool_ids if i not in removed]}
+        else:
+            self.gold_only = rnd
+
+    def entry(self) -> dict:
+        """The claims.jsonl line: the ablation's rounds, and ``control`` / ``gold_only`` when asked."""
+        out = claim_entry(self.record, self.rounds)
+        if self.arms.control != "none":
+            out["control"] = list(self.control)
+        if self.arms.gold_only:
+            out["gold_only"] = self.gold_only
+        return out
+
+
+def call_counts_of(entry: dict) -> dict[str, int]:
+    """Model calls and copied answers of one claims.jsonl entry, per arm (run logs and progress)."""
+    extra = [c for c in entry.get("control") or [] if c and "skipped" not in c]
+    gold = entry.get("gold_only")
+    if gold and "skipped" not in gold:
+        extra.append(gold)
+    return {"model_calls": sum(not rd.get("reused") for rd in entry["rounds"]),
+            "reused_calls": sum(bool(rd.get("reused")) for rd in entry["rounds"]),
+            "control_calls": sum(not rd.get("reused") for rd in extra)}
 
 
 def run_ablation(
@@ -210,21 +336,23 @@ def run_ablation(
     chunk_size: int = 8,
     progress: bool = True,
     desc: str = "",
+    arms: Arms = ABLATION_ONLY,
 ) -> dict[str, int]:
     """Ablate ``records`` with at most ``chunk_size`` claims in flight; write claims as they finish.
 
-    Each step sends the next round of every claim in flight to the backend in
-    one ``generate`` call (rounds mix; the backend sorts and batches), then
-    hands every newly finished claim to ``write`` — in the order claims entered
-    the window, so a claim waits only for earlier claims still in flight — and
+    Each step sends the next calls of every claim in flight (its next round and, with ``arms``, that
+    round's control and the gold-only pool) to the backend in one ``generate`` call (rounds mix; the
+    backend sorts and batches), then hands every newly finished claim to ``write`` — in the order
+    claims entered the window, so a claim waits only for earlier claims still in flight — and
     refills the window from the queue. When the window is smaller than the
     input, claims enter it by round-0 prompt length (so batches pad evenly);
     otherwise in input order. With ``chunk_size`` = one backend batch, a killed run
     loses about one batch of claims. Answers do not depend on ``chunk_size``.
-    Returns call counts for this invocation.
+    Returns call counts for this invocation (``control_calls``: the control and gold-only calls).
     """
     bars = RoundProgress(len(records), rounds, desc=desc, enabled=progress)
-    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0}
+    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0, "control_calls": 0}
+    on_reuse = lambda r: bars.update(r, 1)  # noqa: E731
     window = max(1, int(chunk_size))
     order = list(range(len(records)))
     if window < len(records):
@@ -232,7 +360,7 @@ def run_ablation(
         # gives the backend evenly padded batches; claims are written in this order.
         order.sort(key=lambda k: _prompt_chars(records[k]))
     queue = iter((pos, records[k]) for pos, k in enumerate(order))
-    in_flight: list[_Claim] = []
+    in_flight: list[tuple[int, ClaimSchedule]] = []
     finished: dict[int, dict] = {}
     next_out = 0
     exhausted = False
@@ -243,16 +371,16 @@ def run_ablation(
                 if item is None:
                     exhausted = True
                 else:
-                    in_flight.append(_Claim(*item))
-            todo: list[tuple[_Claim, list[int]]] = []
-            still: list[_Claim] = []
-            for claim in in_flight:
-                pool = _advance(claim, rounds, bars.update)
-                if pool is None:
-                    finished[claim.k] = claim_entry(claim.record, claim.rounds)
+                    in_flight.append((item[0], ClaimSchedule(item[1], rounds, arms)))
+            todo: list[tuple[ClaimSchedule, Request]] = []
+            still: list[tuple[int, ClaimSchedule]] = []
+            for pos, claim in in_flight:
+                reqs = claim.next_requests(on_reuse)
+                if not reqs:
+                    finished[pos] = claim.entry()
                 else:
-                    todo.append((claim, pool))
-                    still.append(claim)
+                    todo.extend((claim, req) for req in reqs)
+                    still.append((pos, claim))
             in_flight = still
             ready = []
             while next_out in finished:
@@ -262,24 +390,31 @@ def run_ablation(
                 write(ready)
                 stats["claims"] += len(ready)
                 for c in ready:
-                    for rd in c["rounds"]:
-                        stats["reused_calls" if rd["reused"] else "model_calls"] += 1
+                    for key, n in call_counts_of(c).items():
+                        stats[key] += n
             if not todo:
                 if exhausted and not in_flight:
                     break
                 continue
-            prompts = [render_evidence_prompt(c.record, pool) for c, pool in todo]
-            steps = [len(c.rounds) for c, _ in todo]
+            prompts = [render_evidence_prompt(c.record, req.pool, arms.line_ids) for c, req in todo]
             outputs = generate(prompts, callback=None)
             if len(outputs) != len(prompts):
                 raise RuntimeError(f"backend returned {len(outputs)} answers for {len(prompts)} prompts")
-            for (claim, pool), r, raw in zip(todo, steps, outputs):
-                answer = as_generation(raw)
-                claim.rounds.append(make_round(r, pool, answer.text, answer.truncated, answer))
-                bars.update(r, 1)
+            for (claim, req), raw in zip(todo, outputs):
+                claim.answer(req, as_generation(raw))
+                if req.arm == "rounds":
+                    bars.update(req.r, 1)
     finally:
         bars.close()
     return stats
+
+
+def ablate(records: Sequence[ClaimRecord], generate: Generator, rounds: int,
+           arms: Arms = ABLATION_ONLY) -> list[dict]:
+    """Every claim's claims.jsonl entry, in input order, from one window: :func:`run_ablation` in memory."""
+    out: list[dict] = []
+    run_ablation(records, generate, rounds, out.extend, chunk_size=max(1, len(records)), progress=False, arms=arms)
+    return out
 
 
 def _prompt_chars(record: ClaimRecord) -> int:

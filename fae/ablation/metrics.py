@@ -29,7 +29,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
 from real_fae_core.labels import REFUTE, SUPPORT
+from fae.ablation.control import control_metrics, gold_only_metrics
+from fae.ablation.intervals import MIN_INTERVAL_UNITS, percentile_interval  # noqa: F401 - re-exported
 from fae.ablation.population import evidence_claims, fae_claims, is_nei, mean_or_none
+from fae.ablation.scores import (  # noqa: F401 - re-exported: the metrics' building blocks
+    fae_scores, is_valid, n_rounds, retention, retention_reason, round_label, same_label, undefined_reason)
 from fae.ablation.soft_metrics import soft_metrics
 
 # The official FEVER scorer counts only the first five predicted sentences.
@@ -66,32 +70,14 @@ METRIC_KEYS = (
     "reused_calls",
     "model_calls",
     "soft",
+    "control",
+    "gold_only",
 )
 
 
 # ---------------------------------------------------------------------------
 # helpers: labels and the claim set
 # ---------------------------------------------------------------------------
-
-
-def same_label(pred: str | None, gold: str) -> bool:
-    """Is an answer's label the gold label? The one definition (score accounting uses it too).
-
-    Exact: an invalid answer (None) is wrong; only NEI has two spellings.
-    """
-    if pred is None:
-        return False
-    return pred == gold or (is_nei(pred) and is_nei(gold))
-
-
-def is_valid(rnd: Mapping) -> bool:
-    """Whether a round's answer parsed. Hand-built rounds without ``valid`` are valid when they have a label."""
-    return bool(rnd.get("valid", rnd.get("label") is not None))
-
-
-def round_label(rnd: Mapping) -> str | None:
-    """The round's label; None when the answer was invalid (wrong at every round)."""
-    return rnd.get("label") if is_valid(rnd) else None
 
 
 def cites_gold(cited: Iterable, gold_groups: Sequence[Sequence]) -> bool:
@@ -136,13 +122,6 @@ def named_ids(rnd: Mapping) -> list:
     if "evidence" in rnd and rnd["evidence"] is not None:
         return list(rnd["evidence"])
     return list(rnd.get("cited") or []) + list(rnd.get("hallucinated") or [])
-
-
-def _n_rounds(claims: Sequence[Mapping]) -> int:
-    lengths = {len(c["rounds"]) for c in claims}
-    if len(lengths) > 1:
-        raise ValueError(f"claims have different numbers of rounds: {sorted(lengths)}")
-    return (lengths.pop() - 1) if lengths else 0
 
 
 # ---------------------------------------------------------------------------
@@ -311,53 +290,10 @@ def round_accuracy(claims: Sequence[Mapping]) -> list[float | None]:
     then 0.
     """
     pop = evidence_claims(claims)
-    R = _n_rounds(claims)
+    R = n_rounds(claims)
     if not pop:
         return [None] * (R + 1)
     return [label_accuracy(pop, r) for r in range(R + 1)]
-
-
-def retention_reason(acc: Sequence[float | None]) -> str | None:
-    """Why ``g_r = a_r / a_0`` is undefined (``a_0`` is 0 or undefined), or None when it is defined."""
-    if not acc or acc[0] is None:
-        return "a_0 undefined (no SUPPORT/REFUTE claims)"
-    if acc[0] == 0:
-        return "a_0 = 0"
-    return None
-
-
-def undefined_reason(acc: Sequence[float | None]) -> str | None:
-    """Why IS/ER/IO cannot be computed from ``a_0..a_R``, or None when they can."""
-    reason = retention_reason(acc)
-    if reason is None and len(acc) < 2:
-        return "R = 0 (no ablation rounds)"
-    return reason
-
-
-def retention(acc: Sequence[float | None]) -> list[float | None]:
-    """``g_r = a_r / a_0``; ``None`` for every r when ``a_0`` is 0 or undefined."""
-    a0 = acc[0] if acc else None
-    if not a0:
-        return [None] * len(acc)
-    return [None if a is None else a / a0 for a in acc]
-
-
-def fae_scores(acc: Sequence[float | None]) -> dict[str, Any]:
-    """IS = 1 - g_1, ER = 1 - g_R, IO = 1 - mean(a_1..a_R) (SPEC §6), each with a reason when null.
-
-    All three are ``None`` when ``a_0`` is 0 or undefined, or R = 0; then
-    ``IS_reason``/``ER_reason``/``IO_reason`` say why (e.g. ``"a_0 = 0"``).
-    IO itself only needs a_1..a_R, but a verifier with nothing right at round
-    0 has nothing to lose: one whose every answer is invalid would score the
-    ideal IO = 1.
-    """
-    reason = undefined_reason(acc)
-    out: dict[str, Any] = {"IS": None, "ER": None, "IO": None}
-    if reason is None:
-        R = len(acc) - 1
-        g = retention(acc)
-        out = {"IS": 1 - g[1], "ER": 1 - g[R], "IO": 1 - sum(acc[1:]) / R}
-    return {**out, "IS_reason": reason, "ER_reason": reason, "IO_reason": reason}
 
 
 def is_flip(a: str | None, b: str | None) -> bool:
@@ -373,7 +309,7 @@ def flip_rates(claims: Sequence[Mapping]) -> dict[str, float | None]:
     through NEI or an invalid answer is not a flip.
     """
     pop = evidence_claims(claims)
-    R = _n_rounds(claims)
+    R = n_rounds(claims)
     if not pop or R < 1:
         return {"flip_rate": None, "any_flip_rate": None}
     flips = anyf = 0
@@ -388,7 +324,7 @@ def flip_rates(claims: Sequence[Mapping]) -> dict[str, float | None]:
 def _round_share(claims: Sequence[Mapping], hit) -> list[float | None]:
     """Per round: share of SUPPORT/REFUTE claims whose round passes ``hit`` (reused answers included)."""
     pop = evidence_claims(claims)
-    R = _n_rounds(claims)
+    R = n_rounds(claims)
     if not pop:
         return [None] * (R + 1)
     return [sum(bool(hit(c["rounds"][r])) for c in pop) / len(pop) for r in range(R + 1)]
@@ -423,7 +359,7 @@ def hallucinated_id_rate(claims: Sequence[Mapping]) -> list[float | None]:
     invented, or already ablated in an earlier round.
     """
     pop = evidence_claims(claims)
-    R = _n_rounds(claims)
+    R = n_rounds(claims)
     out: list[float | None] = []
     for r in range(R + 1):
         n_h = sum(len(c["rounds"][r].get("hallucinated") or []) for c in pop)
@@ -486,7 +422,7 @@ def metric_intervals(claims: Sequence[Mapping], *, n_resamples: int = 2000, conf
     import numpy as np
 
     pop, idx, out = _bootstrap_claims(claims, n_resamples, confidence_level, seed)
-    R = _n_rounds(pop) if pop else 0
+    R = n_rounds(pop) if pop else 0
     if not pop:
         return {**out, **{k: {"ci_low": None, "ci_high": None, "defined": 0.0} for k in INTERVAL_METRICS}}
     right = np.array([[same_label(round_label(c["rounds"][r]), c["gold_label"]) for r in range(R + 1)]
@@ -503,7 +439,7 @@ def metric_intervals(claims: Sequence[Mapping], *, n_resamples: int = 2000, conf
             draws["ER"] = np.where(defined, 1 - acc[:, R] / a0, np.nan)
             draws["IO"] = np.where(defined, 1 - acc[:, 1:].mean(axis=1), np.nan)
     for key in INTERVAL_METRICS:
-        out[key] = percentile_interval(draws.get(key, []), confidence_level)
+        out[key] = percentile_interval(draws.get(key, []), confidence_level, n_units=len(pop))
     return out
 
 
@@ -535,8 +471,8 @@ def chance_comparison(claims: Sequence[Mapping], *, n_resamples: int = 2000, con
     with np.errstate(divide="ignore", invalid="ignore"):
         recall = np.where(present > 0, hits / present, np.nan)
     balanced_draws = np.nanmean(recall, axis=1)
-    acc_ci = percentile_interval(right[idx].mean(axis=1), confidence_level)
-    bal_ci = percentile_interval(balanced_draws, confidence_level)
+    acc_ci = percentile_interval(right[idx].mean(axis=1), confidence_level, n_units=len(pop))
+    bal_ci = percentile_interval(balanced_draws, confidence_level, n_units=len(pop))
     majority_rate = counts[majority] / len(pop)
     balanced = float(np.mean([right[member[:, j] > 0].mean() for j in range(len(labels))]))
     return {**out, "gold_counts": counts, "majority_label": majority, "majority_rate": majority_rate,
@@ -548,21 +484,6 @@ def chance_comparison(claims: Sequence[Mapping], *, n_resamples: int = 2000, con
                                                and bal_ci["ci_low"] > 1 / len(labels))}
 
 
-def percentile_interval(draws, confidence_level: float = 0.95) -> dict[str, Any]:
-    """The percentile interval of a statistic's bootstrap draws; NaN draws (the statistic undefined in that
-    resample) are left out and ``defined`` is the share kept; below one half there is no interval."""
-    import numpy as np
-
-    x = np.asarray(draws, float)
-    finite = x[np.isfinite(x)]
-    share = float(finite.size / x.size) if x.size else 0.0
-    if finite.size == 0 or share < 0.5:
-        return {"ci_low": None, "ci_high": None, "defined": share}
-    alpha = (1 - confidence_level) / 2
-    lo, hi = np.quantile(finite, [alpha, 1 - alpha])
-    return {"ci_low": float(lo), "ci_high": float(hi), "defined": share}
-
-
 def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[str, Any]:
     """All of ``metrics.json``: exactly :data:`METRIC_KEYS`, fractions in [0, 1].
 
@@ -570,7 +491,7 @@ def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[
     them) are dropped here; ``n_excluded_nei`` adds the ones the run skipped.
     """
     claims = list(claims)
-    R = _n_rounds(claims)
+    R = n_rounds(claims)
     pop, n_nei = fae_claims(claims)
 
     def per_round(fn):  # an empty claim set has no rounds of its own: keep R from the input
@@ -611,6 +532,9 @@ def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[
         "hallucinated_id_rate": per_round(hallucinated_id_rate),
         **call_counts(pop),
         "soft": soft_metrics(pop),  # soft FAE (fae.ablation.soft_metrics): label-probability metrics
+        # the control arm and the gold-only pool (fae.ablation.control); None for runs made without them
+        "control": control_metrics(pop),
+        "gold_only": gold_only_metrics(pop),
     }
     assert tuple(out) == METRIC_KEYS
     return out

@@ -36,7 +36,7 @@ from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 from fae.ablation import runio
-from fae.ablation.engine import run_ablation
+from fae.ablation.engine import ABLATION_ONLY, Arms, run_ablation
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.shards import merge, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend
@@ -47,7 +47,8 @@ LOST = (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exc
 MAX_SHARD_RETRIES = 3
 
 
-def _ablate_shard(backend_name: str, options, records, rounds: int, chunk_size: int | None, run_name: str):
+def _ablate_shard(backend_name: str, options, records, rounds: int, chunk_size: int | None, run_name: str,
+                  arms: Arms = ABLATION_ONLY):
     """On a worker: ``{"pid", "node"}`` first, then lists of finished claims as the engine writes them."""
     backend_cls = get_backend(backend_name)
     opts = backend_options(backend_cls, options)
@@ -61,10 +62,10 @@ def _ablate_shard(backend_name: str, options, records, rounds: int, chunk_size: 
             try:
                 if supports_streaming(backend):  # as in one process: no barrier across claims
                     run_ablation_streaming(records, backend, rounds, out.put, run_name=run_name,
-                                           in_flight=chunk_size, progress=False)
+                                           in_flight=chunk_size, progress=False, arms=arms)
                 else:
                     size = chunk_size or backend_cls.default_chunk_size(opts)
-                    run_ablation(records, backend, rounds, out.put, chunk_size=size, progress=False)
+                    run_ablation(records, backend, rounds, out.put, chunk_size=size, progress=False, arms=arms)
             finally:
                 backend.close()
             out.put(done)
@@ -170,7 +171,9 @@ def _drive(shards: list[_Shard], backend_cls, backend_opts, opts, run_dir: Path,
 
     def submit(s: _Shard) -> None:
         s.attempts += 1
-        s.gen = task.remote(backend_cls.name, options, s.todo, opts.rounds, opts.chunk_size, run_dir.name)
+        s.gen = task.remote(backend_cls.name, options, s.todo, opts.rounds, opts.chunk_size, run_dir.name,
+                            Arms(control=opts.control, control_seed=opts.control_seed, gold_only=opts.gold_only,
+                                 line_ids=opts.line_ids))
 
     def note() -> None:
         kept = sum(len(s.held) for s in shards)

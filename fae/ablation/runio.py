@@ -38,7 +38,10 @@ SHARDS_DIR = "shards"  # shards/I-of-N/: one shard's config.json, claims.jsonl, 
 DERIVED = (METRICS, "report.md", "trajectory.png")
 # Settings that change the answers: resuming under different ones would mix two runs.
 RESUME_KEYS = ("records_sha256", "backend", "model", "adapter_sha256", "rounds", "decoding",
-               "constrained_decoding", "prompt_format_version", "claim_set_sha256")
+               "constrained_decoding", "prompt_format_version", "control", "control_seed", "gold_only", "line_ids",
+               "claim_set_sha256")
+# What a run made before the control arm, gold-only pools and --line-ids existed did (config.json without them).
+BEFORE_ARMS = {"control": "none", "control_seed": None, "gold_only": False, "line_ids": "original"}
 _ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 _VERSION_PACKAGES = ("real-fae", "torch", "transformers", "peft", "accelerate", "openai", "vllm")
 
@@ -207,6 +210,8 @@ def check_resume(run_dir: str | os.PathLike, config: dict) -> dict | None:
     if not isinstance(old, dict) or "claim_set_sha256" not in old:
         raise UserError(f"{path} was written by an older `fae run` without a run fingerprint; "
                         "use a fresh --output directory")
+    old = {**{k: v for k, v in BEFORE_ARMS.items() if k not in old}, **old}
+    config = {**{k: v for k, v in BEFORE_ARMS.items() if k not in config}, **config}
     diffs = []
     for k in RESUME_KEYS:
         if old.get(k) == config.get(k):

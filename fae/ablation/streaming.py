@@ -2,9 +2,9 @@
 
 :func:`fae.ablation.engine.run_ablation` sends the next round of every claim in
 flight in one ``generate`` call, so a step waits for its slowest request. Here
-each claim is its own coroutine stepping with :func:`engine.advance` (the one
-round schedule): it sends its next round as soon as its own previous answer
-arrived. The rounds are the same as :func:`run_ablation`'s for the same answers;
+each claim is its own coroutine stepping with :class:`engine.ClaimSchedule` (the one
+round schedule, with the control and gold-only questions of ``arms``): it sends its next
+round as soon as its own previous answer arrived. The rounds are the same as :func:`run_ablation`'s for the same answers;
 only the order in which claims finish differs (``fae run``'s final merge puts
 claims.jsonl in record order).
 
@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 from data_prep.prompts import render_evidence_prompt
 from data_prep.records import ClaimRecord
-from fae.ablation.engine import RoundProgress, advance, claim_entry, make_round
+from fae.ablation.engine import ABLATION_ONLY, Arms, ClaimSchedule, RoundProgress, call_counts_of
 from fae.backends import as_generation
 
 FLUSH_SECONDS = 0.2
@@ -62,6 +62,7 @@ def run_ablation_streaming(
     in_flight: int | None = None,
     progress: bool = True,
     desc: str = "",
+    arms: Arms = ABLATION_ONLY,
 ) -> dict[str, int]:
     """Ablate ``records`` with each claim stepping on its own; the stats of :func:`run_ablation`.
 
@@ -72,7 +73,7 @@ def run_ablation_streaming(
         raise TypeError(f"{type(backend).__name__} has no streaming(); use fae.ablation.engine.run_ablation")
     total = len(records) if hasattr(records, "__len__") else 0
     bars = RoundProgress(total, rounds, desc=desc, enabled=progress and total > 0)
-    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0}
+    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0, "control_calls": 0}
     pending: list[dict] = []
     last_flush = [time.monotonic()]
 
@@ -85,8 +86,8 @@ def run_ablation_streaming(
         write(batch)
         stats["claims"] += len(batch)
         for c in batch:
-            for rd in c["rounds"]:
-                stats["reused_calls" if rd["reused"] else "model_calls"] += 1
+            for key, n in call_counts_of(c).items():
+                stats[key] += n
 
     def finished(entry: dict) -> None:
         pending.append(entry)
@@ -95,7 +96,7 @@ def run_ablation_streaming(
 
     try:
         asyncio.run(_run(iter(records), backend, rounds, run_name, max(1, int(in_flight or DEFAULT_IN_FLIGHT)),
-                         bars, finished, flush))
+                         bars, finished, flush, arms))
     finally:
         try:
             flush()  # on success, error or interrupt: every finished claim reaches disk
@@ -105,7 +106,7 @@ def run_ablation_streaming(
 
 
 async def _run(records, backend, rounds: int, run_name: str, limit: int, bars: RoundProgress,
-               finished: Callable[[dict], None], flush: Callable[[], None]) -> None:
+               finished: Callable[[dict], None], flush: Callable[[], None], arms: Arms = ABLATION_ONLY) -> None:
     on_reuse = (lambda r: bars.update(r, 1)) if bars.enabled else None
     slots = asyncio.Semaphore(limit)
     tasks: set[asyncio.Task] = set()
@@ -115,16 +116,18 @@ async def _run(records, backend, rounds: int, run_name: str, limit: int, bars: R
     async with backend.streaming() as answer:
 
         async def claim(record: ClaimRecord) -> dict:
-            done: list[dict] = []
+            schedule = ClaimSchedule(record, rounds, arms)
             key = routing_key(run_name, record.id)
-            while (pool := advance(done, record.pool_ids, rounds, on_reuse)) is not None:
-                r = len(done)
-                # later rounds first: a started claim finishes before new ones take the slots
-                got = as_generation(await answer(render_evidence_prompt(record, pool), key, r))
-                done.append(make_round(r, pool, got.text, got.truncated, got))
-                if bars.enabled:
-                    bars.update(r, 1)
-            return claim_entry(record, done)
+            while reqs := schedule.next_requests(on_reuse):
+                # later rounds first: a started claim finishes before new ones take the slots. A step's
+                # questions (the round, its control, the gold-only pool) are awaited one after the other:
+                # each request then reaches the backend's queue at once, ahead of claims not yet started.
+                for req in reqs:
+                    got = await answer(render_evidence_prompt(record, req.pool, arms.line_ids), key, req.r)
+                    schedule.answer(req, as_generation(got))
+                    if bars.enabled and req.arm == "rounds":
+                        bars.update(req.r, 1)
+            return schedule.entry()
 
         def settled(task: asyncio.Task) -> None:
             tasks.discard(task)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
+from fae.ablation.control import control_summary_line
 
 
 @dataclasses.dataclass
@@ -48,8 +49,14 @@ def run(config: FromInspectConfig) -> CommandResult:
     command = shlex.join(["fae", "from-inspect", config.log, "--output", config.output]
                          + (["--skip-incomplete"] if config.skip_incomplete else []))
     metrics = log_to_run(config.log, config.output, command=command, skip_incomplete=config.skip_incomplete)
-    print(json.dumps({k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
-                                               "IS", "ER", "IO", "model_calls", "reused_calls")}))
+    summary = {k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
+                                        "IS", "ER", "IO", "model_calls", "reused_calls")}
+    summary["IS_ctrl"] = (metrics.get("control") or {}).get("IS_ctrl")
+    summary["gold_only_accuracy"] = (metrics.get("gold_only") or {}).get("label_accuracy")
+    print(json.dumps(summary))
+    line = control_summary_line(metrics)
+    if line:
+        print(f"fae from-inspect: {line}", file=sys.stderr)
     print(f"fae from-inspect: wrote {config.output}/config.json, claims.jsonl, metrics.json, report.md, "
           "trajectory.png", file=sys.stderr)
     out = Path(config.output)

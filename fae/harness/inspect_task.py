@@ -4,18 +4,23 @@ Everything FAE-specific is the project's own code, called from Inspect's hooks:
 
 - the samples are our records (SPEC §2, :func:`data_prep.records.load_records`), NEI-gold ones
   left out and counted as ``fae run`` does (:func:`fae.ablation.population.fae_claims`);
-- the solver asks round 0 on the full pool and each later round on the pool minus what the
-  previous answer cited, with :func:`data_prep.prompts.render_evidence_prompt` for the prompt,
-  :func:`fae.ablation.engine.make_round` (the strict parser) for the answer and
-  :func:`fae.ablation.engine.advance` for the schedule, so a round whose pool did not change is
+- the solver asks every question ``fae run`` asks about the claim, stepping with
+  :class:`fae.ablation.engine.ClaimSchedule` (the one schedule): round 0 on the full pool, each
+  later round on the pool minus what the previous answer cited, and with the task's arms
+  (:class:`fae.ablation.engine.Arms`: ``control``, ``control_seed``, ``gold_only``, ``line_ids``)
+  the control pool of every round r >= 1 and the gold-only pool; the prompt is
+  :func:`data_prep.prompts.render_evidence_prompt`, the answer goes through the strict parser
+  (:func:`fae.ablation.engine.make_round`), and a question whose pool was already answered is
   copied with ``reused: true`` exactly as ``fae run`` copies it;
-- the scorer turns the rounds into the claims.jsonl entry (:func:`fae.ablation.engine.claim_entry`)
-  and the metric computes Acc, Strict, FEVER, IS, ER, IO with :func:`fae.ablation.metrics.compute_metrics`.
+- the scorer takes the claims.jsonl entry (:meth:`ClaimSchedule.entry`) and the metric computes
+  Acc, Strict, FEVER, IS, ER, IO and the control / gold-only metrics with
+  :func:`fae.ablation.metrics.compute_metrics`.
 
-A round whose generate fails (a provider error after Inspect's retries, a limit reached) ends
-the sample with an error that names the claim and the round: Inspect does not score an errored
-sample, so a claim whose rounds did not all complete never enters the metrics. The rounds that
-did complete stay in the sample's store (:data:`STORE_KEY`), visible in ``inspect view``.
+A question whose generate fails (a provider error after Inspect's retries, a limit reached) ends
+the sample with an error that names the claim and the question: Inspect does not score an errored
+sample, so a claim whose questions were not all answered never enters the metrics. The partial
+entry (the rounds, control and gold-only answers that did complete) stays in the sample's store
+(:data:`STORE_KEY`), visible in ``inspect view``.
 """
 
 from __future__ import annotations
@@ -34,15 +39,20 @@ from inspect_ai.solver import Generate, TaskState, solver
 
 from real_fae_core.errors import UserError
 from real_fae_core.hashing import sha256_file
-from data_prep.prompts import PROMPT_FORMAT_VERSION, render_evidence_prompt
+from data_prep.prompts import DEFAULT_LINE_IDS, LINE_IDS, PROMPT_FORMAT_VERSION, render_evidence_prompt
 from data_prep.records import ClaimRecord, load_records_or_fail
-from fae.ablation.engine import advance, claim_entry, make_round
-from fae.ablation.metrics import compute_metrics, nei_exclusion_note, round_accuracy, strict_accuracy
+from fae.ablation.engine import ABLATION_ONLY, CONTROL_CHOICES, DEFAULT_CONTROL, Arms, ClaimSchedule, Request
+from fae.backends import Generation
+from fae.ablation.metrics import (compute_metrics, nei_exclusion_note, round_accuracy, round_label, same_label,
+                                  strict_accuracy)
 from fae.ablation.population import fae_claims
 
 TASK_NAME = "real_fae/fae"
-# Where a sample keeps its rounds (the sample's store, saved in the log even when the sample errs)
-STORE_KEY = "real_fae:rounds"
+# Where a sample keeps its partial claims.jsonl entry: the rounds, control and gold-only answers
+# completed so far (the sample's store, saved in the log even when the sample errs)
+STORE_KEY = "real_fae:claim"
+# Where logs of earlier versions of the task kept the completed rounds (a list)
+OLD_STORE_KEY = "real_fae:rounds"
 # Sample metadata: the record itself, so the solver needs nothing but the sample
 RECORD_KEY = "record"
 # Score metadata: the claims.jsonl entry of the claim (SPEC §6, docs/fae.md)
@@ -52,7 +62,13 @@ DEFAULT_MAX_TOKENS = 64
 # The metrics the task reports, as Inspect names them, and the metrics.json key of each
 METRIC_NAMES = {"accuracy": "label_accuracy", "strict": "strict_accuracy", "fever": "fever_score",
                 "IS": "IS", "ER": "ER", "IO": "IO"}
-TASK_OPTIONS = ("records", "rounds", "max_tokens")
+# ... and of the control arm and the gold-only pool: (metrics.json block, key in it)
+ARM_METRIC_NAMES = {"IS_ctrl": ("control", "IS_ctrl"), "IS_minus_IS_ctrl": ("control", "IS_minus_IS_ctrl"),
+                    "gold_only_accuracy": ("gold_only", "label_accuracy"),
+                    "gold_only_nei": ("gold_only", "nei_answer_rate")}
+TASK_OPTIONS = ("records", "rounds", "max_tokens", "control", "control_seed", "gold_only", "line_ids")
+# The options beside records/rounds/max_tokens: fae run's arms (fae.ablation.engine.Arms), its defaults
+ARM_OPTIONS = {"control": DEFAULT_CONTROL, "control_seed": 0, "gold_only": True, "line_ids": DEFAULT_LINE_IDS}
 
 
 class RoundError(RuntimeError):
@@ -70,11 +86,11 @@ def chat_messages(messages: Sequence[dict[str, str]]) -> list[ChatMessageSystem 
     return [kinds[m["role"]](content=m["content"]) for m in messages]
 
 
-def record_sample(record: ClaimRecord) -> Sample:
+def record_sample(record: ClaimRecord, line_ids: str = DEFAULT_LINE_IDS) -> Sample:
     """One record as a sample: input = the round-0 prompt, target = the gold label, the record in metadata."""
     return Sample(
         id=record.id,
-        input=chat_messages(render_evidence_prompt(record)),
+        input=chat_messages(render_evidence_prompt(record, None, line_ids)),
         target=record.label,
         metadata={RECORD_KEY: record.to_dict()},
     )
@@ -99,29 +115,51 @@ def check_options(records: Any, rounds: Any, max_tokens: Any,
     return path, int(rounds), int(max_tokens)
 
 
-def load_samples(path: Path) -> tuple[list[Sample], int]:
+def check_arms(control: Any = DEFAULT_CONTROL, control_seed: Any = 0, gold_only: Any = True,
+               line_ids: Any = DEFAULT_LINE_IDS) -> Arms:
+    """The arm options, checked (one line naming the option and its choices), as ``fae run``'s :class:`Arms`."""
+    if control not in CONTROL_CHOICES:
+        raise UserError(f"task option control: {control!r}; choose {' or '.join(CONTROL_CHOICES)}")
+    if line_ids not in LINE_IDS:
+        raise UserError(f"task option line_ids: {line_ids!r}; choose {' or '.join(LINE_IDS)}")
+    if isinstance(control_seed, bool) or not isinstance(control_seed, int):
+        raise UserError(f"task option control_seed: expected an integer (got {control_seed!r})")
+    if not isinstance(gold_only, bool):
+        raise UserError(f"task option gold_only: expected true or false (got {gold_only!r})")
+    return Arms(control=control, control_seed=int(control_seed), gold_only=gold_only, line_ids=line_ids)
+
+
+def load_samples(path: Path, line_ids: str = DEFAULT_LINE_IDS) -> tuple[list[Sample], int]:
     """(samples of the SUPPORT/REFUTE records, number of NEI-gold records left out); bad records: UserError."""
     records = load_records_or_fail(path)
     kept, n_nei = fae_claims(records, source=str(path))
     if not kept:
         raise UserError(f"{path}: no records")
-    return [record_sample(r) for r in kept], n_nei
+    return [record_sample(r, line_ids) for r in kept], n_nei
 
 
 def fae_task(records: str | None, rounds: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS,
-             unknown: dict[str, Any] | None = None) -> Task:
+             unknown: dict[str, Any] | None = None, **arm_options: Any) -> Task:
     """The FAE task over a records file: R = ``rounds`` ablation rounds after round 0, greedy answers
-    of at most ``max_tokens`` tokens (the defaults of ``fae run``). ``unknown``: options the task does
-    not have, refused with one line."""
-    path, rounds, max_tokens = check_options(records, rounds, max_tokens, unknown)
-    samples, n_nei = load_samples(path)
+    of at most ``max_tokens`` tokens, and ``fae run``'s arms (:data:`ARM_OPTIONS`: ``control``,
+    ``control_seed``, ``gold_only``, ``line_ids``), all with the defaults of ``fae run``. An arm option
+    may come as a keyword or in ``unknown`` (a task function that takes ``**unknown``); the rest of
+    ``unknown``, options the task does not have, is refused with one line."""
+    unknown = dict(unknown or {})
+    for name in ARM_OPTIONS:
+        if name in unknown:
+            arm_options[name] = unknown.pop(name)
+    path, rounds, max_tokens = check_options(records, rounds, max_tokens, {**unknown, **{
+        k: v for k, v in arm_options.items() if k not in ARM_OPTIONS}})
+    arms = check_arms(**{**ARM_OPTIONS, **arm_options})
+    samples, n_nei = load_samples(path, arms.line_ids)
     if n_nei:
         print(f"{TASK_NAME}: {nei_exclusion_note(n_nei, str(path))}", file=sys.stderr)
     location = str(path.resolve())
     return Task(
         dataset=MemoryDataset(samples, name=path.stem, location=location),
-        solver=fae_ablation(rounds),
-        scorer=fae_scorer(rounds),
+        solver=fae_ablation(rounds, **arms_args(arms)),
+        scorer=fae_scorer(rounds, **arms_args(arms)),
         config=GenerateConfig(temperature=0.0, max_tokens=max_tokens),
         epochs=1,
         metadata={
@@ -131,8 +169,15 @@ def fae_task(records: str | None, rounds: int = 4, max_tokens: int = DEFAULT_MAX
             "max_tokens": max_tokens,
             "n_excluded_nei": n_nei,
             "prompt_format_version": PROMPT_FORMAT_VERSION,
+            **arms.record(),  # control, control_seed, gold_only, line_ids: config.json's keys (fae from-inspect)
         },
     )
+
+
+def arms_args(arms: Arms) -> dict[str, Any]:
+    """The solver's and scorer's arm arguments (plain values, as Inspect records them in the log)."""
+    return {"control": arms.control, "control_seed": arms.control_seed, "gold_only": arms.gold_only,
+            "line_ids": arms.line_ids}
 
 
 # ---------------------------------------------------------------------------
@@ -170,31 +215,50 @@ def sample_record(state: TaskState) -> ClaimRecord:
     return ClaimRecord.from_dict(rec)
 
 
+def finish_reason_of(stop_reason: str | None) -> str | None:
+    """Inspect's stop reason as ``fae run``'s finish reason (``length``: cut off at the cap; None: unknown)."""
+    truncated = truncated_of(stop_reason)
+    return None if truncated is None else ("length" if truncated else "stop")
+
+
+def question_name(req: Request, rounds: int) -> str:
+    """How an error names the question that failed."""
+    if req.arm == "rounds":
+        return f"round {req.r} of rounds 0..{rounds}"
+    if req.arm == "control":
+        return f"the control of round {req.r}"
+    return "the gold-only question"
+
+
 @solver
-def fae_ablation(rounds: int = 4):
-    """Rounds 0..R of one claim: ask, parse, drop the cited lines, ask again (SPEC §6)."""
+def fae_ablation(rounds: int = 4, control: str = DEFAULT_CONTROL, control_seed: int = 0, gold_only: bool = True,
+                 line_ids: str = DEFAULT_LINE_IDS):
+    """Every question ``fae run`` asks about one claim (SPEC §6): rounds 0..R (ask, parse, drop the cited
+    lines, ask again) and, with the arms, each round's control and the gold-only pool."""
+    arms = Arms(control=control, control_seed=control_seed, gold_only=gold_only, line_ids=line_ids)
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         record = sample_record(state)
-        done: list[dict] = []
-        state.store.set(STORE_KEY, [])
-        while (pool := advance(done, record.pool_ids, rounds)) is not None:
-            r = len(done)
-            state.messages = chat_messages(render_evidence_prompt(record, pool))
-            try:
-                state = await generate(state)
-            except Exception as exc:  # a provider error after retries, a limit: the claim is incomplete
-                # the cause is in the message; its stack (the provider's internals) would bury it
-                raise RoundError(f"claim {record.id!r}: round {r} of rounds 0..{rounds} did not complete: "
-                                 f"{describe_error(exc)}") from None
-            output = state.output
-            if output.error:
-                raise RoundError(f"claim {record.id!r}: round {r} of rounds 0..{rounds} did not complete: "
-                                 f"the model returned an error: {output.error}")
-            stop = output.stop_reason if output.choices else None
-            done.append(make_round(r, pool, output.completion, truncated_of(stop)))
-            state.store.set(STORE_KEY, list(done))
-        state.store.set(STORE_KEY, list(done))
+        schedule = ClaimSchedule(record, rounds, arms)
+        state.store.set(STORE_KEY, schedule.entry())
+        while reqs := schedule.next_requests():
+            for req in reqs:
+                state.messages = chat_messages(render_evidence_prompt(record, req.pool, arms.line_ids))
+                what = question_name(req, rounds)
+                try:
+                    state = await generate(state)
+                except Exception as exc:  # a provider error after retries, a limit: the claim is incomplete
+                    # the cause is in the message; its stack (the provider's internals) would bury it
+                    raise RoundError(f"claim {record.id!r}: {what} did not complete: "
+                                     f"{describe_error(exc)}") from None
+                output = state.output
+                if output.error:
+                    raise RoundError(f"claim {record.id!r}: {what} did not complete: "
+                                     f"the model returned an error: {output.error}")
+                stop = output.stop_reason if output.choices else None
+                schedule.answer(req, Generation(output.completion, finish_reason_of(stop)))
+                state.store.set(STORE_KEY, schedule.entry())
+        state.store.set(STORE_KEY, schedule.entry())
         return state
 
     return solve
@@ -206,20 +270,41 @@ def fae_ablation(rounds: int = 4):
 
 
 def round_table(claim: dict) -> str:
-    """A Markdown table of the claim's rounds: why its verdict was kept or dropped (the score's explanation)."""
+    """A Markdown table of the claim's rounds: why its verdict was kept or dropped (the score's explanation),
+    and one of the control and gold-only questions when the task asked them."""
     gold = {i for g in claim["gold_groups"] for i in g}
     acc = round_accuracy([claim])
     lines = [f"gold {claim['gold_label']}, gold ids {sorted(gold)}", "",
              "| round | pool | answer | label | cited | hallucinated | correct | note |",
              "|---|---|---|---|---|---|---|---|"]
     for rnd, ok in zip(claim["rounds"], acc):
-        label = rnd["label"] if rnd["valid"] else "invalid"
-        note = "reused (pool unchanged)" if rnd["reused"] else (rnd.get("error") or "")
-        if rnd.get("truncated"):
-            note = (note + "; " if note else "") + "cut off at max_tokens"
-        lines.append(f"| {rnd['round']} | {rnd['pool_ids']} | {table_text(rnd['raw_output'], 80)} | {label} | "
-                     f"{rnd['cited']} | {rnd['hallucinated']} | {'yes' if ok else 'no'} | {table_text(note)} |")
+        lines.append(f"| {rnd['round']} | {rnd['pool_ids']} | {table_text(rnd['raw_output'], 80)} | "
+                     f"{round_cells(rnd, ok)} |")
+    arms = [(f"control {c['round']}", c) for c in claim.get("control") or [] if c]
+    if claim.get("gold_only"):
+        arms.append(("gold-only", claim["gold_only"]))
+    if arms:
+        lines += ["", "Beside the ablation: the control of round r (the full pool minus as many lines as the "
+                  "ablation removed, never cited nor gold) and the gold-only pool.", "",
+                  "| question | pool | answer | label | cited | hallucinated | correct | note |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, rnd in arms:
+            if "skipped" in rnd:
+                lines.append(f"| {name} | | | | | | | {table_text('not asked: ' + rnd['skipped'])} |")
+                continue
+            ok = same_label(round_label(rnd), claim["gold_label"])
+            lines.append(f"| {name} | {rnd['pool_ids']} | {table_text(rnd['raw_output'], 80)} | "
+                         f"{round_cells(rnd, ok, 'reused (same pool answered)')} |")
     return "\n".join(lines)
+
+
+def round_cells(rnd: dict, ok: bool, reused: str = "reused (pool unchanged)") -> str:
+    """label | cited | hallucinated | correct | note of one answered question."""
+    label = rnd["label"] if rnd["valid"] else "invalid"
+    note = reused if rnd["reused"] else (rnd.get("error") or "")
+    if rnd.get("truncated"):
+        note = (note + "; " if note else "") + "cut off at max_tokens"
+    return f"{label} | {rnd['cited']} | {rnd['hallucinated']} | {'yes' if ok else 'no'} | {table_text(note)}"
 
 
 def table_text(text: str, limit: int | None = None) -> str:
@@ -228,43 +313,89 @@ def table_text(text: str, limit: int | None = None) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
-def complete_claim(state: TaskState, rounds: int) -> dict | None:
-    """The claims.jsonl entry of a sample whose rounds 0..R all completed; None otherwise."""
-    done = state.store.get(STORE_KEY)
-    if not isinstance(done, list) or len(done) != rounds + 1:
+def stored_rounds(store: Any) -> list:
+    """The rounds a sample's store holds (its partial entry's; a list under the old key in older logs)."""
+    store = store or {}
+    entry = store.get(STORE_KEY)
+    if isinstance(entry, dict):
+        return list(entry.get("rounds") or [])
+    old = store.get(OLD_STORE_KEY)
+    return list(old) if isinstance(old, list) else []
+
+
+def incomplete_reason(entry: Any, rounds: int, arms: Arms) -> str | None:
+    """Why ``entry`` is not a finished claims.jsonl entry under ``rounds`` and ``arms``; None when it is:
+    every round 0..R answered, and with the arms every control of rounds 1..R and the gold-only question."""
+    if not isinstance(entry, dict):
+        return "no entry"
+    n = len(entry.get("rounds") or [])
+    if n != rounds + 1:
+        return f"{n} rounds, expected {rounds + 1}"
+    if arms.control != "none":
+        control = entry.get("control")
+        if not isinstance(control, list) or len(control) != rounds or any(c is None for c in control):
+            done = sum(c is not None for c in control) if isinstance(control, list) else 0
+            return f"{done} of {rounds} controls"
+    elif "control" in entry:
+        return "a control the task did not ask"
+    if arms.gold_only:
+        if entry.get("gold_only") is None:
+            return "no gold-only answer"
+    elif "gold_only" in entry:
+        return "a gold-only answer the task did not ask"
+    return None
+
+
+def complete_claim(state: TaskState, rounds: int, arms: Arms | None = None) -> dict | None:
+    """The claims.jsonl entry of a sample whose every question (rounds 0..R and, with ``arms``, the controls
+    and the gold-only pool) was answered; None otherwise. ``arms``: the ablation alone when not given."""
+    entry = state.store.get(STORE_KEY)
+    if incomplete_reason(entry, rounds, arms or ABLATION_ONLY) is not None:
         return None
-    return claim_entry(sample_record(state), list(done))
+    return dict(entry)
+
+
+def task_metrics(m: dict) -> dict[str, float | None]:
+    """The task's metrics (Inspect's names) from :func:`compute_metrics`' output; None where undefined."""
+    out = {name: m[key] for name, key in METRIC_NAMES.items()}
+    for name, (block, key) in ARM_METRIC_NAMES.items():
+        out[name] = (m.get(block) or {}).get(key)
+    return out
 
 
 @metric
 def fae_metrics():
-    """Acc, Strict, FEVER (round 0) and IS, ER, IO over the scored claims, by :func:`compute_metrics`.
+    """Acc, Strict, FEVER (round 0), IS, ER, IO and, when the task asked them, IS_ctrl, IS - IS_ctrl
+    (the control arm) and the gold-only pool's accuracy and NOT_ENOUGH_INFO share, over the scored
+    claims, by :func:`compute_metrics`.
 
     Fractions in [0, 1] as in metrics.json; a value that is undefined (IS/ER/IO when a_0 = 0 or
-    R = 0) is left out rather than shown as a number.
+    R = 0, a control metric without the control) is left out rather than shown as a number.
     """
 
     def compute(scores: list[SampleScore]) -> dict[str, float | None]:
         claims = [s.score.metadata[CLAIM_KEY] for s in scores
                   if s.score.metadata and CLAIM_KEY in s.score.metadata]
         if not claims:
-            return dict.fromkeys(METRIC_NAMES)
-        m = compute_metrics(claims)
-        return {name: m[key] for name, key in METRIC_NAMES.items()}
+            return dict.fromkeys([*METRIC_NAMES, *ARM_METRIC_NAMES])
+        return task_metrics(compute_metrics(claims))
 
     return compute
 
 
 @scorer(metrics=[fae_metrics()])
-def fae_scorer(rounds: int = 4):
+def fae_scorer(rounds: int = 4, control: str = DEFAULT_CONTROL, control_seed: int = 0, gold_only: bool = True,
+               line_ids: str = DEFAULT_LINE_IDS):
     """Per claim: round-0 correctness and Strict, whether each round still had the gold label, and the
-    rounds themselves (metadata ``fae_claim``); a claim without all rounds 0..R scores NaN, which
-    Inspect leaves out of every metric (the solver already ends such a sample in error)."""
+    claims.jsonl entry (metadata ``fae_claim``: rounds, and control / gold-only as the arms ask); a claim
+    with a question unanswered scores NaN, which Inspect leaves out of every metric (the solver already
+    ends such a sample in error)."""
+    arms = Arms(control=control, control_seed=control_seed, gold_only=gold_only, line_ids=line_ids)
 
     async def score(state: TaskState, target: Target) -> Score:
-        claim = complete_claim(state, rounds)
+        claim = complete_claim(state, rounds, arms)
         if claim is None:
-            return Score(value=math.nan, explanation="incomplete: not every round completed; not scored")
+            return Score(value=math.nan, explanation="incomplete: not every question was answered; not scored")
         per_round = round_accuracy([claim])
         value: dict[str, float] = {"strict": float(strict_accuracy([claim]) or 0.0)}
         value.update({f"r{r}": float(a or 0.0) for r, a in enumerate(per_round)})

@@ -2,8 +2,10 @@
 ``compare``, ``view`` and ``pave --check-run`` read audits made in Inspect.
 
 The claims are the scorer's ``fae_claim`` entries, exactly the claims.jsonl lines ``fae run``
-writes; ``config.json`` keeps the run's fingerprint (records sha256, model, rounds, decoding,
-prompt format, claim set) and ``inspect_log``: the log it came from (path, sha256, eval id).
+writes (rounds, and the control and gold-only answers when the task asked them); ``config.json``
+keeps the run's fingerprint (records sha256, model, rounds, decoding, prompt format, the arms
+``control``/``control_seed``/``gold_only``/``line_ids``, claim set) and ``inspect_log``: the log it
+came from (path, sha256, eval id).
 A sample that errored, was not scored or lacks a round is *incomplete*: by default the log is
 refused with one line naming the first such sample; ``skip_incomplete`` makes a run of the
 complete claims only, and config.json lists the ones left out.
@@ -26,7 +28,8 @@ from real_fae_core.runlock import RunLock
 from fae.ablation import runio
 from fae.ablation.metrics import compute_metrics
 from fae.ablation.report import write_report
-from fae.harness.inspect_task import CLAIM_KEY, STORE_KEY, TASK_NAME
+from fae.ablation.engine import Arms
+from fae.harness.inspect_task import CLAIM_KEY, TASK_NAME, incomplete_reason, stored_rounds
 
 # Generation settings of the log that change the answers (the run's ``decoding``)
 DECODING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "seed", "stop_seqs", "num_choices",
@@ -68,23 +71,41 @@ def error_text(message: str | None) -> str:
     return text
 
 
-def sample_claim(sample: Any, rounds: int) -> tuple[dict | None, str | None]:
+def log_arms(log: EvalLog) -> dict[str, Any]:
+    """The arms the task asked (config.json's ``control``, ``control_seed``, ``gold_only``, ``line_ids``);
+    a log of the task before it had them asked the ablation alone."""
+    meta = log.eval.metadata or {}
+    rec = {k: meta.get(k, v) for k, v in runio.BEFORE_ARMS.items()}
+    arms_of_record(rec)
+    return rec
+
+
+def arms_of_record(rec: dict[str, Any]) -> Arms:
+    """config.json's arm keys as :class:`Arms`; an unknown value is one line."""
+    try:
+        return Arms(control=rec["control"], control_seed=rec["control_seed"], gold_only=bool(rec["gold_only"]),
+                    line_ids=rec["line_ids"])
+    except ValueError as exc:
+        raise UserError(f"task metadata: {exc}") from None
+
+
+def sample_claim(sample: Any, rounds: int, arms: Arms | None = None) -> tuple[dict | None, str | None]:
     """(the claims.jsonl entry, None) for a complete sample, else (None, why it is incomplete)."""
     if sample.error is not None:
-        done = (sample.store or {}).get(STORE_KEY) or []
+        done = stored_rounds(sample.store)
         return None, f"error after {len(done)} of {rounds + 1} rounds: {error_text(sample.error.message)}"
     for score in (sample.scores or {}).values():
         claim = (score.metadata or {}).get(CLAIM_KEY)
         if claim is not None:
-            if len(claim.get("rounds") or []) != rounds + 1:
-                return None, f"{len(claim.get('rounds') or [])} rounds, expected {rounds + 1}"
-            return claim, None
+            why = incomplete_reason(claim, rounds, arms or arms_of_record(runio.BEFORE_ARMS))
+            return (None, why) if why else (claim, None)
     return None, "not scored (no fae_claim in its scores)"
 
 
 def log_claims(log: EvalLog) -> tuple[list[str], list[dict], dict[str, str]]:
     """(claim ids in dataset order, complete claims in that order, {incomplete id: why})."""
     rounds = int(log.eval.metadata["rounds"])
+    arms = arms_of_record(log_arms(log))
     samples = {str(s.id): s for s in (log.samples or [])}
     ids = [str(i) for i in (log.eval.dataset.sample_ids or [])] or list(samples)
     if log.eval.config.limit is not None or log.eval.config.sample_id is not None:
@@ -95,7 +116,7 @@ def log_claims(log: EvalLog) -> tuple[list[str], list[dict], dict[str, str]]:
         if sample is None:
             incomplete[cid] = f"no sample in the log (status {log.status})"
             continue
-        claim, why = sample_claim(sample, rounds)
+        claim, why = sample_claim(sample, rounds, arms)
         if claim is None:
             incomplete[cid] = why
         else:
@@ -133,6 +154,7 @@ def build_config(log: EvalLog, log_path: Path, command: str, claim_ids: list[str
         "decoding": decoding_of(log),
         "constrained_decoding": False,
         "prompt_format_version": meta["prompt_format_version"],
+        **log_arms(log),  # control, control_seed, gold_only, line_ids (runio.RESUME_KEYS)
         "limit": log.eval.config.limit,
         **runio.claim_set(claim_ids),
         "n_excluded_nei": int(meta.get("n_excluded_nei") or 0),

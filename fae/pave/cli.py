@@ -46,6 +46,7 @@ from real_fae_core.hashing import sha256_file
 from real_fae_core.labels import REFUTE, SUPPORT
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
+from data_prep.prompts import LINE_IDS, check_line_ids
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import adapter_sha256, load_run
 from fae.backends import BackendError, BackendOptions
@@ -88,6 +89,7 @@ class PaveFields:
     progress: bool = True
     constrained_decoding: bool = backend_field(BackendOptions, "constrained_decoding")
     prefill_once: bool = False  # hf: one prefill for a prompt's N samples (fae.pave.sampling.one_row_prefill)
+    line_ids: str = "original"  # how the prompts number their lines (SPEC §3, data_prep.prompts.LINE_IDS)
 
 
 @dataclasses.dataclass
@@ -155,6 +157,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-size", type=int, default=32,
                    help="claims per write to samples.jsonl (answers do not depend on it)")
     p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--line-ids", default="original", choices=LINE_IDS,
+                   help="line numbers shown (SPEC §3): original record ids (default, the paper's protocol; a gold-only "
+                        "pool then shows holes) or renumbered 0..n-1 in reading order, cited numbers mapped back")
     # The backends' own options, declared from their dataclasses (as `fae run` has them); PAVE's --seed
     # seeds each prompt's samples itself, and it reads no label probabilities from the FAE backends.
     add_option_flags(p, BackendOptions, ["constrained_decoding"])
@@ -200,6 +205,10 @@ def check_choices(config: PaveConfig) -> None:
         raise UserError(f"fae pave supports --backend {', '.join(BACKENDS)}, not {config.backend!r}")
     if config.stability not in STABILITY:
         raise UserError(f"--stability must be one of {', '.join(STABILITY)}, got {config.stability!r}")
+    try:
+        check_line_ids(config.line_ids)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     if config.batch_size != ONE_PROMPT_AT_A_TIME:
         raise UserError(f"--batch-size {config.batch_size}: fae pave samples one prompt at a time (each prompt's "
                         f"answers are seeded by its own key), so it takes no batch size other than the default "
@@ -242,7 +251,8 @@ SAMPLING_SCHEME = "per-prompt-seed-1"
 # at the same path, counterfactuals rebuilt into the records) is another run, never mixed with the old samples.
 # The dtype the model ran in is recorded for hf (auto = bf16 on a CPU with native bf16, else fp32) and vllm.
 FINGERPRINT = ("records", "records_sha256", "backend", "model", "adapter", "adapter_sha256", "samples",
-               "temperature", "jsd_samples", "jsd_temperature", "max_new_tokens", "seed", "sampling", "dtype")
+               "temperature", "jsd_samples", "jsd_temperature", "max_new_tokens", "seed", "sampling", "dtype",
+               "line_ids")
 # Flags whose absence from an older config.json means off (they were not there before the flag existed).
 FINGERPRINT_FLAGS = ("constrained_decoding", "prefill_once")
 
@@ -265,13 +275,15 @@ def _pave(config: PaveConfig, records: list, out: Path, fae_run=None) -> Command
            "jsd_temperature": config.jsd_temperature, "max_new_tokens": config.max_new_tokens,
            "seed": config.seed, "sampling": SAMPLING_SCHEME, "base_url": config.base_url,
            "tune_split": config.tune_split, "stability": config.stability,
-           "constrained_decoding": config.constrained_decoding, "prefill_once": config.prefill_once}
+           "constrained_decoding": config.constrained_decoding, "prefill_once": config.prefill_once,
+           "line_ids": config.line_ids}
     dtype = sampling_dtype(config)  # the dtype changes the samples
     if dtype is not None:
         cfg["dtype"] = dtype
     cfg_path = out / "config.json"
     if cfg_path.is_file() and (out / SAMPLES).is_file():
         old = json.loads(cfg_path.read_text())
+        old.setdefault("line_ids", "original")  # samples made before the choice existed showed record ids
         diff = [k if k in old else f"{k} (not recorded there)" for k in FINGERPRINT if old.get(k) != cfg.get(k)]
         diff += [k for k in FINGERPRINT_FLAGS if bool(old.get(k)) != cfg[k]]
         if diff:

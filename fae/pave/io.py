@@ -18,7 +18,7 @@ from pathlib import Path
 
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import read_appended
-from data_prep.prompts import parse_answer
+from data_prep.prompts import DEFAULT_LINE_IDS, number_lines, parse_shown_answer
 from data_prep.records import ClaimRecord, RecordError
 from fae.pave.prompts import prompts_for
 
@@ -36,7 +36,7 @@ def jsd_condition(cond: str, config) -> str:
 def sampled_conditions(rec: ClaimRecord, config) -> dict[str, tuple[list, list[int], int, float]]:
     """Condition name in samples.jsonl -> (messages, pool ids, runs, temperature)."""
     out = {}
-    for cond, (msgs, pool) in prompts_for(rec).items():
+    for cond, (msgs, pool) in prompts_for(rec, getattr(config, "line_ids", DEFAULT_LINE_IDS)).items():
         out[cond] = (msgs, pool, config.samples, config.temperature)
         out[jsd_condition(cond, config)] = (msgs, pool, config.jsd_samples, config.jsd_temperature)
     return out
@@ -81,7 +81,8 @@ def collect(records: list[ClaimRecord], sampler, config, out_dir: Path) -> list[
             for i, (rec, cond, _msgs, pool, _n, _t) in enumerate(jobs):
                 samples = results[i]
                 line = lines.setdefault(rec.id, {"id": rec.id, "gold_label": rec.label, "conditions": {}})
-                parsed = [parse_answer(text, pool) for text, _ in samples]
+                shown = number_lines(pool, getattr(config, "line_ids", DEFAULT_LINE_IDS))
+                parsed = [parse_shown_answer(text, shown)[0] for text, _ in samples]
                 line["conditions"][cond] = {
                     "answers": [p.label if p.valid else None for p in parsed],
                     "probs": [probs for _, probs in samples],

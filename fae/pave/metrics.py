@@ -178,7 +178,8 @@ def profile_intervals(states: Sequence[str], gold_evidence_correct: Sequence[flo
 
     A resample in which a margin is undefined (a state it needs is empty) is left out of that margin's
     interval; ``defined`` says in what share of the resamples it was defined, so an interval drawn from few
-    resamples is visible as such. A value undefined in more than half of them gets no interval.
+    resamples is visible as such. A value undefined in more than half of them gets no interval, nor does
+    any value over fewer than ``MIN_INTERVAL_UNITS`` claims.
     """
     states = np.asarray(states)
     n = len(states)
@@ -194,7 +195,7 @@ def profile_intervals(states: Sequence[str], gold_evidence_correct: Sequence[flo
     out = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
            "confidence_level": confidence_level, "seed": seed}
     for k, values in draws.items():
-        out[k] = percentile_interval(values, confidence_level)
+        out[k] = percentile_interval(values, confidence_level, n_units=n)
     return out
 
 

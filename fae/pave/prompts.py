@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from data_prep.prompts import render_evidence_prompt, render_knowledge_prompt
+from data_prep.prompts import DEFAULT_LINE_IDS, render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import ClaimRecord, RecordError, Sentence
 
 # A plain list of counterfactual sentences (the simplest hand-written form) is one unnamed kind, shown as
@@ -65,13 +65,15 @@ def counterfactual_records(rec: ClaimRecord) -> dict[str, ClaimRecord]:
 
 
 
-def prompts_for(rec: ClaimRecord) -> dict[str, tuple[list, list[int]]]:
-    """Condition -> (chat messages, pool ids shown). Gold evidence = the union of the gold groups."""
+def prompts_for(rec: ClaimRecord, line_ids: str = DEFAULT_LINE_IDS) -> dict[str, tuple[list, list[int]]]:
+    """Condition -> (chat messages, pool ids shown, in reading order). Gold evidence = the union of the gold
+    groups; lines numbered as ``line_ids`` says (SPEC §3)."""
+    gold = [i for i in rec.pool_ids if i in set(rec.gold_ids)]
     out = {
         "claim_only": (render_knowledge_prompt(rec), []),
-        "gold_evidence": (render_evidence_prompt(rec, rec.gold_ids), rec.gold_ids),
+        "gold_evidence": (render_evidence_prompt(rec, gold, line_ids), gold),
     }
     for kind, cf in counterfactual_records(rec).items():
-        out[condition_name(kind)] = (render_evidence_prompt(cf), cf.pool_ids)
+        out[condition_name(kind)] = (render_evidence_prompt(cf, None, line_ids), cf.pool_ids)
     return out
 

@@ -35,7 +35,7 @@ from real_fae_core.errors import UserError
 from real_fae_core.flags import deprecated_alias
 from real_fae_core.hashing import sha256_file
 from real_fae_core.runlock import RunLock
-from data_prep.prompts import parse_answer, render_evidence_prompt, render_knowledge_prompt
+from data_prep.prompts import DEFAULT_LINE_IDS, parse_answer, render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import CLAIMS, RunData, load_run
 from fae.backends.hf import HFOptions, generate_batched, greedy_config, load_hf_model
@@ -157,7 +157,9 @@ def probe_claims(data: RunData, limit: int | None = None) -> list[dict]:
 
 
 def build_prompts(claims: list[dict], records: dict, data: RunData):
-    """Per claim: [knowledge prompt, round-0 prompt, ..., round-R prompt]."""
+    """Per claim: [knowledge prompt, round-0 prompt, ..., round-R prompt], lines numbered as the run showed
+    them (its config's ``line_ids``: the states probed are those of the prompts FAE asked)."""
+    line_ids = (data.config or {}).get("line_ids") or DEFAULT_LINE_IDS
     out = []
     for c in claims:
         rec = records.get(str(c["id"]))
@@ -167,7 +169,7 @@ def build_prompts(claims: list[dict], records: dict, data: RunData):
         msgs = [render_knowledge_prompt(rec)]
         for k, rd in enumerate(c["rounds"]):
             try:
-                msgs.append(render_evidence_prompt(rec, rd["pool_ids"]))
+                msgs.append(render_evidence_prompt(rec, rd["pool_ids"], line_ids))
             except ValueError as exc:
                 raise data.claim_error(c, f"rounds[{k}].pool_ids", str(exc)) from None
         out.append(msgs)

@@ -3,14 +3,19 @@
 The index holds one short summary per claim (id, text, gold label, dataset,
 and per run the label of every round plus per-round bit masks: correct,
 invalid, cut off, hallucinated ids, reused; flipped; strict; P(gold) per
-round) — enough to filter, sort and count tens of thousands of claims in the
-browser without touching the details. Everything else (pool sentences, raw
+round; the control arm's label per round and the gold-only label, when the
+run asked them) — enough to filter, sort and count tens of thousands of
+claims in the browser without touching the details. Everything else (pool sentences, raw
 answers, cited ids, probabilities) goes to shards of ``shard_size`` claims
 that the page loads only when a claim is opened.
 
 Correctness, flips and strictness come from :mod:`fae.ablation.metrics`
 (``same_label``, ``round_label``, ``is_flip``, ``cites_gold``), so the counts
-the viewer shows are the counts behind ``metrics.json``.
+the viewer shows are the counts behind ``metrics.json``. The control arm's and
+the gold-only pool's metrics (IS_ctrl, IS − IS_ctrl, gold-only accuracy and
+NOT_ENOUGH_INFO share) are the run's ``metrics.json`` values, or
+:func:`fae.ablation.control.control_metrics` / ``gold_only_metrics`` for a
+metrics.json written before they existed; the viewer never recomputes them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from real_fae_core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
 from data_prep.records import load_records_or_fail
+from fae.ablation.control import control_metrics, gold_only_metrics
 from fae.ablation.metrics import cites_gold, is_flip, is_valid, round_label, same_label
 from fae.ablation.population import is_nei
 from fae.ablation.report import load_reported
@@ -32,6 +38,12 @@ DEFAULT_SHARD_SIZE = 100
 LABEL_CODES = {SUPPORT: "S", REFUTE: "R", NOT_ENOUGH_INFO: "N"}
 INVALID_CODE, OTHER_CODE = "x", "?"
 MASKS = ("correct", "invalid", "truncated", "hallucinated", "reused")
+# The control arm and the gold-only pool in the index: one character per control round
+# (position r for round r; position 0 is NO_ROUND_CODE), the label codes above, LEFT_OUT_CODE
+# where the claim was left out ("skipped"). "" where the run did not ask it (--control none,
+# --no-gold-only, runs made before the arms existed).
+NO_ROUND_CODE, LEFT_OUT_CODE = ".", "-"
+ARM_KEYS = ("ctrl", "gold_only")
 
 
 def label_code(rnd: Mapping) -> str:
@@ -42,6 +54,21 @@ def label_code(rnd: Mapping) -> str:
     if is_nei(label):
         return LABEL_CODES[NOT_ENOUGH_INFO]
     return LABEL_CODES.get(label, OTHER_CODE)
+
+
+def arm_code(rnd: Mapping | None) -> str:
+    """The label code of a control or gold-only answer; ``-`` when the claim was left out of it."""
+    if not isinstance(rnd, Mapping) or "skipped" in rnd:
+        return LEFT_OUT_CODE
+    return label_code(rnd)
+
+
+def arm_summary(claim: Mapping) -> dict[str, str]:
+    """``ctrl``: ``.`` then one code per control round r = 1..R; ``gold_only``: one code (module constants)."""
+    control = claim.get("control")
+    ctrl = "" if control is None else NO_ROUND_CODE + "".join(arm_code(rnd) for rnd in control)
+    gold = "" if claim.get("gold_only") is None else arm_code(claim["gold_only"])
+    return {"ctrl": ctrl, "gold_only": gold}
 
 
 def round_bits(rounds: Sequence[Mapping], hit) -> int:
@@ -68,6 +95,7 @@ def answer_summary(claim: Mapping) -> dict[str, Any]:
                       and cites_gold(r0.get("cited") or [], claim.get("gold_groups") or [])),
         "p_gold": None if not any(probs) else
         [None if p is None else round(float(p.get(gold, 0.0)), 4) for p in probs],
+        **arm_summary(claim),
     }
 
 
@@ -114,7 +142,8 @@ def build_view(runs: Sequence[ViewRun], shard_size: int = DEFAULT_SHARD_SIZE,
     labels: dict[str, int] = {lab: k for k, lab in enumerate((SUPPORT, REFUTE, NOT_ENOUGH_INFO))}
     datasets: dict[str, int] = {}
     claims: dict[str, list] = {"id": ids, "text": [], "gold": [], "dataset": [], "excluded": []}
-    answers = [{key: [] for key in ("labels", *MASKS, "flipped", "strict", "p_gold", "known")} for _ in runs]
+    answers = [{key: [] for key in ("labels", *MASKS, "flipped", "strict", "p_gold", *ARM_KEYS, "known")}
+               for _ in runs]
     for cid in ids:
         rec = _record_of(cid, runs)
         gold = next((c[cid].get("gold_label") for c in by_id if cid in c), None) or (rec.label if rec else "?")
@@ -125,7 +154,8 @@ def build_view(runs: Sequence[ViewRun], shard_size: int = DEFAULT_SHARD_SIZE,
         for k, claim_of in enumerate(by_id):
             claim = claim_of.get(cid)
             summary = answer_summary(claim) if claim is not None else \
-                {"labels": "", **{m: 0 for m in MASKS}, "flipped": 0, "strict": 0, "p_gold": None}
+                {"labels": "", **{m: 0 for m in MASKS}, "flipped": 0, "strict": 0, "p_gold": None,
+                 **{a: "" for a in ARM_KEYS}}
             for key, value in summary.items():
                 answers[k][key].append(value)
             answers[k]["known"].append(int(claim is not None or cid in runs[k].records))
@@ -144,16 +174,35 @@ def build_view(runs: Sequence[ViewRun], shard_size: int = DEFAULT_SHARD_SIZE,
     return index, _shards(ids, runs, by_id, shard_size)
 
 
+def arm_metrics(metrics: Mapping, claims: Sequence[Mapping]) -> dict:
+    """``metrics`` with ``control`` and ``gold_only`` (SPEC §6): metrics.json's own, or, for a metrics.json
+    written before they existed, :func:`control_metrics` / :func:`gold_only_metrics` of the claims
+    (None for a run without them)."""
+    out = dict(metrics)
+    for key, compute in (("control", control_metrics), ("gold_only", gold_only_metrics)):
+        if key not in out:
+            try:
+                out[key] = compute(claims)
+            except (ValueError, KeyError, TypeError):  # control rounds that do not match the rounds
+                out[key] = None
+    return out
+
+
 def run_entry(run: ViewRun) -> dict:
-    """The run table's row: where the run came from and its metrics (metrics.json, hide nothing)."""
+    """The run table's row: where the run came from, its metrics (metrics.json, hide nothing) and which
+    arms beside the ablation it asked (``arms``: control, gold_only; line_ids: how prompts numbered lines)."""
     c = run.config
     return {"name": run.name, "dir": run.dir, "backend": c.get("backend"), "model": c.get("model"),
             "adapter": c.get("adapter"), "records": c.get("records"), "rounds": run.metrics.get("rounds"),
-            "metrics": run.metrics}
+            "line_ids": c.get("line_ids") or "original",
+            "arms": {"control": any(cl.get("control") is not None for cl in run.claims),
+                     "gold_only": any(cl.get("gold_only") is not None for cl in run.claims)},
+            "metrics": arm_metrics(run.metrics, run.claims)}
 
 
 def claim_detail(cid: str, runs: Sequence[ViewRun], by_id: Sequence[Mapping[str, dict]]) -> dict:
-    """Everything the claim page shows: the record (claim, pool, gold) and each run's rounds as written."""
+    """Everything the claim page shows: the record (claim, pool, gold) and each run's rounds as written,
+    with, per run, its control rounds (rounds 1..R) and gold-only answer as written (None: not asked)."""
     rec = _record_of(cid, runs)
     first = next((c[cid] for c in by_id if cid in c), None)
     return {
@@ -164,6 +213,8 @@ def claim_detail(cid: str, runs: Sequence[ViewRun], by_id: Sequence[Mapping[str,
         "gold_groups": (first or {}).get("gold_groups") if first else (rec.evidence if rec else []),
         "sentences": None if rec is None else [[s.id, s.text, s.doc] for s in rec.sentences],
         "runs": [c[cid]["rounds"] if cid in c else None for c in by_id],
+        "control": [c[cid].get("control") if cid in c else None for c in by_id],
+        "gold_only": [c[cid].get("gold_only") if cid in c else None for c in by_id],
     }
 
 

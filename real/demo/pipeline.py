@@ -66,7 +66,9 @@ from .world import add_counterfactuals, add_incomplete_gold, build_world, make_s
 PACKAGE_DIR = Path(__file__).resolve().parent
 BASE_DIR = PACKAGE_DIR / "base"
 REPO_DIR = PACKAGE_DIR.parents[1]
-VARIANTS = ("sft", "no_ablation", "no_enhancement", "real")  # SPEC §4, the paper's Table 2 rows
+# SPEC §4: the paper's Table 2 rows, then REAL with shortcut-breaking positives (a positive whose pool lost as
+# many lines outside the evidence as the negative's did): neither a hole nor a smaller pool predicts NEI there
+VARIANTS = ("sft", "no_ablation", "no_enhancement", "real", "real_matched")
 PAVE_VARIANTS = ("sft", "real")  # the arbitration profile: standard SFT vs REAL
 # The demo's tiny model is evaluated in fp32 everywhere: its committed numbers
 # (benchmarks/results/demo_cpu_summary.json) were measured so, and `--dtype auto` is bf16 on a CPU with

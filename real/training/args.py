@@ -20,11 +20,13 @@ from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
 from real_fae_core.errors import UserError
 from real_fae_core.hardware import native_bf16_cpu_flags  # noqa: F401 - also imported from here by tests
+from data_prep.pairs.build import VARIANTS
 from real.training import recipe_checks
 
 logger = logging.getLogger("real.train")
 
-VARIANT_NAMES = ("sft", "no_ablation", "no_enhancement", "real")
+# The variants `real-data pairs` builds: a recipe's `variant` must name one (one list, in data_prep).
+VARIANT_NAMES = tuple(VARIANTS)
 
 
 def accelerator_available() -> bool:
@@ -42,8 +44,9 @@ class RealScriptArguments(ScriptArguments):
     variant: str | None = field(
         default=None,
         metadata={
-            "help": "Training variant the recipe is for (sft, no_ablation, no_enhancement, real); must match the "
-            "`variant` column of the pairs dataset. Also written to the model card.",
+            "help": "Training variant the recipe is for (sft, no_ablation, no_enhancement, real, "
+            "no_enhancement_matched, real_matched); must match the `variant` column of the pairs dataset. Also "
+            "written to the model card.",
             "choices": list(VARIANT_NAMES),
         },
     )

@@ -1,7 +1,7 @@
 """FAE while training: a small ablation run on a dev subset at every checkpoint save, logged by the Trainer.
 
 :class:`FaeEvalCallback` evaluates the model being trained, in memory (no
-reload), with the FAE engine of ``fae run`` (:func:`fae.ablation.engine.ablate_chunk`
+reload), with the FAE engine of ``fae run`` (:func:`fae.ablation.engine.ablate`
 over the hf backend), and logs ``fae/acc``, ``fae/is``, ``fae/er`` (and
 ``fae/io``, ``fae/nei_rate_r1``, ``fae/valid_rate``) through ``trainer.log``:
 they land in ``trainer_state.json``'s ``log_history`` and in every
@@ -22,7 +22,7 @@ from real_fae_core.errors import UserError
 from real_fae_core.flags import UNTIL
 from data_prep.records import RecordError, load_records
 from fae.ablation.checkpoints import checkpoint_row
-from fae.ablation.engine import ablate_chunk
+from fae.ablation.engine import ablate
 from fae.ablation.metrics import compute_metrics
 from fae.ablation.options import FaeRunArguments
 from fae.ablation.population import fae_claims
@@ -67,7 +67,7 @@ class FaeEvalCallback(TrainerCallback):
         try:
             with torch.no_grad():
                 backend = HFBackend(self.options, loaded=(model, tokenizer))
-                claims = ablate_chunk(self.records, backend, self.rounds)
+                claims = ablate(self.records, backend, self.rounds)
         finally:
             model.train(was_training)
         return compute_metrics(claims)

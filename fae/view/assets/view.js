@@ -5,6 +5,9 @@
  * loaded by a <script> tag when a claim opens (browsers refuse to fetch local files).
  * The whole state lives in the URL hash, so every view is a link: #run=0&r=1&ans=correct,
  * #claim=ID. Text from the runs is only ever set as textContent, never parsed as HTML.
+ * Beside the ablation a run may have asked a control arm (rounds 1..R: the full pool minus as many
+ * lines as the ablation removed, none of them cited or gold) and a gold-only pool (SPEC §6): the claim
+ * page shows them in a column beside each run's rounds; runs without them show only the rounds.
  */
 (function () {
   "use strict";
@@ -20,8 +23,10 @@
   var FLAGS = [
     ["flipped", "flipped SUPPORT\u2194REFUTE"], ["invalid", "invalid answer (any round)"],
     ["truncated", "cut off (any round)"], ["hallucinated", "hallucinated ids (any round)"],
-    ["strict", "strict at round 0"], ["disagree", "runs disagree at round r"]];
-  var CODE_NAME = {S: "SUPPORT", R: "REFUTE", N: "NOT_ENOUGH_INFO", x: "invalid", "?": "other"};
+    ["strict", "strict at round 0"], ["disagree", "runs disagree at round r"],
+    ["ctrl_nei1", "abstained on the control at round 1"], ["gold_nei", "abstained on gold-only"]];
+  var ARM_FLAGS = {ctrl_nei1: "control", gold_nei: "gold_only"};   // shown when some run asked that arm
+  var CODE_NAME = {S: "SUPPORT", R: "REFUTE", N: "NOT_ENOUGH_INFO", x: "invalid", "?": "other", "-": "left out"};
   var timing = {};
 
   function el(tag, attrs, children) {
@@ -46,6 +51,7 @@
     return e;
   }
   function pct(x) { return x === null || x === undefined ? "n/a" : (100 * x).toFixed(2); }
+  function hasArm(arm) { return IX.runs.some(function (run) { return run.arms && run.arms[arm]; }); }
 
   // ---------------------------------------------------------------- state in the hash
   function parseHash() {
@@ -141,6 +147,8 @@
       if (f.truncated && !A.truncated[i]) continue;
       if (f.hallucinated && !A.hallucinated[i]) continue;
       if (f.disagree && !disagree(i, st.r)) continue;
+      if (f.ctrl_nei1 && (!A.ctrl || A.ctrl[i].charAt(1) !== "N")) continue;
+      if (f.gold_nei && (!A.gold_only || A.gold_only[i] !== "N")) continue;
       if (words.length) {
         var t = lowerText[i], ok = true;
         for (var w = 0; w < words.length; w++) if (t.indexOf(words[w]) < 0) { ok = false; break; }
@@ -187,7 +195,8 @@
     return tables[st.r];
   }
   function buildRunTable(st) {
-    var head = ["run", "claims", "Prec", "Rec", "F1", "Acc", "Strict", "IS", "ER", "IO", "a_r (r = 0 / 1 / \u2026)",
+    var head = ["run", "claims", "Prec", "Rec", "F1", "Acc", "Strict", "IS", "ER", "IO", "IS_ctrl [95%]",
+                "IS \u2212 IS_ctrl [95%]", "NEI on control r1", "gold-only Acc", "gold-only NEI", "a_r (r = 0 / 1 / \u2026)",
                 "any flip", "invalid", "NOT_ENOUGH_INFO answers", "cut off", "halluc. ids r0", "soft IS",
                 "P(gold)", "NEI-gold excluded"];
     var tbody = el("tbody");
@@ -198,7 +207,8 @@
                              countLink(st, over, pct(m[key]), what)]);
       };
       tbody.appendChild(el("tr", {"data-run": k}, [
-        el("th", {title: [run.backend, run.model, run.adapter, run.dir].filter(Boolean).join(" \u00b7 ")},
+        el("th", {title: [run.backend, run.model, run.adapter, run.dir,
+                          run.line_ids ? "line ids " + run.line_ids : null].filter(Boolean).join(" \u00b7 ")},
            [run.name]),
         el("td", {}, [countLink(st, {run: k}, String(m.n_claims), "evaluated (gold SUPPORT/REFUTE)")]),
         el("td", {text: pct(m.evidence_precision)}), el("td", {text: pct(m.evidence_recall)}),
@@ -209,7 +219,7 @@
         score("IS", {run: k, r: Math.min(1, R), ans: "correct"},
               "keep the gold label at round 1 (IS = 1 \u2212 their share / a_0)"),
         score("ER", {run: k, r: R, ans: "correct"}, "keep the gold label at round R (ER = 1 \u2212 their share / a_0)"),
-        el("td", {text: undef ? "n/a" : pct(m.IO)}),
+        el("td", {text: undef ? "n/a" : pct(m.IO)})].concat(armCells(st, k, m), [
         roundCells(st, k, m.round_accuracy, "correct", "gold label"),
         el("td", {}, [countLink(st, {run: k, flags: ["flipped"]}, pct(m.any_flip_rate),
                                 "flip SUPPORT\u2194REFUTE at least once")]),
@@ -222,11 +232,54 @@
         roundCells(st, k, soft.p_gold, null, ""),
         el("td", {}, [countLink(st, {run: k, set: "excluded"}, String(m.n_excluded_nei || 0),
                                 "gold NOT_ENOUGH_INFO, not evaluated (SPEC \u00a71)")])
-      ]));
+      ])));
     });
     return el("table", {cls: "runs"}, [el("thead", {}, [el("tr", {}, head.map(function (h) {
       return el("th", {text: h});
     }))]), tbody]);
+  }
+
+  /* The control arm's and the gold-only pool's cells of a run (metrics.json's control / gold_only blocks,
+   * fae.ablation.control): n/a, with the reason on hover, where the run did not ask them. */
+  function interval(block, key) {
+    var iv = (block.intervals || {})[key] || {};
+    return iv.ci_low === null || iv.ci_low === undefined ? "" : " [" + pct(iv.ci_low) + ", " + pct(iv.ci_high) + "]";
+  }
+  function armCells(st, k, m) {
+    var ctrl = m.control, gold = m.gold_only, na = function (why, cls) {
+      return el("td", {cls: cls}, [el("span", {title: why, text: "n/a"})]);
+    };
+    var noCtrl = "no control arm in this run (fae run --control none, or a run made before it existed)";
+    var noGold = "no gold-only pools in this run (fae run --no-gold-only, or a run made before they existed)";
+    var cells = [];
+    if (!ctrl) cells.push(na(noCtrl, "is-ctrl"), na(noCtrl, "is-diff"), na(noCtrl, "ctrl-nei"));
+    else {
+      var over = "over the " + ctrl.n_control_claims + " claims with a round-1 control (" +
+        ((ctrl.n_left_out || [0])[0] || 0) + " left out: too few lines neither cited nor gold); IS on the same claims " +
+        pct(ctrl.IS) + interval(ctrl, "IS");
+      var ivs = ctrl.intervals || {}, noIv = (ivs.IS_minus_IS_ctrl || {}).reason;
+      if (noIv) over += "; no interval: " + noIv;
+      else if (ivs.method) over += "; " + Math.round(100 * (ivs.confidence_level || 0.95)) + "% " + ivs.method +
+        " (" + ivs.n_resamples + " resamples, seed " + ivs.seed + ")";
+      var why = ctrl.IS_ctrl_reason;
+      cells.push(why ? na(why, "is-ctrl") : el("td", {cls: "is-ctrl", title: over,
+                                                     text: pct(ctrl.IS_ctrl) + interval(ctrl, "IS_ctrl")}));
+      cells.push(why ? na(why, "is-diff") : el("td", {cls: "is-diff", title: "the part of IS that is evidence, " + over,
+                                                     text: pct(ctrl.IS_minus_IS_ctrl) + interval(ctrl, "IS_minus_IS_ctrl")}));
+      var nei1 = (ctrl.nei_answer_rate_ctrl || [null])[0];
+      cells.push(nei1 === null || nei1 === undefined ? na("no claim has a control at round 1", "ctrl-nei") :
+        el("td", {cls: "ctrl-nei"}, [countLink(st, {run: k, r: Math.min(1, IX.rounds), flags: ["ctrl_nei1"]}, pct(nei1),
+          "abstained (NOT_ENOUGH_INFO) on the control pool of round 1 (the share is over the claims with one)")]));
+    }
+    if (!gold) cells.push(na(noGold, "gold-acc"), na(noGold, "gold-nei"));
+    else {
+      var note = "over the " + gold.n_claims + " claims with gold sentences (" + gold.n_skipped + " left out); " +
+        "round 0 on the same claims " + pct(gold.round0_label_accuracy);
+      cells.push(el("td", {cls: "gold-acc", title: note, text: pct(gold.label_accuracy)}));
+      cells.push(el("td", {cls: "gold-nei"}, [countLink(st, {run: k, r: 0, flags: ["gold_nei"]}, pct(gold.nei_answer_rate),
+        "abstained (NOT_ENOUGH_INFO) on the gold sentences alone (" + note + ")")]));
+    }
+    return cells;
   }
 
   // ---------------------------------------------------------------- list view
@@ -261,7 +314,9 @@
     oSel.onchange = set({sort: function (t) { return t.value; }});
     var q = el("input", {id: "f-q", type: "search", placeholder: "search claims and ids", value: st.q});
     q.onchange = set({q: function (t) { return t.value; }});
-    var flags = FLAGS.filter(function (f) { return f[0] !== "disagree" || IX.runs.length > 1; }).map(function (f) {
+    var flags = FLAGS.filter(function (f) {
+      return (f[0] !== "disagree" || IX.runs.length > 1) && (!ARM_FLAGS[f[0]] || hasArm(ARM_FLAGS[f[0]]));
+    }).map(function (f) {
       var box = el("input", {type: "checkbox", id: "f-flag-" + f[0]});
       box.checked = st.flags.indexOf(f[0]) >= 0;
       box.onchange = function () {
@@ -286,6 +341,18 @@
       var c = codes.charAt(r), ok = bit(A.correct[i], r);
       out.push(el("span", {cls: "chip c-" + (c === "?" ? "other" : c) + (ok ? " ok" : "") + (r === st.r ? " at" : ""),
                            title: "round " + r + ": " + CODE_NAME[c] + (ok ? " (gold)" : ""), text: c}));
+    }
+    var ctrl = (A.ctrl || [])[i] || "", gold = (A.gold_only || [])[i] || "";
+    if (ctrl || gold) {
+      var arms = [], gl = {SUPPORT: "S", REFUTE: "R", NOT_ENOUGH_INFO: "N"}[IX.labels[IX.claims.gold[i]]];
+      var armChip = function (kind, c, what) {
+        var hit = c === gl;
+        return el("span", {cls: "chip " + kind + " c-" + (c === "?" ? "other" : c === "-" ? "left" : c) + (hit ? " ok" : ""),
+                           title: what + ": " + CODE_NAME[c] + (hit ? " (gold)" : ""), text: c});
+      };
+      for (var q = 1; q < ctrl.length; q++) arms.push(armChip("ctrl", ctrl.charAt(q), "control at round " + q));
+      if (gold) arms.push(armChip("gold-only", gold, "gold-only"));
+      out.push(el("span", {cls: "arms", title: "control rounds 1\u2026R, then gold-only"}, arms));
     }
     var d = drop(A, i, st.r);
     if (d !== null) out.push(el("span", {cls: "drop", title: "P(gold) round 0 \u2212 round " + st.r,
@@ -371,7 +438,7 @@
     });
     return g;
   }
-  function poolList(d, rd) {
+  function poolList(d, rd, gone) {
     var inPool = {}, cited = {}, gold = {};
     (rd.pool_ids || []).forEach(function (i) { inPool[i] = true; });
     (rd.cited || []).forEach(function (i) { cited[i] = true; });
@@ -382,7 +449,7 @@
       var removed = !inPool[sid], cls = removed ? "removed" : (cited[sid] ? "cited" : "kept");
       var body = removed ? el("s", {text: text}) : cited[sid] ? el("mark", {text: text}) : el("span", {text: text});
       return el("li", {"data-sid": sid, cls: cls + (gold[sid] ? " gold" : ""),
-                       title: (gold[sid] ? "gold evidence; " : "") + (removed ? "removed (cited in an earlier round)"
+                       title: (gold[sid] ? "gold evidence; " : "") + (removed ? (gone || "removed (cited in an earlier round)")
                               : cited[sid] ? "cited at this round" : "in the pool")},
                 [el("span", {cls: "sid", text: (gold[sid] ? "\u2605" : "") + sid}), body,
                  s[2] ? el("span", {cls: "doc", text: " (" + s[2] + ")"}) : null]);
@@ -409,6 +476,37 @@
         el("dt", {text: "evidence (order)"}), el("dd", {text: idsText(rd.evidence)}),
         p ? el("dt", {text: "P(gold) / P(NEI)"}) : null,
         p ? el("dd", {text: (+(p[d.gold_label] || 0)).toFixed(3) + " / " + (+(p.NOT_ENOUGH_INFO || 0)).toFixed(3)}) : null,
+        rd.error ? el("dt", {text: "error"}) : null, rd.error ? el("dd", {cls: "error", text: rd.error}) : null])
+    ]);
+  }
+  /* The control pool of round r (r >= 1) or the gold-only pool (r = 0) of run k, beside its round r. */
+  function armCell(d, k, r) {
+    var attrs = {cls: "arm " + (r ? "control" : "gold-only"), "data-run": k, "data-arm-round": r};
+    var name = r ? "control" : "gold-only";
+    var rd = r ? ((d.control || [])[k] || [])[r - 1] : (d.gold_only || [])[k];
+    if (rd === null || rd === undefined) return el("div", attrs, [el("h4", {text: name + ": not asked"})]);
+    if (rd.skipped !== undefined) {
+      attrs.cls += " left-out";
+      return el("div", attrs, [el("h4", {}, [name + " \u00b7 ", el("span", {cls: "arm-label", text: "left out"})]),
+                               el("p", {cls: "left-out-reason", text: "left out: " + rd.skipped})]);
+    }
+    var valid = rd.valid !== undefined ? rd.valid : rd.label !== null && rd.label !== undefined;
+    var label = valid && rd.label !== null && rd.label !== undefined ? rd.label : "invalid";
+    var ok = valid && (rd.label === d.gold_label);
+    var tags = [rd.reused ? "reused" : null, rd.truncated ? "cut off" : null].filter(Boolean);
+    var removed = r ? (rd.removed || []) : null;
+    return el("div", attrs, [
+      el("h4", {}, [name + (r ? " " + r : "") + " \u00b7 ",
+                    el("span", {cls: "arm-label parsed-label l-" + label + (ok ? " ok" : ""), text: label}),
+                    tags.length ? " \u00b7 " : "", tags.length ? el("span", {cls: "arm-tags", text: tags.join(", ")}) : null]),
+      poolList(d, rd, r ? "removed by the control (neither cited before nor gold)" : "not gold: not in the gold-only pool"),
+      el("pre", {cls: "raw", title: name + " raw answer", text: rd.raw_output === null || rd.raw_output === undefined
+                                                              ? "" : String(rd.raw_output)}),
+      el("dl", {}, [
+        r ? el("dt", {text: "control removed"}) : null, r ? el("dd", {cls: "ctrl-removed", text: idsText(removed)}) : null,
+        el("dt", {text: "parsed label"}), el("dd", {cls: "label-value", text: label}),
+        el("dt", {text: "cited"}), el("dd", {cls: "cited-ids", text: idsText(rd.cited)}),
+        el("dt", {text: "hallucinated"}), el("dd", {text: idsText(rd.hallucinated)}),
         rd.error ? el("dt", {text: "error"}) : null, rd.error ? el("dd", {cls: "error", text: rd.error}) : null])
     ]);
   }
@@ -447,15 +545,22 @@
                        " \u00b7 gold NOT_ENOUGH_INFO: not evaluated (SPEC \u00a71)"}) : null]),
         el("p", {cls: "legend"}, [el("s", {text: "struck"}), " removed (cited in an earlier round) \u00b7 ",
                                   el("mark", {text: "highlighted"}), " cited at this round \u00b7 \u2605 gold evidence"])]);
-      var n = IX.runs.length, grid = el("div", {cls: "grid", style: "grid-template-columns: repeat(" + n +
-                                                 ", minmax(330px, 1fr))"});
+      // one column per run, and beside it a column for its control and gold-only answers when it asked them
+      var arms = IX.runs.map(function (run) { return !!(run.arms && (run.arms.control || run.arms.gold_only)); });
+      var cols = arms.map(function (a) { return a ? "minmax(330px, 1fr) minmax(280px, 1fr)" : "minmax(330px, 1fr)"; });
+      var grid = el("div", {cls: "grid", style: "grid-template-columns: " + cols.join(" ")});
       d.runs.forEach(function (rounds, k2) {
-        grid.appendChild(el("div", {cls: "run-head", "data-run": k2}, [el("h3", {text: IX.runs[k2].name}),
-          rounds ? chips(k2, i, st) : el("p", {cls: "note", text: "not in this run"}),
-          rounds ? chart(rounds, d.gold_label, R) : null]));
+        grid.appendChild(el("div", {cls: "run-head", "data-run": k2, style: arms[k2] ? "grid-column: span 2" : null},
+          [el("h3", {text: IX.runs[k2].name}),
+           rounds ? chips(k2, i, st) : el("p", {cls: "note", text: "not in this run"}),
+           rounds ? chart(rounds, d.gold_label, R) : null,
+           arms[k2] && rounds ? el("p", {cls: "note", text: "right: the control pool of each round r \u2265 1 " +
+             "(as many lines removed as the ablation removed, none cited or gold) and, beside round 0, the gold " +
+             "sentences alone"}) : null]));
       });
       for (var r = 0; r <= R; r++) d.runs.forEach(function (rounds, k2) {
         grid.appendChild(rounds ? roundCell(d, rounds, k2, r) : el("div", {cls: "round none"}));
+        if (arms[k2]) grid.appendChild(rounds ? armCell(d, k2, r) : el("div", {cls: "arm none"}));
       });
       app.replaceChildren(nav, head, grid);
       document.getElementById("where").textContent = " \u203a " + d.id;

@@ -1,0 +1,81 @@
+"""The FAE formulas every metric module shares (SPEC §6): is an answer right, and IS/ER/IO from ``a_0..a_R``.
+
+:mod:`fae.ablation.metrics` (the ablation's metrics) and :mod:`fae.ablation.control` (the control arm's)
+both build on these; one definition, so the control's IS_ctrl is IS's own formula on other pools.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from fae.ablation.population import is_nei
+
+
+def same_label(pred: str | None, gold: str) -> bool:
+    """Is an answer's label the gold label? The one definition (score accounting uses it too).
+
+    Exact: an invalid answer (None) is wrong; only NEI has two spellings.
+    """
+    if pred is None:
+        return False
+    return pred == gold or (is_nei(pred) and is_nei(gold))
+
+
+def is_valid(rnd: Mapping) -> bool:
+    """Whether a round's answer parsed. Hand-built rounds without ``valid`` are valid when they have a label."""
+    return bool(rnd.get("valid", rnd.get("label") is not None))
+
+
+def round_label(rnd: Mapping) -> str | None:
+    """The round's label; None when the answer was invalid (wrong at every round)."""
+    return rnd.get("label") if is_valid(rnd) else None
+
+
+def n_rounds(claims: Sequence[Mapping]) -> int:
+    lengths = {len(c["rounds"]) for c in claims}
+    if len(lengths) > 1:
+        raise ValueError(f"claims have different numbers of rounds: {sorted(lengths)}")
+    return (lengths.pop() - 1) if lengths else 0
+
+
+def retention_reason(acc: Sequence[float | None]) -> str | None:
+    """Why ``g_r = a_r / a_0`` is undefined (``a_0`` is 0 or undefined), or None when it is defined."""
+    if not acc or acc[0] is None:
+        return "a_0 undefined (no SUPPORT/REFUTE claims)"
+    if acc[0] == 0:
+        return "a_0 = 0"
+    return None
+
+
+def undefined_reason(acc: Sequence[float | None]) -> str | None:
+    """Why IS/ER/IO cannot be computed from ``a_0..a_R``, or None when they can."""
+    reason = retention_reason(acc)
+    if reason is None and len(acc) < 2:
+        return "R = 0 (no ablation rounds)"
+    return reason
+
+
+def retention(acc: Sequence[float | None]) -> list[float | None]:
+    """``g_r = a_r / a_0``; ``None`` for every r when ``a_0`` is 0 or undefined."""
+    a0 = acc[0] if acc else None
+    if not a0:
+        return [None] * len(acc)
+    return [None if a is None else a / a0 for a in acc]
+
+
+def fae_scores(acc: Sequence[float | None]) -> dict[str, Any]:
+    """IS = 1 - g_1, ER = 1 - g_R, IO = 1 - mean(a_1..a_R) (SPEC §6), each with a reason when null.
+
+    All three are ``None`` when ``a_0`` is 0 or undefined, or R = 0; then
+    ``IS_reason``/``ER_reason``/``IO_reason`` say why (e.g. ``"a_0 = 0"``).
+    IO itself only needs a_1..a_R, but a verifier with nothing right at round
+    0 has nothing to lose: one whose every answer is invalid would score the
+    ideal IO = 1.
+    """
+    reason = undefined_reason(acc)
+    out: dict[str, Any] = {"IS": None, "ER": None, "IO": None}
+    if reason is None:
+        R = len(acc) - 1
+        g = retention(acc)
+        out = {"IS": 1 - g[1], "ER": 1 - g[R], "IO": 1 - sum(acc[1:]) / R}
+    return {**out, "IS_reason": reason, "ER_reason": reason, "IO_reason": reason}
