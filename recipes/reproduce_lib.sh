@@ -225,8 +225,8 @@ reproduce_main() {
     local enhanced="$DATA_DIR/$TRAIN_SET.enhanced.jsonl"
     if [[ $ENHANCE == 0 ]]; then
         for variant in $VARIANTS; do
-            case $variant in sft | no_enhancement) ;; *)
-                echo "reproduce: variant '$variant' trains on enhanced evidence, but ENHANCE=0 (train sft or no_enhancement)" >&2
+            case $variant in sft | no_enhancement | no_enhancement_matched) ;; *)
+                echo "reproduce: variant '$variant' trains on enhanced evidence, but ENHANCE=0 (train sft, no_enhancement or no_enhancement_matched)" >&2
                 return 2 ;;
             esac
         done

@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from real_fae_core.atomicio import atomic_write_text  # noqa: E402
-from fae.ablation.control import system_differences  # noqa: E402
-from fae.ablation.metrics import chance_comparison, metric_intervals  # noqa: E402
+from fae.comparison.compare import compare_runs, load_compared  # noqa: E402
+from fae.ablation.metrics import MIN_INTERVAL_UNITS, chance_comparison, metric_intervals  # noqa: E402
 
 TABLE1 = (("Prec", "evidence_precision"), ("Rec", "evidence_recall"), ("F1", "evidence_f1"),
           ("Acc", "label_accuracy"), ("Strict", "strict_accuracy"), ("IS", "IS"), ("ER", "ER"), ("IO", "IO"))
@@ -101,13 +101,13 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str], ba
                 entry["pave"] = pave
             per[system] = entry
         out["sets"][s] = per
-        base_claims = _claims(root / "runs" / model_id / str(baseline) / s / "claims.jsonl") if baseline else None
-        if base_claims is not None:
+        base_run = root / "runs" / model_id / str(baseline) / s
+        if baseline and (base_run / "metrics.json").is_file():
             diffs = {}
             for system in systems:
-                other = _claims(root / "runs" / model_id / system / s / "claims.jsonl")
-                if system != baseline and other is not None:
-                    diffs[system] = system_differences(base_claims, other)
+                other = root / "runs" / model_id / system / s
+                if system != baseline and (other / "metrics.json").is_file():
+                    diffs[system] = system_differences(base_run, other)
             out.setdefault("differences", {})[s] = diffs
         common = _load(root / "reports" / model_id / s / "dirk" / "dirk_common.json")
         if common is not None:
@@ -121,6 +121,28 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str], ba
     times = step_times(root / "reports" / model_id / "step_times.jsonl")
     out["step_times"] = times
     out["wall_seconds_total"] = sum(t["seconds"] for t in times)
+    return out
+
+
+DIFFERENCES = ("label_accuracy", "IS", "IS_minus_IS_ctrl", "gold_only_accuracy")
+
+
+def system_differences(run_a: Path, run_b: Path, n_resamples: int = 2000, seed: int = 0) -> dict:
+    """B − A on Acc, IS, IS − IS_ctrl and gold-only accuracy (x100), paired: `fae compare`'s one bootstrap
+    over the claims of both runs, the same draws for every metric (compare.json's ``metrics``, ``control``
+    and ``gold_only`` blocks)."""
+    res = compare_runs(load_compared(run_a), load_compared(run_b), metric="label_accuracy",
+                       n_resamples=n_resamples, seed=seed)
+    control, gold = res.get("control") or {}, res.get("gold_only") or {}
+    found = {"label_accuracy": ((res["metrics"].get("label_accuracy") or {}).get("difference"), res["n_claims"]),
+             "IS": ((res["metrics"].get("IS") or {}).get("difference"), res["n_claims"]),
+             "IS_minus_IS_ctrl": ((control.get("IS_minus_IS_ctrl") or {}).get("difference"), control.get("n_claims")),
+             "gold_only_accuracy": ((gold.get("label_accuracy") or {}).get("difference"), gold.get("n_claims"))}
+    out = {"method": f"fae compare: paired bootstrap over claims ({n_resamples} draws, seed {seed})",
+           "n_claims": res["n_claims"]}
+    for key, (d, n) in found.items():
+        out[key] = None if d is None else {"difference": d.get("estimate"), "ci_low": d.get("ci_low"),
+                                           "ci_high": d.get("ci_high"), "n_claims": n}
     return out
 
 
@@ -194,12 +216,12 @@ def markdown(summary: dict) -> str:
                   "", "| system | Acc | IS | IS − IS_ctrl | gold-only Acc |", "|---|---|---|---|---|"]
         for system, d in diffs.items():
             cells = []
-            for key in ("label_accuracy", "IS", "IS_minus_IS_ctrl", "gold_only_accuracy"):
+            for key in DIFFERENCES:
                 v = d.get(key) or {}
-                cell = _fmt(_pct(v.get("difference")))
-                if v.get("ci_low") is not None:
-                    cell += f" [{_fmt(_pct(v['ci_low']))}, {_fmt(_pct(v['ci_high']))}]"
-                cells.append(f"{cell} (n {v.get('n_claims', 0)})")
+                cell = _fmt(v.get("difference"))
+                if v.get("ci_low") is not None and (v.get("n_claims") or 0) >= MIN_INTERVAL_UNITS:
+                    cell += f" [{_fmt(v['ci_low'])}, {_fmt(v['ci_high'])}]"
+                cells.append(f"{cell} (n {v.get('n_claims') or 0})")
             lines.append(f"| {system} | " + " | ".join(cells) + " |")
         lines.append("")
     if summary["step_times"]:

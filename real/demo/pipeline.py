@@ -5,9 +5,10 @@ Llama-3.1-8B-Instruct: records (with incomplete gold) → ``real-data enhance``
 against three simulated annotators (``real.demo.annotators``: a local
 OpenAI-compatible server; real client, majority vote and cache) →
 ``real-data pairs`` for the four variants of SPEC §4 (sft, no_ablation,
-no_enhancement, real) → ``accelerate launch -m real.train`` with
-``recipes/demo/*.yaml`` and ``accelerate_configs/cpu.yaml`` → ``fae run``
-(R = 4) → ``fae probe`` → ``fae report``, ``fae probe-report`` and
+no_enhancement, real) and REAL with shortcut-breaking positives (real_matched)
+→ ``accelerate launch -m real.train`` with ``recipes/demo/*.yaml`` and
+``accelerate_configs/cpu.yaml`` → ``fae run`` (R = 4, with the control arm and
+gold-only pools) → ``fae probe`` → ``fae report``, ``fae probe-report`` and
 ``fae compare`` (sft vs real), the incomplete-gold subset table, then
 ``fae pave`` on a few test claims with the world's counter-entity and
 counter-semantic evidence (the SFT vs REAL arbitration profile). The base
@@ -528,7 +529,7 @@ def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerat
 
     pave = _pave_step(out, base, test_path, size, seed, t0) if size.pave_claims else {}
 
-    _stage("fae view: per-claim explorer of the four runs (view/index.html)", t0)
+    _stage(f"fae view: per-claim explorer of the {len(VARIANTS)} runs (view/index.html)", t0)
     _call(fae_view, ViewConfig(runs=runs, output=out / "view", names=list(VARIANTS), title="real-demo: FAE claims"))
 
     summary = {
