@@ -68,8 +68,10 @@ def test_a_verifier_that_reads_the_numbering_is_caught_and_renumbering_removes_t
 
 
 @pytest.mark.parametrize("line_ids", ["original", "renumbered"])
-def test_a_verifier_that_reads_its_evidence_has_no_control_loss(records_file, tmp_path, line_ids):
+def test_a_verifier_that_reads_its_evidence_has_no_control_loss(records_file, tmp_path, line_ids, capfd):
     m, claims = run_with(reads_evidence, records_file, tmp_path / line_ids, "--line-ids", line_ids)
+    err = capfd.readouterr().err  # the terminal says it too
+    assert "IS_ctrl 0.0 [0.0, 0.0], IS - IS_ctrl 100.0 [100.0, 100.0]" in err and "NOT_ENOUGH_INFO 0.0%" in err
     assert m["label_accuracy"] == 1.0 and m["IS"] == 1.0
     assert m["control"]["IS_ctrl"] == 0.0 and m["control"]["IS_minus_IS_ctrl"] == 1.0
     assert m["control"]["intervals"]["IS_minus_IS_ctrl"]["ci_low"] == 1.0

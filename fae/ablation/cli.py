@@ -40,6 +40,7 @@ from data_prep.records import RecordError, load_records
 from fae.ablation import runio
 from fae.ablation.engine import Arms, call_counts_of, run_ablation
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
+from fae.ablation.control import control_summary_line
 from fae.ablation.metrics import compute_metrics, nei_exclusion_note, truncation_note
 from fae.ablation.population import fae_claims
 from fae.ablation.options import (  # noqa: F401 - make_parser: the whole parser
@@ -456,6 +457,9 @@ def write_results(run_dir: Path, claims: list[dict], config: dict, prog: str = "
     write_report([run_dir], run_dir)
     print(json.dumps({k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
                                                "IS", "ER", "IO", "model_calls", "reused_calls")}))
+    arms = control_summary_line(metrics)
+    if arms:
+        print(f"{prog}: {arms}", file=sys.stderr)
     note = truncation_note(metrics, (config.get("settings") or {}).get("max_new_tokens"))
     if note:
         print(f"{prog}: warning: {note}", file=sys.stderr)

@@ -138,24 +138,25 @@ def gold_only_metrics(claims: Sequence[Mapping]) -> dict[str, Any] | None:
     }
 
 
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}"
+
+
 def control_summary_line(m: Mapping[str, Any]) -> str | None:
-    """One line for a terminal: IS beside IS_ctrl and the evidence-specific part, with intervals."""
-    ctrl = m.get("control")
-    gold = m.get("gold_only")
+    """One line for a terminal: IS beside IS_ctrl and the evidence-specific part with intervals, and the
+    gold-only pools; None for a run made without them."""
+    ctrl, gold = m.get("control"), m.get("gold_only")
     parts = []
     if ctrl:
-        def pct(x):
-            return "n/a" if x is None else f"{100 * x:.1f}"
-
         def ci(key):
             iv = (ctrl.get("intervals") or {}).get(key) or {}
-            return "" if iv.get("ci_low") is None else f" [{pct(iv['ci_low'])}, {pct(iv['ci_high'])}]"
+            return "" if iv.get("ci_low") is None else f" [{_pct(iv['ci_low'])}, {_pct(iv['ci_high'])}]"
 
-        parts.append(f"control on {ctrl['n_control_claims']} claims ({ctrl['n_left_out'][0] if ctrl['n_left_out'] else 0}"
-                     f" left out): IS {pct(ctrl['IS'])}{ci('IS')}, IS_ctrl {pct(ctrl['IS_ctrl'])}{ci('IS_ctrl')}, "
-                     f"IS - IS_ctrl {pct(ctrl['IS_minus_IS_ctrl'])}{ci('IS_minus_IS_ctrl')}")
+        left = ctrl["n_left_out"][0] if ctrl["n_left_out"] else 0
+        parts.append(f"control on {ctrl['n_control_claims']} claims ({left} left out): IS {_pct(ctrl['IS'])}{ci('IS')}, "
+                     f"IS_ctrl {_pct(ctrl['IS_ctrl'])}{ci('IS_ctrl')}, "
+                     f"IS - IS_ctrl {_pct(ctrl['IS_minus_IS_ctrl'])}{ci('IS_minus_IS_ctrl')}")
     if gold:
-        parts.append(f"gold-only on {gold['n_claims']} claims: Acc {100 * (gold['label_accuracy'] or 0):.1f}, "
-                     f"NEI {100 * (gold['nei_answer_rate'] or 0):.1f}%")
+        parts.append(f"gold-only on {gold['n_claims']} claims: Acc {_pct(gold['label_accuracy'])}, "
+                     f"NOT_ENOUGH_INFO {_pct(gold['nei_answer_rate'])}%")
     return "; ".join(parts) or None
-

@@ -493,10 +493,14 @@ def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerat
                "--dataset_name", str(pairs), "--output_dir", str(out / "models" / variant), "--seed", str(seed)]
         if size.max_steps:
             cmd += ["--max_steps", str(size.max_steps)]
-        trainings.append((cmd, logs / f"train-{variant}.log",
+        work = json.loads((pairs / "stats.json").read_text())["pairs"]  # steps per epoch, up to a constant
+        trainings.append((work if not size.max_steps else 1, (cmd, logs / f"train-{variant}.log",
                           f"{variant}: LoRA training (accelerate launch -m real.train, {recipes[variant].name}; "
-                          f"{lanes} at once, {threads} thread{'s' * (threads > 1)} each)"))
-    run_stages(trainings, env, lanes=lanes, t0=t0)
+                          f"{lanes} at once, {threads} thread{'s' * (threads > 1)} each)")))
+    # Longest first: a lane that frees up takes the next training, so the long ones never run alone at the end
+    # (five trainings on two lanes; the adapters do not depend on the order, each is its own process).
+    trainings.sort(key=lambda t: -t[0])
+    run_stages([stage for _, stage in trainings], env, lanes=lanes, t0=t0)
 
     for variant in VARIANTS:
         _stage(f"{variant}: fae run (R = 4) on the test split", t0)
