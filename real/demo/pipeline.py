@@ -467,15 +467,10 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
         lock.release()
 
 
-def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerate_cfg: Path,
-                     recipes: dict[str, Path], t0: float) -> dict:
+def train_variants(out: Path, base: Path, size: DemoSize, seed: int, enhanced_path: Path, accelerate_cfg: Path,
+                   recipes: dict[str, Path], t0: float) -> None:
+    """`real-data pairs` and `accelerate launch -m real.train` for every variant, trainings on parallel lanes."""
     logs = out / "logs"
-    logs.mkdir(exist_ok=True)
-
-    _stage(f"world: {size.n_train} train / {size.n_test} test claims (seed {seed})", t0)
-    train_path, test_path = write_world_records(out, size, seed)
-    enhanced_path, enhancement = enhance_step(out, train_path, seed, t0)
-
     # the CPU allocator settings (real_fae_core.hardware): the same numbers, the steps faster
     env = cpu_allocator_env(dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"))
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
@@ -501,6 +496,18 @@ def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerat
     # (five trainings on two lanes; the adapters do not depend on the order, each is its own process).
     trainings.sort(key=lambda t: -t[0])
     run_stages([stage for _, stage in trainings], env, lanes=lanes, t0=t0)
+
+
+def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerate_cfg: Path,
+                     recipes: dict[str, Path], t0: float) -> dict:
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+
+    _stage(f"world: {size.n_train} train / {size.n_test} test claims (seed {seed})", t0)
+    train_path, test_path = write_world_records(out, size, seed)
+    enhanced_path, enhancement = enhance_step(out, train_path, seed, t0)
+
+    train_variants(out, base, size, seed, enhanced_path, accelerate_cfg, recipes, t0)
 
     for variant in VARIANTS:
         _stage(f"{variant}: fae run (R = 4) on the test split", t0)
