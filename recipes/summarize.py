@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from real_fae_core.atomicio import atomic_write_text  # noqa: E402
 from fae.comparison.compare import compare_runs, load_compared  # noqa: E402
 from fae.ablation.metrics import MIN_INTERVAL_UNITS, chance_comparison, metric_intervals  # noqa: E402
+from fae.ablation.soft_metrics import has_probs, label_token_answers  # noqa: E402
 
 TABLE1 = (("Prec", "evidence_precision"), ("Rec", "evidence_recall"), ("F1", "evidence_f1"),
           ("Acc", "label_accuracy"), ("Strict", "strict_accuracy"), ("IS", "IS"), ("ER", "ER"), ("IO", "IO"))
@@ -89,6 +90,8 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str], ba
                                                       "defined": v["defined"]} if isinstance(v, dict) else v)
                                                  for k, v in metric_intervals(claims).items()}
                     entry["fae"]["chance"] = chance_comparison(claims)
+                    if has_probs(claims):  # the same claims scored by their label tokens, not the generated text
+                        entry["fae"]["chance_label_token"] = chance_comparison(label_token_answers(claims))
             dirk = _load(root / "probes" / model_id / system / s / "dirk.json")
             if dirk is not None:
                 entry["dirk"] = dirk_row(dirk)
@@ -184,16 +187,18 @@ def markdown(summary: dict) -> str:
     lines = [f"# {summary['model_id']}: FAE summary", ""]
     for s, per in summary["sets"].items():
         lines += [f"## {s}", "", "| system | n | " + " | ".join(n for n, _ in TABLE1)
-                  + " | a_r (r = 0..R) | balanced Acc | above chance (Acc > majority share; balanced > 1/k) |",
-                  "|---|---|" + "---|" * len(TABLE1) + "---|---|---|"]
+                  + " | a_r (r = 0..R) | balanced Acc | above chance (Acc > majority share; balanced > 1/k) "
+                  "| balanced Acc, label-token scoring | above chance, label-token |",
+                  "|---|---|" + "---|" * len(TABLE1) + "---|---|---|---|---|"]
         for system, entry in per.items():
             row = entry.get("fae")
             if row is None:
-                lines.append(f"| {system} | missing |" + " |" * len(TABLE1) + " |")
+                lines.append(f"| {system} | missing |" + " |" * len(TABLE1) + " | | |")
                 continue
             traj = " / ".join(_fmt(a) for a in row["round_accuracy"])
             lines.append(f"| {system} | {row['n_claims']} | " + " | ".join(_cell(row, n, k) for n, k in TABLE1)
-                         + f" | {traj} | {_chance_cells(row.get('chance'))} |")
+                         + f" | {traj} | {_chance_cells(row.get('chance'))} "
+                         f"| {_chance_cells(row.get('chance_label_token'))} |")
         lines.append("")
     for s, per in summary["sets"].items():
         rows = [(system, e["fae"]) for system, e in per.items() if (e.get("fae") or {}).get("control")
@@ -234,7 +239,7 @@ def markdown(summary: dict) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--root", default=".", help="the directory reproduce.sh ran in (default .)")
     p.add_argument("--model-id", required=True)
     p.add_argument("--systems", nargs="+", required=True)

@@ -392,3 +392,21 @@ def test_top_logprobs_any_tokenization(label, cuts, weights, spaces):
     z = sum(weights)
     for lab, w in zip(LABELS, weights):
         assert probs[lab] == pytest.approx(w / z)
+
+
+def test_label_token_scoring_reads_the_probabilities_not_the_text():
+    """A verifier whose text is cut off (invalid) but whose label tokens rank gold first scores by its tokens."""
+    from fae.ablation.metrics import chance_comparison
+    from fae.ablation.soft_metrics import label_token_answers
+
+    claims = [_claim("SUPPORT", [(0.7, 0.2, 0.1)]), _claim("REFUTE", [(0.2, 0.7, 0.1)]),
+              _claim("REFUTE", [(0.6, 0.3, 0.1)]), _claim("SUPPORT", [(0.1, 0.2, 0.7)])]
+    for c in claims:  # every generated answer invalid, as a truncated JSON is
+        c["rounds"][0].update(label=None, valid=False)
+    scored = label_token_answers(claims)
+    assert [r["rounds"][0]["label"] for r in scored] == ["SUPPORT", "REFUTE", "SUPPORT", "NOT_ENOUGH_INFO"]
+    assert chance_comparison(claims)["balanced_accuracy"] == 0.0
+    assert chance_comparison(scored)["balanced_accuracy"] == pytest.approx(0.5)  # (1/2 + 1/2) / 2
+    assert claims[0]["rounds"][0]["label"] is None  # the run's own answers are left alone
+    no_probs = [{**claims[0], "rounds": [{"round": 0, "label": "SUPPORT", "valid": True}]}]
+    assert label_token_answers(no_probs)[0]["rounds"][0]["valid"] is False

@@ -37,6 +37,27 @@ def probs_at(claim: Mapping, r: int) -> Mapping[str, float] | None:
     return p if isinstance(p, Mapping) else None
 
 
+def label_token_answers(claims: Sequence[Mapping]) -> list[dict]:
+    """The claims re-answered by label-token scoring: each round's label is ``argmax_l P_r(l)``.
+
+    Scoring the three label continuations instead of reading the generated text (as lm-eval scores
+    multiple choice) separates what a small verifier knows from whether it can write the answer
+    format: a truncated or malformed answer still has label probabilities. A round without
+    probabilities becomes invalid (no label); citations are kept as generated, so only label
+    metrics (Acc, balanced accuracy, a_r) change meaning. Ties go to the first label in the
+    probabilities' order.
+    """
+    out = []
+    for claim in claims:
+        rounds = []
+        for r in claim.get("rounds") or []:
+            p = r.get("label_probs")
+            label = max(p, key=p.get) if isinstance(p, Mapping) and p else None
+            rounds.append({**r, "label": label, "valid": label is not None, "label_source": "label_token"})
+        out.append({**claim, "rounds": rounds})
+    return out
+
+
 def _n_rounds(claims: Sequence[Mapping]) -> int:
     return max((len(c.get("rounds") or []) for c in claims), default=1) - 1
 
