@@ -21,6 +21,7 @@ SUBCOMMANDS = {
                              "human audit of counterfactual evidence: a stratified sample as sheets for annotators"),
     "counterfactual-audit-score": ("data_prep.counterfactual.audit_score",
                                    "read the filled audit sheets back: pass rates, Fleiss' kappa, valid instances"),
+    "families": ("data_prep.retrieval.families_cli", "claim families (related claims) for fae compare --families"),
 }
 
 

@@ -1,0 +1,170 @@
+"""`real-data families --records FILE --output FAMILIES.jsonl`: claim families for `fae compare --families`.
+
+A paired bootstrap that resamples related claims independently understates
+the uncertainty, so the score-accounting paper resamples *families* (SPEC §10):
+records joined by a normalized exact match, a numeric or negation mutation, a
+shared cited document or a flagged near duplicate among the claim's top-50
+BM25 neighbours, and, always, the units of one claim (records ``<claim>:<doc>``
+or with a ``claim_id`` field: SciFact's abstracts of one claim). The rules are
+in :mod:`data_prep.retrieval.families`; each can be switched off here to see
+what it contributes.
+
+Writes ``FAMILIES.jsonl``, one ``{"id": record id, "family": family id}`` line
+per record in record-id order (the family id is its smallest record id), the
+form ``fae compare --families`` reads whatever the ids are, and beside it
+``FAMILIES.jsonl.summary.json``: the number of families, their size
+distribution, and per kind of link the record pairs it links and the merges it
+made. Both files appear only when complete; rerunning on the same records, in
+any line order, writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+from real_fae_core.atomicio import atomic_open
+from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import RecordError, iter_jsonl_lines
+from data_prep.records import ClaimRecord, load_records_or_fail
+from data_prep.retrieval.families import (
+    EDGE_KINDS,
+    SHARED_DOCS,
+    FamilyOptions,
+    FamilyResult,
+    build_families,
+    size_distribution,
+)
+
+
+@dataclasses.dataclass
+class FamiliesConfig(CommandConfig):
+    """`real-data families`: the family of every record, for resampling whole families."""
+
+    records: str
+    output: str
+    no_exact: bool = False
+    no_numeric: bool = False
+    no_negation: bool = False
+    shared_docs: str = "cited"  # a name in SHARED_DOCS
+    no_near_duplicates: bool = False
+    neighbours: int = dataclasses.field(default=50, metadata={"min": 1})
+    jaccard: float = dataclasses.field(default=0.7, metadata={"min": 0.0, "max": 1.0})
+    unit_separator: str = ":"
+
+
+CONFIG = FamiliesConfig
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--records", required=True, help="claim records JSONL (from real-data convert or retrieve)")
+    p.add_argument("--output", required=True,
+                   help="families JSONL to write ({\"id\", \"family\"} lines; a summary beside it as "
+                        "OUTPUT.summary.json)")
+    p.add_argument("--no-exact", action="store_true", help="do not join normalized exact matches")
+    p.add_argument("--no-numeric", action="store_true", help="do not join claims that differ only in numbers")
+    p.add_argument("--no-negation", action="store_true",
+                   help="do not join claims that differ only in negation words (not, no, never, n't, without...)")
+    # Checked in run(), not by argparse `choices`: a wrong value is then one line, for a Python caller too.
+    p.add_argument("--shared-docs", default="cited", metavar="{" + ",".join(SHARED_DOCS) + "}",
+                   help="join records citing a common document: cited (a cited_docs field, else the pool's "
+                        "docs), gold (the docs of gold evidence sentences) or off (default cited)")
+    p.add_argument("--no-near-duplicates", action="store_true",
+                   help="do not join near duplicates among each claim's BM25 neighbours")
+    p.add_argument("--neighbours", type=int, default=50,
+                   help="BM25 neighbours of each claim checked for near duplicates (default 50)")
+    p.add_argument("--jaccard", type=float, default=0.7,
+                   help="a neighbour is a near duplicate when the token-set Jaccard similarity is at least this, "
+                        "in [0, 1] (default 0.7)")
+    p.add_argument("--unit-separator", default=":",
+                   help="record ids CLAIM<SEP>DOC are units of claim CLAIM and always share a family "
+                        "(a claim_id field takes precedence; '' turns the rule off; default ':')")
+
+
+def check_config(config: FamiliesConfig) -> FamilyOptions:
+    """The options of the rules, after the checks that need no records."""
+    if config.shared_docs not in SHARED_DOCS:
+        raise UserError(f"--shared-docs {config.shared_docs!r}: unknown; choose from {', '.join(SHARED_DOCS)}")
+    if math.isnan(config.jaccard):
+        raise UserError("FamiliesConfig: jaccard: must be a number in [0, 1], got nan")
+    if os.path.abspath(config.output) == os.path.abspath(config.records):
+        raise UserError(f"--output {config.output!r} is the records file; give another path")
+    if Path(config.output).is_dir():
+        raise UserError(f"--output {config.output!r} is a directory; give a file path")
+    return FamilyOptions(exact=not config.no_exact, numeric=not config.no_numeric, negation=not config.no_negation,
+                         shared_docs=config.shared_docs, near_duplicates=not config.no_near_duplicates,
+                         neighbours=config.neighbours, jaccard=config.jaccard,
+                         unit_separator=config.unit_separator)
+
+
+def link_field_problem(record: ClaimRecord) -> tuple[str, str] | None:
+    """``(field, reason)`` when an optional field the rules read has the wrong type."""
+    claim_id = record.extra.get("claim_id")
+    if "claim_id" in record.extra and not (isinstance(claim_id, str) and claim_id):
+        return "claim_id", f"must be a non-empty string, got {json.dumps(claim_id)[:60]}"
+    cited = record.extra.get("cited_docs")
+    if "cited_docs" in record.extra and not (isinstance(cited, list) and all(isinstance(d, str) for d in cited)):
+        return "cited_docs", f"must be a list of document ids (strings), got {json.dumps(cited)[:60]}"
+    return None
+
+
+def line_of(path: str, record_id: str) -> int | None:
+    """The line of ``record_id`` in an already validated records file."""
+    for lineno, obj in iter_jsonl_lines(path):
+        if isinstance(obj, dict) and str(obj.get("id")) == record_id:
+            return lineno
+    return None
+
+
+def load(path: str) -> list[ClaimRecord]:
+    """The records, or one error naming the file, the line and the field."""
+    records = load_records_or_fail(path)
+    if not records:
+        raise UserError(f"{path}: no records, so there are no families")
+    for rec in records:
+        problem = link_field_problem(rec)
+        if problem:
+            raise RecordError(problem[1], field=problem[0], path=path, line=line_of(path, rec.id), record_id=rec.id)
+    return records
+
+
+def summary_of(result: FamilyResult, config: FamiliesConfig, options: FamilyOptions) -> dict:
+    sizes = size_distribution(result.families)
+    return {
+        "records_file": os.path.abspath(config.records),
+        "n_records": len(result.families),
+        "n_families": len(set(result.families.values())),
+        "largest_family": max(int(s) for s in sizes),
+        "family_sizes": sizes,
+        "options": dataclasses.asdict(options),
+        "links": {kind: {"pairs": result.pairs[kind], "merges": result.merges[kind]}
+                  for kind in EDGE_KINDS if kind in result.pairs},
+        "near_duplicates": [{"a": a, "b": b, "jaccard": sim} for a, b, sim in result.near_duplicates],
+    }
+
+
+def write(output: str, families: dict[str, str], summary: dict) -> None:
+    """Both files under their final names only when both are complete."""
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(output) as fam, atomic_open(output + ".summary.json") as summ:
+        for rid in sorted(families):
+            fam.write(json.dumps({"id": rid, "family": families[rid]}, ensure_ascii=False) + "\n")
+        summ.write(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+
+
+def run(config: FamiliesConfig) -> CommandResult:
+    options = check_config(config)
+    records = load(config.records)
+    result = build_families(records, options)
+    summary = summary_of(result, config, options)
+    write(config.output, result.families, summary)
+    links = ", ".join(f"{k} {v['merges']}" for k, v in summary["links"].items())
+    print(f"{config.output}: {summary['n_records']} records in {summary['n_families']} families "
+          f"(largest {summary['largest_family']}); merges by link: {links}")
+    print(f"  summary: {config.output}.summary.json")
+    return CommandResult(outputs={"families": config.output, "summary": config.output + ".summary.json"},
+                         summary=summary)
