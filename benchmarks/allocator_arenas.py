@@ -106,7 +106,7 @@ def measure(name: str, args) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True)
     p.add_argument("--recipe", required=True)
     p.add_argument("--pairs", required=True)

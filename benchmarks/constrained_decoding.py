@@ -60,7 +60,7 @@ def one_pass(records, model: Path, rounds: int, constrained: bool, args) -> dict
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=Path(os.environ.get("REAL_SHARED_DATA", REPO / "tests" / "data"))
                    / "check-covid", help="Check-COVID files (default: $REAL_SHARED_DATA/check-covid, else the test samples)")
     p.add_argument("--claims", type=int, default=20)

@@ -100,7 +100,7 @@ def naive_load_pages(wiki: Path, needed: set[str]) -> dict[str, list[str]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--claims", type=int, default=100_000)
     ap.add_argument("--pages", type=int, default=500_000)
     ap.add_argument("--cited-fraction", type=float, default=0.1)

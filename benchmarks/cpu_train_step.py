@@ -144,7 +144,7 @@ def _repo_relative(path: str) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--recipe", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--pairs", required=True)

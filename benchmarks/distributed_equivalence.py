@@ -149,7 +149,7 @@ def fae(args, test: Path, out: Path, fae_dir: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=str(REPO / "models" / "smollm2-135m-instruct"))
     ap.add_argument("--check-covid", default=str(REPO / "data" / "raw" / "check-covid"),
                     help="the Check-COVID release (corpus.json, covidCheck_*.json)")

@@ -63,7 +63,7 @@ def _measure(tmp: Path, url: str, n: int, concurrency: int) -> tuple[int, float]
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=1000)
     p.add_argument("--serial-records", type=int, default=100)
     p.add_argument("--latency", type=float, default=0.05)

@@ -60,7 +60,7 @@ def open_backend(args, packed: bool):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--adapter", type=Path)
     p.add_argument("--records", type=Path, required=True, help="converted records (e.g. Check-COVID test)")

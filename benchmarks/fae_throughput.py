@@ -129,7 +129,7 @@ def naive_loop(records, lm, tok, gc, rounds: int) -> list[list[str]]:
 def parse_args(argv=None) -> argparse.Namespace:
     from real_fae_core.hardware import native_bf16_cpu_flags
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--claims", type=int, default=200)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=8)

@@ -116,7 +116,7 @@ def client(mode: str, url: str, n: int, rounds: int, concurrency: int, out: str,
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--claims", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--concurrency", type=int, default=64)

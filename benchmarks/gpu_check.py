@@ -804,7 +804,7 @@ def default_data_dir() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="gpu_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", required=True, help="folder for gpu_check.json, gpu_check.md, logs.tar.gz")
     p.add_argument("--data", help="folder with scifact/claims_train.jsonl and scifact/corpus_cited.jsonl "
                                   "(default $REAL_SHARED_DATA, else .gpu_data, else the test samples in tests/data)")

@@ -152,14 +152,14 @@ def _time_vllm(batches: list[dict]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="gpu_check_helper")
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="gpu_check_helper")
     sub = p.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build-llama")
+    b = sub.add_parser("build-llama", allow_abbrev=False)
     b.add_argument("--shape", choices=sorted(SHAPES), required=True)
     b.add_argument("--out", required=True)
     b.add_argument("--device", default="auto")
     b.add_argument("--dtype", default="auto")
-    r = sub.add_parser("fae-run")
+    r = sub.add_parser("fae-run", allow_abbrev=False)
     r.add_argument("--timing", required=True)
     r.add_argument("fae_argv", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)

@@ -82,7 +82,7 @@ def compare(a: list[dict], b: list[dict]) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="a local HF model directory with a chat template")
     ap.add_argument("--claims", required=True, help="Check-COVID claims file (official release)")
     ap.add_argument("--corpus", required=True, help="Check-COVID corpus.json")

@@ -86,7 +86,7 @@ def compare(reference: Path, other: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--records", required=True, type=Path, help="fae pave's records (counterfactual pools)")
     p.add_argument("--model", required=True)
     p.add_argument("--adapter")

@@ -143,7 +143,7 @@ def compare_samples(first: dict, second: dict, field: str = "answers") -> tuple[
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True)
     p.add_argument("--adapter")
     p.add_argument("--records", required=True, help="claim records (Check-COVID test, converted)")

@@ -162,7 +162,7 @@ def fae_split(backend, token_ids: list[list[int]], left_pad) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True)
     p.add_argument("--records", required=True, help="converted Check-COVID records")
     p.add_argument("--rows", type=int, default=25)

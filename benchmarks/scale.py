@@ -109,7 +109,7 @@ def paths(base: list[str], work: Path, name: str) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--claims", type=int, default=60, help="records read (NEI-gold ones are left out by FAE)")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--records", help="claim records (default: Check-COVID test claims of tests/data)")

@@ -31,7 +31,7 @@ def main() -> None:
     from fae.backends.hf import generate_batched, greedy_config, load_hf_model
     from real.demo.pipeline import BASE_DIR, DemoSize, write_world_records
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=str(BASE_DIR))
     ap.add_argument("--claims", type=int, default=200)
     ap.add_argument("--batch-size", type=int, default=32)

@@ -132,7 +132,7 @@ def measure(site: Path, repeats: int, claim_id: str) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--claims", type=int, default=50_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "view_index.txt"))

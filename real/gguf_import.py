@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="real-import-gguf", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="real-import-gguf", description=__doc__.splitlines()[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("gguf", nargs="?", help="a .gguf file, or a directory holding exactly one")
     src.add_argument("--package", metavar="DIST",

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="real-merge", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="real-merge", description=__doc__.splitlines()[0])
     p.add_argument("--adapter", required=True, help="LoRA adapter directory written by real-train")
     p.add_argument("--output", required=True, help="where to save the merged model")
     p.add_argument("--base", help="base model (default: base_model_name_or_path of the adapter)")

@@ -153,18 +153,20 @@ def build_parser(prog: str, doc: str | None, subcommands: dict) -> tuple[argpars
     """The top-level parser of ``prog`` with one subparser per COMMAND, and {COMMAND: its module}.
 
     A module with ``parse_args`` gets an empty subparser: its arguments, ``--help``
-    included, pass through untouched to its own parser (``make_parser``).
+    included, pass through untouched to its own parser (``make_parser``). No parser takes an abbreviated
+    flag (``allow_abbrev=False``, every parser of the repository: tests/test_no_abbreviations.py): a guard
+    that looks for a flag by name (``--adapter`` in ``fae checkpoints``) would miss ``--adapt``.
     """
-    parser = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog=prog, description=(doc or "").splitlines()[0])
     parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = {}
     for name, (module_name, help_text) in subcommands.items():
         module = importlib.import_module(module_name)
         if hasattr(module, "parse_args"):
-            sub.add_parser(name, help=help_text, add_help=False)
+            sub.add_parser(name, help=help_text, add_help=False, allow_abbrev=False)
         else:
-            module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+            module.add_arguments(sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False))
         modules[name] = module
     return parser, modules
 

@@ -40,6 +40,33 @@ def command_parsers() -> dict:
     return out
 
 
+def every_parser() -> dict:
+    """{name: parser} of every parser a console script builds: the commands of :func:`command_parsers`, the
+    top-level dispatchers of real-data and fae (their ``--debug``), the subparsers of each, and real-train's
+    TRL parser, so a rule about parsing (no abbreviated flags) is checked on all of them."""
+    import argparse
+
+    import data_prep.cli
+    import fae.cli
+    from real.training.args import make_parser as real_train_parser
+    from real_fae_core.cli import build_parser
+
+    out = {prog: parser for prog, (_module, parser) in command_parsers().items()}
+    for prog, mod in (("real-data", data_prep.cli), ("fae", fae.cli)):
+        out[prog] = build_parser(prog, mod.__doc__, mod.SUBCOMMANDS)[0]
+    out["real-train"] = real_train_parser()
+    todo = list(out.items())
+    while todo:
+        name, parser = todo.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    key = f"{name} {sub_name} (subparser)"
+                    out[key] = sub
+                    todo.append((key, sub))
+    return out
+
+
 COMMAND_TABLE_START = "<!-- commands: generated from the parsers by tests/test_docs_commands.py; do not edit -->"
 COMMAND_TABLE_END = "<!-- end of commands -->"
 

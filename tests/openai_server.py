@@ -468,7 +468,7 @@ def spawn(*args: str, pre: tuple = (), **popen):
     return proc, line[1]
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--latency", type=float, default=0.0)
     p.add_argument("--role", choices=sorted(RESPONDERS), default="annotator")

@@ -145,7 +145,7 @@ def test_option_flags_come_from_the_dataclass_fields():
     from fae.backends.hf import HFOptions
     from fae.backends.vllm_backend import VLLMOptions
 
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     add_option_flags(p, HFOptions, ["batch_size", "dtype", "trust_remote_code", "model"])
     add_option_flags(p, VLLMOptions, ["gpu_memory_utilization"])
     args = p.parse_args(["--batch-size", "3", "--trust-remote-code", "--gpu-memory-utilization", "0.5"])

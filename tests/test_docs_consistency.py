@@ -104,7 +104,7 @@ def _cli_flags() -> dict[tuple[str, str], set[str]]:
             if hasattr(module, "parse_args"):  # parses its own arguments (`fae run`: a dataclass parser)
                 parser = module.make_parser(f"{prog} {name}")
             else:
-                parser = argparse.ArgumentParser(prog=f"{prog} {name}")
+                parser = argparse.ArgumentParser(allow_abbrev=False, prog=f"{prog} {name}")
                 module.add_arguments(parser)
             # an old spelling kept for one release is accepted, but never documented
             flags[prog, name] = {s for a in parser._actions if not is_deprecated(a)

@@ -66,7 +66,7 @@ def test_success_usage_and_help_codes(capsys):
 
     def parse(argv):
         import argparse
-        p = argparse.ArgumentParser(prog="prog")
+        p = argparse.ArgumentParser(allow_abbrev=False, prog="prog")
         p.add_argument("--n", type=int)
         p.parse_args(argv)
 

@@ -388,7 +388,7 @@ def test_pave_declares_the_backends_options_with_their_defaults():
     from fae.backends.vllm_backend import VLLMOptions
     from fae.pave import cli
 
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)
     cli.add_arguments(p)
     args = p.parse_args(["--records", "r", "--output", "o", "--model", "m"])
     for cls, names in ((HFOptions, cli.HF_FIELDS), (VLLMOptions, cli.VLLM_FIELDS), (OpenAIOptions, cli.OPENAI_FIELDS)):

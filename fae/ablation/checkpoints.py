@@ -131,7 +131,7 @@ def parse_args(argv: list[str], prog: str = "fae checkpoints") -> tuple[Checkpoi
     """This command's flags; every other flag is a `fae run` option, passed to each checkpoint's run."""
     if "-h" in argv or "--help" in argv:
         make_parser(prog).parse_args(["--help"])
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], epilog=EPILOG)
+    p = argparse.ArgumentParser(allow_abbrev=False, prog=prog, description=__doc__.splitlines()[0], epilog=EPILOG)
     _own_arguments(p)
     args, rest = p.parse_known_args(argv)
     if "--adapter" in rest or any(a.startswith("--adapter=") for a in rest):

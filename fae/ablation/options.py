@@ -102,7 +102,7 @@ def make_parser(prog: str = "fae run"):
         def add_argument(self, *args, **kwargs):  # a field's range is ours, not argparse's
             return super().add_argument(*args, **without_range_keys(kwargs))
 
-    parser = Parser(FaeRunArguments, prog=prog, description=DESCRIPTION)
+    parser = Parser(FaeRunArguments, prog=prog, description=DESCRIPTION, allow_abbrev=False)
     parser.add_argument("--config", metavar="YAML", help="options from a YAML file (keys named like the flags); "
                                                          "flags given on the command line win")
     return parser

@@ -8,8 +8,10 @@ import shlex
 
 from real_fae_core.cli import run_guarded
 from real_fae_core.command import CommandConfig, CommandResult, exit_code_of
+from real_fae_core.errors import EXIT_FAILURE, EXIT_OK
 
 from . import base_model, pipeline
+from .drift import table2_pattern
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,14 +20,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """``real-demo [--output DIR ...]`` runs the demo; ``real-demo build-base ...`` is its one subcommand."""
-    p = argparse.ArgumentParser(prog="real-demo", description="REAL vs standard SFT, end to end on a CPU "
-                                "(`real-demo build-base --help` rebuilds the base model)")
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="real-demo",
+                                description="REAL vs standard SFT, end to end on a CPU "
+                                            "(`real-demo build-base --help` rebuilds the base model)")
     p.add_argument("--output", default="demo_out", help="output directory (default demo_out)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--base", help="base model directory (default: the one shipped in real/demo/base)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     what = "rebuild the demo base model from scratch (seeded, CPU)"
-    b = sub.add_parser("build-base", help=what, description=what)
+    b = sub.add_parser("build-base", help=what, description=what, allow_abbrev=False)
     b.add_argument("--output", required=True, help="directory for the model, tokenizer and build_log.jsonl")
     b.add_argument("--steps", type=int, default=18000,
                    help="training steps; the final cosine phase ends here (default 18000, the shipped base)")
@@ -57,9 +60,12 @@ CONFIG = DemoConfig
 
 
 def run(config: DemoConfig) -> CommandResult:
-    """The demo as a function; ``summary`` is its summary.json."""
+    """The demo as a function; ``summary`` is its summary.json. It fails (exit 1) when the Table-2 pattern it
+    exists to show did not hold: numbers that contradict the demo's own claims must not exit 0."""
     summary = pipeline.run_demo(config.output, seed=config.seed, base=config.base)
-    return CommandResult(outputs={"output": str(config.output)}, summary=summary)
+    held = all(ok for _, ok in table2_pattern(summary))
+    return CommandResult(exit_code=EXIT_OK if held else EXIT_FAILURE, outputs={"output": str(config.output)},
+                         summary=summary)
 
 
 def _main(argv: list[str]) -> int:

@@ -144,7 +144,7 @@ DATACLASSES = (RealScriptArguments, RealSFTConfig, ModelConfig)
 
 
 def make_parser():
-    parser = TrlParser(DATACLASSES, prog="real-train")
+    parser = TrlParser(DATACLASSES, prog="real-train", allow_abbrev=False)
 
     def error(message: str):  # argparse would print the whole (huge) usage first
         raise UserError(message)

@@ -52,7 +52,7 @@ def _subset(src: Path, dst: Path, files: dict[str, int], corpus: str, cited, doc
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--source", type=Path, required=True, help="folder with full check-covid/ and scifact/")
     p.add_argument("--output", type=Path, default=HERE)
     a = p.parse_args()
