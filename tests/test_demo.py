@@ -12,6 +12,7 @@ from data_prep.prompts import (
     render_evidence_prompt,
 )
 from data_prep.records import load_records
+from real.demo.drift import table2_pattern
 from real.demo.annotators import ANNOTATORS, AnnotatorServer, annotate, write_annotators_yaml
 from real.demo.base_model import ExampleFactory, build_base, build_word_tokenizer, cosine_lambda, lr_lambda
 from real_fae_core.errors import UserError
@@ -207,18 +208,17 @@ def test_reduced_demo_on_the_shipped_base_shows_the_effect(tmp_path, capsys):
         assert (out / rel).exists(), rel
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(summary)) and set(on_disk["variants"]) == set(VARIANTS)
-    sft, real = on_disk["variants"]["sft"], on_disk["variants"]["real"]
-    # the effect, with margins a broken pipeline cannot pass
-    assert real["IS"] - sft["IS"] >= 0.5, (sft["IS"], real["IS"])
-    assert sft["round_accuracy"][0] >= 0.8 and real["round_accuracy"][0] >= 0.8
-    # the control arm catches REAL's cue (SPEC §6): it abstains when lines that are neither cited nor gold
-    # go (60 steps: IS_ctrl 0.57 measured, sft 0.0) and on gold-only pools (0.66, sft 0.0); the full demo's
-    # numbers and real_matched's (not trained enough at this size to show it) are in docs/demo.md
+    # the effect, with margins a broken pipeline cannot pass: the demo's own Table-2 statements (real.demo.drift),
+    # among them that the control arm catches REAL's cue (SPEC §6): it abstains when lines that are neither cited
+    # nor gold go (60 steps: IS_ctrl 0.57 measured, sft 0.0) and on gold-only pools (0.66, sft 0.0); the full
+    # demo's numbers and real_matched's (not trained enough at this size to show it) are in docs/demo.md
+    failed = [statement for statement, held in table2_pattern(on_disk) if not held]
+    assert not failed, (failed, {v: (m["IS"], m["control"]) for v, m in on_disk["variants"].items()})
     for v in VARIANTS:
         ctrl = on_disk["variants"][v]["control"]
         assert ctrl["n_control_claims"] >= 40 and on_disk["variants"][v]["gold_only"]["n_claims"] == 50, v
-    assert real["control"]["IS_ctrl"] - sft["control"]["IS_ctrl"] >= 0.35, (real["control"], sft["control"])
-    assert real["gold_only"]["nei_answer_rate"] - sft["gold_only"]["nei_answer_rate"] >= 0.4
+    drift = json.loads((out / "drift.json").read_text())  # a reduced run is not compared with the full one
+    assert drift["pattern_held"] and "size" in drift["skipped"]
     for v in VARIANTS:
         assert on_disk["variants"][v]["n_claims"] == 50 and on_disk["variants"][v]["soft"]["n_with_probs"] == 50
     # enhancement really ran: the real client and vote, answers that beat gold's recall

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -61,6 +61,7 @@ from fae.pave.io import SAMPLES, jsd_condition, read_samples
 from fae.probes.knowledge import shares_text
 from fae.probes.report import load_probe, markdown_table
 
+from .drift import drift_lines, drift_report
 from .annotators import AnnotatorServer, enhancement_quality, write_annotators_yaml
 from .world import add_counterfactuals, add_incomplete_gold, build_world, make_split, train_test_facts
 
@@ -92,9 +93,12 @@ class DemoSize:
 
 # What a demo run writes in its output directory; a rerun replaces all of it.
 OUTPUT_DIRS = ("data", "models", "runs", "probes", "compare", "logs", "pave", "view")
-OUTPUT_FILES = ("summary.json", "report.md", "trajectory.png", "soft_trajectory.png", "reliability.png",
+OUTPUT_FILES = ("summary.json", "drift.json", "report.md", "trajectory.png", "soft_trajectory.png",
+                "reliability.png",
                 "dirk.png", "dirk.md")
 MARKER = ".real-demo"  # written first: this directory is a demo output, safe to replace
+# the committed full demo (seed 0, default size, fp32): every run says which headline numbers moved from it
+REFERENCE_SUMMARY = REPO_DIR / "benchmarks" / "results" / "demo_cpu_summary_amx.json"
 
 
 def claim_output(out: Path) -> RunLock:
@@ -545,16 +549,20 @@ def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerat
 
     summary = {
         "wall_seconds": round(time.time() - t0, 1),
+        "size": {**asdict(size), "seed": seed},
         "variants": {v: json.loads((out / "runs" / v / "metrics.json").read_text()) for v in VARIANTS},
         "incomplete_gold": subsets,
         "enhancement": enhancement,
         "pave": pave,
     }
     atomic_write_json(out / "summary.json", summary)
+    drift = drift_report(summary, REFERENCE_SUMMARY)
+    atomic_write_json(out / "drift.json", drift)
     _stage("done", t0)
     print()
     print((out / "report.md").read_text())
     print(soft_lines(summary["variants"]))
+    print("\n".join(drift_lines(drift)))
     return summary
 
 
