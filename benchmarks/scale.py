@@ -147,8 +147,7 @@ def main(argv=None) -> int:
         ok = all(r["share_equal"] == 1.0 and r["same_order"] and (r["label_prob_max_abs_diff"] or 0) < 1e-4
                  for backend in ("hf_tiny_llama", "openai_test_server")
                  for k, r in result[backend].items() if k != "one_process")
-        ok = ok and result["fleet_vllm_router"]["claims_on_one_server_share"] == 1.0 \
-            and result["fleet_vllm_router"]["share_equal"] == 1.0
+        ok = ok and fleet_ok(result["fleet_vllm_router"])
         result["all_paths_equal_one_process"] = ok
         Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps({k: v for k, v in result.items() if k != "fleet"}, indent=2))
@@ -158,8 +157,52 @@ def main(argv=None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def fleet(records: Path, work: Path, rounds: int) -> dict:
-    """Two servers behind ``vllm-router --policy consistent_hash``: one server per claim, the claims of one server."""
+def served_rows(log: Path) -> list[dict]:
+    """What reached one test server: a row per request (``session``: its routing header, ``claim``: its claim)."""
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def fleet_routing(served: list[list[dict]], run_name: str) -> dict:
+    """How the router placed a run's requests (``served``: the rows of each server).
+
+    A claim on one server alone proves nothing by itself: without the routing header consistent_hash
+    hashes an empty key and sends every claim to the same server. So the requests' keys are counted too:
+    the share that carried ``<run_name>/<claim id>``, and whether each claim had exactly one key."""
+    per_server: list[dict[str, set]] = []
+    for rows in served:
+        keys: dict[str, set] = {}
+        for row in rows:
+            keys.setdefault(row["claim"], set()).add(row["session"])
+        per_server.append(keys)
+    claims = set().union(*per_server) if per_server else set()
+    on_several = {c for c in claims if sum(c in keys for keys in per_server) > 1}
+    rows = [row for rows in served for row in rows]
+    keyed = [r for r in rows if isinstance(r["session"], str) and r["session"].startswith(f"{run_name}/")]
+    key_sets: dict[str, set] = {}
+    for keys in per_server:
+        for claim, seen in keys.items():
+            key_sets.setdefault(claim, set()).update(seen)
+    return {"requests_per_server": [len(r) for r in served], "claims_per_server": [len(k) for k in per_server],
+            "claims_on_one_server_share": round(1 - len(on_several) / len(claims), 4) if claims else None,
+            "requests_with_routing_key_share": round(len(keyed) / len(rows), 4) if rows else None,
+            "one_routing_key_per_claim": bool(key_sets) and all(len(k) == 1 for k in key_sets.values())}
+
+
+def fleet_ok(fleet: dict) -> bool:
+    """The fleet path passes when every request carried its claim's routing key (one per claim), every claim's
+    rounds reached one server, every server was used, and the claims equal a run against one server directly.
+    A run that sent no key fails, though each claim then sits on one server too (all on the same one)."""
+    if "skipped" in fleet:
+        return False
+    return (fleet["requests_with_routing_key_share"] == 1.0 and fleet["one_routing_key_per_claim"]
+            and fleet["claims_on_one_server_share"] == 1.0 and all(n > 0 for n in fleet["claims_per_server"])
+            and fleet["share_equal"] == 1.0)
+
+
+def fleet(records: Path, work: Path, rounds: int, routing_header: str | None = None) -> dict:
+    """Two servers behind ``vllm-router --policy consistent_hash``: one server per claim, the claims of one server.
+
+    ``routing_header``: fae run's ``--routing-header`` (default: its own, X-Session-ID; "" sends none)."""
     import socket
     import urllib.request
 
@@ -196,23 +239,17 @@ def fleet(records: Path, work: Path, rounds: int) -> dict:
                 time.sleep(0.1)
         base = ["--backend", "openai", "--model", "verifier", "--records", str(records), "--rounds", str(rounds),
                 "--no-progress"]
-        routed = run_fae(["run", *base, "--base-url", router_url + "/v1", "--output", str(work / "fleet-routed")])
-        served = []
-        for log in logs:
-            claims: dict[str, set] = {}
-            for line in log.read_text().splitlines():
-                row = json.loads(line)
-                claims.setdefault(row["claim"], set()).add(row["session"])
-            served.append((sum(1 for _ in log.read_text().splitlines()), claims))
+        header = [] if routing_header is None else ["--routing-header", routing_header]
+        routed = run_fae(["run", *base, *header, "--base-url", router_url + "/v1",
+                          "--output", str(work / "fleet-routed")])
+        served = [served_rows(log) for log in logs]
         for log in logs:
             log.write_text("")
         direct = run_fae(["run", *base, "--base-url", urls[0] + "/v1", "--output", str(work / "fleet-direct")])
-        both = set(served[0][1]) & set(served[1][1])
-        n_claims = len(set(served[0][1]) | set(served[1][1]))
         return {"servers": 2, "router": "vllm-router 0.1.17 --policy consistent_hash",
-                "routing_header": "X-Session-ID: <run>/<claim id>",
-                "requests_per_server": [n for n, _ in served], "claims_per_server": [len(c) for _, c in served],
-                "claims_on_one_server_share": round(1 - len(both) / n_claims, 4) if n_claims else None,
+                "routing_header": "(none)" if routing_header == "" else
+                f"{routing_header or 'X-Session-ID'}: <run>/<claim id>",
+                **fleet_routing(served, "fleet-routed"),
                 "routed_wall_s": routed["wall_s"], "direct_wall_s": direct["wall_s"],
                 "driver_peak_rss_mib": routed["peak_rss_mib"],
                 **compare(work / "fleet-routed", work / "fleet-direct")}

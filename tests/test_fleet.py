@@ -387,3 +387,54 @@ def test_sigterm_mid_run_keeps_finished_claims_and_the_rerun_completes(records_f
         assert p.returncode == 0, p.stderr
         assert f"{len(want) - len(partial)} claims to do ({len(partial)} already in" in p.stderr
     assert read_claims(out / "claims.jsonl") == list(want.values())
+
+
+# ---------------------------------------------------------------------------
+# benchmarks/scale.py's pass condition for the fleet
+# ---------------------------------------------------------------------------
+
+
+def scale_benchmark():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "scale.py"
+    spec = importlib.util.spec_from_file_location("scale_benchmark", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fleet_result(scale, served, run_name="fleet-routed"):
+    return {**scale.fleet_routing(served, run_name), "share_equal": 1.0}
+
+
+def test_the_fleet_benchmark_fails_a_run_that_sent_no_routing_key():
+    """Without the header consistent_hash sends every claim to one server: each claim is on one server,
+    which the benchmark once took for a pass; it must fail, since nothing was routed by claim."""
+    scale = scale_benchmark()
+    claims = [f"claim {i}" for i in range(6)]
+    keyed = [[{"session": f"fleet-routed/c{i}", "claim": c} for i, c in enumerate(claims) for _ in range(3)
+              if i % 2 == k] for k in (0, 1)]
+    assert scale.fleet_ok(fleet_result(scale, keyed))
+    no_key = [[{"session": None, "claim": c} for c in claims for _ in range(3)], []]
+    res = fleet_result(scale, no_key)
+    assert res["claims_on_one_server_share"] == 1.0  # what the old condition read alone
+    assert res["requests_with_routing_key_share"] == 0.0 and not scale.fleet_ok(res)
+    # a key on every request but all claims on one server (the router ignored it), or a claim split
+    one_server = [[r for rows in keyed for r in rows], []]
+    assert not scale.fleet_ok(fleet_result(scale, one_server))
+    split = [keyed[0] + keyed[1][:1], keyed[1]]
+    assert not scale.fleet_ok(fleet_result(scale, split))
+    assert not scale.fleet_ok({"skipped": "vllm-router is not installed"})
+
+
+@pytest.mark.slow
+def test_the_fleet_benchmark_run_without_the_header_fails(records_file, tmp_path):
+    """benchmarks/scale.py's fleet path end to end, once with fae run's routing header and once with none."""
+    if shutil.which("vllm-router") is None:
+        pytest.skip("vllm-router is not installed (pip install 'real-fae[fleet]')")
+    scale = scale_benchmark()
+    (tmp_path / "with").mkdir(), (tmp_path / "without").mkdir()
+    assert scale.fleet_ok(scale.fleet(records_file, tmp_path / "with", 4))
+    res = scale.fleet(records_file, tmp_path / "without", 4, routing_header="")
+    assert res["claims_on_one_server_share"] == 1.0 and not scale.fleet_ok(res)
