@@ -22,6 +22,9 @@ SUBCOMMANDS = {
     "counterfactual-audit-score": ("data_prep.counterfactual.audit_score",
                                    "read the filled audit sheets back: pass rates, Fleiss' kappa, valid instances"),
     "families": ("data_prep.retrieval.families_cli", "claim families (related claims) for fae compare --families"),
+    "index": ("data_prep.retrieval.index_cli", "a BM25 index (SQLite FTS5) of a SciFact, Check-COVID or FEVER corpus"),
+    "retrieve": ("data_prep.retrieval.retrieve_cli",
+                 "evidence pools from an index (SPEC §10): BM25 and reranker orderings, token-budget packing"),
 }
 
 

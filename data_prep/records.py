@@ -39,17 +39,24 @@ _KNOWN_FIELDS = (
 # Sentence ids must fit a signed 64-bit integer: datasets (Arrow) and every
 # downstream tool store them as int64.
 MAX_SENTENCE_ID = 2**63 - 1
+_SENTENCE_FIELDS = ("id", "text", "doc")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 @dataclass
 class Sentence:
+    """One line of the pool. ``extra`` keeps any other key of the sentence object verbatim (a retrieved
+    pool's provenance: document, sentence index, BM25 rank; docs/retrieval.md), so a load/save round trip
+    never drops what another tool wrote."""
+
     id: int
     text: str
     doc: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"id": self.id, "text": self.text}
         if self.doc is not None:
             out["doc"] = self.doc
+        out.update((k, v) for k, v in self.extra.items() if k not in _SENTENCE_FIELDS)
         return out
 
 
@@ -164,7 +171,9 @@ class ClaimRecord:
 
 
 def _parse_sentences(raw_sents: Any, fail) -> list[Sentence]:
-    """The pool: a non-empty list of ``{"id", "text", "doc"?}`` with unique ids in [0, 2**63-1]."""
+    """The pool: a non-empty list of ``{"id", "text", "doc"?}`` with unique ids in [0, 2**63-1].
+
+    Any other key of a sentence (provenance) is kept in ``Sentence.extra``."""
     if not isinstance(raw_sents, list):
         fail("sentences", "must be a list")
     if not raw_sents:
@@ -189,7 +198,8 @@ def _parse_sentences(raw_sents: Any, fail) -> list[Sentence]:
         doc = s.get("doc")
         if doc is not None and not isinstance(doc, (str, int)):
             fail(f"{fld}.doc", "must be a string")
-        sentences.append(Sentence(id=sid, text=text, doc=None if doc is None else str(doc)))
+        extra = {k: v for k, v in s.items() if k not in _SENTENCE_FIELDS}
+        sentences.append(Sentence(id=sid, text=text, doc=None if doc is None else str(doc), extra=extra))
     return sentences
 
 

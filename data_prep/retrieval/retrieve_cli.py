@@ -1,0 +1,114 @@
+"""`real-data retrieve`: evidence pools for claims from an index, in two orderings, packed to budgets.
+
+Writes ``OUTPUT/records.jsonl`` (SPEC §2 records, read by `fae run --records` unchanged),
+``OUTPUT/misses.jsonl`` (one line per claim whose gold was not all retrieved) and
+``OUTPUT/summary.json`` (docs/retrieval.md). The output directory appears only when complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from real_fae_core.atomicio import atomic_dir, atomic_write_json
+from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.errors import UserError
+from data_prep.records import save_records
+from data_prep.retrieval.build import Options, retrieve_all, summary
+from data_prep.retrieval.claims import DATASETS, check_unique_ids, read_claims
+from data_prep.retrieval.index import Index
+from data_prep.retrieval.pack import load_tokenizers, parse_budgets
+from data_prep.retrieval.rerank import Reranker
+from data_prep.retrieval.retrieve import DEFAULT_PAGES, DEFAULT_PAGES_OTHER, MAX_UNITS
+
+CORPUS_FORMAT = {"scifact": "scifact", "check-covid": "check-covid", "fever": "fever"}
+
+
+@dataclasses.dataclass
+class RetrieveConfig(CommandConfig):
+    """`real-data retrieve`: pools of one dataset's claims from an index of its corpus."""
+
+    dataset: str  # a name in DATASETS
+    claims: list[str]
+    corpus: str
+    index: str
+    output: str
+    pages: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    max_units: int = dataclasses.field(default=MAX_UNITS, metadata={"min": 1})
+    reranker: str | None = None
+    reranker_batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
+    budgets: str | None = None
+    tokenizer: list[str] | None = None
+    overwrite: bool = False
+
+
+CONFIG = RetrieveConfig
+
+
+def add_arguments(p):
+    p.add_argument("--dataset", required=True, metavar="{" + ",".join(DATASETS) + "}",
+                   help="whose claims and corpus: scifact, check-covid or fever")
+    p.add_argument("--claims", required=True, nargs="+", help="the dataset's claim files (as `real-data convert` reads)")
+    p.add_argument("--corpus", required=True, help="the corpus the index was built from (checked by its SHA-256)")
+    p.add_argument("--index", required=True, help="the index file of `real-data index`")
+    p.add_argument("--output", required=True, help="output directory: records.jsonl, misses.jsonl, summary.json")
+    p.add_argument("--pages", type=int, default=None,
+                   help=f"top pages per claim (default {DEFAULT_PAGES_OTHER}; scifact {DEFAULT_PAGES['scifact']} "
+                        "abstracts, one record each)")
+    p.add_argument("--max-units", type=int, default=MAX_UNITS, help=f"units kept per pool (default {MAX_UNITS})")
+    p.add_argument("--reranker", default=None,
+                   help="cross-encoder for the second ordering, hub name or local directory (the paper's: "
+                        "BAAI/bge-reranker-base); without it only the BM25 ordering is written")
+    p.add_argument("--reranker-batch-size", type=int, default=32, help="pairs per reranker batch (default 32)")
+    p.add_argument("--budgets", default=None, help="evidence-token budgets, comma-separated (the paper's: 256,2048)")
+    p.add_argument("--tokenizer", action="append", default=None,
+                   help="a tokenizer (hub name or directory) of a model of the study; repeat for each; a unit is "
+                        "kept only while it fits every budget under every tokenizer")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+
+
+def _check(config: RetrieveConfig) -> Path:
+    if config.dataset not in DATASETS:
+        raise UserError(f"--dataset {config.dataset!r}: unknown; choose from {', '.join(DATASETS)}")
+    for path in [*config.claims, config.corpus, config.index]:
+        if not Path(path).exists():
+            raise UserError(f"{path}: no such file or directory")
+    if bool(config.budgets) != bool(config.tokenizer):
+        raise UserError("--budgets and --tokenizer go together: a budget is counted in a tokenizer's tokens")
+    out = Path(config.output)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
+        raise UserError(f"--output {config.output}: exists and is not empty (pass --overwrite to replace it)")
+    return out
+
+
+def run(config: RetrieveConfig) -> CommandResult:
+    out = _check(config)
+    budgets = parse_budgets(config.budgets) if config.budgets else []
+    index = Index(config.index)
+    try:
+        index.check_corpus(config.corpus, CORPUS_FORMAT[config.dataset])
+        read = read_claims(config.dataset, config.claims, config.corpus)
+        check_unique_ids(read.claims)
+        opts = Options(pages=config.pages or DEFAULT_PAGES.get(config.dataset, DEFAULT_PAGES_OTHER),
+                       max_units=config.max_units, budgets=budgets,
+                       tokenizers=load_tokenizers(config.tokenizer or []),
+                       reranker=Reranker(config.reranker, config.reranker_batch_size) if config.reranker else None)
+        records, misses, tally = retrieve_all(index, read.claims, opts)
+    finally:
+        index.close()
+    stats = {"dataset": config.dataset, "claims_files": [os.path.basename(p) for p in config.claims],
+             "corpus_sha256": index.meta["corpus_sha256"], "claims_read": read.read, "claims": len(read.claims),
+             "dropped_by_converter": read.dropped, "pages": opts.pages, "max_units": opts.max_units,
+             "budgets": budgets, "tokenizers": list(config.tokenizer or []),
+             **summary(tally, records, misses, opts)}
+    with atomic_dir(out, replace=config.overwrite) as tmp:
+        save_records(records, tmp / "records.jsonl")
+        with open(tmp / "misses.jsonl", "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(m, ensure_ascii=False) + "\n" for m in misses)
+        atomic_write_json(tmp / "summary.json", stats, ensure_ascii=False)
+    print(f"{out}: {len(records)} records from {len(read.claims)} claims; {len(misses)} with gold missed; "
+          f"gold doc recall@{opts.pages} {stats['gold_doc_recall_at_k'].get(str(opts.pages))}")
+    return CommandResult(outputs={"records": str(out / "records.jsonl"), "misses": str(out / "misses.jsonl"),
+                                  "summary": str(out / "summary.json")}, summary=stats)
