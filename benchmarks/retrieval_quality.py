@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--data", default="/work/shared/data", help="directory holding scifact/ and check-covid/")
     p.add_argument("--tokenizer", required=True, help="the tokenizer the budgets are counted in")
-    p.add_argument("--budgets", default="256,2048")
+    p.add_argument("--budgets", type=int, nargs="+", default=[256, 2048])
     p.add_argument("--reranker", default=None, help="cross-encoder for source 1 (BAAI/bge-reranker-base)")
     p.add_argument("--output", required=True)
     args = p.parse_args(argv)

@@ -197,7 +197,7 @@ def test_reranker_gives_a_second_ordering_of_the_same_pool_and_counts_truncation
     claims = write_jsonl(tmp_path / "claims.jsonl", [{"id": 7, "claim": "Aspirin lowers fever.", "evidence": {
         "1": [{"sentences": [0], "label": "SUPPORT"}]}, "cited_doc_ids": [1]}])
     index = _index(tmp_path, corpus, "scifact")
-    args = ("--reranker", model, "--budgets", "1000,2048", "--tokenizer", model)
+    args = ("--reranker", model, "--budgets", "1000", "2048", "--tokenizer", model)
     assert _retrieve("scifact", claims, corpus, index, tmp_path / "o", *args) == 0
     (rec,) = [r for r in load_records(tmp_path / "o" / "records.jsonl") if r.sentences[0].doc == "1"]
     bm25, rerank = rec.extra["retrieval"]["orderings"]

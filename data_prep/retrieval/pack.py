@@ -42,16 +42,15 @@ def pack(order: Sequence[int], lengths: dict[str, Sequence[int]], budget: int) -
     return kept
 
 
-def parse_budgets(text: str) -> list[int]:
-    """``"256,2048"`` -> ``[256, 2048]``: positive whole numbers, each once, in the order given."""
-    budgets: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) <= 0:
-            raise UserError(f"--budgets {text!r}: {part!r} is not a positive whole number of tokens")
-        if int(part) not in budgets:
-            budgets.append(int(part))
-    return budgets
+def check_budgets(budgets: Sequence[int]) -> list[int]:
+    """The budgets, each once, in the order given; a budget under one token is bad input."""
+    out: list[int] = []
+    for b in budgets:
+        if b <= 0:
+            raise UserError(f"--budgets: {b} is not a positive number of tokens")
+        if b not in out:
+            out.append(b)
+    return out
 
 
 def load_tokenizers(names: Sequence[str]) -> dict:

@@ -19,7 +19,7 @@ from data_prep.records import save_records
 from data_prep.retrieval.build import Options, retrieve_all, summary
 from data_prep.retrieval.claims import DATASETS, check_unique_ids, read_claims
 from data_prep.retrieval.index import Index
-from data_prep.retrieval.pack import load_tokenizers, parse_budgets
+from data_prep.retrieval.pack import check_budgets, load_tokenizers
 from data_prep.retrieval.rerank import Reranker
 from data_prep.retrieval.retrieve import DEFAULT_PAGES, DEFAULT_PAGES_OTHER, MAX_UNITS
 
@@ -39,7 +39,7 @@ class RetrieveConfig(CommandConfig):
     max_units: int = dataclasses.field(default=MAX_UNITS, metadata={"min": 1})
     reranker: str | None = None
     reranker_batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
-    budgets: str | None = None
+    budgets: list[int] | None = None
     tokenizer: list[str] | None = None
     overwrite: bool = False
 
@@ -62,7 +62,8 @@ def add_arguments(p):
                    help="cross-encoder for the second ordering, hub name or local directory (the paper's: "
                         "BAAI/bge-reranker-base); without it only the BM25 ordering is written")
     p.add_argument("--reranker-batch-size", type=int, default=32, help="pairs per reranker batch (default 32)")
-    p.add_argument("--budgets", default=None, help="evidence-token budgets, comma-separated (the paper's: 256,2048)")
+    p.add_argument("--budgets", type=int, nargs="+", default=None, metavar="TOKENS",
+                   help="evidence-token budgets; each ordering's packed units are saved per budget (the paper's: 256 2048)")
     p.add_argument("--tokenizer", action="append", default=None,
                    help="a tokenizer (hub name or directory) of a model of the study; repeat for each; a unit is "
                         "kept only while it fits every budget under every tokenizer")
@@ -85,7 +86,7 @@ def _check(config: RetrieveConfig) -> Path:
 
 def run(config: RetrieveConfig) -> CommandResult:
     out = _check(config)
-    budgets = parse_budgets(config.budgets) if config.budgets else []
+    budgets = check_budgets(config.budgets or [])
     index = Index(config.index)
     try:
         index.check_corpus(config.corpus, CORPUS_FORMAT[config.dataset])
