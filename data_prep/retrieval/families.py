@@ -31,12 +31,13 @@ applied in this order:
     as in the paper: a broader rule would merge unrelated claims.
 ``shared_doc``
     Records that cite a common document. ``cited`` (default): the record's
-    ``cited_docs`` field (a list of strings) when it has one, else the ``doc``
-    of every pool sentence; for converted SciFact and Check-COVID records the
-    pool is exactly the cited abstracts, so this is the citation link (SciFact
-    writes a claim and its mutations from one citation sentence, so they cite
-    the same abstracts). A record of retrieved units should carry
-    ``cited_docs``, or its retrieved abstracts would count as citations.
+    ``cited_docs`` field (a list of strings) when it has one; for a record of
+    `real-data retrieve` (it has a ``retrieval`` field) the documents of its
+    gold, retrieved or missed (``retrieval.gold_missed``), since retrieved
+    pages are not citations; else the ``doc`` of every pool sentence. For
+    converted SciFact and Check-COVID records the pool is exactly the cited
+    abstracts, so this is the citation link (SciFact writes a claim and its
+    mutations from one citation sentence, so they cite the same abstracts).
     ``gold``: the ``doc`` of its gold evidence sentences only. ``off``: no
     rule.
 ``near_duplicate``
@@ -159,9 +160,22 @@ def documents(record: ClaimRecord, which: str) -> set[str]:
         given = record.extra.get("cited_docs")
         if isinstance(given, list):
             return {str(d) for d in given}
+        if isinstance(record.extra.get("retrieval"), dict):  # retrieved pages are not citations; its gold is
+            return gold_docs(record) | missed_docs(record)
         return {s.doc for s in record.sentences if s.doc}
+    return gold_docs(record)
+
+
+def gold_docs(record: ClaimRecord) -> set[str]:
     gold = set(record.gold_ids)
     return {s.doc for s in record.sentences if s.doc and s.id in gold}
+
+
+def missed_docs(record: ClaimRecord) -> set[str]:
+    """The documents of gold groups `real-data retrieve` did not retrieve (``retrieval.gold_missed``:
+    groups of ``[doc, sentence index]``)."""
+    missed = record.extra.get("retrieval", {}).get("gold_missed") or []
+    return {str(item[0]) for group in missed for item in group}
 
 
 # ---------------------------------------------------------------- links

@@ -90,7 +90,7 @@ def check_config(config: FamiliesConfig) -> FamilyOptions:
     if config.shared_docs not in SHARED_DOCS:
         raise UserError(f"--shared-docs {config.shared_docs!r}: unknown; choose from {', '.join(SHARED_DOCS)}")
     if math.isnan(config.jaccard):
-        raise UserError("FamiliesConfig: jaccard: must be a number in [0, 1], got nan")
+        raise UserError("--jaccard: must be a number in [0, 1], got nan")
     if os.path.abspath(config.output) == os.path.abspath(config.records):
         raise UserError(f"--output {config.output!r} is the records file; give another path")
     if Path(config.output).is_dir():
@@ -109,6 +109,11 @@ def link_field_problem(record: ClaimRecord) -> tuple[str, str] | None:
     cited = record.extra.get("cited_docs")
     if "cited_docs" in record.extra and not (isinstance(cited, list) and all(isinstance(d, str) for d in cited)):
         return "cited_docs", f"must be a list of document ids (strings), got {json.dumps(cited)[:60]}"
+    retrieval = record.extra.get("retrieval")
+    missed = retrieval.get("gold_missed", []) if isinstance(retrieval, dict) else []
+    if not (isinstance(missed, list) and all(isinstance(g, list) and all(
+            isinstance(i, list) and i and isinstance(i[0], str) for i in g) for g in missed)):
+        return "retrieval.gold_missed", "must be a list of gold groups of [doc, sentence index]"
     return None
 
 
