@@ -151,7 +151,7 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
-def _verify_logits(model, tokenizer):
+def verify_logits(model, tokenizer):
     import torch
 
     text = tokenizer.apply_chat_template([{"role": "user", "content": VERIFY_PROMPT}], tokenize=False,
@@ -210,7 +210,7 @@ def import_gguf(gguf: str | Path, output: str | Path, *, dtype: str = "float32",
         model.hf_quantizer = None
     model.is_quantized = False
     eos_ids = set_generation_eos(model, tokenizer)
-    reference = _verify_logits(model, tokenizer) if verify else None
+    reference = verify_logits(model, tokenizer) if verify else None
     n_params = sum(p.numel() for p in model.parameters())
 
     info = {"source": str(src.resolve()), "source_sha256": sha256_file(src), "source_bytes": src.stat().st_size,
@@ -242,7 +242,7 @@ def _check_saved(path: Path, tokenizer, reference, dtype: str) -> float:
     if getattr(config, "quantization_config", None) is not None:
         raise RuntimeError("the saved config still carries a quantization_config")
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), use_safetensors=True)
-    diff = float((_verify_logits(model, tokenizer) - reference).abs().max())
+    diff = float((verify_logits(model, tokenizer) - reference).abs().max())
     tol = verify_tolerance(reference, dtype)
     if diff > tol:
         raise RuntimeError(f"the saved model's logits differ from the GGUF model's by {diff:.3g} (> {tol:.3g})")

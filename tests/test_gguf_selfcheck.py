@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from real.gguf_import import VERIFY_THREADS, _verify_logits, torch_threads, verify_tolerance
+from real.gguf_import import VERIFY_THREADS, verify_logits, torch_threads, verify_tolerance
 
 
 class _ThreadRecorder(torch.nn.Module):
@@ -31,7 +31,7 @@ class _Tok:
 def test_the_check_runs_on_one_thread_and_restores_the_callers():
     torch.set_num_threads(2)
     model = _ThreadRecorder()
-    _verify_logits(model, _Tok())
+    verify_logits(model, _Tok())
     assert model.seen == [VERIFY_THREADS] == [1]
     assert torch.get_num_threads() == 2
     with pytest.raises(RuntimeError), torch_threads(1):
