@@ -10,7 +10,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from real_fae_core.jsonl import short_repr
 from data_prep.records import LABELS, MAX_SENTENCE_ID, ClaimRecord
@@ -86,7 +86,8 @@ def shown_pool(record: ClaimRecord, pool_ids: Iterable[int] | None = None,
 
 
 def number_lines(pool_ids: Sequence[int], line_ids: str = DEFAULT_LINE_IDS) -> ShownPool:
-    """The numbers a prompt shows for ``pool_ids`` (record ids already in reading order)."""
+    """The numbers a prompt shows for ``pool_ids`` (record ids already in the order shown: reading order,
+    or a ranked order in the evaluation-choice study)."""
     check_line_ids(line_ids)
     ids = tuple(pool_ids)
     return ShownPool(ids, ids if line_ids == "original" else tuple(range(len(ids))))
@@ -96,8 +97,16 @@ def format_pool(record: ClaimRecord, pool_ids: Iterable[int] | None = None,
                 line_ids: str = DEFAULT_LINE_IDS) -> str:
     """The ``lineN: text`` block, in the record's reading order, numbered by ``line_ids``."""
     shown = shown_pool(record, pool_ids, line_ids)
-    text = {s.id: s.text for s in record.sentences}
-    return "\n".join(f"line{n}: {one_line(text[i])}" for i, n in zip(shown.ids, shown.numbers))
+    return format_lines(shown, {s.id: s.text for s in record.sentences})
+
+
+def format_lines(shown: ShownPool, texts: Mapping[int, str]) -> str:
+    """The ``lineN: text`` rows of ``shown`` in its order (``texts``: record id -> sentence text).
+
+    The one definition of a prompt's evidence row: :func:`format_pool` shows a record's pool in
+    reading order; the evaluation-choice study (SPEC §10) shows a retrieved pool in ranked order.
+    """
+    return "\n".join(f"line{n}: {one_line(texts[i])}" for i, n in zip(shown.ids, shown.numbers))
 
 
 def one_line(text: str) -> str:

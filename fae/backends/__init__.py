@@ -22,6 +22,11 @@ whether they were cut off (:func:`as_generation`).
 A backend may also attach the verifier's label probabilities (soft FAE,
 :mod:`fae.backends.label_probs`); ``label_probs: false`` in the options turns that off.
 
+``generate_rows(prompts, decodings)`` decodes each prompt as its :class:`RowDecoding` says, greedy or
+sampled from a seed of its own, for the evaluation-choice study (SPEC §10, docs/study.md): hf, openai
+and vllm implement it so that a sample depends on its seed, not on the batch it ran in; ``generate``
+stays greedy.
+
 ``decoding_of(options)`` (typed options) returns the decoding settings that identify the
 answers (for config.json and the resume check), ``stats`` counts backend events (retries, ...) for the run
 log, ``default_chunk_size(options)`` the claims in flight when ``--chunk-size``
@@ -78,11 +83,56 @@ class Generation:
     label_probs: dict | None = None
     label_logprobs: dict | None = None
     label_probs_skipped: str | None = None
+    # per-prompt decoding (Backend.generate_rows): the settings this answer was decoded with, as sent to
+    # the server or the sampler (a server that refused top_k shows none); None for plain ``generate``
+    decoding: dict | None = None
 
     @property
     def truncated(self) -> bool | None:
         """Cut off at ``max_new_tokens``; None when the backend did not say."""
         return None if self.finish_reason is None else self.finish_reason == "length"
+
+
+@dataclass(frozen=True)
+class RowDecoding:
+    """How one prompt of :meth:`Backend.generate_rows` is decoded: greedy (``seed`` None) or sampled.
+
+    The evaluation-choice study (SPEC §10) answers the same prompt greedily and with several seeded
+    samples, so the decoding belongs to the prompt, not to the backend. A sampled row draws from a
+    random stream of its own, seeded by ``seed``, so its answer depends on the prompt and the seed only,
+    never on which other prompts share its batch or in what order they come (docs/study.md).
+    ``top_k`` 0 and ``top_p`` 1 switch those filters off; ``max_new_tokens`` None is the backend's cap.
+    """
+
+    seed: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int | None = None
+
+    def __post_init__(self):
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 2**63):
+            raise ValueError(f"seed {self.seed!r}: a whole number in [0, 2**63)")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature {self.temperature!r}: must be above 0 (greedy is seed None)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p {self.top_p!r}: must be in (0, 1]")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k {self.top_k!r}: a whole number >= 0 (0: off)")
+        if self.max_new_tokens is not None and not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
+            raise ValueError(f"max_new_tokens {self.max_new_tokens!r}: a whole number >= 1")
+
+    @property
+    def greedy(self) -> bool:
+        return self.seed is None
+
+    def settings(self, max_new_tokens: int) -> dict[str, Any]:
+        """What identifies this row's answers (``max_new_tokens``: the cap it ran under), for the records."""
+        if self.greedy:
+            return {"greedy": True, "max_new_tokens": max_new_tokens}
+        return {"greedy": False, "seed": self.seed, "temperature": self.temperature, "top_p": self.top_p,
+                "top_k": self.top_k, "max_new_tokens": max_new_tokens}
 
 
 def as_generation(answer: Any) -> Generation:
@@ -113,6 +163,23 @@ class Backend:
 
     def __call__(self, prompts, callback=None):
         return self.generate(prompts, callback=callback)
+
+    def generate_rows(
+        self, prompts: list[list[Message]], decodings: list[RowDecoding],
+        callback: Callable[[int], None] | None = None,
+    ) -> list[Generation | str]:
+        """One answer per prompt, each decoded as its :class:`RowDecoding` says (greedy or seeded sampling).
+
+        The built-in backends sample each row from its own seed; a backend that cannot still answers
+        rows that are all greedy at its own cap (through ``generate``) and refuses anything else, so no
+        study runs with samples that are not what their seeds say.
+        """
+        if len(prompts) != len(decodings):
+            raise ValueError(f"{len(prompts)} prompts but {len(decodings)} decodings")
+        if all(d.greedy and d.max_new_tokens in (None, self.options.max_new_tokens) for d in decodings):
+            return self.generate(prompts, callback=callback)
+        raise UserError(f"the {self.name} backend cannot decode each prompt its own way "
+                        "(seeded sampling, a cap per prompt): use hf, openai or vllm")
 
     @classmethod
     def decoding_of(cls, options: BackendOptions) -> dict[str, Any]:

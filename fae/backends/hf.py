@@ -6,13 +6,14 @@ batch pads little, left-padded, and decoded greedily until an end-of-turn id of
 the model's ``generation_config``; an answer that fills ``max_new_tokens``
 first is reported as cut off (``finish_reason="length"``). bf16 on CUDA and on a CPU with native bf16
 (fp32 on a CPU without it, where bf16 matmuls are emulated and far slower). :func:`load_hf_model` is shared
-with the probes.
+with the probes. :meth:`HFBackend.generate_rows` decodes each prompt its own way (greedy or seeded
+sampling, :mod:`fae.backends.seeded`) for the evaluation-choice study; ``generate`` stays greedy.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -21,12 +22,13 @@ from real_fae_core.hardware import native_bf16_cpu_flags
 from real_fae_core.modelref import is_hub_id
 from data_prep.prompts import encode_chat
 from data_prep.schemas import schema_for_prompt
-from fae.backends import Backend, BackendOptions, Generation, register
+from fae.backends import Backend, BackendOptions, Generation, RowDecoding, register
 from fae.backends.constrained import HFConstraint
 from fae.backends.label_probs import label_continuations, teacher_forced_label_probs
 from fae.backends.packed_linear import pack_linear_weights
 from fae.backends.padding import left_pad
 from fae.backends.reserved_cache import cache_kwarg, reserved_cache
+from fae.backends.seeded import seeded_kwargs
 
 
 @dataclass
@@ -160,7 +162,7 @@ def finish_reasons(new_tokens, eos_ids, max_new_tokens: int) -> list[str]:
 def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
                      callback: Callable[[int], None] | None = None,
                      schemas: list | None = None, constraint=None,
-                     label_probs: bool = False) -> list[Generation]:
+                     label_probs: bool = False, sampling: list[RowDecoding] | None = None) -> list[Generation]:
     """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order.
 
     With ``constraint`` (:class:`fae.backends.constrained.HFConstraint`) each prompt's
@@ -171,6 +173,9 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
     (:func:`fae.backends.label_probs.teacher_forced_label_probs`, separate forward
     passes that leave the greedy answers untouched; always the model's own,
     unconstrained distribution).
+    ``sampling``: one :class:`~fae.backends.RowDecoding` per prompt; a sampled row draws from its own
+    seeded generator (:mod:`fae.backends.seeded`), so its answer does not depend on the batch; greedy rows
+    (and every row when ``sampling`` is None) decode as before.
     """
     import torch
 
@@ -185,11 +190,13 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
         idx = order[start:start + batch_size]
         ids, mask = left_pad([token_ids[i] for i in idx], gc.pad_token_id)
         extra = constrained_kwargs(constraint, schemas, idx)
-        batch_gc = constraint.budget(gc, [schemas[i] for i in idx]) if extra else gc
+        constrained = bool(extra)
+        batch_gc = constraint.budget(gc, [schemas[i] for i in idx]) if constrained else gc
+        extra = seeded_kwargs(extra, [sampling[i] for i in idx] if sampling else None)
         with torch.inference_mode():
             gen = lm.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
                               generation_config=batch_gc, **extra, **answer_cache(lm, batch_gc.max_new_tokens))
-        if extra:
+        if constrained:
             constraint.done()
         cache = None
         if label_probs:
@@ -275,6 +282,34 @@ class HFBackend(Backend):
                                schemas=[schema_for_prompt(m) for m in prompts], constraint=self.constraint,
                                label_probs=self.label_probs)
         self.stats.update(self.constraint.stats_snapshot())
+        return out
+
+    def generate_rows(self, prompts, decodings, callback=None):
+        """One answer per prompt, decoded as its :class:`~fae.backends.RowDecoding` says, in batches of
+        ``batch_size`` that mix greedy and sampled rows (a sample depends on its seed, not its batch).
+
+        Prompts are grouped by answer cap, so a batch never runs past its rows' cap; greedy rows decode
+        as ``generate`` would at that cap. No label probabilities (they read the JSON answer's label) and
+        no constrained decoding (its grammar is the JSON answer's).
+        """
+        if len(prompts) != len(decodings):
+            raise ValueError(f"{len(prompts)} prompts but {len(decodings)} decodings")
+        if self.constraint is not None:
+            raise UserError("per-prompt decoding does not combine with constrained decoding "
+                            "(its grammar is the JSON answer of SPEC §3)")
+        ids = [encode_chat(self.tok, m) for m in prompts]
+        by_cap: dict[int, list[int]] = {}
+        for i, d in enumerate(decodings):
+            by_cap.setdefault(d.max_new_tokens or self.max_new_tokens, []).append(i)
+        out: list[Generation] = [Generation("")] * len(prompts)
+        for cap, members in by_cap.items():
+            gc = greedy_config(self.lm, self.tok, cap)
+            answers = generate_batched(self.lm, self.tok, [ids[i] for i in members], gc, self.batch_size,
+                                       callback, sampling=[decodings[i] for i in members])
+            for i, answer in zip(members, answers):
+                out[i] = replace(answer, decoding=decodings[i].settings(cap))
+            self.stats["generate_calls"] += (len(members) + self.batch_size - 1) // self.batch_size
+        self.stats["prompts"] += len(prompts)
         return out
 
     @classmethod

@@ -33,6 +33,14 @@ prompt as ``response_format={"type": "json_schema", ...}``
 ``{"type": "json_object"}``, and that fallback is remembered for the rest of
 the run (``stats["json_object_fallback"]``).
 
+Per-prompt decoding (:meth:`OpenAIBackend.generate_rows`, the evaluation-choice study of SPEC §10):
+each request carries its row's ``seed``, ``temperature``, ``top_p`` and ``max_tokens``, and ``top_k``
+in the body beside them (vLLM and llama.cpp servers read it; the OpenAI API has no such field). A
+server that refuses ``top_k`` with HTTP 400 is asked again without it, and not sent it again in this
+run (``stats["top_k_skipped"]``); every answer records what its request sent (``Generation.decoding``).
+Whether the samples follow the seed is the server's promise: vLLM draws a seeded request from its own
+generator; the OpenAI API calls its ``seed`` best effort.
+
 Fleets: every request of a claim carries the header named by
 ``--routing-header`` (default ``X-Session-ID``; empty: none) with the key
 ``<run>/<claim id>``, so a consistent-hash router (``vllm-router --policy
@@ -65,7 +73,7 @@ from real_fae_core.openai_client import (
 )
 from real_fae_core.secrets import register_secret, scrub
 from data_prep.schemas import JSON_OBJECT_FORMAT, response_format, schema_for_prompt
-from fae.backends import Backend, BackendError, BackendOptions, Generation, register
+from fae.backends import Backend, BackendError, BackendOptions, Generation, RowDecoding, register
 from fae.backends.label_probs import label_probs_from_top_logprobs, openai_token_list
 
 
@@ -146,6 +154,7 @@ class OpenAIBackend(Backend):
         self.routing_header = (o.routing_header or "").strip()
         self.constrained = o.constrained_decoding
         self.schema_rejected = False  # the endpoint refused json_schema once: json_object from then on
+        self.top_k_rejected = False  # the endpoint refused top_k once (generate_rows): never sent again
         if self.constrained:
             self.stats["json_object_fallback"] = 0
 
@@ -166,18 +175,32 @@ class OpenAIBackend(Backend):
     def generate(self, prompts, callback=None):
         return asyncio.run(self._generate_all(prompts, callback))
 
-    async def _generate_all(self, prompts, callback):
+    def generate_rows(self, prompts, decodings, callback=None):
+        """One answer per prompt, each request carrying its row's decoding (see :meth:`decoding_kwargs`).
+
+        Each answer's ``decoding`` is what its request finally sent. No logprobs are asked (they read the
+        JSON answer's label) and no response_format (its schema is the JSON answer's).
+        """
+        if len(prompts) != len(decodings):
+            raise ValueError(f"{len(prompts)} prompts but {len(decodings)} decodings")
+        if self.constrained:
+            raise UserError("per-prompt decoding does not combine with constrained decoding "
+                            "(its schema is the JSON answer of SPEC §3)")
+        return asyncio.run(self._generate_all(prompts, callback, decodings))
+
+    async def _generate_all(self, prompts, callback, decodings=None):
         client = open_client(self.base_url, self._api_key, timeout=self.timeout)
         sem = asyncio.Semaphore(self.concurrency)
 
-        async def one(messages):
-            text = await self._request(client, sem, messages)
+        async def one(messages, decoding):
+            text = await self._request(client, sem, messages, decoding=decoding)
             if callback:
                 callback(1)
             return text
 
         try:
-            tasks = [asyncio.ensure_future(one(m)) for m in prompts]
+            tasks = [asyncio.ensure_future(one(m, d))
+                     for m, d in zip(prompts, decodings if decodings is not None else [None] * len(prompts))]
             try:
                 return list(await asyncio.gather(*tasks))
             except BaseException:
@@ -220,6 +243,19 @@ class OpenAIBackend(Backend):
         if self.constrained:
             kwargs["response_format"] = self.response_format_for(messages)
         return kwargs
+
+    def decoding_kwargs(self, decoding: RowDecoding) -> dict[str, Any]:
+        """The request fields of one row's decoding: greedy is temperature 0; a sampled row sends its
+        ``seed``, ``temperature`` and ``top_p``, and ``top_k`` in the body beside them (``extra_body``: not
+        an OpenAI API field, but vLLM and llama.cpp servers read it) until the server refuses it once."""
+        cap = decoding.max_new_tokens or self.max_new_tokens
+        if decoding.greedy:
+            return {"temperature": 0.0, "max_tokens": cap}
+        out: dict[str, Any] = {"temperature": decoding.temperature, "top_p": decoding.top_p,
+                               "seed": decoding.seed, "max_tokens": cap}
+        if decoding.top_k and not self.top_k_rejected:
+            out["extra_body"] = {"top_k": decoding.top_k}
+        return out
 
     def response_format_for(self, messages) -> dict[str, Any]:
         """The prompt's JSON schema, or ``json_object`` once the endpoint has rejected schemas."""
@@ -269,15 +305,18 @@ class OpenAIBackend(Backend):
         return replace(answer, label_probs=probs, label_logprobs=logprobs, label_probs_skipped=why)
 
     async def _request(self, client, sem, messages, routing_key: str | None = None,
-                       plain_body: bool = False) -> Any:
+                       plain_body: bool = False, decoding: RowDecoding | None = None) -> Any:
         """One answer under the retry policy.
 
         ``plain_body``: post the arguments as the JSON body (``client.post``) instead of through
         ``chat.completions.create``, whose per-request walk of the message types costs more than
         a quarter of the client's CPU at hundreds of requests per second (benchmarks/fleet_client.py).
+        ``decoding``: this request's own decoding (:meth:`generate_rows`).
         """
         kwargs = self.request_kwargs(messages)
-        if self.label_probs:
+        if decoding is not None:
+            kwargs.update(self.decoding_kwargs(decoding))
+        elif self.label_probs:
             kwargs.update(logprobs=True, top_logprobs=5)
         if routing_key and self.routing_header:
             kwargs["extra_headers"] = {self.routing_header: routing_key}
@@ -290,16 +329,22 @@ class OpenAIBackend(Backend):
                     kwargs.pop("top_logprobs", None)
                 if self.schema_rejected and (kwargs.get("response_format") or {}).get("type") == "json_schema":
                     kwargs["response_format"] = self.response_format_for(messages)
+                if self.top_k_rejected:
+                    drop_top_k(kwargs)
                 if plain_body:
                     from openai.types.chat import ChatCompletion
 
-                    body = {k: v for k, v in kwargs.items() if k != "extra_headers"}
+                    body = {k: v for k, v in kwargs.items() if k not in ("extra_headers", "extra_body")}
+                    body.update(kwargs.get("extra_body") or {})
                     options = {"headers": kwargs["extra_headers"]} if "extra_headers" in kwargs else {}
                     resp = await client.post("/chat/completions", body=body, cast_to=ChatCompletion,
                                              options=options)
                 else:
                     resp = await client.chat.completions.create(**kwargs)
-            answer = self.with_label_probs(self.parse_response(resp), resp)
+            if decoding is not None:
+                answer = replace(self.parse_response(resp), decoding=sent_decoding(kwargs))
+            else:
+                answer = self.with_label_probs(self.parse_response(resp), resp)
             self.count_cached(resp)
             return answer
 
@@ -318,6 +363,12 @@ class OpenAIBackend(Backend):
                 self.stats["label_probs_skipped"] = scrub(f"the server rejected logprobs: {_describe(exc)}")
                 kwargs.pop("logprobs", None)
                 kwargs.pop("top_logprobs", None)
+                return True
+            if "top_k" in (kwargs.get("extra_body") or {}) and failure_kind(exc) == "http_400":
+                # top_k is no OpenAI API field: a server that refuses it samples without it, for the whole run
+                self.top_k_rejected = True
+                self.stats["top_k_skipped"] = scrub(f"the server rejected top_k: {_describe(exc)}")
+                drop_top_k(kwargs)
                 return True
             return False
 
@@ -394,6 +445,25 @@ class _Slot:
 
     async def __aexit__(self, *exc) -> None:
         self.gate.release()
+
+
+def drop_top_k(kwargs: dict[str, Any]) -> None:
+    """Remove ``top_k`` from a request's ``extra_body`` (and the body when nothing else is in it)."""
+    extra = kwargs.get("extra_body")
+    if extra and "top_k" in extra:
+        rest = {k: v for k, v in extra.items() if k != "top_k"}
+        if rest:
+            kwargs["extra_body"] = rest
+        else:
+            del kwargs["extra_body"]
+
+
+def sent_decoding(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The decoding fields a request sent (its record: what a server was asked, top_k only where sent)."""
+    sent = {k: kwargs[k] for k in ("seed", "temperature", "top_p", "max_tokens") if k in kwargs}
+    if "top_k" in (kwargs.get("extra_body") or {}):
+        sent["top_k"] = kwargs["extra_body"]["top_k"]
+    return sent
 
 
 def rejects_json_schema(exc: BaseException, kwargs: dict[str, Any]) -> bool:

@@ -11,6 +11,10 @@ Soft FAE: ``SamplingParams(logprobs=5)`` returns the top-5 alternatives of
 every generated token; the label probabilities are read at the label position
 as on the openai backend (:func:`fae.backends.label_probs.label_probs_from_top_logprobs`).
 Untested here (no GPU in CI).
+
+Per-prompt decoding (:meth:`VLLMBackend.generate_rows`, the evaluation-choice study of SPEC §10): one
+``SamplingParams`` per prompt (:func:`row_params`) with the row's ``seed``, so a sample does not depend on
+the batch vLLM schedules it in.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Mapping
 from real_fae_core.errors import UserError
 from data_prep.prompts import encode_chat
 from data_prep.schemas import schema_for_prompt
-from fae.backends import Backend, BackendOptions, Generation, register
+from fae.backends import Backend, BackendOptions, Generation, RowDecoding, register
 from fae.backends.constrained import answer_grammar, max_answer_tokens
 from fae.backends.label_probs import label_probs_from_top_logprobs
 
@@ -117,6 +121,27 @@ class VLLMBackend(Backend):
         # vLLM's CompletionOutput.finish_reason: "length" when max_tokens cut the answer off
         return [self._answer(o.outputs[0]) for o in outs]
 
+    def generate_rows(self, prompts, decodings, callback=None):
+        """One answer per prompt, each with its own ``SamplingParams`` (:func:`row_params`): vLLM draws a
+        request with a ``seed`` from a generator of its own, whatever else is in the batch. UNTESTED here
+        (no vLLM on the CI machines); the parameters are checked with a stand-in."""
+        if len(prompts) != len(decodings):
+            raise ValueError(f"{len(prompts)} prompts but {len(decodings)} decodings")
+        if self.constrained:
+            raise UserError("per-prompt decoding does not combine with constrained decoding "
+                            "(its grammar is the JSON answer of SPEC §3)")
+        vllm, _ = _import_vllm()
+        params = [row_params(vllm.SamplingParams, d, self.max_new_tokens, self.params.stop_token_ids)
+                  for d in decodings]
+        inputs = [{"prompt_token_ids": encode_chat(self.tok, m)} for m in prompts]
+        outs = self.llm.generate(inputs, params, lora_request=self.lora, use_tqdm=False)
+        self.stats["prompts"] += len(inputs)
+        if callback:
+            callback(len(inputs))
+        return [Generation(o.outputs[0].text, o.outputs[0].finish_reason,
+                           decoding=d.settings(d.max_new_tokens or self.max_new_tokens))
+                for o, d in zip(outs, decodings)]
+
     def _answer(self, out) -> Generation:
         if not self.label_probs:
             return Generation(out.text, out.finish_reason)
@@ -132,6 +157,18 @@ def vllm_token_list(out) -> list[tuple[str, list[tuple[str, float]]]]:
         text = (chosen.decoded_token if chosen is not None else "") or ""
         tokens.append((text, [(a.decoded_token or "", a.logprob) for a in alts.values()]))
     return tokens
+
+
+def row_params(sampling_params, decoding: RowDecoding, max_new_tokens: int, stop_token_ids):
+    """``vllm.SamplingParams`` (passed as ``sampling_params``) for one row: greedy is temperature 0; a
+    sampled row gets its ``seed``, temperature, top-p and top-k (-1: off, what every vLLM release
+    accepts; newer ones also take 0). No logprobs: they read the JSON answer's label."""
+    cap = decoding.max_new_tokens or max_new_tokens
+    if decoding.greedy:
+        return sampling_params(temperature=0.0, max_tokens=cap, stop_token_ids=stop_token_ids)
+    return sampling_params(temperature=decoding.temperature, top_p=decoding.top_p,
+                           top_k=decoding.top_k or -1, seed=decoding.seed, max_tokens=cap,
+                           stop_token_ids=stop_token_ids)
 
 
 def constrained_params(base, messages):

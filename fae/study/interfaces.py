@@ -1,0 +1,193 @@
+"""Answer interfaces of the evaluation-choice study (SPEC §10): what the verifier is asked to write, and
+how its answer is read.
+
+Two interfaces beside the JSON answer of SPEC §3, both without citations:
+
+- ``codes``: exactly one of ``A``, ``B``, ``C``, standing for the dataset's three labels (in the order
+  SUPPORT, REFUTE, NOT_ENOUGH_INFO unless a control permutes them);
+- ``labels``: exactly one label string of the benchmark itself (FEVER ``SUPPORTS`` / ``REFUTES`` /
+  ``NOT ENOUGH INFO``, SciFact ``SUPPORT`` / ``CONTRADICT`` / ``NOT_ENOUGH_INFO``, Check-COVID
+  ``SUPPORT`` / ``REFUTE`` / ``NOTENOUGHINFO``, the strings of its released files).
+
+An answer is read strictly, as the paper reads it: surrounding whitespace is stripped and what is left
+must equal one of the three strings, case included (the paper's lenient re-reading, which folds case, is
+a separate sensitivity check). Anything else is :data:`INVALID`: kept with the response and scored wrong,
+never guessed. Answers are at most 16 new tokens (``max_new_tokens``).
+
+The prompt puts the evidence before the format instruction: the conditions of one unit (two formats,
+six replicates, and the shorter budget's evidence, a prefix of the longer one's) then share the longest
+possible token prefix, which a server's prefix cache reuses.
+
+The evidence submitted for scoring is a prefix of the evidence shown (:func:`submitted_evidence`), so a
+larger budget can change both what the model reads and what is scored.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+from real_fae_core.errors import UserError
+from real_fae_core.labels import LABELS, NOT_ENOUGH_INFO, REFUTE, SUPPORT
+from data_prep.prompts import Message, format_lines, number_lines, one_line
+
+INVALID = "INVALID"  # an answer that is none of the three strings (kept, scored wrong)
+ANSWER_TOKENS = 16  # the paper's output limit: room for a label string, not for an explanation
+STUDY_LINE_IDS = "renumbered"  # no citations are asked: numbers in shown order leave sources differing in order only
+
+STUDY_SYSTEM_PROMPT = (
+    "Verify the claim strictly against the provided evidence. "
+    "If the evidence neither supports nor refutes the claim, there is not enough information."
+)
+# What each label means, in the instruction of either interface.
+LABEL_MEANINGS = {
+    SUPPORT: "the evidence supports the claim",
+    REFUTE: "the evidence refutes the claim",
+    NOT_ENOUGH_INFO: "there is not enough information",
+}
+
+
+class Unit(Protocol):
+    """A unit of evidence as shown: :class:`data_prep.records.Sentence` is one."""
+
+    id: int
+    text: str
+    doc: str | None
+
+
+@dataclass(frozen=True)
+class StudyDataset:
+    """What the study needs of a dataset: its label strings and how much visible evidence is submitted.
+
+    ``label_strings`` maps the project's labels (:mod:`real_fae_core.labels`) to the benchmark's own.
+    ``submitted`` units are submitted for scoring: the first ones shown overall, or, ``per_document``,
+    the first ones of each document (SciFact scores at most three rationale sentences per abstract).
+    """
+
+    name: str
+    label_strings: Mapping[str, str]
+    submitted: int
+    per_document: bool
+
+
+# Check-COVID is not in the paper. Retrieval gives it one pool per claim over five abstracts, as for
+# Wikipedia (SPEC §10), and its gold is one group of sentences (FEVER semantics), so it is submitted like
+# FEVER (the first five units); its label strings are its released files'.
+DATASETS: dict[str, StudyDataset] = {
+    "fever": StudyDataset("fever", {SUPPORT: "SUPPORTS", REFUTE: "REFUTES", NOT_ENOUGH_INFO: "NOT ENOUGH INFO"},
+                          submitted=5, per_document=False),
+    "scifact": StudyDataset("scifact", {SUPPORT: "SUPPORT", REFUTE: "CONTRADICT",
+                                        NOT_ENOUGH_INFO: "NOT_ENOUGH_INFO"}, submitted=3, per_document=True),
+    "check-covid": StudyDataset("check-covid", {SUPPORT: "SUPPORT", REFUTE: "REFUTE",
+                                                NOT_ENOUGH_INFO: "NOTENOUGHINFO"}, submitted=5, per_document=False),
+}
+
+
+def study_dataset(name: str) -> StudyDataset:
+    """The study's view of dataset ``name`` (a record's ``dataset`` field); one line of bad input else."""
+    if name not in DATASETS:
+        raise UserError(f"dataset {name!r} has no label strings for the evaluation-choice study "
+                        f"(known: {', '.join(DATASETS)})")
+    return DATASETS[name]
+
+
+def _or_list(items: Sequence[str]) -> str:
+    return ", ".join(items[:-1]) + f" or {items[-1]}" if len(items) > 1 else "".join(items)
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """One answer interface: its choices per dataset, the instruction that asks for them, the strict reader."""
+
+    name: str = ""
+    max_new_tokens: int = ANSWER_TOKENS
+
+    def answers(self, dataset: str) -> dict[str, str]:
+        """Each admissible answer string -> the project's label it stands for."""
+        raise NotImplementedError
+
+    def instruction(self, dataset: str) -> str:
+        """The format instruction: the choices, then what each one means."""
+        choices = self.answers(dataset)
+        meanings = "; ".join(f"{text} if {LABEL_MEANINGS[label]}" for text, label in choices.items())
+        return f"Answer with exactly one of {_or_list(list(choices))} and nothing else: {meanings}."
+
+    def parse(self, text: Any, dataset: str) -> str:
+        """The project's label that ``text`` names after stripping whitespace, else :data:`INVALID`."""
+        answers = self.answers(dataset)
+        return answers.get(text.strip(), INVALID) if isinstance(text, str) else INVALID
+
+
+@dataclass(frozen=True)
+class CodesFormat(AnswerFormat):
+    """``codes``: A, B or C. ``order`` is the labels they stand for (a permuted one is a SPEC §10 control)."""
+
+    name: str = "codes"
+    order: tuple[str, ...] = field(default=LABELS)
+
+    def __post_init__(self):
+        if sorted(self.order) != sorted(LABELS):
+            raise ValueError(f"codes order {self.order!r}: a permutation of {', '.join(LABELS)}")
+
+    def answers(self, dataset: str) -> dict[str, str]:
+        study_dataset(dataset)  # the codes are the same everywhere, the dataset must still be known
+        return dict(zip("ABC", self.order))
+
+
+@dataclass(frozen=True)
+class LabelsFormat(AnswerFormat):
+    """``labels``: the benchmark's own label strings."""
+
+    name: str = "labels"
+
+    def answers(self, dataset: str) -> dict[str, str]:
+        strings = study_dataset(dataset).label_strings
+        return {strings[label]: label for label in LABELS}
+
+
+FORMATS: dict[str, AnswerFormat] = {"codes": CodesFormat(), "labels": LabelsFormat()}
+
+
+def answer_format(name: str) -> AnswerFormat:
+    """The interface called ``name``; one line of bad input else."""
+    if name not in FORMATS:
+        raise UserError(f"answer format {name!r}: choose {' or '.join(FORMATS)}")
+    return FORMATS[name]
+
+
+def render_study_prompt(claim: str, units: Sequence[Unit], fmt: AnswerFormat, dataset: str,
+                        line_ids: str = STUDY_LINE_IDS) -> list[Message]:
+    """Chat messages for one condition: the claim, the evidence ``units`` in the order shown, then ``fmt``'s
+    instruction.
+
+    The system message is the same for every claim; the user message holds ``Claim:``, ``Document:`` and
+    one ``lineN: text`` row per unit (:func:`data_prep.prompts.format_lines`), and the format instruction
+    last, so the conditions of one unit share their prefix up to it. The backend applies the model's chat
+    template, as for every prompt (SPEC §3).
+    """
+    ids = [u.id for u in units]
+    repeated = [i for i, n in Counter(ids).items() if n > 1]
+    if repeated:
+        raise ValueError(f"unit ids {sorted(repeated)} shown twice")
+    rows = format_lines(number_lines(ids, line_ids), {u.id: u.text for u in units})
+    user = f"Claim: {one_line(claim)}\nDocument:\n{rows}\n\n{fmt.instruction(dataset)}"
+    return [{"role": "system", "content": STUDY_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def submitted_evidence(visible_units: Sequence[Unit], dataset: str) -> list[int]:
+    """The ids submitted for scoring: the SPEC §10 prefix of the units shown, in the order shown.
+
+    FEVER: the first 5 units. SciFact: the first 3 units of each abstract (``doc``), its scorer's cap on
+    rationale sentences. Check-COVID: as FEVER (one pool per claim, a FEVER-style gold group).
+    """
+    spec = study_dataset(dataset)
+    if not spec.per_document:
+        return [u.id for u in visible_units[:spec.submitted]]
+    taken: Counter = Counter()
+    out = []
+    for u in visible_units:
+        if taken[u.doc] < spec.submitted:
+            taken[u.doc] += 1
+            out.append(u.id)
+    return out
