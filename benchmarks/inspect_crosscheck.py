@@ -11,7 +11,9 @@ listed with its claim and round. docs/inspect.md discusses the result
 
 Both sides run offline on the CPU (HF_HUB_OFFLINE=1). `fae run` uses ``--backend hf``; Inspect
 uses its ``hf/`` provider on the same directory with ``do_sample=false`` (Inspect's provider
-samples unless told not to) and the task's ``temperature 0``.
+samples unless told not to) and the task's ``temperature 0``. Both load the weights in ``--dtype``
+(default float32): greedy answers differ between dtypes on near ties, and ``fae run --dtype auto``
+is bf16 on a CPU with native bf16 where Inspect's provider loads what transformers chooses.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="the dtype both sides load the weights in (fae run --dtype, Inspect's -M dtype=)")
     ap.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "inspect_crosscheck_tuned.json"))
     ap.add_argument("--compare-only", action="store_true",
                     help="compare the runs already in --work (fae_run/, inspect_run/) without running the model")
@@ -133,11 +137,12 @@ def run_commands(args, records: Path, fae_dir: Path, logs: Path) -> tuple[list[s
     """The two command lines: `fae run --backend hf` and `inspect eval ... --model hf/local`, same settings."""
     fae_cmd = [str(BIN / "fae"), "run", "--records", str(records), "--model", args.model, "--backend", "hf",
                "--device", "cpu", "--output", str(fae_dir), "--limit", str(args.limit), "--rounds", str(args.rounds),
-               "--max-new-tokens", str(args.max_new_tokens), "--no-progress"]
+               "--max-new-tokens", str(args.max_new_tokens), "--dtype", args.dtype, "--no-progress"]
     inspect_cmd = [str(BIN / "inspect"), "eval", "real_fae/fae", "-T", f"records={records}",
                    "-T", f"rounds={args.rounds}", "-T", f"max_tokens={args.max_new_tokens}",
                    "--limit", str(args.limit), "--model", "hf/local", "-M", f"model_path={args.model}",
-                   "-M", "do_sample=false", "-M", "device=cpu", "--log-dir", str(logs), "--display", "plain"]
+                   "-M", "do_sample=false", "-M", "device=cpu", "-M", f"dtype={args.dtype}",
+                   "--log-dir", str(logs), "--display", "plain"]
     return fae_cmd, inspect_cmd
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from inspect_ai import Task, task
 from inspect_ai._util.error import PrerequisiteError  # what Inspect's command line prints as one message
+from inspect_ai.model._model import active_model  # the model `inspect eval` loaded before making the task
 from inspect_ai.util import registry_info
 
 from real_fae_core.errors import UserError
@@ -29,8 +30,8 @@ def fae_options(records: str | None = None, rounds: int = 4, max_tokens: int = D
       line_ids: original or renumbered line numbers (fae run's --line-ids).
     """
     try:
-        return fae_task(records, rounds=rounds, max_tokens=max_tokens, unknown=unknown, control=control,
-                        control_seed=control_seed, gold_only=gold_only, line_ids=line_ids)
+        return fae_task(records, rounds=rounds, max_tokens=max_tokens, unknown=unknown, model=active_model(),
+                        control=control, control_seed=control_seed, gold_only=gold_only, line_ids=line_ids)
     except UserError as exc:  # bad input: one line, no traceback
         raise PrerequisiteError(f"{TASK_NAME}: error: {exc}") from None
 

@@ -295,3 +295,39 @@ def test_runs_numbering_their_lines_differently_are_refused_unless_allowed(runs,
     assert res["line_ids"] == {"A": "original", "B": "renumbered", "mixed": True}
     assert res["notes"][0].startswith("WARNING: mixed line numbering")
     assert (out / "compare.md").read_text().startswith("> **WARNING: mixed line numbering.**")
+
+
+def with_dtype(run: Path, dtype: str | None) -> Path:
+    """The run as made in ``dtype`` (config.json decoding.dtype, as fae run and fae from-inspect record it)."""
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["decoding"] = {"greedy": True, **({"dtype": dtype} if dtype is not None else {})}
+    (run / "config.json").write_text(json.dumps(cfg))
+    return run
+
+
+def test_runs_made_in_different_dtypes_are_refused_unless_allowed(runs, tmp_path, capsys):
+    """bf16 and fp32 greedy answers flip on near ties: a difference between a bf16 run and an fp32 run
+    (fae run's `--dtype auto` on a CPU with native bf16 vs Inspect's hf provider in fp32) is not the verifiers'."""
+    a, b = with_dtype(runs[0], "bfloat16"), with_dtype(runs[1], "float32")
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bfloat16" in err and "float32" in err and "decoding.dtype" in err
+    assert "--allow-mixed-dtype" in err and not out.exists()
+    assert main(["compare", str(a), str(b), "-o", str(out), "--bootstrap", "100", "--allow-mixed-dtype"]) == 0
+    assert "WARNING: mixed dtypes" in capsys.readouterr().err
+    res = json.loads((out / "compare.json").read_text())
+    assert res["dtype"] == {"A": "bfloat16", "B": "float32", "mixed": True}
+    assert any(n.startswith("WARNING: mixed dtypes") for n in res["notes"])
+    assert "> **WARNING: mixed dtypes.**" in (out / "compare.md").read_text()
+
+
+@pytest.mark.parametrize("da, db", [("bfloat16", "bf16"), ("float32", "server"), ("float32", None),
+                                    ("auto", "bfloat16"), (None, None)])
+def test_the_same_dtype_or_an_unknown_one_compares(runs, tmp_path, da, db):
+    """One dtype under two spellings, or a run that cannot know its dtype (a server's, vllm's auto, an older
+    run): nothing recorded says the two differ."""
+    a, b = with_dtype(runs[0], da), with_dtype(runs[1], db)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "-o", str(out), "--bootstrap", "50"]) == 0
+    assert json.loads((out / "compare.json").read_text())["dtype"]["mixed"] is False

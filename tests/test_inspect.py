@@ -437,26 +437,30 @@ ROUND_KEYS = ("round", "pool_ids", "raw_output", "label", "cited", "hallucinated
 
 @pytest.mark.slow
 def test_real_weights_answer_the_same_through_inspect_and_fae_run(smollm2, shared_data, tmp_path):
-    """The same greedy model, the same 2 Check-COVID claims, R = 1: fae run --backend hf and inspect eval
-    --model hf/local give the same raw answer at every round (benchmarks/inspect_crosscheck.py does 30)."""
+    """The same greedy model, the same 2 Check-COVID claims, R = 1, the same dtype: fae run --backend hf and
+    inspect eval --model hf/local give the same raw answer at every round (benchmarks/inspect_crosscheck.py
+    does 30). fae run's --dtype auto is bf16 on a CPU with native bf16: fp32 is named on both sides."""
     records = tmp_path / "records.jsonl"
     save_records(checkcovid_records(shared_data, 2), records)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="2")
     run_a = tmp_path / "fae_run"
     r = subprocess.run([str(BIN / "fae"), "run", "--records", str(records), "--model", str(smollm2), "--backend", "hf",
                         "--device", "cpu", "--output", str(run_a), "--rounds", "1", "--max-new-tokens", "24",
-                        "--no-label-probs", "--no-progress"], capture_output=True, text=True, env=env, timeout=900)
+                        "--dtype", "fp32", "--no-label-probs", "--no-progress"],
+                       capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     logs = tmp_path / "logs"
     r = subprocess.run([str(BIN / "inspect"), "eval", TASK_NAME, "-T", f"records={records}", "-T", "rounds=1",
                         "-T", "max_tokens=24", "--model", "hf/local", "-M", f"model_path={smollm2}",
-                        "-M", "do_sample=false", "-M", "device=cpu", "--log-dir", str(logs), "--display", "plain"],
+                        "-M", "do_sample=false", "-M", "device=cpu", "-M", "dtype=float32", "--log-dir", str(logs),
+                        "--display", "plain"],
                        capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
     [log] = list(logs.glob("*.eval"))
     run_b = tmp_path / "inspect_run"
     assert fae_main(["from-inspect", str(log), "--output", str(run_b)]) == 0
     a, b = load_run(run_a), load_run(run_b)
+    assert a.config["decoding"]["dtype"] == b.config["decoding"]["dtype"] == "float32"
     assert [c["id"] for c in a.claims] == [c["id"] for c in b.claims] and len(a.claims) == 2
     for ca, cb in zip(a.claims, b.claims):
         # both with fae run's default arms: each round's control and the gold-only pool are asked too
@@ -499,3 +503,79 @@ def test_from_inspect_as_a_function_writes_what_the_command_line_writes(scripted
     assert {k: v for k, v in res.summary.items() if k != "computed_from"} == \
         {k: v for k, v in cli.metrics.items() if k != "computed_from"}
     assert json.loads((out / "metrics.json").read_text())["IS"] == cli.metrics["IS"]
+
+
+# ---------------------------------------------------------------- greedy whatever the provider; the dtype it ran
+
+
+def test_the_log_of_a_server_provider_records_its_dtype_as_the_servers(scripted):
+    """mockllm keeps no weights here: like an API or a vLLM server, its dtype is the server's."""
+    from fae.harness.inspect_task import DTYPE_KEY
+
+    assert {s.store[DTYPE_KEY] for s in scripted["log"].samples} == {"server"}
+    assert load_run(scripted["run"]).config["decoding"]["dtype"] == "server"
+
+
+def test_a_provider_that_would_sample_is_refused_before_anything_is_asked(tiny_llama, tmp_path):
+    """Inspect's hf provider samples unless -M do_sample=false; then the task's temperature 0 made
+    transformers refuse every call (a RoundError per sample). Refused up front, with what to pass."""
+    from inspect_ai._util.error import PrerequisiteError
+    from inspect_ai.model import GenerateConfig
+
+    records = make_records(tmp_path / "records.jsonl", names=("ideal",), nei=False)
+    sampling = get_model("hf/local", model_path=str(tiny_llama), device="cpu", memoize=False)
+    with pytest.raises(PrerequisiteError, match=r"^real_fae/fae: error: the hf provider samples unless told not "
+                                                r"to: pass -M do_sample=false"):
+        inspect_eval(TASK_NAME, task_args={"records": str(records)}, model=sampling, log_dir=str(tmp_path / "logs"),
+                     display="none")
+    hot = get_model("mockllm/model", config=GenerateConfig(temperature=0.7), custom_outputs=MockVerifier())
+    with pytest.raises(PrerequisiteError, match=r"--temperature 0.7: FAE's answers are greedy"):
+        inspect_eval(TASK_NAME, task_args={"records": str(records)}, model=hot, log_dir=str(tmp_path / "logs"),
+                     display="none")
+    assert not list((tmp_path / "logs").glob("*.eval"))
+    # a task made before the model (Python's eval(task, model=...)): refused at the claim's first question
+    from real_fae.tasks import fae
+
+    [log] = inspect_eval(fae(records=str(records)), model=sampling, log_dir=str(tmp_path / "logs2"), display="none")
+    assert log.status == "error" and "not asked: the hf provider samples" in log.error.message
+
+
+@pytest.mark.parametrize("dtype", [None, "bfloat16"])
+def test_the_hf_provider_records_the_dtype_it_ran_and_from_inspect_carries_it(tiny_llama, tmp_path, dtype):
+    """The dtype is the loaded model's (what transformers chose, or -M dtype=...); a run in another dtype
+    than fae run's (`--dtype auto` is bf16 on a CPU with native bf16) is then refused by fae compare."""
+    from fae.harness.inspect_task import DTYPE_KEY
+
+    records = make_records(tmp_path / "records.jsonl", names=("ideal", "order"), nei=False)
+    model = get_model("hf/local", model_path=str(tiny_llama), device="cpu", do_sample=False, memoize=False,
+                      **({"dtype": dtype} if dtype else {}))
+    want = dtype or str(model.api.model.dtype).removeprefix("torch.")
+    [log] = inspect_eval(TASK_NAME, task_args={"records": str(records), "rounds": 1, "max_tokens": 4,
+                                               "control": "none", "gold_only": False},
+                         model=model, log_dir=str(tmp_path / "logs"), display="none")
+    assert log.status == "success" and {s.store[DTYPE_KEY] for s in log.samples} == {want}
+    run = tmp_path / "run"
+    assert fae_main(["from-inspect", log.location, "--output", str(run)]) == 0
+    assert load_run(run).config["decoding"]["dtype"] == want
+    other = tmp_path / "other"
+    assert fae_main(["from-inspect", log.location, "--output", str(other)]) == 0
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["decoding"]["dtype"] = "float16"
+    (other / "config.json").write_text(json.dumps(cfg))
+    assert fae_main(["compare", str(run), str(other), "-o", str(tmp_path / "cmp")]) == 2
+
+
+def test_the_command_line_says_what_to_pass_for_greedy_answers(tiny_llama, tmp_path):
+    """A fresh process, as the finding ran it: --model hf/local without -M do_sample=false is one line."""
+    records = make_records(tmp_path / "records.jsonl", names=("ideal",), nei=False)
+    env = dict(os.environ, COLUMNS="300", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    p = subprocess.run([str(BIN / "inspect"), "eval", TASK_NAME, "-T", f"records={records}", "--model", "hf/local",
+                        "-M", f"model_path={tiny_llama}", "-M", "device=cpu", "--temperature", "0",
+                        "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, env=env, timeout=300,
+                       cwd=tmp_path)
+    text = (p.stdout + p.stderr).strip()
+    assert p.returncode == 1 and "Traceback" not in text
+    assert [line for line in text.splitlines() if "real_fae/fae" in line] == [
+        "real_fae/fae: error: the hf provider samples unless told not to: pass -M do_sample=false (FAE's answers "
+        "are greedy)"]
+    assert not list((tmp_path / "logs").glob("*.eval"))

@@ -11,7 +11,11 @@ control arm and the gold-only pools (SPEC §6), the paired differences B − A o
 IS − IS_ctrl (with IS and IS_ctrl) and of gold-only accuracy and
 NOT_ENOUGH_INFO share come from the same draws. Runs whose prompts numbered
 the pool lines differently (config.json ``line_ids``) are refused unless
-``--allow-mixed-line-ids``. Writes ``compare.json`` and ``compare.md`` (the
+``--allow-mixed-line-ids``, and so are runs made in different dtypes (config.json
+``decoding.dtype``: ``fae run``'s resolved ``--dtype``, or the dtype Inspect's provider
+ran, carried over by ``fae from-inspect``) unless ``--allow-mixed-dtype``: greedy
+answers flip on near ties between bf16 and fp32, so such a difference would mix the
+verifiers with the arithmetic. Writes ``compare.json`` and ``compare.md`` (the
 paper's Table 3 layout).
 """
 
@@ -58,6 +62,7 @@ class CompareConfig(CommandConfig):
     families: str | None = None
     allow_mixed_decoding: bool = False
     allow_mixed_line_ids: bool = False
+    allow_mixed_dtype: bool = False
 
 
 CONFIG = CompareConfig
@@ -84,6 +89,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="compare runs whose prompts numbered the pool lines differently (config.json line_ids "
                         "original vs renumbered; refused by default, see docs/compare.md); the outputs then "
                         "carry a warning")
+    p.add_argument("--allow-mixed-dtype", action="store_true",
+                   help="compare runs whose weights ran in different dtypes (config.json decoding.dtype, e.g. "
+                        "bfloat16 vs float32; refused by default, see docs/compare.md); the outputs then carry "
+                        "a warning")
 
 
 # ---------------------------------------------------------------------------
@@ -236,10 +245,41 @@ def check_same_line_ids(a: Run, b: Run, allow_mixed: bool) -> str | None:
             "B - A mixes the verifiers with the numbering (a hole where a line went shows only under original)")
 
 
+# Spellings of one dtype across the backends' records (fae run's resolved torch name, a vllm/Inspect arg)
+DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+# Recorded values that name no dtype: a server's choice, vllm's own resolution, or nothing recorded
+UNKNOWN_DTYPES = (None, "", "auto", "server")
+
+
+def dtype_of(run: Run) -> str | None:
+    """The dtype the run's weights ran in (config.json ``decoding.dtype``); None where the run does not know
+    it: a server's (``fae run --backend openai``, Inspect's API providers), vllm's ``auto``, an older run."""
+    value = (run.config.get("decoding") or {}).get("dtype")
+    value = str(value).removeprefix("torch.") if value is not None else None
+    return None if value in UNKNOWN_DTYPES else DTYPE_NAMES.get(value, value)
+
+
+def check_same_dtype(a: Run, b: Run, allow_mixed: bool) -> str | None:
+    """Refuse two runs made in different known dtypes, unless allowed: then the warning to carry. A run whose
+    dtype is unknown (a server's) is compared as it is: nothing recorded says the two differ."""
+    da, db = dtype_of(a), dtype_of(b)
+    if da is None or db is None or da == db:
+        return None
+    if not allow_mixed:
+        raise UserError(f"{a.path} ran in {da} and {b.path} in {db} (config.json decoding.dtype): greedy answers "
+                        "flip on near ties between dtypes, so the difference would mix the verifiers with the "
+                        "arithmetic; rerun one of them (fae run --dtype), or pass --allow-mixed-dtype to compare "
+                        "anyway")
+    return (f"WARNING: mixed dtypes: A ({a.path}) ran in {da}, B ({b.path}) in {db}; every difference B - A mixes "
+            "the verifiers with the dtype (greedy answers flip on near ties)")
+
+
 def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, confidence: float = 0.95,
-                 families: dict[str, str] | None = None, allow_mixed_line_ids: bool = False) -> dict:
+                 families: dict[str, str] | None = None, allow_mixed_line_ids: bool = False,
+                 allow_mixed_dtype: bool = False) -> dict:
     """Everything ``compare.json`` holds, computed from two loaded runs."""
     line_note = check_same_line_ids(a, b, allow_mixed_line_ids)
+    dtype_note = check_same_dtype(a, b, allow_mixed_dtype)
     order = check_same_claims(a, b)
     order, n_nei = acc.fae_claim_order(order, a.claims)  # SPEC §1: the claim set of metrics.json
     if not order:
@@ -250,7 +290,7 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
         units = acc.unit_index(order, families)
     except KeyError as exc:
         raise UserError(f"--families: {exc.args[0]}") from None
-    notes = [line_note] if line_note else []
+    notes = [n for n in (line_note, dtype_note) if n]
     if n_nei:
         notes.append(f"{n_nei} NOT_ENOUGH_INFO-gold claims of older runs are left out (SPEC §1)")
     table = _PairedColumns(a, b, order, ind, notes)
@@ -264,6 +304,7 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
         metric=metric, bootstrap=n_resamples, seed=seed, confidence=confidence, scale="points (0-100)",
         runs={"A": _run_info(a, "system 0"), "B": _run_info(b, "system 1")},
         line_ids={"A": line_ids_of(a), "B": line_ids_of(b), "mixed": line_ids_of(a) != line_ids_of(b)},
+        dtype={"A": dtype_of(a), "B": dtype_of(b), "mixed": dtype_note is not None},
         **decomposition,
     )
     base, m = len(acc.ACCOUNTING_OUTPUTS), len(table.common)
@@ -642,12 +683,16 @@ def _md_run_metrics(res: dict, pct: int) -> list[str]:
 
 
 def _md_warning(res: dict) -> list[str]:
-    """A banner above everything when the two runs numbered their pool lines differently."""
-    li = res.get("line_ids") or {}
-    if not li.get("mixed"):
-        return []
-    return [f"> **WARNING: mixed line numbering.** A used `line_ids` {li['A']}, B {li['B']}: every B − A below "
-            "mixes the verifiers with the numbering (compared with `--allow-mixed-line-ids`).", ""]
+    """A banner above everything when the two runs numbered their pool lines differently or ran in two dtypes."""
+    li, dt = res.get("line_ids") or {}, res.get("dtype") or {}
+    out = []
+    if li.get("mixed"):
+        out += [f"> **WARNING: mixed line numbering.** A used `line_ids` {li['A']}, B {li['B']}: every B − A below "
+                "mixes the verifiers with the numbering (compared with `--allow-mixed-line-ids`).", ""]
+    if dt.get("mixed"):
+        out += [f"> **WARNING: mixed dtypes.** A ran in {dt['A']}, B in {dt['B']}: every B − A below mixes the "
+                "verifiers with the dtype (compared with `--allow-mixed-dtype`).", ""]
+    return out
 
 
 def _md_arms(res: dict, pct: int) -> list[str]:
@@ -697,14 +742,16 @@ def run(config: CompareConfig) -> CommandResult:
         raise UserError("--confidence must be between 0 and 1")
     a, b = load_compared(config.run_a), load_compared(config.run_b)
     check_same_decoding(a, b, config.allow_mixed_decoding)
-    mixed = check_same_line_ids(a, b, config.allow_mixed_line_ids)  # refused here, before any bootstrap
-    if mixed:
-        print(mixed, file=sys.stderr)
+    for mixed in (check_same_line_ids(a, b, config.allow_mixed_line_ids),  # refused here, before any bootstrap
+                  check_same_dtype(a, b, config.allow_mixed_dtype)):
+        if mixed:
+            print(mixed, file=sys.stderr)
     families = load_families(config.families) if config.families else None
     try:
         res = compare_runs(a, b, metric=config.metric, n_resamples=config.bootstrap, seed=config.seed,
                            confidence=config.confidence, families=families,
-                           allow_mixed_line_ids=config.allow_mixed_line_ids)
+                           allow_mixed_line_ids=config.allow_mixed_line_ids,
+                           allow_mixed_dtype=config.allow_mixed_dtype)
     except ValueError as exc:  # e.g. fewer than 2 resampling units
         raise UserError(str(exc)) from None
     out = Path(config.output)

@@ -16,6 +16,14 @@ Everything FAE-specific is the project's own code, called from Inspect's hooks:
   Acc, Strict, FEVER, IS, ER, IO and the control / gold-only metrics with
   :func:`fae.ablation.metrics.compute_metrics`.
 
+Answers are greedy whatever the provider: a provider that would sample (Inspect's ``hf`` provider
+unless ``-M do_sample=false``, or a ``--temperature`` above 0) is refused with one line saying what to
+pass, before anything is asked where the model is known when the task is made (``inspect eval``), else
+at the sample's first question. Each sample's store keeps the dtype the provider ran the weights in
+(:data:`DTYPE_KEY`: the loaded torch model's for ``hf``, ``server`` for a provider whose weights are
+elsewhere), which ``fae from-inspect`` writes into config.json's ``decoding`` as ``fae run`` does, so
+``fae compare`` can refuse two runs made in different dtypes.
+
 A question whose generate fails (a provider error after Inspect's retries, a limit reached) ends
 the sample with an error that names the claim and the question: Inspect does not score an errored
 sample, so a claim whose questions were not all answered never enters the metrics. The partial
@@ -33,7 +41,7 @@ from typing import Any, Sequence
 
 from inspect_ai import Task
 from inspect_ai.dataset import MemoryDataset, Sample
-from inspect_ai.model import ChatMessageSystem, ChatMessageUser, GenerateConfig
+from inspect_ai.model import ChatMessageSystem, ChatMessageUser, GenerateConfig, get_model
 from inspect_ai.scorer import SampleScore, Score, Target, metric, scorer
 from inspect_ai.solver import Generate, TaskState, solver
 
@@ -53,6 +61,10 @@ TASK_NAME = "real_fae/fae"
 STORE_KEY = "real_fae:claim"
 # Where logs of earlier versions of the task kept the completed rounds (a list)
 OLD_STORE_KEY = "real_fae:rounds"
+# Where a sample keeps the dtype its model provider ran the weights in (config.json's decoding.dtype)
+DTYPE_KEY = "real_fae:dtype"
+# ... for a provider whose weights are not in this process (an API, a server): their dtype is the server's
+SERVER_DTYPE = "server"
 # Sample metadata: the record itself, so the solver needs nothing but the sample
 RECORD_KEY = "record"
 # Score metadata: the claims.jsonl entry of the claim (SPEC §6, docs/fae.md)
@@ -138,13 +150,45 @@ def load_samples(path: Path, line_ids: str = DEFAULT_LINE_IDS) -> tuple[list[Sam
     return [record_sample(r, line_ids) for r in kept], n_nei
 
 
+def sampling_problem(model: Any) -> str | None:
+    """Why ``model`` would not answer greedily, with what to pass instead; None when it would.
+
+    Inspect's ``hf`` provider samples unless its model args say ``do_sample=false`` (the task's
+    temperature 0 then makes transformers refuse the call); a ``--temperature`` above 0 on the command
+    line overrides the task's 0 for every provider. FAE's answers are greedy (``fae run``'s are), so
+    either would make numbers no ``fae run`` makes."""
+    if model is None:
+        return None
+    if getattr(getattr(model, "api", None), "do_sample", False):
+        return "the hf provider samples unless told not to: pass -M do_sample=false (FAE's answers are greedy)"
+    temperature = getattr(getattr(model, "config", None), "temperature", None)
+    if temperature not in (None, 0):
+        return f"--temperature {temperature}: FAE's answers are greedy (the task sets temperature 0); drop it"
+    return None
+
+
+def provider_dtype(model: Any) -> str:
+    """The dtype the provider runs the weights in: the loaded torch model's (``float32``, ``bfloat16``:
+    Inspect's ``hf`` provider), else :data:`SERVER_DTYPE` (an API or server keeps its weights elsewhere)."""
+    weights = getattr(getattr(model, "api", None), "model", None)
+    dtype = getattr(weights, "dtype", None)
+    if type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype":
+        return str(dtype).removeprefix("torch.")
+    return SERVER_DTYPE
+
+
 def fae_task(records: str | None, rounds: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS,
-             unknown: dict[str, Any] | None = None, **arm_options: Any) -> Task:
+             unknown: dict[str, Any] | None = None, model: Any = None, **arm_options: Any) -> Task:
     """The FAE task over a records file: R = ``rounds`` ablation rounds after round 0, greedy answers
     of at most ``max_tokens`` tokens, and ``fae run``'s arms (:data:`ARM_OPTIONS`: ``control``,
     ``control_seed``, ``gold_only``, ``line_ids``), all with the defaults of ``fae run``. An arm option
     may come as a keyword or in ``unknown`` (a task function that takes ``**unknown``); the rest of
-    ``unknown``, options the task does not have, is refused with one line."""
+    ``unknown``, options the task does not have, is refused with one line. ``model``: the model under
+    evaluation when it is known already (``inspect eval`` loads it first): one that would sample is refused
+    here, before anything is asked (:func:`sampling_problem`)."""
+    problem = sampling_problem(model)
+    if problem:
+        raise UserError(problem)
     unknown = dict(unknown or {})
     for name in ARM_OPTIONS:
         if name in unknown:
@@ -239,6 +283,11 @@ def fae_ablation(rounds: int = 4, control: str = DEFAULT_CONTROL, control_seed: 
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         record = sample_record(state)
+        model = get_model()  # the model under evaluation
+        problem = sampling_problem(model)
+        if problem:
+            raise RoundError(f"claim {record.id!r}: not asked: {problem}")
+        state.store.set(DTYPE_KEY, provider_dtype(model))
         schedule = ClaimSchedule(record, rounds, arms)
         state.store.set(STORE_KEY, schedule.entry())
         while reqs := schedule.next_requests():

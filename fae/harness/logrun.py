@@ -3,7 +3,8 @@
 
 The claims are the scorer's ``fae_claim`` entries, exactly the claims.jsonl lines ``fae run``
 writes (rounds, and the control and gold-only answers when the task asked them); ``config.json``
-keeps the run's fingerprint (records sha256, model, rounds, decoding, prompt format, the arms
+keeps the run's fingerprint (records sha256, model, rounds, decoding with the dtype the provider ran
+the weights in, prompt format, the arms
 ``control``/``control_seed``/``gold_only``/``line_ids``, claim set) and ``inspect_log``: the log it
 came from (path, sha256, eval id).
 A sample that errored, was not scored or lacks a round is *incomplete*: by default the log is
@@ -29,7 +30,7 @@ from fae.ablation import runio
 from fae.ablation.metrics import compute_metrics
 from fae.ablation.report import write_report
 from fae.ablation.engine import Arms
-from fae.harness.inspect_task import CLAIM_KEY, TASK_NAME, incomplete_reason, stored_rounds
+from fae.harness.inspect_task import CLAIM_KEY, DTYPE_KEY, TASK_NAME, incomplete_reason, stored_rounds
 
 # Generation settings of the log that change the answers (the run's ``decoding``)
 DECODING_KEYS = ("temperature", "top_p", "top_k", "max_tokens", "seed", "stop_seqs", "num_choices",
@@ -124,8 +125,25 @@ def log_claims(log: EvalLog) -> tuple[list[str], list[dict], dict[str, str]]:
     return ids, claims, incomplete
 
 
-def decoding_of(log: EvalLog) -> dict[str, Any]:
-    """The generation settings in force: the task's config overridden by the command line's."""
+def log_dtype(log: EvalLog, claim_ids: list[str]) -> str | None:
+    """The dtype the provider ran the weights in (``fae run``'s ``decoding.dtype``), as the task's solver
+    recorded it in each sample's store; from the model args (``-M dtype=`` / ``torch_dtype=``) in a log of an
+    earlier version of the task, else None (unknown). Samples that disagree are one line: a run has one dtype."""
+    wanted = set(claim_ids)
+    seen = {str(s.store[DTYPE_KEY]) for s in (log.samples or [])
+            if str(s.id) in wanted and (s.store or {}).get(DTYPE_KEY) is not None}
+    if len(seen) > 1:
+        raise UserError(f"the log's samples ran in different dtypes ({', '.join(sorted(seen))}); a run has one")
+    if seen:
+        return seen.pop()
+    args = log.eval.model_args or {}
+    given = args.get("dtype") or args.get("torch_dtype")
+    return str(given).removeprefix("torch.") if given and given != "auto" else None
+
+
+def decoding_of(log: EvalLog, dtype: str | None = None) -> dict[str, Any]:
+    """The generation settings in force: the task's config overridden by the command line's, and the dtype
+    the weights ran in (:func:`log_dtype`; left out when unknown)."""
     task_cfg = log.plan.config.model_dump(exclude_none=True) if log.plan and log.plan.config else {}
     model_cfg = log.eval.model_generate_config.model_dump(exclude_none=True) if log.eval.model_generate_config else {}
     merged = {**task_cfg, **model_cfg}
@@ -133,6 +151,8 @@ def decoding_of(log: EvalLog) -> dict[str, Any]:
     out["greedy"] = merged.get("temperature") == 0
     if log.eval.model_args:
         out["model_args"] = {k: v for k, v in log.eval.model_args.items() if k != "api_key"}
+    if dtype is not None:
+        out["dtype"] = dtype
     return out
 
 
@@ -151,7 +171,7 @@ def build_config(log: EvalLog, log_path: Path, command: str, claim_ids: list[str
         "adapter": None,
         "adapter_sha256": None,
         "rounds": int(meta["rounds"]),
-        "decoding": decoding_of(log),
+        "decoding": decoding_of(log, log_dtype(log, claim_ids)),
         "constrained_decoding": False,
         "prompt_format_version": meta["prompt_format_version"],
         **log_arms(log),  # control, control_seed, gold_only, line_ids (runio.RESUME_KEYS)
