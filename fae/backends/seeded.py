@@ -39,6 +39,8 @@ def draw_token(logits, decoding: RowDecoding, generator) -> int:
     import torch
 
     u = float(torch.rand((), generator=generator, dtype=torch.float64))  # first: one draw per row per step
+    if logits.device.type == "mps":  # no float64 there
+        logits = logits.cpu()
     values, order = torch.sort(logits.double() / decoding.temperature, descending=True, stable=True)
     if decoding.top_k:
         values, order = values[:decoding.top_k], order[:decoding.top_k]
