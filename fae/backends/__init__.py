@@ -56,6 +56,11 @@ _BUILTIN = {
 _REGISTRY: dict[str, type] = {}
 
 
+# The answer length cap of every FAE path (fae run, its checkpoints callback, pave, the Inspect task): a JSON
+# answer with a label and a few ids fits; a longer one is cut off and counted as truncated.
+ANSWER_MAX_NEW_TOKENS = 64
+
+
 @dataclass
 class BackendOptions:
     """The options every backend reads: the verifier, the answer cap, soft FAE, constrained decoding."""
@@ -63,7 +68,7 @@ class BackendOptions:
     model: str | None = field(default=None, metadata={
         "help": "model path / name (hf, vllm) or served model name (openai); required"})
     adapter: str | None = field(default=None, metadata={"help": "PEFT LoRA adapter directory (hf, vllm)"})
-    max_new_tokens: int = field(default=64, metadata={"help": "answer length cap", "min": 1})
+    max_new_tokens: int = field(default=ANSWER_MAX_NEW_TOKENS, metadata={"help": "answer length cap", "min": 1})
     constrained_decoding: bool = field(default=False, metadata={
         "help": "hold every answer to the JSON schema of its prompt (label enum, ids of the pool shown); "
                 "not the paper's protocol, see docs/structured.md"})

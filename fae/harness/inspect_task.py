@@ -50,7 +50,7 @@ from real_fae_core.hashing import sha256_file
 from data_prep.prompts import DEFAULT_LINE_IDS, LINE_IDS, PROMPT_FORMAT_VERSION, render_evidence_prompt
 from data_prep.records import ClaimRecord, load_records_or_fail
 from fae.ablation.engine import ABLATION_ONLY, CONTROL_CHOICES, DEFAULT_CONTROL, Arms, ClaimSchedule, Request
-from fae.backends import Generation
+from fae.backends import ANSWER_MAX_NEW_TOKENS, Generation
 from fae.ablation.metrics import (compute_metrics, nei_exclusion_note, round_accuracy, round_label, same_label,
                                   strict_accuracy)
 from fae.ablation.population import fae_claims
@@ -69,8 +69,8 @@ SERVER_DTYPE = "server"
 RECORD_KEY = "record"
 # Score metadata: the claims.jsonl entry of the claim (SPEC §6, docs/fae.md)
 CLAIM_KEY = "fae_claim"
-# fae run's default answer length cap (fae.backends.BackendOptions.max_new_tokens)
-DEFAULT_MAX_TOKENS = 64
+# fae run's default answer length cap
+DEFAULT_MAX_TOKENS = ANSWER_MAX_NEW_TOKENS
 # The metrics the task reports, as Inspect names them, and the metrics.json key of each
 METRIC_NAMES = {"accuracy": "label_accuracy", "strict": "strict_accuracy", "fever": "fever_score",
                 "IS": "IS", "ER": "ER", "IO": "IO"}

@@ -49,7 +49,7 @@ from real_fae_core.secrets import scrub
 from data_prep.prompts import LINE_IDS, check_line_ids
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import adapter_sha256, load_run
-from fae.backends import BackendError, BackendOptions
+from fae.backends import ANSWER_MAX_NEW_TOKENS, BackendError, BackendOptions
 from fae.backends.hf import HFOptions, resolve_device, resolve_dtype
 from fae.backends.openai_backend import OpenAIOptions
 from fae.backends.vllm_backend import VLLMOptions
@@ -134,7 +134,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jsd-temperature", type=float, default=1.0,
                    help="their sampling temperature, > 0 (default 1.0, the paper's); with the same K and "
                         "temperature as the profile the rule reuses the profile's answers")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=ANSWER_MAX_NEW_TOKENS)
     p.add_argument("--stability", choices=STABILITY, default="auto",
                    help="JSD over per-run label probabilities, or the paper's vote-based variant (binary "
                         "entropy of the SUPPORT share); auto = JSD when every run has its own distribution, "

@@ -38,6 +38,7 @@ from real_fae_core.runlock import RunLock
 from data_prep.prompts import DEFAULT_LINE_IDS, parse_answer, render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import CLAIMS, RunData, load_run
+from fae.backends import ANSWER_MAX_NEW_TOKENS
 from fae.backends.hf import HFOptions, generate_batched, greedy_config, load_hf_model
 from fae.probes.dirk import dirk_values, summarize_rounds
 from fae.probes.knowledge import abstaining, invalid_reference, label_shares, reference_note, shares_text
@@ -362,7 +363,7 @@ def _capture_states(config: ProbeConfig, prompts: list, data: RunData) -> _Captu
         model, seqs, pad_id=tok.pad_token_id, layers=config.layer,
         batch_size=config.batch_size, progress=True, desc="fae probe",
     ).double().numpy()
-    max_new = int(config.knowledge_max_new_tokens or (data.config.get("decoding") or {}).get("max_new_tokens") or 64)
+    max_new = int(config.knowledge_max_new_tokens or (data.config.get("decoding") or {}).get("max_new_tokens") or ANSWER_MAX_NEW_TOKENS)
     knowledge_seqs = encode_prompts(tok, [msgs[0] for msgs in prompts])
     verifier_labels = knowledge_labels(model, tok, knowledge_seqs, config.batch_size, max_new)
     cap = _Captured(states, len(seqs), len({tuple(s) for s in seqs}), max_new, verifier_labels, verifier_labels,

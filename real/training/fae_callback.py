@@ -26,6 +26,7 @@ from fae.ablation.engine import ablate
 from fae.ablation.metrics import compute_metrics
 from fae.ablation.options import FaeRunArguments
 from fae.ablation.population import fae_claims
+from fae.backends import ANSWER_MAX_NEW_TOKENS
 from fae.backends.hf import HFBackend
 
 logger = logging.getLogger("real.train")
@@ -40,7 +41,7 @@ class FaeEvalCallback(TrainerCallback):
     Call :meth:`attach` with the trainer before training: logging goes through it.
     """
 
-    def __init__(self, records: str, limit: int | None = 20, rounds: int = 2, max_new_tokens: int = 64,
+    def __init__(self, records: str, limit: int | None = 20, rounds: int = 2, max_new_tokens: int = ANSWER_MAX_NEW_TOKENS,
                  batch_size: int = 8, constrained_decoding: bool = False, label_probs: bool = False):
         try:
             claims, _ = fae_claims(load_records(records), source=records)
@@ -87,7 +88,7 @@ class FaeEvalCallback(TrainerCallback):
 
 # The `fae run` options the FAE at each save reads (it evaluates the model being trained, in memory: no
 # model, adapter, device or output of its own), with the callback's defaults where they differ from fae run's.
-EVAL_OPTIONS = {"limit": 20, "rounds": 2, "max_new_tokens": 64, "batch_size": 8, "constrained_decoding": False,
+EVAL_OPTIONS = {"limit": 20, "rounds": 2, "max_new_tokens": ANSWER_MAX_NEW_TOKENS, "batch_size": 8, "constrained_decoding": False,
                 "label_probs": False}
 DEPRECATED_KEYS = {"fae_eval_limit": "limit", "fae_eval_rounds": "rounds",
                    "fae_eval_max_new_tokens": "max_new_tokens",
