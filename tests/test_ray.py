@@ -8,10 +8,12 @@ import sys
 import time
 from pathlib import Path
 
+import demo_verifier
 import pytest
 from fae_helpers import write_checkcovid
 from openai_server import spawn
 
+from fae.cli import main as fae_main
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
 
@@ -85,10 +87,39 @@ def test_ray_shards_equal_one_process_and_a_killed_worker_is_rerun(records, serv
         ids = [c["id"] for c in lines(out / "shards" / f"{i}-of-2" / "claims.jsonl")]
         assert len(ids) == len(set(ids))
     assert lines(out / "claims.jsonl") == lines(one_process / "claims.jsonl")
+    # the test server's verifier answers every round-1 pool (SUPPORT citing what is left, or NEI)
+    demo_verifier.assert_ablated_rounds_generated(lines(out / "claims.jsonl"), per_claim=1, control_per_claim=0)
     config = json.loads((out / "config.json").read_text())
     assert config["shards"]["count"] == 2
     log = [json.loads(x) for x in (out / "shards" / "1-of-2" / "runs.jsonl").read_text().splitlines()]
     assert log[-1]["executor"] == "ray" and log[-1]["attempts"] == 2
+
+
+@pytest.fixture(scope="module")
+def demo_records(tmp_path_factory):
+    return demo_verifier.write_records(tmp_path_factory.mktemp("demo") / "records.jsonl", 10)
+
+
+def test_ray_hf_shards_equal_one_process_on_generated_ablated_rounds(demo_records, tmp_path):
+    """hf in Ray workers: the demo's base model (tests/demo_verifier.py) answers validly at round 0 and
+    finds another copy of its line each round, so the rounds the Ray run must equal were generated on
+    ablated (and control) pools in the workers, not copied from round 0."""
+    one, out = tmp_path / "one", tmp_path / "ray"
+    assert fae_main(demo_verifier.fae_run_args(demo_records, one)) == 0
+    cmd = [sys.executable, "-m", "fae.cli",
+           *demo_verifier.fae_run_args(demo_records, out, "--executor", "ray", "--shards", "2")]
+    res = subprocess.run(cmd, cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got, want = lines(out / "claims.jsonl"), lines(one / "claims.jsonl")
+    assert got == want  # labels, cited ids, raw outputs, control and gold-only answers of every round
+    merged, single = ({k: v for k, v in json.loads((d / "metrics.json").read_text()).items()
+                       if k != "computed_from"} for d in (out, one))
+    assert merged == single
+    demo_verifier.assert_ablated_rounds_generated(want)
+    for i in (0, 1):  # each worker generated ablated rounds of its own claims
+        demo_verifier.assert_ablated_rounds_generated(lines(out / "shards" / f"{i}-of-2" / "claims.jsonl"))
+    log = [json.loads(x) for x in (out / "shards" / "0-of-2" / "runs.jsonl").read_text().splitlines()]
+    assert log[-1]["executor"] == "ray"
 
 
 def worker_pids() -> list[int]:

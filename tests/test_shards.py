@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import demo_verifier
 import pytest
 from fae_helpers import write_checkcovid
 from hypothesis import given, settings, strategies as st
@@ -115,6 +116,8 @@ def test_two_shards_merged_equal_one_process(records, server, one_process, tmp_p
     assert ids[0] and ids[1] and not {c["id"] for c in ids[0]} & {c["id"] for c in ids[1]}
     assert main(["merge", str(out)]) == 0
     assert lines(out / "claims.jsonl") == lines(one_process / "claims.jsonl")  # record order, same rounds
+    # the test server's verifier answers every round-1 pool (SUPPORT citing what is left, or NEI)
+    demo_verifier.assert_ablated_rounds_generated(lines(out / "claims.jsonl"), per_claim=1, control_per_claim=0)
     got, want = (json.loads((d / "metrics.json").read_text()) for d in (out, one_process))
     assert {k: v for k, v in got.items() if k != "computed_from"} == \
         {k: v for k, v in want.items() if k != "computed_from"}
@@ -215,21 +218,33 @@ def test_a_shard_killed_mid_run_resumes_alone(records, tmp_path, one_process):
         srv.wait(timeout=30)
 
 
+@pytest.fixture(scope="module")
+def demo_records(tmp_path_factory):
+    return demo_verifier.write_records(tmp_path_factory.mktemp("demo") / "records.jsonl", 12)
+
+
 @pytest.mark.slow
-def test_hf_shards_merged_equal_one_process(records, noisy_llama, tmp_path):
-    """The deal is backend-free: the same split for hf (the tiny Llama) gives the one-process answers."""
+def test_hf_shards_merged_equal_one_process(demo_records, tmp_path):
+    """The deal is backend-free: the same split for hf gives the one-process answers, round by round. The
+    verifier is the demo's base model (tests/demo_verifier.py): valid at round 0 and finding another copy
+    of its line at each round, so the rounds compared were generated on ablated pools, not copied."""
     def args(out, *extra):
-        return ["run", "--records", str(records), "--output", str(out), "--model", str(noisy_llama),
-                "--rounds", "3", "--batch-size", "1", "--max-new-tokens", "24", "--limit", "8",
-                "--no-progress", "--no-label-probs", *extra]
+        return demo_verifier.fae_run_args(demo_records, out, "--batch-size", "4", *extra)
 
     assert main(args(tmp_path / "one")) == 0
     for i in range(2):
         assert main(args(tmp_path / "sharded", "--shard", f"{i}/2")) == 0
+    parts = [lines(tmp_path / "sharded" / "shards" / f"{i}-of-2" / "claims.jsonl") for i in (0, 1)]
     assert main(["merge", str(tmp_path / "sharded")]) == 0
-    assert lines(tmp_path / "sharded" / "claims.jsonl") == lines(tmp_path / "one" / "claims.jsonl")
-    recs = load_records(records)[:8]
-    assert [c["id"] for c in lines(tmp_path / "sharded" / "claims.jsonl")] == [r.id for r in recs]
+    got, want = lines(tmp_path / "sharded" / "claims.jsonl"), lines(tmp_path / "one" / "claims.jsonl")
+    assert got == want  # labels, cited ids, raw outputs, control and gold-only answers of every round
+    assert [c["id"] for c in got] == [r.id for r in load_records(demo_records)]
+    merged, one = ({k: v for k, v in json.loads((tmp_path / d / "metrics.json").read_text()).items()
+                    if k != "computed_from"} for d in ("sharded", "one"))
+    assert merged == one
+    demo_verifier.assert_ablated_rounds_generated(want)
+    for part in parts:  # each shard generated ablated rounds of its own claims
+        demo_verifier.assert_ablated_rounds_generated(part)
 
 
 # -- fae merge as a function, and two merge defects --------------------------------
