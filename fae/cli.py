@@ -19,6 +19,8 @@ SUBCOMMANDS = {
     "neurons": ("fae.probes.neurons", "MLP neuron overlap of evidence- vs knowledge-based prompts"),
     "compare": ("fae.comparison.compare", "answer/evidence score accounting between two runs (SPEC §8)"),
     "pave": ("fae.pave.cli", "PAVE prior-state diagnostics (SPEC §9)"),
+    "study": ("fae.study.cli", "ask one model every condition of the evaluation-choice grid (SPEC §10)"),
+    "study-report": ("fae.study.report", "scores, contrasts, intervals and controls of study runs (SPEC §10)"),
     "view": ("fae.view.cli", "static per-claim ablation explorer (HTML) for one or more runs"),
     "from-inspect": ("fae.harness.cli", "an Inspect AI log of real_fae/fae as a run directory"),
 }

@@ -1,0 +1,107 @@
+"""The study directory: its fingerprint, the unit table, and the append-only responses file.
+
+``responses.jsonl`` holds one line per prompt answered, in the order of :func:`fae.study.grid` 's
+conditions, appended a batch at a time (one ``write``, ``flush``, ``fsync``). A kill mid-write leaves at
+most one line without its newline, cut on the next start (:func:`real_fae_core.jsonl.read_appended`), and
+what is done is always a prefix of the order, so a resumed run writes the same bytes as one that never
+stopped. ``units.jsonl`` holds what the report scores with (gold, submitted evidence per budget and
+source) so a study directory is read without the pools. A shard of ``--shard I/N`` writes the same files
+under ``shards/I-of-N/``; the unsharded command then counts them as done and writes the whole file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+from real_fae_core.atomicio import atomic_write_json, atomic_write_text
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import RecordError, read_appended
+
+RESPONSES = "responses.jsonl"
+UNITS = "units.jsonl"
+STUDY = "study.json"
+SHARDS = "shards"
+# Settings and inputs that change the answers: a resume or a merge under other ones would mix two studies.
+FINGERPRINT = ("pools_sha256", "dataset", "backend", "model", "adapter", "adapter_sha256", "dtype", "formats",
+               "budgets", "sources", "seeds", "sampling", "max_new_tokens", "control_claims", "tokenizers",
+               "scheme")
+
+
+def read_responses(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
+    """The complete lines of a responses file (none when it is missing); a bad line is one located error."""
+    out = []
+    for lineno, obj in read_appended(path, repair=repair):
+        if isinstance(obj, RecordError):
+            raise obj.located(path, lineno)
+        if not isinstance(obj, dict) or "unit" not in obj or "answer" not in obj:
+            raise UserError(f"{path}:{lineno}: not a study response (needs 'unit' and 'answer')")
+        out.append(obj)
+    return out
+
+
+class ResponseWriter:
+    """Appends answered prompts durably, a batch per write."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        read_responses(self.path, repair=True)  # cut a half-written last line first
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def __call__(self, lines: Sequence[dict]) -> None:
+        if lines:
+            self._fh.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def check_fingerprint(directory: Path, config: dict, what: str = "a study") -> None:
+    """Refuse a directory whose study.json was made with other settings or inputs (every difference named)."""
+    path = directory / STUDY
+    if not path.is_file():
+        if (directory / RESPONSES).is_file() and read_responses(directory / RESPONSES):
+            raise UserError(f"{directory} holds responses but no {STUDY}: their settings are unknown; "
+                            "use a fresh --output")
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}); use a fresh --output") from None
+    diffs = [f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in FINGERPRINT if old.get(k) != config.get(k)]
+    if diffs:
+        raise UserError(f"{directory} holds {what} made with other settings or inputs ({'; '.join(diffs)}); "
+                        "use a fresh --output or the original settings")
+
+
+def write_start(directory: Path, config: dict, units: list[dict]) -> None:
+    """study.json and units.jsonl, each written whole (both are the same on every resume)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(directory / STUDY, config, ensure_ascii=False)
+    atomic_write_text(directory / UNITS, "".join(json.dumps(u, ensure_ascii=False) + "\n" for u in units))
+
+
+def shard_dirs(directory: Path) -> list[Path]:
+    root = directory / SHARDS
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def merge_in_order(lines: Sequence[dict], order: Sequence[tuple], key) -> list[dict]:
+    """``lines`` in the order of the keys ``order`` (each once); a line of no key is refused."""
+    by_key = {}
+    for x in lines:
+        by_key.setdefault(key(x), x)
+    pos = {k: i for i, k in enumerate(order)}
+    stray = [k for k in by_key if k not in pos]
+    if stray:
+        raise UserError(f"responses of conditions outside this study ({stray[0]!r}); use a fresh --output")
+    return sorted(by_key.values(), key=lambda x: pos[key(x)])
+
+
+def rewrite_responses(path: Path, lines: Sequence[dict]) -> None:
+    """The whole responses file in order, written at once (a merge of shards, or a resume's tidy end)."""
+    atomic_write_text(path, "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
