@@ -258,6 +258,36 @@ def accounting_from_sums(sums: np.ndarray) -> np.ndarray:
     return np.stack(out, axis=-1)
 
 
+# The corpus F1 of SciFact (abstract-rationalized, SPEC §10): S_ab = 2 C_ab / (P_a + R), with C_ab the
+# abstracts whose answer a is a correct SUPPORT/REFUTE and whose evidence b holds a complete rationale,
+# P_a the abstracts answer a submits (not NEI, not invalid), R the relevant gold abstracts (retrieval
+# misses included). Not a mean of per-claim products, so it has columns of its own; the same cells then go
+# through the same decomposition, and the evidence terms split as E0 = k0 * 100 * [mean(a0) mean(Δd) +
+# Cov_n(a0, Δd)] with k0 = 2n / (P0 + R).
+F1_COLUMNS = ("n", "p0", "p1", "r", "a0", "a1", "d0", "d1", "a0d0", "a0d1", "a1d0", "a1d1")
+
+
+def corpus_f1_from_sums(sums: np.ndarray) -> np.ndarray:
+    """The ``ACCOUNTING_OUTPUTS`` of corpus F1 from ``F1_COLUMNS`` sums (last axis; leading axes vectorised)."""
+    s = np.asarray(sums, float)
+    col = {name: s[..., i] for i, name in enumerate(F1_COLUMNS)}
+    n = col["n"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        den = {x: col[f"p{x}"] + col["r"] for x in "01"}
+        cells = {f"S{x}{y}": 200.0 * col[f"a{x}d{y}"] / den[x] for x in "01" for y in "01"}
+        comp = decompose(cells)
+        m = {k: col[k] / n for k in ("a0", "a1", "d0", "d1")}
+        dd = m["d1"] - m["d0"]
+        k = {x: 2.0 * n / den[x] for x in "01"}
+        e0_prod, e1_prod = k["0"] * 100.0 * m["a0"] * dd, k["1"] * 100.0 * m["a1"] * dd
+    out = [cells[c] for c in CELLS] + [comp[c] for c in COMPONENTS] + [
+        e0_prod, comp["E0"] - e0_prod, e1_prod, comp["E1"] - e1_prod,
+        100.0 * m["a0"], 100.0 * m["a1"], 100.0 * m["d0"], 100.0 * m["d1"],
+        (comp["E0"] + comp["E1"]) / 2.0, (comp["A0"] + comp["A1"]) / 2.0,
+    ]
+    return np.stack(out, axis=-1)
+
+
 # ---------------------------------------------------------------------------
 # Units (claims or families) and the paired bootstrap
 # ---------------------------------------------------------------------------
@@ -326,6 +356,11 @@ def paired_bootstrap(
     the statistic is recomputed from the drawn units' summed columns, which
     handles ratios of means (IS, micro precision) and families of unequal size.
     Seeded with ``numpy.random.default_rng(seed)`` (PCG64).
+
+    ``sums`` of shape (n_units, n_seeds, k) adds the evaluation-choice study's second axis: each draw
+    also picks n_seeds decoding-seed indices with replacement, independently of the units (a second
+    sample of ``scipy.stats.bootstrap``), and ``statistic`` gets the drawn seeds' sums (..., n_seeds, k)
+    (the point estimate: every seed once) and averages over them itself.
     """
     from scipy import (
         stats,  # lazy: scipy costs ~3 s at import and `fae --help` needs none of it
@@ -342,13 +377,24 @@ def paired_bootstrap(
         counts = _resample_counts(idx, n_units)
         return np.moveaxis(np.asarray(statistic(counts @ sums), float), -1, 0)
 
-    batch = max(1, int(max_batch_elements // max(n_units, 1)))
+    def boot_stat_seeds(idx, seed_idx, axis=-1):
+        # units and seed indices drawn independently; one draw's units serve every drawn seed
+        idx = np.moveaxis(np.asarray(idx), axis, -1)
+        seed_idx = np.moveaxis(np.asarray(seed_idx), axis, -1)
+        per_seed = np.einsum("...u,usk->...sk", _resample_counts(idx, n_units), sums)
+        drawn = np.take_along_axis(per_seed, seed_idx[..., None].astype(np.int64), axis=-2)
+        return np.moveaxis(np.asarray(statistic(drawn), float), -1, 0)
+
+    samples = (np.arange(n_units),)
+    if sums.ndim == 3:  # (units, seeds, columns): seeds resampled too (SPEC §10)
+        samples, boot_stat = (np.arange(n_units), np.arange(sums.shape[1])), boot_stat_seeds
+    batch = max(1, int(max_batch_elements // max(n_units * (sums.shape[1] if sums.ndim == 3 else 1), 1)))
     # Degenerate quantities are expected (E0 = 0 under label_accuracy, a
     # metric that never varies on a tiny run): their interval is a point.
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         res = stats.bootstrap(
-            (np.arange(n_units),),
+            samples,
             boot_stat,
             vectorized=True,
             n_resamples=n_resamples,

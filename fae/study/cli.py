@@ -185,7 +185,8 @@ def limited(pools: Pools, limit: int | None) -> Pools:
         return pools
     claims = list(dict.fromkeys(u.claim_id for u in pools.units))[:limit]
     keep = set(claims)
-    return dataclasses.replace(pools, units=[u for u in pools.units if u.claim_id in keep])
+    return dataclasses.replace(pools, units=[u for u in pools.units if u.claim_id in keep],
+                               missed_relevant={c: n for c, n in pools.missed_relevant.items() if c in keep})
 
 
 def shard_units(pools: Pools, i: int, n: int) -> set[str]:

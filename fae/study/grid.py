@@ -68,7 +68,7 @@ class Pools:
     units: list[StudyUnit]
     budgets: list[int]
     n_sources: int
-    missed_relevant: int  # SciFact: gold abstracts outside the retrieved ones (they stay in R)
+    missed_relevant: dict[str, int]  # claim id -> gold abstracts no pool holds (SciFact: they stay in R)
     sha256: str
     path: str
     notes: list[str] = field(default_factory=list)
@@ -114,11 +114,12 @@ def load_pools(directory: str | Path) -> Pools:
     if not records.is_file():
         raise UserError(f"--pools {directory}: no {RECORDS} (give an output directory of `real-data retrieve`)")
     units = [_unit(obj, f"{records}:{n}", False) for n, obj in _lines(records)]
-    missed_relevant = 0
+    missed_relevant: dict[str, int] = {}
     if misses.is_file():
         for n, obj in _lines(misses):
             units += [_unit(p, f"{misses}:{n}", True) for p in obj.get("pools") or []]
-            missed_relevant += len(obj.get("missed_docs") or [])
+            if obj.get("missed_docs"):
+                missed_relevant[str(obj["claim_id"])] = len(obj["missed_docs"])
     units.sort(key=lambda u: _unit_order(u))
     if not units:
         raise UserError(f"{records}: no pools")

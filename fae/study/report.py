@@ -1,21 +1,296 @@
-"""`fae study-report` (placeholder while written)."""
-import argparse, dataclasses
+"""`fae study-report`: the numbers of one or more `fae study` directories (SPEC §10), as JSON, markdown and a figure.
+
+One panel per dataset x model: S_ab, E0 and E1 per condition, D_format and D_context with their
+family x seed bootstrap intervals (Bonferroni over the primary family of every panel given), seed-sign
+counts, the budget crossing in both orders, the product/covariance split at each budget, the E0 share of
+identical valid answers, answer accuracy and invalid rate, the greedy controls; then the decision rule
+over all panels. The numbers are :mod:`fae.study.analysis`'s; this module reads, checks and writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.errors import UserError
+from fae.comparison.compare import load_families
+from fae.study import analysis as an
+from fae.study import responses as rio
+from fae.study.interfaces import INVALID
+
+REPORT_JSON, REPORT_MD, FIGURE = "study_report.json", "study_report.md", "contrasts.png"
 
 
 @dataclasses.dataclass
-class ReportConfig(CommandConfig):
+class StudyReportConfig(CommandConfig):
+    """`fae study-report`: scores, contrasts, intervals and controls of study directories."""
+
     studies: list[str]
     output: str
+    families: list[str] | None = None
+    draws: int = dataclasses.field(default=an.DRAWS, metadata={"min": 0})
+    seed: int = an.BOOTSTRAP_SEED
 
 
-CONFIG = ReportConfig
+CONFIG = StudyReportConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("studies", nargs="+")
-    p.add_argument("--output", required=True)
+    p.add_argument("studies", nargs="+", metavar="STUDY_DIR", help="`fae study` output directories (any models, "
+                   "any datasets; one directory per dataset x model)")
+    p.add_argument("--output", required=True, help="directory for study_report.json, study_report.md, contrasts.png")
+    p.add_argument("--families", nargs="+", metavar="FILE",
+                   help="family files of `real-data families` ({id, family} lines); units not listed are "
+                        "grouped by claim")
+    p.add_argument("--draws", type=int, default=an.DRAWS, help=f"bootstrap draws (default {an.DRAWS}, the paper's)")
+    p.add_argument("--seed", type=int, default=an.BOOTSTRAP_SEED, help="NumPy PCG64 seed of the bootstrap "
+                   f"(default {an.BOOTSTRAP_SEED}, the paper's)")
 
 
-def run(config):
-    return CommandResult()
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path.parent}: no {path.name}; not a `fae study` directory") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc})") from None
+
+
+def load_study(path: str | Path) -> dict:
+    """study.json, units and responses of a study directory; incomplete or unfinished ones are refused."""
+    path = Path(path)
+    cfg = _json(path / rio.STUDY)
+    if "shard" in cfg:
+        raise UserError(f"{path} is one shard of a study; run `fae study` without --shard on the study "
+                        "directory to join the shards")
+    units = [json.loads(x) for x in (path / rio.UNITS).read_text(encoding="utf-8").splitlines() if x.strip()]
+    lines = rio.read_responses(path / rio.RESPONSES)
+    an.metric_of(cfg.get("dataset", "?"))
+    models = sorted({str(cfg.get("model"))} | {str(x["model"]) for x in lines if "model" in x})
+    if len(models) > 1:
+        raise UserError(f"{path} mixes models {', '.join(models)}: one study directory is one model")
+    return {"path": str(path), "config": cfg, "units": units, "lines": lines}
+
+
+def check_together(studies: list[dict]) -> None:
+    """Studies of one dataset share their pools and replicates; two of one dataset x model are refused."""
+    seen, by_dataset = {}, {}
+    for s in studies:
+        c = s["config"]
+        key = (c["dataset"], c["model"])
+        if key in seen:
+            raise UserError(f"{seen[key]} and {s['path']} are both {c['dataset']} x {c['model']}: give one")
+        seen[key] = s["path"]
+        first = by_dataset.setdefault(c["dataset"], s)
+        fc = first["config"]
+        if fc["pools_sha256"] != c["pools_sha256"]:
+            raise UserError(f"{first['path']} and {s['path']} ({c['dataset']}) were run on different pools or "
+                            "corpora (pools_sha256 differs): models are compared on the same units only")
+        for k in ("seeds", "budgets", "formats", "sources"):
+            if fc.get(k) != c.get(k):
+                raise UserError(f"{first['path']} and {s['path']} ({c['dataset']}) differ in {k}: "
+                                f"{fc.get(k)} vs {c.get(k)}; run every model with the same grid")
+
+
+def family_mapper(files: list[str] | None):
+    """unit -> family: the family file's entry for the unit id, else of another unit of its claim, else the claim."""
+    fams: dict[str, str] = {}
+    for f in files or []:
+        fams.update(load_families(f))
+
+    claim_family: dict[str, str] = {}
+
+    def family_of(unit: dict) -> str:
+        if unit.get("id") in fams:
+            claim_family.setdefault(unit["claim_id"], fams[unit["id"]])
+            return "f:" + fams[unit["id"]]
+        return "f:" + claim_family.get(unit["claim_id"], "claim:" + unit["claim_id"])
+    return family_of, fams
+
+
+def panel_of(study: dict, family_of) -> an.Panel:
+    """The study's answers as an :class:`fae.study.analysis.Panel` (every condition checked present)."""
+    c = study["config"]
+    metric = an.metric_of(c["dataset"])
+    answers = {(x["unit"], x["source"], x["budget"], x["format"], x["replicate"]): x["answer"]
+               for x in study["lines"] if x["kind"] == "primary"}
+    replicates = list(range(1 + len(c["seeds"])))
+    an.check_complete(study["units"], answers, c["sources"], c["budgets"], c["formats"], replicates, study["path"])
+    notes = list(c.get("notes") or [])
+    if len(c["sources"]) < 2:
+        raise UserError(f"{study['path']}: the pools have one ordering only (no --reranker): there is no second "
+                        "source, so no S_ab table")
+    blocks = [(f, u, v) for f in c["formats"] for u in c["budgets"] for v in c["budgets"]]
+    units = sorted(study["units"], key=lambda u: u["claim_id"])  # claim order for the family cache
+    sums, _ = an.build_sums(units, answers, blocks, replicates, metric, family_of, c.get("missed_relevant") or {})
+    return an.Panel(c["dataset"], c["model"], metric, c["formats"], c["budgets"], replicates[1:], blocks, sums,
+                    len(units), notes)
+
+
+def diagnostics(study: dict) -> dict:
+    """Answer accuracy and invalid rate per format x budget x source, sampled replicates and greedy apart."""
+    gold = {u["id"]: u["gold_label"] for u in study["units"]}
+    acc: dict = defaultdict(lambda: [0, 0, 0])
+    for x in study["lines"]:
+        if x["kind"] != "primary":
+            continue
+        k = f"{x['format']}/{x['budget']}/source{x['source']}/{'greedy' if x['replicate'] == 0 else 'sampled'}"
+        acc[k][0] += 1
+        acc[k][1] += x["answer"] == gold[x["unit"]]
+        acc[k][2] += x["answer"] == INVALID
+    return {k: {"n": n, "answer_accuracy": 100.0 * a / n, "invalid_rate": 100.0 * i / n}
+            for k, (n, a, i) in sorted(acc.items())}
+
+
+def controls(study: dict) -> dict:
+    """Per control: planned and feasible prompts; accuracy (claim only, gold) or agreement with the
+    canonical greedy answer of the same unit, source, budget and format (mapping, swap, order)."""
+    gold = {u["id"]: u["gold_label"] for u in study["units"]}
+    canon = {(x["unit"], x["source"], x["budget"], x["format"]): x["answer"] for x in study["lines"]
+             if x["kind"] == "primary" and x["replicate"] == 0}
+    out: dict = defaultdict(lambda: {"planned": 0, "feasible": 0, "hits": 0})
+    for x in study["lines"]:
+        if x["kind"] != "control":
+            continue
+        row = out[x["control"]]
+        row["planned"] += 1
+        if x["answer"] == "INFEASIBLE":
+            continue
+        row["feasible"] += 1
+        if x["control"] in ("claim_only", "gold"):
+            row["hits"] += x["answer"] == gold[x["unit"]]
+        else:
+            row["hits"] += x["answer"] == canon.get((x["unit"], x["source"], x["budget"], x["format"]))
+    return {k: {**v, "measure": "answer accuracy" if k in ("claim_only", "gold") else "agreement with canonical",
+                "rate": 100.0 * v["hits"] / v["feasible"] if v["feasible"] else None} for k, v in sorted(out.items())}
+
+
+def run(config: StudyReportConfig) -> CommandResult:
+    out = Path(config.output)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {out} is a file; give a directory")
+    studies = [load_study(p) for p in config.studies]
+    check_together(studies)
+    family_of, _ = family_mapper(config.families)
+    panels = [panel_of(s, family_of) for s in studies]
+    k = sum(len(an.primary_names(p)) for p in panels)
+    results = [an.analyse_panel(p, k, config.draws, config.seed) for p in panels]
+    for r, s in zip(results, studies):
+        r["study"] = s["path"]
+        r["diagnostics"] = diagnostics(s)
+        r["controls"] = controls(s)
+    report = {"panels": results, "primary_contrasts": k, "decision": an.decision(results),
+              "bootstrap": {"draws": config.draws, "generator": "PCG64", "seed": config.seed,
+                            "bonferroni_k": k, "tail": an.ALPHA / (2 * max(k, 1))}}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / REPORT_JSON, report)
+    atomic_write_text(out / REPORT_MD, render_markdown(report))
+    write_figure(report, out / FIGURE)
+    print(f"fae study-report: {len(results)} panels, decision: {report['decision']['label']} -> {out}")
+    return CommandResult(outputs={"json": str(out / REPORT_JSON), "markdown": str(out / REPORT_MD),
+                                  "figure": str(out / FIGURE)}, summary=report)
+
+
+def _f(x, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _interval(v: dict) -> str:
+    return f"{_f(v['estimate'])} [{_f(v['ci_low'])}, {_f(v['ci_high'])}]"
+
+
+def render_markdown(report: dict) -> str:
+    """The paper's tables: primary contrasts (Table 15), scores by budget (Table 6), crossing (Table 28),
+    product/covariance (Table 10), identical answers (Table 20), controls (Table 18), diagnostics."""
+    b = report["bootstrap"]
+    lines = ["# Evaluation-choice study", "",
+             f"Decision rule: **{report['decision']['label']}**. Intervals: {b['draws']} family x seed draws, "
+             f"NumPy PCG64 seed {b['seed']}, percentile bounds at {b['tail']:.5f} and {1 - b['tail']:.5f} "
+             f"(Bonferroni over K = {b['bonferroni_k']} primary contrasts).", "",
+             "## Primary contrasts", "", "| Dataset | Model | Contrast | Effect [adjusted interval] | Seed signs |",
+             "|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for name in p["primary"]:
+            v = p["values"][name]
+            lines.append(f"| {p['dataset']} | {p['model']} | {name} | {_interval(v)} | "
+                         f"{v['seed_signs_agreeing']}/{p['seeds']} |")
+    lines += ["", "## Scores and evidence gain per format and budget (mean over sampled seeds)", "",
+              "| Dataset | Model | Budget | Format | S00 | S01 | S10 | S11 | E0 | E1 | E0 of identical valid answers |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        v = p["values"]
+        for key in sorted({k.rsplit("/", 1)[0] for k in v if k.count("/") == 2 and not k.startswith("budget")}):
+            f, budget = key.split("/")
+            cells = " | ".join(_f(v[f"{key}/{q}"]["estimate"]) for q in an.CELL_NAMES)
+            lines.append(f"| {p['dataset']} | {p['model']} | {budget} | {f} | {cells} | "
+                         f"{_f(v[key + '/E0_identical_answers']['estimate'])} |")
+    lines += crossing_table(report) + control_table(report)
+    return "\n".join(lines) + "\n"
+
+
+def crossing_table(report: dict) -> list[str]:
+    lines = ["", "## Budget crossing and product/covariance", "",
+             "| Dataset | Model | Path order | Input component [CI] | Scoring component [CI] |", "|---|---|---|---|---|"]
+    for p in report["panels"]:
+        v = p["values"]
+        if "crossing/input_first.input" not in v:
+            continue
+        for order in ("input_first", "scoring_first"):
+            lines.append(f"| {p['dataset']} | {p['model']} | {order.replace('_', ' ')} | "
+                         f"{_interval(v[f'crossing/{order}.input'])} | {_interval(v[f'crossing/{order}.scoring'])} |")
+    lines += ["", "| Dataset | Model | Budget | E0 | Product | Covariance |", "|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        v = p["values"]
+        for key in sorted({k.rsplit("/", 1)[0] for k in v if k.startswith("budget/")}, key=lambda k: int(k[7:])):
+            lines.append(f"| {p['dataset']} | {p['model']} | {key[7:]} | {_f(v[key + '/E0']['estimate'], 3)} | "
+                         f"{_f(v[key + '/E0_product']['estimate'], 3)} | {_f(v[key + '/E0_covariance']['estimate'], 3)} |")
+    return lines
+
+
+def control_table(report: dict) -> list[str]:
+    lines = ["", "## Greedy controls", "", "| Dataset | Model | Control | Planned | Feasible | Measure | Rate |",
+             "|---|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for name, c in p["controls"].items():
+            lines.append(f"| {p['dataset']} | {p['model']} | {name} | {c['planned']} | {c['feasible']} | "
+                         f"{c['measure']} | {_f(c['rate'])} |")
+    lines += ["", "## Answer accuracy and invalid rate", "", "| Dataset | Model | Condition | n | Accuracy | Invalid |",
+              "|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for k, d in p["diagnostics"].items():
+            lines.append(f"| {p['dataset']} | {p['model']} | {k} | {d['n']} | {_f(d['answer_accuracy'])} | "
+                         f"{_f(d['invalid_rate'])} |")
+    return lines
+
+
+def write_figure(report: dict, path: Path) -> None:
+    """The primary contrasts with their adjusted intervals, one row per dataset x model x contrast."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(f"{p['dataset']} {p['model']} {n}", p["values"][n]) for p in report["panels"] for n in p["primary"]]
+    fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(rows) + 1.2))
+    for i, (label, v) in enumerate(rows):
+        est = v["estimate"] if v["estimate"] is not None else np.nan
+        lo = v["ci_low"] if v["ci_low"] is not None else est
+        hi = v["ci_high"] if v["ci_high"] is not None else est
+        ax.errorbar([est], [i], xerr=[[est - lo], [hi - est]], fmt="o", color="black", capsize=3)
+    ax.axvline(0, color="grey", lw=0.8)
+    for x in (-2, 2):
+        ax.axvline(x, color="grey", lw=0.6, ls="--")
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("effect on E0 (points), Bonferroni-adjusted interval")
+    fig.tight_layout()
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
