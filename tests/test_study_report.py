@@ -1,0 +1,191 @@
+"""`fae study-report`'s numbers on grids whose answers are known: SciFact's corpus F1, D_context and the
+budget-crossing split, the Bonferroni bound, the seeded bootstrap, the decision rule, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from real_fae_core.errors import UserError
+from fae.comparison.accounting import paired_bootstrap
+from fae.study import analysis as an
+from fae.study import report as rep
+from fae.study.interfaces import INVALID
+
+S, R, N = "SUPPORT", "REFUTE", "NOT_ENOUGH_INFO"
+
+
+def unit(uid, gold, groups, sub0, sub1, claim=None, budgets=(256,)):
+    return {"id": uid, "claim_id": claim or uid, "gold_label": gold, "groups": groups,
+            "submitted": {str(b): [sub0, sub1] for b in budgets}}
+
+
+def test_scifact_f1_counts_rationales_and_keeps_misses_in_r():
+    units = [unit("u1", S, [[0, 1]], [0, 1], [0]),     # correct, complete rationale under source 0 only
+             unit("u2", S, [[2]], [0, 1], [0, 1]),     # correct label, rationale not submitted: no C
+             unit("u3", N, [], [0], [0]),              # NEI gold answered REFUTE: in P, never in C
+             unit("u4", N, [], [0], [0]),              # NEI answered NEI: not submitted
+             unit("u5", R, [], [0], [0], claim="c5"),  # a missed pool (no complete group): in R and P
+             unit("u6", S, [[0]], [0], [0])]           # invalid answer: neither P nor C
+    answers = {}
+    for uid, ans in (("u1", S), ("u2", S), ("u3", R), ("u4", N), ("u5", R), ("u6", INVALID)):
+        for s in (0, 1):
+            answers[(uid, s, 256, "labels", 0)] = ans
+    sums, n_fam = an.build_sums(units, answers, [("labels", 256, 256)], [0], "f1", lambda u: u["claim_id"],
+                                {"c5": 1})  # one gold abstract of claim c5 was never retrieved
+    out = an.block_outputs(sums.sum(axis=0)[0], "f1")
+    # C00 = 1 (u1), P = 4 (u1, u2, u3, u5), R = 5 (u1, u2, u5, u6, the missed abstract): F1 = 2/9
+    assert out[an.OUT["S00"]] == pytest.approx(200 * 1 / 9)
+    assert out[an.OUT["S01"]] == pytest.approx(0.0)  # source 1 submits u1's rationale incomplete
+    assert out[an.OUT["E0"]] == pytest.approx(-200 / 9)
+    assert n_fam == 6  # the missed abstract joined its claim's family
+    # product + covariance add up to E0 (the accounting split, scaled by 2n / (P + R))
+    assert out[an.OUT["E0_product"]] + out[an.OUT["E0_covariance"]] == pytest.approx(out[an.OUT["E0"]])
+
+
+def crossing_panel(n=10, k_small=3, k_large=7, seeds=2):
+    """Gold SUPPORT, group [0]. Source 0 never submits it; source 1 submits it at 2048 only. Source-0 answers
+    are right on k_small units at input 256 and on k_large at input 2048, whatever the format and seed."""
+    budgets = (256, 2048)
+    units = [{"id": f"u{i}", "claim_id": f"c{i}", "gold_label": S, "groups": [[0]],
+              "submitted": {"256": [[1], [1]], "2048": [[1], [0]]}} for i in range(n)]
+    answers = {}
+    for i in range(n):
+        for s in (0, 1):
+            for b, k in ((256, k_small), (2048, k_large)):
+                for f in ("codes", "labels"):
+                    for r in range(seeds + 1):
+                        answers[(f"u{i}", s, b, f, r)] = S if i < k else R
+    blocks = [(f, u, v) for f in ("codes", "labels") for u in budgets for v in budgets]
+    sums, _ = an.build_sums(units, answers, blocks, list(range(seeds + 1)), "strict", lambda u: u["claim_id"], {})
+    return an.Panel("fever", "m", "strict", ["codes", "labels"], list(budgets), list(range(1, seeds + 1)), blocks,
+                    sums, n)
+
+
+def test_d_context_and_the_crossing_split_on_a_known_grid():
+    res = an.analyse_panel(crossing_panel(), n_primary=2, draws=200)
+    v = {k: x["estimate"] for k, x in res["values"].items()}
+    # F(u, v) = 100 * mean(a0(u) * d1(v)): F(s,s) = F(l,s) = 0, F(s,l) = 30, F(l,l) = 70
+    assert v["D_context"] == pytest.approx(70.0)
+    assert v["crossing/input_first.input"] == pytest.approx(0.0)
+    assert v["crossing/input_first.scoring"] == pytest.approx(70.0)
+    assert v["crossing/scoring_first.scoring"] == pytest.approx(30.0)
+    assert v["crossing/scoring_first.input"] == pytest.approx(40.0)
+    assert v["D_format"] == pytest.approx(0.0)
+    assert res["values"]["D_context"]["seed_signs_agreeing"] == 2
+    assert v["budget/2048/E0_product"] + v["budget/2048/E0_covariance"] == pytest.approx(v["budget/2048/E0"])
+    lo, hi = res["values"]["D_context"]["ci_low"], res["values"]["D_context"]["ci_high"]
+    assert lo <= 70.0 <= hi and lo > 0
+
+
+def noisy_panel(seed=0):
+    rng = np.random.default_rng(seed)
+    panel = crossing_panel(n=30, seeds=5)
+    panel.sums = panel.sums * rng.integers(0, 2, size=panel.sums.shape)  # some noise, counts stay counts
+    return panel
+
+
+def test_bonferroni_bound_and_the_recorded_seed():
+    panel = noisy_panel()
+    two = an.analyse_panel(panel, n_primary=2, draws=400)
+    twelve = an.analyse_panel(panel, n_primary=12, draws=400)
+    assert twelve["bootstrap"]["bounds"] == [pytest.approx(0.05 / 24), pytest.approx(1 - 0.05 / 24)]
+    assert twelve["bootstrap"]["confidence"] == pytest.approx(1 - 0.05 / 12)
+    assert twelve["bootstrap"]["seed"] == 20260916 and twelve["bootstrap"]["generator"] == "PCG64"
+    w2 = two["values"]["D_context"]["ci_high"] - two["values"]["D_context"]["ci_low"]
+    w12 = twelve["values"]["D_context"]["ci_high"] - twelve["values"]["D_context"]["ci_low"]
+    assert w12 > w2
+    # the adjusted bound is the percentile at 0.05 / (2K) of the same draws
+    direct = paired_bootstrap(panel.sums[:, 1:, :], an.statistic(panel), n_resamples=400, seed=20260916,
+                              confidence=1 - 0.05 / 12)
+    i = an.output_names(panel).index("D_context")
+    assert twelve["values"]["D_context"]["ci_low"] == pytest.approx(direct.ci_low[i])
+
+
+def test_bootstrap_is_reproducible_from_its_seed_and_resamples_seeds():
+    panel = noisy_panel(1)
+    a = an.analyse_panel(panel, 2, 300, seed=7)["values"]["D_context"]
+    b = an.analyse_panel(panel, 2, 300, seed=7)["values"]["D_context"]
+    c = an.analyse_panel(panel, 2, 300, seed=8)["values"]["D_context"]
+    assert (a["ci_low"], a["ci_high"]) == (b["ci_low"], b["ci_high"])
+    assert (a["ci_low"], a["ci_high"]) != (c["ci_low"], c["ci_high"])
+    # one family per unit identical, seeds differing: the interval comes from the seed draw alone
+    sums = np.zeros((4, 3, 1))
+    sums[:, :, 0] = [1.0, 2.0, 3.0]
+    res = paired_bootstrap(sums, lambda x: x[..., 0].mean(axis=-1, keepdims=True), n_resamples=200, seed=1)
+    assert res.ci_high[0] - res.ci_low[0] > 1.0
+
+
+def primary(dataset, model, est, lo, hi, signs=5):
+    v = {"estimate": est, "ci_low": lo, "ci_high": hi, "seed_signs_agreeing": signs}
+    return {"dataset": dataset, "model": model, "seeds": 5, "primary": ["D_format", "D_context"],
+            "values": {"D_context": v, "D_format": {**v, "estimate": 0.0, "ci_low": -1.0, "ci_high": 1.0}}}
+
+
+def test_decision_rule():
+    rep_ = [primary(d, m, 3.0, 1.0, 5.0) for d in ("scifact", "fever") for m in ("a", "b")]
+    assert an.decision(rep_)["label"] == "replicated dependence"
+    rep_[0]["values"]["D_context"]["seed_signs_agreeing"] = 3  # one model on SciFact: 3 of 5 signs
+    assert an.decision(rep_)["label"] == "restricted/mixed evidence"
+    small = [primary(d, m, 0.5, -1.5, 1.9) for d in ("scifact", "fever") for m in ("a", "b")]
+    assert an.decision(small)["label"] == "bounded stability"
+
+
+# ---------------------------------------------------------------- study directories by hand
+
+
+def write_study(path: Path, *, dataset="fever", model="m", seeds=(1103, 2207), pools="p1", drop=0) -> Path:
+    """A complete study directory of 12 one-claim units whose answers follow a fixed rule."""
+    path.mkdir(parents=True)
+    budgets, formats = [256, 2048], ["codes", "labels"]
+    cfg = {"dataset": dataset, "model": model, "pools_sha256": pools, "seeds": list(seeds), "budgets": budgets,
+           "formats": formats, "sources": [0, 1], "missed_relevant": {}, "notes": []}
+    (path / "study.json").write_text(json.dumps(cfg))
+    units = [{"id": f"u{i}", "claim_id": f"c{i}", "gold_label": S if i % 2 else R, "groups": [[0]],
+              "submitted": {"256": [[0] if i % 3 else [1], [0]], "2048": [[0], [0]]}} for i in range(12)]
+    (path / "units.jsonl").write_text("".join(json.dumps(u) + "\n" for u in units))
+    lines = []
+    for u in units:
+        for s in (0, 1):
+            for b in budgets:
+                for f in formats:
+                    for r in range(len(seeds) + 1):
+                        ans = u["gold_label"] if (int(u["id"][1:]) + r + s) % 4 else INVALID
+                        lines.append({"unit": u["id"], "kind": "primary", "source": s, "budget": b, "format": f,
+                                      "replicate": r, "control": None, "variant": None, "answer": ans})
+    lines = lines[drop:]
+    (path / "responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_report_of_two_models_writes_json_markdown_and_figure(tmp_path):
+    a = write_study(tmp_path / "a", model="a")
+    b = write_study(tmp_path / "b", model="b")
+    res = rep.run(rep.StudyReportConfig(studies=[str(a), str(b)], output=str(tmp_path / "out"), draws=100))
+    assert res.summary["primary_contrasts"] == 4
+    assert (tmp_path / "out" / "contrasts.png").stat().st_size > 1000
+    md = (tmp_path / "out" / "study_report.md").read_text()
+    assert "| fever | b | D_context |" in md and "Bonferroni over K = 4" in md
+
+
+@pytest.mark.parametrize("case, fragment", [
+    ("missing", "missing condition: unit u0 source 0 budget 256 format codes replicate 0"),
+    ("seeds", "differ in seeds"),
+    ("pools", "different pools or corpora"),
+    ("dataset", "has no label strings"),
+    ("same", "both fever x m"),
+])
+def test_bad_studies_are_one_line_and_nothing_is_written(case, fragment, tmp_path):
+    a = write_study(tmp_path / "a", drop=1 if case == "missing" else 0,
+                    dataset="feverous" if case == "dataset" else "fever")
+    extra = {"seeds": dict(model="b", seeds=(1103,)), "pools": dict(model="b", pools="p2"),
+             "same": {}}.get(case)
+    studies = [str(a)] + ([str(write_study(tmp_path / "b", **extra))] if extra is not None else [])
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as err:
+        rep.run(rep.StudyReportConfig(studies=studies, output=str(out), draws=50))
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+    assert not out.exists()
