@@ -44,6 +44,7 @@ from fae.ablation.metrics import (
     round_label,
 )
 from fae.ablation.population import fae_claims, is_nei
+from fae.ablation.scores import end_state_retention, ideal_offset, immediate_sensitivity, safe_ratio
 
 # An answer is correct when its label equals gold (invalid answers are wrong): the one
 # definition of metrics.json, so accounting and metrics can never disagree on a claim.
@@ -338,6 +339,21 @@ def _resample_counts(idx: np.ndarray, n_units: int) -> np.ndarray:
     return counts.reshape(idx.shape[:-1] + (n_units,))
 
 
+def _seed_axis_statistic(sums: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray]) -> Callable:
+    """The bootstrap statistic of (units, seeds, columns) sums: units and seed indices drawn independently,
+    one draw's units serving every drawn seed."""
+    n_units = sums.shape[0]
+
+    def boot_stat_seeds(idx, seed_idx, axis=-1):
+        idx = np.moveaxis(np.asarray(idx), axis, -1)
+        seed_idx = np.moveaxis(np.asarray(seed_idx), axis, -1)
+        per_seed = np.einsum("...u,usk->...sk", _resample_counts(idx, n_units), sums)
+        drawn = np.take_along_axis(per_seed, seed_idx[..., None].astype(np.int64), axis=-2)
+        return np.moveaxis(np.asarray(statistic(drawn), float), -1, 0)
+
+    return boot_stat_seeds
+
+
 def paired_bootstrap(
     sums: np.ndarray,
     statistic: Callable[[np.ndarray], np.ndarray],
@@ -357,10 +373,8 @@ def paired_bootstrap(
     handles ratios of means (IS, micro precision) and families of unequal size.
     Seeded with ``numpy.random.default_rng(seed)`` (PCG64).
 
-    ``sums`` of shape (n_units, n_seeds, k) adds the evaluation-choice study's second axis: each draw
-    also picks n_seeds decoding-seed indices with replacement, independently of the units (a second
-    sample of ``scipy.stats.bootstrap``), and ``statistic`` gets the drawn seeds' sums (..., n_seeds, k)
-    (the point estimate: every seed once) and averages over them itself.
+    ``sums`` (n_units, n_seeds, k): also n_seeds seed indices drawn independently (SPEC §10); ``statistic``
+    gets the drawn seeds' sums (..., n_seeds, k) and averages over them itself.
     """
     from scipy import (
         stats,  # lazy: scipy costs ~3 s at import and `fae --help` needs none of it
@@ -377,17 +391,9 @@ def paired_bootstrap(
         counts = _resample_counts(idx, n_units)
         return np.moveaxis(np.asarray(statistic(counts @ sums), float), -1, 0)
 
-    def boot_stat_seeds(idx, seed_idx, axis=-1):
-        # units and seed indices drawn independently; one draw's units serve every drawn seed
-        idx = np.moveaxis(np.asarray(idx), axis, -1)
-        seed_idx = np.moveaxis(np.asarray(seed_idx), axis, -1)
-        per_seed = np.einsum("...u,usk->...sk", _resample_counts(idx, n_units), sums)
-        drawn = np.take_along_axis(per_seed, seed_idx[..., None].astype(np.int64), axis=-2)
-        return np.moveaxis(np.asarray(statistic(drawn), float), -1, 0)
-
     samples = (np.arange(n_units),)
     if sums.ndim == 3:  # (units, seeds, columns): seeds resampled too (SPEC §10)
-        samples, boot_stat = (np.arange(n_units), np.arange(sums.shape[1])), boot_stat_seeds
+        samples, boot_stat = (np.arange(n_units), np.arange(sums.shape[1])), _seed_axis_statistic(sums, statistic)
     batch = max(1, int(max_batch_elements // max(n_units * (sums.shape[1] if sums.ndim == 3 else 1), 1)))
     # Degenerate quantities are expected (E0 = 0 under label_accuracy, a
     # metric that never varies on a tiny run): their interval is a point.
@@ -489,12 +495,6 @@ def run_metric_columns(claims: Sequence[Mapping], n_rounds: int) -> np.ndarray:
     return np.array(rows, float).reshape(-1, width)
 
 
-def _ratio(num, den, empty=np.nan):
-    """num/den elementwise, ``empty`` where den == 0."""
-    num, den = np.asarray(num, float), np.asarray(den, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1), empty)
-
 
 def run_metrics_from_sums(sums: np.ndarray, n_rounds: int) -> np.ndarray:
     """Run metrics (``run_metric_names`` order, x100) from summed columns; vectorised over leading axes.
@@ -508,22 +508,22 @@ def run_metrics_from_sums(sums: np.ndarray, n_rounds: int) -> np.ndarray:
     s = np.asarray(sums, float)
     R = n_rounds
     n, ev = s[..., 0], s[..., 1]
-    acc = [_ratio(s[..., 2 + r], ev) for r in range(R + 1)]
+    acc = [safe_ratio(s[..., 2 + r], ev) for r in range(R + 1)]
     k = 3 + R
-    label_acc, strict, fever = _ratio(s[..., k], n), _ratio(s[..., k + 1], n), _ratio(s[..., k + 2], n)
+    label_acc, strict, fever = safe_ratio(s[..., k], n), safe_ratio(s[..., k + 1], n), safe_ratio(s[..., k + 2], n)
     tp, named, gold = s[..., k + 3], s[..., k + 4], s[..., k + 5]
     flips, transitions, anyflip = s[..., k + 6], s[..., k + 7], s[..., k + 8]
     base = k + 9
-    invalid = [_ratio(s[..., base + r], n) for r in range(R + 1)]
-    halluc = [_ratio(s[..., base + (R + 1) + r], s[..., base + 2 * (R + 1) + r], 0.0) for r in range(R + 1)]
-    prec = _ratio(tp, named, 0.0)
-    rec = _ratio(tp, gold, 0.0)
-    f1 = _ratio(2 * prec * rec, prec + rec, 0.0)
+    invalid = [safe_ratio(s[..., base + r], n) for r in range(R + 1)]
+    halluc = [safe_ratio(s[..., base + (R + 1) + r], s[..., base + 2 * (R + 1) + r], 0.0) for r in range(R + 1)]
+    prec = safe_ratio(tp, named, 0.0)
+    rec = safe_ratio(tp, gold, 0.0)
+    f1 = safe_ratio(2 * prec * rec, prec + rec, 0.0)
     out = [label_acc, strict, fever, prec, rec, f1]
     if R >= 1:
-        io = np.where(acc[0] > 0, 1 - sum(acc[1:]) / R, np.nan)  # NaN a_0 compares False too
-        out += [1 - _ratio(acc[1], acc[0]), 1 - _ratio(acc[R], acc[0]), io,
-                _ratio(flips, transitions), _ratio(anyflip, ev)]
+        out += [immediate_sensitivity(acc[0], acc[1]), end_state_retention(acc[0], acc[R]),
+                ideal_offset(acc[0], sum(acc[1:]) / R),  # NaN a_0 compares False: undefined
+                safe_ratio(flips, transitions), safe_ratio(anyflip, ev)]
     out += acc + invalid + halluc
     return 100.0 * np.stack(out, axis=-1)
 
