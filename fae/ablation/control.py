@@ -29,7 +29,15 @@ from typing import Any, Mapping, Sequence
 
 from fae.ablation.intervals import percentile_interval
 from fae.ablation.population import evidence_claims, is_nei
-from fae.ablation.scores import fae_scores, n_rounds, round_label, same_label, undefined_reason
+from fae.ablation.scores import (
+    evidence_specific_sensitivity,
+    fae_scores,
+    immediate_sensitivity,
+    n_rounds,
+    round_label,
+    same_label,
+    undefined_reason,
+)
 
 
 def has_control(claim: Mapping) -> bool:
@@ -106,10 +114,8 @@ def control_metrics(claims: Sequence[Mapping], *, n_resamples: int = 2000, confi
         a0 = a[:, 0][idx].mean(axis=1)
         a1 = a[:, 1][idx].mean(axis=1)
         ac = c1[idx].mean(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ok = a0 > 0
-            draws = {"IS": np.where(ok, 1 - a1 / a0, np.nan), "IS_ctrl": np.where(ok, 1 - ac / a0, np.nan),
-                     "IS_minus_IS_ctrl": np.where(ok, (ac - a1) / a0, np.nan)}
+        draws = {"IS": immediate_sensitivity(a0, a1), "IS_ctrl": immediate_sensitivity(a0, ac),
+                 "IS_minus_IS_ctrl": evidence_specific_sensitivity(a0, a1, ac)}
         for key, d in draws.items():
             head[key] = percentile_interval(d, confidence_level, n_units=len(keep1))
     return out

@@ -33,7 +33,8 @@ from fae.ablation.control import control_metrics, gold_only_metrics
 from fae.ablation.intervals import MIN_INTERVAL_UNITS, percentile_interval  # noqa: F401 - re-exported
 from fae.ablation.population import evidence_claims, fae_claims, is_nei, mean_or_none
 from fae.ablation.scores import (  # noqa: F401 - re-exported: the metrics' building blocks
-    fae_scores, is_valid, n_rounds, retention, retention_reason, round_label, same_label, undefined_reason)
+    end_state_retention, fae_scores, ideal_offset, immediate_sensitivity, is_valid, n_rounds, retention,
+    retention_reason, round_label, same_label, undefined_reason)
 from fae.ablation.soft_metrics import soft_metrics
 
 # The official FEVER scorer counts only the first five predicted sentences.
@@ -433,11 +434,9 @@ def metric_intervals(claims: Sequence[Mapping], *, n_resamples: int = 2000, conf
     draws = {"label_accuracy": acc[:, 0], "strict_accuracy": strict[idx].mean(axis=1)}
     if R >= 1:
         a0 = acc[:, 0]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            defined = a0 > 0
-            draws["IS"] = np.where(defined, 1 - acc[:, 1] / a0, np.nan)
-            draws["ER"] = np.where(defined, 1 - acc[:, R] / a0, np.nan)
-            draws["IO"] = np.where(defined, 1 - acc[:, 1:].mean(axis=1), np.nan)
+        draws["IS"] = immediate_sensitivity(a0, acc[:, 1])
+        draws["ER"] = end_state_retention(a0, acc[:, R])
+        draws["IO"] = ideal_offset(a0, acc[:, 1:].mean(axis=1))
     for key in INTERVAL_METRICS:
         out[key] = percentile_interval(draws.get(key, []), confidence_level, n_units=len(pop))
     return out

@@ -11,6 +11,40 @@ from typing import Any, Mapping, Sequence
 from fae.ablation.population import is_nei
 
 
+def safe_ratio(num, den, empty: float = float("nan")):
+    """``num / den`` elementwise over arrays (a bootstrap's draws) or scalars; ``empty`` where ``den <= 0``."""
+    import numpy as np
+
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), empty)
+
+
+def immediate_sensitivity(a0, a1):
+    """IS = ``1 - a_1 / a_0`` (SPEC §6), elementwise; NaN where ``a_0`` is 0. IS_ctrl is the same formula
+    with the control's ``a_1``."""
+    return 1 - safe_ratio(a1, a0)
+
+
+def end_state_retention(a0, aR):
+    """ER = ``1 - a_R / a_0``, elementwise; NaN where ``a_0`` is 0."""
+    return 1 - safe_ratio(aR, a0)
+
+
+def ideal_offset(a0, mean_after):
+    """IO = ``1 - mean(a_1..a_R)``, elementwise; NaN where ``a_0`` is 0 (nothing right to lose)."""
+    import numpy as np
+
+    return np.where(np.asarray(a0, float) > 0, 1 - np.asarray(mean_after, float), np.nan)
+
+
+def evidence_specific_sensitivity(a0, a1, a1_ctrl):
+    """IS - IS_ctrl = ``(a_1^ctrl - a_1) / a_0``, elementwise; NaN where ``a_0`` is 0."""
+    import numpy as np
+
+    return safe_ratio(np.asarray(a1_ctrl, float) - np.asarray(a1, float), a0)
+
+
 def same_label(pred: str | None, gold: str) -> bool:
     """Is an answer's label the gold label? The one definition (score accounting uses it too).
 
@@ -76,6 +110,6 @@ def fae_scores(acc: Sequence[float | None]) -> dict[str, Any]:
     out: dict[str, Any] = {"IS": None, "ER": None, "IO": None}
     if reason is None:
         R = len(acc) - 1
-        g = retention(acc)
-        out = {"IS": 1 - g[1], "ER": 1 - g[R], "IO": 1 - sum(acc[1:]) / R}
+        out = {"IS": float(immediate_sensitivity(acc[0], acc[1])), "ER": float(end_state_retention(acc[0], acc[R])),
+               "IO": float(ideal_offset(acc[0], sum(acc[1:]) / R))}
     return {**out, "IS_reason": reason, "ER_reason": reason, "IO_reason": reason}

@@ -39,6 +39,7 @@ from fae.ablation.control import control_metrics, control_rows, gold_only_metric
 from fae.ablation.metrics import round_label, same_label
 from fae.ablation.population import is_nei
 from fae.ablation.runio import BEFORE_ARMS, CLAIMS, RunData, load_run
+from fae.ablation.scores import evidence_specific_sensitivity, immediate_sensitivity, safe_ratio
 from fae.ablation.soft_metrics import (
     SOFT_COMPARE_NAMES,
     has_probs,
@@ -381,10 +382,6 @@ class _PairedColumns:
         return np.concatenate([out_acc, ma, mb, mb - ma, arms], axis=-1)
 
 
-def _ratio(num, den):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
-
 
 class _ArmColumns:
     """Per-claim columns of the control arm and the gold-only pools of both runs (SPEC §6,
@@ -466,11 +463,13 @@ class _ArmColumns:
             stats = []
             for s in (pa, pb):
                 a0, a1, c1 = s[..., 1], s[..., 2], s[..., 3]
-                stats.append(np.stack([1 - _ratio(a1, a0), 1 - _ratio(c1, a0), _ratio(c1 - a1, a0)], axis=-1))
+                stats.append(np.stack([immediate_sensitivity(a0, a1), immediate_sensitivity(a0, c1),
+                                       evidence_specific_sensitivity(a0, a1, c1)], axis=-1))
             parts += [100 * stats[0], 100 * stats[1], 100 * (stats[1] - stats[0])]
         if self.with_gold:
             ga, gb = sums[..., k:k + 3], sums[..., k + 3:k + 6]
-            stats = [np.stack([_ratio(g[..., 1], g[..., 0]), _ratio(g[..., 2], g[..., 0])], axis=-1) for g in (ga, gb)]
+            stats = [np.stack([safe_ratio(g[..., 1], g[..., 0]), safe_ratio(g[..., 2], g[..., 0])], axis=-1)
+                     for g in (ga, gb)]
             parts += [100 * stats[0], 100 * stats[1], 100 * (stats[1] - stats[0])]
         return np.concatenate(parts, axis=-1)
 
