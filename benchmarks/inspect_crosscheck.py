@@ -58,6 +58,7 @@ def compare(a: list[dict], b: list[dict]) -> dict:
     if ids_a != ids_b:
         raise SystemExit(f"the runs hold different claims: {ids_a[:3]}... vs {ids_b[:3]}...")
     n = same_raw = same_parsed = same_pool = same_reused = model_rounds = same_raw_model = 0
+    ablated_model = same_raw_ablated = 0
     diffs = []
     for ca, cb in zip(a, b):
         for ra, rb in zip(ca["rounds"], cb["rounds"]):
@@ -71,12 +72,16 @@ def compare(a: list[dict], b: list[dict]) -> dict:
             same_parsed += parsed
             model_rounds += not ra["reused"]
             same_raw_model += raw and not ra["reused"]
+            ablated = ra["round"] >= 1 and not ra["reused"]  # a generated answer on a pool that lost lines
+            ablated_model += ablated
+            same_raw_ablated += raw and ablated
             if not raw:
                 diffs.append({"claim": ca["id"], "round": ra["round"], "same_pool": ra["pool_ids"] == rb["pool_ids"],
                               "fae_run": ra["raw_output"], "inspect": rb["raw_output"],
                               "same_label_and_cited": parsed})
     return {"rounds_compared": n, "model_answered_rounds": model_rounds,
             "same_raw_output_model_answered": same_raw_model,
+            "model_answered_ablated_rounds": ablated_model, "same_raw_output_ablated": same_raw_ablated,
             "same_raw_output": same_raw, "same_label_and_cited_ids": same_parsed,
             "same_pool": same_pool, "same_reused_flag": same_reused,
             "share_same_raw_output": same_raw / n, "share_same_label_and_cited_ids": same_parsed / n,
@@ -94,6 +99,9 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="the dtype both sides load the weights in (fae run --dtype, Inspect's -M dtype=)")
+    ap.add_argument("--min-ablated-calls", type=int, default=100,
+                    help="fail unless fae run generated at least this many answers at rounds >= 1 (no reuse): a "
+                         "cross-check of copies proves nothing (default 100)")
     ap.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "inspect_crosscheck_tuned.json"))
     ap.add_argument("--compare-only", action="store_true",
                     help="compare the runs already in --work (fae_run/, inspect_run/) without running the model")
@@ -189,8 +197,13 @@ def report(args, work: Path, fae_dir: Path, inspect_dir: Path, fae_cmd: list[str
     }
     Path(args.output).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     ag = result["agreement"]
-    print(f"same raw answer: {ag['same_raw_output']}/{ag['rounds_compared']} rounds; same label and cited ids: "
-          f"{ag['same_label_and_cited_ids']}/{ag['rounds_compared']}; wrote {args.output}")
+    print(f"same raw answer: {ag['same_raw_output']}/{ag['rounds_compared']} rounds "
+          f"({ag['same_raw_output_ablated']}/{ag['model_answered_ablated_rounds']} generated ablated rounds); "
+          f"same label and cited ids: {ag['same_label_and_cited_ids']}/{ag['rounds_compared']}; wrote {args.output}")
+    if ag["model_answered_ablated_rounds"] < args.min_ablated_calls:
+        print(f"too few generated ablated rounds: {ag['model_answered_ablated_rounds']} < --min-ablated-calls "
+              f"{args.min_ablated_calls}", file=sys.stderr)
+        return 1
     return 0
 
 
