@@ -406,3 +406,35 @@ def test_retrieved_pages_are_not_citations():
             unit("d:3", "p3", gold=False)]
     fams = families(recs, FamilyOptions(exact=False, numeric=False, negation=False, near_duplicates=False))
     assert together(fams, "a:1", "c:2") and not together(fams, "a:1", "b:1") and fams["d:3"] == "d:3"
+
+
+def test_retrieved_claims_citing_one_abstract_are_one_family(tmp_path):
+    """`real-data retrieve` records carry the claim's cited abstracts (``cited_docs``): two NOT_ENOUGH_INFO
+    claims citing abstract 1 share no gold and no text, only the citation, and still form one family; a claim
+    citing abstract 2 stays apart although BM25 also retrieves abstract 1 for it."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"doc_id": 1, "abstract": ["Aspirin lowers fever in adults.", "Salicylates act on prostaglandins."]},
+        {"doc_id": 2, "abstract": ["Vitamin D raises bone density.", "Aspirin was not studied here."]}]))
+    claims = tmp_path / "claims.jsonl"
+    claims.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"id": 1, "claim": "Aspirin reduces fever.", "evidence": {}, "cited_doc_ids": [1]},
+        {"id": 2, "claim": "Salicylates block prostaglandins in children.", "evidence": {}, "cited_doc_ids": [1]},
+        {"id": 3, "claim": "Vitamin D and aspirin raise bone density.", "cited_doc_ids": [2],
+         "evidence": {"2": [{"sentences": [0], "label": "SUPPORT"}]}}]))
+    index, pools, fam = tmp_path / "idx.sqlite", tmp_path / "pools", tmp_path / "fam.jsonl"
+    assert real_data(["index", "--corpus", str(corpus), "--format", "scifact", "--output", str(index)]) == 0
+    assert real_data(["retrieve", "--dataset", "scifact", "--claims", str(claims), "--corpus", str(corpus),
+                      "--index", str(index), "--output", str(pools)]) == 0
+    records = [json.loads(line) for line in (pools / "records.jsonl").open()]
+    assert {r["claim_id"]: r["cited_docs"] for r in records} == {
+        "scifact-1": ["1"], "scifact-2": ["1"], "scifact-3": ["2"]}
+    assert {r["id"] for r in records} >= {"scifact-3:1", "scifact-3:2"}
+    assert all(r["label"] == "NOT_ENOUGH_INFO" for r in records if r["claim_id"] != "scifact-3")
+    assert real_data(["families", "--records", str(pools / "records.jsonl"), "--output", str(fam)]) == 0
+    by_claim: dict[str, set] = {}
+    for line in fam.open():
+        row = json.loads(line)
+        by_claim.setdefault(row["id"].rsplit(":", 1)[0], set()).add(row["family"])
+    assert all(len(f) == 1 for f in by_claim.values())
+    assert by_claim["scifact-1"] == by_claim["scifact-2"] != by_claim["scifact-3"]

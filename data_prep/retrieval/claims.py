@@ -3,9 +3,12 @@
 Retrieval needs each claim's label and gold located in the corpus, not in a pool someone chose. The
 dataset's own converter (data_prep/converters) already reads its claims, maps its labels and checks
 its evidence, so SciFact and Check-COVID claims are read through it (NOT_ENOUGH_INFO kept) and each
-gold pool id is traced back to its abstract sentence. FEVER claims are read with the FEVER
+gold pool id is traced back to its abstract sentence. The converter's pool is the claim's cited
+abstracts in order (SciFact's ``cited_doc_ids``, Check-COVID's ``cord_id``), so its documents are the
+claim's citations, which retrieved records carry as ``cited_docs`` (`real-data families` joins claims
+citing one abstract by them, as it does on converted records). FEVER claims are read with the FEVER
 converter's claim parser, whose groups already are (page, line) pairs, so the 5.4M-page dump is not
-loaded to build pools that retrieval would throw away.
+loaded to build pools that retrieval would throw away; FEVER claims cite no document.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class ClaimGold:
     groups: list[list[tuple[str, int]]]
     path: str
     line: int
+    cited: list[str] | None = None  # the documents the claim cites; None where the dataset names none (FEVER)
 
     @property
     def gold_docs(self) -> list[str]:
@@ -60,10 +64,15 @@ def read_claims(dataset: str, claim_files: list[str], corpus: str) -> ClaimsRead
     out = ClaimsRead()
     for record, path, line in module.CONVERTER.convert(inputs, stats):
         out.claims.append(ClaimGold(record.id, dataset, record.claim, record.label,
-                                    gold_in_corpus(record, abstracts), str(path), line))
+                                    gold_in_corpus(record, abstracts), str(path), line, pool_docs(record)))
     out.read = stats.claims_read
     out.dropped = dict(sorted(stats.dropped.items()))
     return out
+
+
+def pool_docs(record: ClaimRecord) -> list[str]:
+    """The documents of a converted record's pool in order: the abstracts the claim cites."""
+    return list(dict.fromkeys(s.doc for s in record.sentences if s.doc))
 
 
 def gold_in_corpus(record: ClaimRecord, abstracts: dict[str, list[str]]) -> list[list[tuple[str, int]]]:

@@ -9,7 +9,8 @@ corpus and the claim. SciFact makes one record per claim x abstract (its abstrac
 by one); the other datasets one record per claim over all its pages.
 
 A record's sentences are its units in BM25 order (source 0), ids 0..n-1, each with its provenance
-(``doc``, ``sentence_index``, ``page_rank``, ``bm25_rank``). Gold groups whose every sentence was
+(``doc``, ``sentence_index``, ``page_rank``, ``bm25_rank``); ``cited_docs`` names the documents the
+claim cites (SciFact, Check-COVID), which `real-data families` links claims by. Gold groups whose every sentence was
 retrieved become ``evidence``; the others are misses, recorded and never added back. A SUPPORT or
 REFUTE pool that holds no complete gold group cannot be a §2 record (it would have no gold): it is
 written to the misses file instead, pool included, so a study can still run and score it.
@@ -114,9 +115,12 @@ def pool_record(claim: ClaimGold, pool: Pool) -> tuple[dict, bool]:
             missed.append([list(item) for item in group])
     retrieval = {"pages": [{"doc": p.doc, "rank": p.rank, "bm25": round(p.score, 6)} for p in pool.pages],
                  "orderings": [list(range(len(sentences)))], "gold_missed": missed}
+    extra = {"claim_id": claim.id, "claim_label": claim.label}
+    if claim.cited is not None:
+        extra["cited_docs"] = list(claim.cited)
+    extra["retrieval"] = retrieval
     record = ClaimRecord(id=pool.record_id, dataset=claim.dataset, claim=claim.claim, label=label,
-                         sentences=sentences, evidence=evidence,
-                         extra={"claim_id": claim.id, "claim_label": claim.label, "retrieval": retrieval})
+                         sentences=sentences, evidence=evidence, extra=extra)
     return record.to_dict(), label == NOT_ENOUGH_INFO or bool(evidence)
 
 
