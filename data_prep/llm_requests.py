@@ -36,7 +36,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from real_fae_core.atomicio import atomic_write_json
-from real_fae_core.cli import set_interrupt_note
+from real_fae_core.entry import set_interrupt_note
 from real_fae_core.errors import Terminated
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub

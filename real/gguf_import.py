@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Literal
 
 from real_fae_core.atomicio import atomic_dir
-from real_fae_core.cli import run_guarded
 from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.entry import run_guarded
 from real_fae_core.errors import UserError
 
 logger = logging.getLogger("real.gguf_import")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from real_fae_core.cli import run_guarded
+from real_fae_core.entry import run_guarded
 from real_fae_core.lifeline import answer_sigterm, die_with_launcher, launched, leave, watch_peers
 
 

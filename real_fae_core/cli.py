@@ -1,152 +1,19 @@
-"""Subcommand dispatcher and the one top-level error handler of every entry point.
+"""Subcommand dispatcher of the ``fae`` and ``real-data`` console commands.
 
-Exit codes: :mod:`real_fae_core.errors` (docs/errors.md).
-
-Every failure prints one line ``PROG: error: ...`` with secrets scrubbed. Set
-``REAL_FAE_DEBUG=1`` (or pass ``--debug`` anywhere on the command line) to see
-the traceback instead.
+``dispatch`` builds one parser per subcommand from its module (``add_arguments`` or its own
+``parse_args``), gives the typed command its config and runs it under the top-level error
+handler :func:`real_fae_core.entry.run_guarded`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import os
-import signal
 import sys
-from typing import Callable
 
 from real_fae_core.command import config_type, exit_code_of
-from real_fae_core.errors import (
-    DEBUG_ENV,
-    EXIT_FAILURE,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_TERMINATED,
-    EXIT_USAGE,
-    Terminated,
-    UserError,
-)
-from real_fae_core.secrets import scrub
-
-_interrupt_notes: list[str] = []
-
-
-def set_interrupt_note(text: str | None) -> None:
-    """What the running command has kept and how to resume, printed if it is interrupted."""
-    _interrupt_notes.clear()
-    if text:
-        _interrupt_notes.append(text)
-
-
-def interrupt_note() -> str | None:
-    """The note set by :func:`set_interrupt_note`, if any."""
-    return _interrupt_notes[0] if _interrupt_notes else None
-
-
-def say_line(text: str) -> None:
-    """One line to stderr in a single write: the ranks of a launch share one stderr, and ``print``
-    writes the text and its newline apart, so two ranks' lines could run into one."""
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-
-def _debug_enabled() -> bool:
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _describe_os_error(exc: OSError) -> str:
-    reason = exc.strerror or type(exc).__name__
-    names = [n for n in (exc.filename, getattr(exc, "filename2", None)) if n]
-    where = " -> ".join(str(n) for n in names)
-    return scrub(f"{where}: {reason}" if where else f"{reason}")
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """Within the block, SIGTERM raises :class:`Terminated` (main thread only).
-
-    Not in a multi-process run (``WORLD_SIZE`` > 1): a rank blocked in a
-    collective (a gloo/NCCL wait for a dead peer) never returns to Python, so a
-    Python-level handler alone could leave it hanging; there
-    :func:`real_fae_core.lifeline.answer_sigterm` (installed by the entry point)
-    or SIGTERM's default action stays.
-    """
-    import threading
-
-    try:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        world = 1
-    if world > 1 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Terminated()
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except (ValueError, OSError):  # pragma: no cover - exotic embedding
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
-    """Call ``fn(argv)`` and turn every way it can fail into one line and an exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = _debug_enabled()
-    if "--debug" in argv:
-        argv = [a for a in argv if a != "--debug"]
-        debug = True
-    set_interrupt_note(None)
-    try:
-        with _sigterm_as_interrupt():
-            return int(fn(argv) or 0)
-    except SystemExit as exc:  # argparse usage errors and --help
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
-    except BrokenPipeError:
-        # Our reader went away (`| head`): not an error of ours. Silence the
-        # interpreter's own flush of the dead stdout at exit.
-        with contextlib.suppress(OSError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
-    except KeyboardInterrupt as exc:
-        if debug:
-            raise
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        note = f"; {_interrupt_notes[0]}" if _interrupt_notes else ""
-        say_line(f"{prog}: {what}{note}")
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-    except UserError as exc:
-        if debug:
-            raise
-        say_line(f"{prog}: error: {scrub(exc)}")
-        return exc.exit_code
-    except OSError as exc:
-        if debug:
-            raise
-        say_line(f"{prog}: error: {_describe_os_error(exc)}")
-        return EXIT_FAILURE
-    except MemoryError:
-        if debug:
-            raise
-        say_line(f"{prog}: error: out of memory")
-        return EXIT_FAILURE
-    except Exception as exc:  # a bug of ours: still one line, the traceback on request
-        if debug:
-            raise
-        say_line(f"{prog}: internal error: {type(exc).__name__}: {scrub(exc)} "
-                 f"(rerun with --debug or {DEBUG_ENV}=1 for the traceback, and please report it)")
-        return EXIT_FAILURE
+from real_fae_core.entry import run_guarded
+from real_fae_core.errors import DEBUG_ENV, EXIT_USAGE
 
 
 def build_parser(prog: str, doc: str | None, subcommands: dict) -> tuple[argparse.ArgumentParser, dict]:

@@ -71,7 +71,7 @@ import threading
 import time
 from pathlib import Path
 
-from real_fae_core.cli import interrupt_note, say_line
+from real_fae_core.entry import interrupt_note, say_line
 from real_fae_core.errors import Terminated
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

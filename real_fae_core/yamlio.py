@@ -4,7 +4,7 @@ PyYAML keeps the last of two equal keys, so a recipe with ``learning_rate``
 twice trains at whichever came last. :func:`load_yaml` refuses such a file
 naming the key and both lines, and turns every other way a config file can be
 unreadable (missing, a directory, not UTF-8, not YAML) into one
-:class:`~real_fae_core.cli.UserError` line.
+:class:`~real_fae_core.errors.UserError` line.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def test_a_closing_line_reaches_stderr_in_one_write(monkeypatch):
     other rank's line in CI; one write cannot."""
     import io
 
-    from real_fae_core.cli import run_guarded
+    from real_fae_core.entry import run_guarded
     from real_fae_core.errors import Terminated
 
     assert isinstance(sys.__stderr__.buffer, io.RawIOBase)  # what the stand-in below copies

@@ -347,7 +347,7 @@ time.sleep(120)
 _DEMO_RUNNING_A_STAGE = """
 import sys
 from pathlib import Path
-from real_fae_core.cli import run_guarded
+from real_fae_core.entry import run_guarded
 from real.demo.pipeline import run_stage
 stage = [sys.executable, "-c", sys.argv[1], sys.argv[2]]
 sys.exit(run_guarded("real-demo", lambda argv: run_stage(stage, Path(sys.argv[3]))))

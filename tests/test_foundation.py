@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from real_fae_core.cli import run_guarded, set_interrupt_note
+from real_fae_core.entry import run_guarded, set_interrupt_note
 from real_fae_core.errors import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -114,7 +114,7 @@ def test_sigterm_runs_finally_blocks_and_exits_143(tmp_path):
     marker = tmp_path / "flushed"
     script = textwrap.dedent(f"""
         import sys, time
-        from real_fae_core.cli import run_guarded, set_interrupt_note
+        from real_fae_core.entry import run_guarded, set_interrupt_note
         def body(argv):
             set_interrupt_note("3 claims kept")
             try:
@@ -138,7 +138,7 @@ def test_sigterm_keeps_its_default_action_in_a_multi_process_run():
     """A rank stuck in a collective never returns to Python: only the default action ends it."""
     script = textwrap.dedent("""
         import sys, time
-        from real_fae_core.cli import run_guarded
+        from real_fae_core.entry import run_guarded
         def body(argv):
             print("ready", flush=True)
             time.sleep(60)
@@ -156,7 +156,7 @@ def test_sigterm_keeps_its_default_action_in_a_multi_process_run():
 def test_broken_pipe_on_stdout_is_quiet(tmp_path):
     script = textwrap.dedent("""
         import sys
-        from real_fae_core.cli import run_guarded
+        from real_fae_core.entry import run_guarded
         def body(argv):
             for k in range(200000):
                 print("line", k)

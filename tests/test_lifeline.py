@@ -121,7 +121,7 @@ def test_a_rank_stuck_at_exit_after_training_is_ended_and_the_adapter_is_whole(t
 SIGTERM_SCRIPT = """
 import os, signal, sys, time
 from pathlib import Path
-from real_fae_core.cli import run_guarded, set_interrupt_note
+from real_fae_core.entry import run_guarded, set_interrupt_note
 from real_fae_core.lifeline import sibling_ranks, answer_sigterm, die_with_launcher, leave, set_stage, watch_peers
 late = os.environ["RANK"] == "1" and os.environ["REAL_TEST_MODE"] == "late"
 if late:  # blocked in every thread started from here on: the SIGTERM stays pending until unblocked below

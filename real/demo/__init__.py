@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 import shlex
 
-from real_fae_core.cli import run_guarded
 from real_fae_core.command import CommandConfig, CommandResult, exit_code_of
+from real_fae_core.entry import run_guarded
 from real_fae_core.errors import EXIT_FAILURE, EXIT_OK
 
 from . import base_model, pipeline

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from real_fae_core.cli import set_interrupt_note
+from real_fae_core.entry import set_interrupt_note
 from real_fae_core.lifeline import launched
 
 

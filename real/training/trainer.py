@@ -18,7 +18,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from real_fae_core.atomicio import atomic_write_text
-from real_fae_core.cli import set_interrupt_note
+from real_fae_core.entry import set_interrupt_note
 from real_fae_core.errors import RunFailure, Terminated, UserError
 from real_fae_core.runlock import RunLock
 from real_fae_core.lifeline import run_stopping, set_stage
