@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from data_prep.counterfactual.cli import CounterfactualConfig  # noqa: E402
 from data_prep.counterfactual.cli import run as counterfactual  # noqa: E402
 import fae.backends.hf as hf  # noqa: E402
-from fae.ablation.cli import run as fae_run  # noqa: E402
+from fae.ablation.runner import run as fae_run  # noqa: E402
 from fae.ablation.options import FaeRunArguments  # noqa: E402
 from fae.pave.cli import PaveConfig  # noqa: E402
 from fae.pave.cli import run as fae_pave  # noqa: E402

@@ -1,6 +1,5 @@
 """`fae run` options: the FaeRunArguments dataclass parsed like training's recipes (defaults < YAML < CLI)."""
 
-import argparse
 import re
 from pathlib import Path
 
@@ -8,6 +7,7 @@ import pytest
 
 from real_fae_core.errors import UserError
 from fae.ablation import cli as run_cli
+from fae.ablation.runner import RunRequest, build_config
 from fae.ablation.options import FaeRunArguments, load_yaml_options, parse_run_args
 from fae.cli import main
 
@@ -149,8 +149,8 @@ def test_config_json_stores_the_command_and_every_resolved_option(tmp_path):
     argv = ["--config", yaml_file(tmp_path, "rounds: 2\nbatch-size: 3\n"), "--records", str(records),
             "--output", "o", "--model", "m", "--no-label-probs"]
     options, context = run_cli.parse_args(argv)
-    args = argparse.Namespace(options=options, config=context["config_file"], command=context["command"])
-    cfg = run_cli.build_config(args, HFBackend, {"greedy": True}, ["a"])
+    request = RunRequest(options, context["command"], context["config_file"])
+    cfg = build_config(request, HFBackend, {"greedy": True}, ["a"])
     assert cfg["command"] == "fae run " + " ".join(argv) and cfg["config_file"].endswith("eval.yaml")
     assert sorted(cfg["settings"]) == sorted(SETTINGS_KEYS)
     assert cfg["settings"]["rounds"] == 2 and cfg["settings"]["batch_size"] == 3

@@ -344,14 +344,8 @@ def test_a_server_killed_behind_the_router_mid_run_loses_nothing(records_file, t
 
 SHIM = """
 import sys
-from fae.ablation import cli, streaming
 from fae.cli import main
 
-if not hasattr(cli, "run_ablation_streaming"):  # until fae run calls it itself
-    def run_ablation_or_stream(records, backend, rounds, write, chunk_size=8, progress=True, desc=""):
-        return streaming.run_ablation_streaming(records, backend, rounds, write, run_name="run",
-                                                progress=progress, desc=desc)
-    cli.run_ablation = run_ablation_or_stream
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 from real_fae_core.atomicio import atomic_file, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
-from fae.ablation import cli as fae_run
+from fae.ablation import runner as fae_run
 from fae.ablation.options import make_parser as run_parser
 from fae.ablation.options import FaeRunArguments, parse_options, require
 from fae.ablation.runio import METRICS, write_json_atomic

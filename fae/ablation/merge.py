@@ -20,7 +20,7 @@ from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
 from fae.ablation import runio
-from fae.ablation.cli import write_results
+from fae.ablation.results import write_results
 from fae.ablation.shards import merge
 
 

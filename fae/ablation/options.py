@@ -87,7 +87,7 @@ class FaeRunArguments(HFOptions, OpenAIOptions, VLLMOptions, RunFields, CommandC
 
     def __post_init__(self):
         check_ranges(self)  # YAML values, flags and direct construction alike
-        check_fields(self)  # and types, for a config built in code (`fae.ablation.cli.run(FaeRunArguments(...))`)
+        check_fields(self)  # and types, for a config built in code (`fae.ablation.runner.run(FaeRunArguments(...))`)
 
 
 def flag(name: str) -> str:

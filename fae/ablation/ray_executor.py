@@ -27,15 +27,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import ray
 
-from real_fae_core.cli import set_interrupt_note
+from real_fae_core.entry import set_interrupt_note
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 from fae.ablation import runio
+from fae.ablation.results import write_results
 from fae.ablation.engine import ABLATION_ONLY, Arms, run_ablation
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.shards import merge, shard_dir, shard_section
@@ -112,9 +112,8 @@ class _Shard:
         return len(fresh)
 
 
-def run_on_ray(opts, backend_cls, backend_opts, config: dict, records, run_dir: Path,
-               write_results: Callable[[Path, list, dict], None]) -> int:
-    """Deal, run every shard as a Ray task, write what arrives, merge, ``write_results``; the exit code.
+def run_on_ray(opts, backend_cls, backend_opts, config: dict, records, run_dir: Path) -> int:
+    """Deal, run every shard as a Ray task, write what arrives, merge, write the run's results; the exit code.
 
     ``opts``: the run's options; ``backend_opts`` and ``config``: the backend's checked
     options and the run's config.json, as ``fae run`` builds them.

@@ -42,7 +42,7 @@ from data_prep.pairs.cli import PairsConfig
 from data_prep.pairs.cli import run as real_data_pairs
 from data_prep.records import load_records, save_records
 from fae.ablation.metrics import compute_metrics
-from fae.ablation.cli import run as fae_run
+from fae.ablation.runner import run as fae_run
 from fae.ablation.options import FaeRunArguments
 from fae.ablation.report import ReportConfig
 from fae.ablation.report import run as fae_report
