@@ -58,7 +58,7 @@ from fae.pave.io import SAMPLES, collect, jsd_condition
 from fae.pave.prompts import counterfactual_records
 from fae.pave.report import render_markdown, summary_lines
 from fae.pave.sampling import make_sampler
-from fae.probes.options import HFLoadFields, backend_field
+from fae.probes.options import HFLoadFields, ServingFields, backend_field
 
 BACKENDS = ("hf", "openai", "vllm")
 STABILITY = ("auto", "jsd", "vote")
@@ -93,19 +93,10 @@ class PaveFields:
 
 
 @dataclasses.dataclass
-class PaveBackendFields:
+class PaveBackendFields(ServingFields):
     """The options of the backends that `fae pave` offers, as the backends declare them."""
 
     batch_size: int = backend_field(HFOptions, "batch_size")  # PAVE samples one prompt at a time: only 8
-    tensor_parallel_size: int = backend_field(VLLMOptions, "tensor_parallel_size")
-    gpu_memory_utilization: float | None = backend_field(VLLMOptions, "gpu_memory_utilization")
-    max_model_len: int | None = backend_field(VLLMOptions, "max_model_len")
-    base_url: str | None = backend_field(OpenAIOptions, "base_url")
-    api_key_env: str | None = backend_field(OpenAIOptions, "api_key_env")
-    concurrency: int = backend_field(OpenAIOptions, "concurrency")
-    request_timeout: float = backend_field(OpenAIOptions, "request_timeout")
-    max_retries: int = backend_field(OpenAIOptions, "max_retries")
-    backoff_base: float = backend_field(OpenAIOptions, "backoff_base")
 
 
 @dataclasses.dataclass

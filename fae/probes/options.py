@@ -13,6 +13,8 @@ import dataclasses
 from typing import Any
 
 from fae.backends.hf import HFOptions
+from fae.backends.openai_backend import OpenAIOptions
+from fae.backends.vllm_backend import VLLMOptions
 
 
 def backend_field(options_class: type, name: str) -> Any:
@@ -30,3 +32,18 @@ class HFLoadFields:
     device: str = backend_field(HFOptions, "device")
     dtype: str = backend_field(HFOptions, "dtype")
     trust_remote_code: bool = backend_field(HFOptions, "trust_remote_code")
+
+
+@dataclasses.dataclass
+class ServingFields:
+    """The vLLM and OpenAI-compatible options a sampling command (`fae pave`, `fae study`) passes on."""
+
+    tensor_parallel_size: int = backend_field(VLLMOptions, "tensor_parallel_size")
+    gpu_memory_utilization: float | None = backend_field(VLLMOptions, "gpu_memory_utilization")
+    max_model_len: int | None = backend_field(VLLMOptions, "max_model_len")
+    base_url: str | None = backend_field(OpenAIOptions, "base_url")
+    api_key_env: str | None = backend_field(OpenAIOptions, "api_key_env")
+    concurrency: int = backend_field(OpenAIOptions, "concurrency")
+    request_timeout: float = backend_field(OpenAIOptions, "request_timeout")
+    max_retries: int = backend_field(OpenAIOptions, "max_retries")
+    backoff_base: float = backend_field(OpenAIOptions, "backoff_base")

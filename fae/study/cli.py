@@ -31,7 +31,7 @@ from fae.backends.hf import HFOptions
 from fae.backends.openai_backend import OpenAIOptions
 from fae.backends.vllm_backend import VLLMOptions
 from fae.pave.cli import sampling_dtype
-from fae.probes.options import HFLoadFields, backend_field
+from fae.probes.options import HFLoadFields, ServingFields, backend_field
 from fae.study import responses as rio
 from fae.study.grid import (CONTROL_CLAIMS, Condition, Pools, check_formats, control_claims, control_conditions,
                             key_of, load_pools, primary_conditions)
@@ -67,19 +67,10 @@ class StudyFields:
 
 
 @dataclasses.dataclass
-class StudyBackendFields:
+class StudyBackendFields(ServingFields):
     """The backends' options `fae study` passes on, declared by the backends themselves."""
 
     batch_size: int = backend_field(HFOptions, "batch_size")
-    tensor_parallel_size: int = backend_field(VLLMOptions, "tensor_parallel_size")
-    gpu_memory_utilization: float | None = backend_field(VLLMOptions, "gpu_memory_utilization")
-    max_model_len: int | None = backend_field(VLLMOptions, "max_model_len")
-    base_url: str | None = backend_field(OpenAIOptions, "base_url")
-    api_key_env: str | None = backend_field(OpenAIOptions, "api_key_env")
-    concurrency: int = backend_field(OpenAIOptions, "concurrency")
-    request_timeout: float = backend_field(OpenAIOptions, "request_timeout")
-    max_retries: int = backend_field(OpenAIOptions, "max_retries")
-    backoff_base: float = backend_field(OpenAIOptions, "backoff_base")
 
 
 @dataclasses.dataclass
