@@ -44,8 +44,8 @@ from fae.pave.cli import PaveConfig  # noqa: E402
 from fae.pave.cli import run as fae_pave  # noqa: E402
 from fae.pave.io import read_samples  # noqa: E402
 from fae.pave.sampling import HFSampler  # noqa: E402
-from fae.probes.cli import ProbeConfig  # noqa: E402
-from fae.probes.cli import run as fae_probe  # noqa: E402
+from fae.probes.config import ProbeConfig  # noqa: E402
+from fae.probes.runner import run as fae_probe  # noqa: E402
 
 DTYPES = ("fp32", "bf16")
 

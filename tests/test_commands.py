@@ -244,7 +244,7 @@ def test_pairs_from_python_writes_what_the_command_line_writes(tmp_path, capsys)
     import json
 
     from data_prep.cli import main as real_data
-    from data_prep.pairs.cli import PairsConfig, run
+    from data_prep.pairs.runner import PairsConfig, run
     from helpers import make_record_dict
 
     pool = [{"id": 0, "text": "The sky appears blue by day.", "doc": "Sky"}, {"id": 1, "text": "Grass is green."},

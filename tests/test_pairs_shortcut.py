@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from data_prep.cli import main as real_data
 from data_prep.pairs.build import build_pairs, train_evidence
-from data_prep.pairs.cli import PairsConfig, run
+from data_prep.pairs.runner import PairsConfig, run
 from data_prep.prompts import one_line, render_evidence_prompt
 from data_prep.records import ClaimRecord
 from real_fae_core.errors import UserError

@@ -15,7 +15,7 @@ from openai_server import LocalOpenAIServer, claim_of, pool_lines
 from probe_data import make_lora_adapter, make_records, make_run_dir, write_jsonl
 
 from fae.cli import main
-from fae.probes.cli import load_states
+from fae.probes.runner import load_states
 
 SILENT_CLAIM = "Grass is green."  # claim of record c4: the scripted verifier never cites
 
@@ -173,7 +173,7 @@ def test_probe_and_probe_report_as_python_functions_give_what_the_command_lines_
                                                                                        tmp_path):
     """run(ProbeConfig(...)) and run(ProbeReportConfig(...)) write the same files as `fae probe` and
     `fae probe-report`, and return the numbers they wrote."""
-    from fae.probes import cli as probe, report
+    from fae.probes import report, runner as probe
     from real_fae_core.command import CommandResult
 
     args = ["--bootstrap", "50", "--batch-size", "3", "--knowledge-max-new-tokens", "4"]
@@ -203,7 +203,7 @@ def test_probe_and_probe_report_as_python_functions_give_what_the_command_lines_
 
 
 def test_probe_checks_hold_for_a_python_caller(run_dir, tmp_path):
-    from fae.probes import cli as probe, report
+    from fae.probes import report, runner as probe
     from real_fae_core.errors import UserError
 
     with pytest.raises(UserError, match="^ProbeConfig: bootstrap: must be >= 0, got -1$"):

@@ -174,7 +174,7 @@ def test_an_always_abstaining_verifier_is_flagged_and_a_deciding_one_is_not(worl
 
 @pytest.mark.slow
 def test_knowledge_reference_base_takes_hK_from_the_model_without_the_adapter(tiny_llama, tmp_path):
-    from fae.probes.cli import load_states
+    from fae.probes.runner import load_states
 
     recs = make_records(4)
     records = write_jsonl(tmp_path / "eval.jsonl", recs)

@@ -232,7 +232,7 @@ def test_soft_figures_have_integer_round_ticks_and_legends_off_the_data():
 
 
 def test_fae_view_as_a_function_writes_what_the_command_line_writes(toy_runs, tmp_path, capsys):
-    from fae.view.cli import ViewConfig, run
+    from fae.view.runner import ViewConfig, run
     from real_fae_core.errors import UserError
 
     a, b, records = toy_runs

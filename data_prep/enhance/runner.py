@@ -32,12 +32,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
 from data_prep.llm_requests import (
     RequestTable,
@@ -62,6 +64,7 @@ from .client import AnnotatorClient, AnnotatorStats
 from .config import AnnotatorConfig, ConfigError, load_annotators
 from .prompt import estimate_tokens, parse_annotation, render_annotator_prompt
 from .vote import enhanced_evidence, vote_summary, votes_needed
+from .options import EnhanceConfig, check_options, resume_command
 
 
 def partial_path(output: Path) -> Path:
@@ -454,3 +457,41 @@ def format_summary(summary: dict) -> str:
         f"claims whose enhanced set differs from gold: {summary['claims_enhanced_differs_from_gold']}"
     )
     return "\n".join(lines)
+
+
+def run(config: EnhanceConfig) -> CommandResult:
+    """`real-data enhance` as a function: annotate, vote, write; the summary and the files written."""
+    check_options(config)
+    output = Path(config.output)
+    if config.revote:
+        code, summary = revote(Path(config.records), output, config.min_votes)
+    else:
+        job = EnhanceJob(
+            records=Path(config.records),
+            annotators=Path(config.annotators),
+            output=output,
+            cache=None if config.cache is None else Path(config.cache),
+            min_votes=config.min_votes,
+            include_nei=config.include_nei,
+            retry_abstentions=config.retry_abstentions,
+            max_in_flight=config.max_in_flight,
+            progress=not config.no_progress,
+            resume_command=resume_command(config),
+        )
+        if config.dry_run:
+            return CommandResult(exit_code=dry_run(job), summary={"dry_run": True})
+        # Ctrl-C / SIGTERM propagate to the top-level handler (exit 130 / 143), which
+        # prints the note the runner leaves: what was kept and the command to resume.
+        code, summary = enhance(job)
+    print(format_summary(summary))
+    print(f"summary: {summary_path(output)}")
+    outputs = {name: str(summary[key]) for name, key in (("records", "output"), ("partial", "partial_output"),
+                                                         ("cache", "cache")) if summary.get(key)}
+    outputs["summary"] = str(summary_path(output))
+    if code:
+        print(
+            f"enhance: {summary['claims_failed']} claims failed (requests exhausted their retries); "
+            f"completed records are in {summary['partial_output']}. Run the same command again to retry them.",
+            file=sys.stderr,
+        )
+    return CommandResult(exit_code=code, outputs=outputs, summary=summary)

@@ -359,3 +359,32 @@ def load_run(run_dir: str | os.PathLike) -> RunData:
 def append_run_log(run_dir: str | os.PathLike, entry: dict) -> None:
     with (Path(run_dir) / RUNS_LOG).open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry) + "\n")
+
+
+def resolve_records(run_dir: Path, cfg: dict, override: str | None) -> Path:
+    """The records file the run read; its sha256 must match when recorded."""
+    if override is not None:
+        path = Path(override)
+        if not path.is_file():
+            raise UserError(f"--records {override!r}: file not found")
+    else:
+        raw = cfg.get("records")
+        if not isinstance(raw, str) or not raw:
+            raise UserError(f"{run_dir / 'config.json'}: field 'records' is missing; pass --records")
+        path = Path(raw)
+        if not path.is_file() and not path.is_absolute() and (run_dir / raw).is_file():
+            path = run_dir / raw
+        if not path.is_file():
+            raise UserError(
+                f"{run_dir / 'config.json'}: field 'records' points to {raw!r}, which does not "
+                f"exist; pass --records"
+            )
+    want = cfg.get("records_sha256")
+    if want:
+        got = sha256_file(path)
+        if got != want:
+            raise UserError(
+                f"{path}: sha256 {got[:12]}... does not match records_sha256 {str(want)[:12]}... "
+                f"in {run_dir / 'config.json'}: these are not the records the run read"
+            )
+    return path

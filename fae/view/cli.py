@@ -12,25 +12,9 @@ answers and P(gold)/P(NEI) per round, several runs side by side by claim id.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
-from real_fae_core.command import CommandConfig, CommandResult
-from real_fae_core.errors import UserError
-from fae.view.data import DEFAULT_SHARD_SIZE, build_view, load_view_runs
-from fae.view.site import write_site
-
-
-@dataclasses.dataclass
-class ViewConfig(CommandConfig):
-    """`fae view`: a static per-claim explorer of one or more runs."""
-
-    runs: list[str]
-    output: str
-    names: list[str] | None = None
-    records: str | None = None
-    title: str = "FAE claims"
-    shard_size: int | None = dataclasses.field(default=None, metadata={"min": 1})
-
+from fae.view.runner import ViewConfig
+from fae.view.runner import run  # noqa: F401 - the command's run(config), for the dispatcher
 
 CONFIG = ViewConfig
 
@@ -45,17 +29,3 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--title", default="FAE claims", help="page title")
     p.add_argument("--shard-size", type=int, default=None, metavar="N",
                    help="claims per detail file loaded when a claim opens (default 100)")
-
-
-def run(config: ViewConfig) -> CommandResult:
-    if config.names and len(config.names) != len(config.runs):
-        raise UserError(f"--names has {len(config.names)} names for {len(config.runs)} runs")
-    shard_size = DEFAULT_SHARD_SIZE if config.shard_size is None else config.shard_size
-    if shard_size < 1:
-        raise UserError(f"--shard-size {config.shard_size}: must be at least 1")
-    runs = load_view_runs(config.runs, config.names, config.records)
-    index, shards = build_view(runs, shard_size=shard_size, title=config.title)
-    page = write_site(index, shards, config.output)
-    print(f"fae view: wrote {page} ({index['n_claims']} claims, {len(runs)} runs); open it in a browser")
-    return CommandResult(outputs={"page": str(page), "site": str(config.output)},
-                         summary={"n_claims": index["n_claims"], "n_runs": len(runs)})

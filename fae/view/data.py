@@ -30,7 +30,7 @@ from fae.ablation.control import control_metrics, gold_only_metrics
 from fae.ablation.metrics import cites_gold, is_flip, is_valid, round_label, same_label
 from fae.ablation.population import is_nei
 from fae.ablation.report import load_reported
-from fae.probes.cli import resolve_records
+from fae.ablation.runio import resolve_records
 
 INDEX_VERSION = 1
 DEFAULT_SHARD_SIZE = 100

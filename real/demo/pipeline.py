@@ -36,10 +36,10 @@ from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.hardware import cpu_allocator_env
 from real_fae_core.runlock import LOCK_NAME, RunLock
-from data_prep.enhance.cli import EnhanceConfig
-from data_prep.enhance.cli import run as real_data_enhance
-from data_prep.pairs.cli import PairsConfig
-from data_prep.pairs.cli import run as real_data_pairs
+from data_prep.enhance.options import EnhanceConfig
+from data_prep.enhance.runner import run as real_data_enhance
+from data_prep.pairs.runner import PairsConfig
+from data_prep.pairs.runner import run as real_data_pairs
 from data_prep.records import load_records, save_records
 from fae.ablation.metrics import compute_metrics
 from fae.ablation.runner import run as fae_run
@@ -50,12 +50,12 @@ from fae.comparison.compare import CompareConfig
 from fae.comparison.compare import run as fae_compare
 from fae.pave.cli import PaveConfig
 from fae.pave.cli import run as fae_pave
-from fae.probes.cli import ProbeConfig
-from fae.probes.cli import run as fae_probe
+from fae.probes.config import ProbeConfig
+from fae.probes.runner import run as fae_probe
 from fae.probes.report import ProbeReportConfig
 from fae.probes.report import run as fae_probe_report
-from fae.view.cli import ViewConfig
-from fae.view.cli import run as fae_view
+from fae.view.runner import ViewConfig
+from fae.view.runner import run as fae_view
 from fae.pave.analysis import analyse
 from fae.pave.io import SAMPLES, jsd_condition, read_samples
 from fae.probes.knowledge import shares_text

@@ -1,0 +1,136 @@
+"""`real-data pairs` as a library: a :class:`PairsConfig` -> the REAL training set of one variant (:func:`run`).
+
+Writes ``DIR`` as a ``datasets.DatasetDict`` (``save_to_disk``, split
+``train``), the same rows as ``DIR/pairs.jsonl`` and a ``DIR/stats.json``
+summary. ``real-train`` reads either form through ``dataset_name``.
+
+``--line-ids`` numbers the prompt's lines (SPEC §3): ``original`` shows record
+ids, so a negative's pool has a hole where ``E_train`` was; ``renumbered``
+shows 0..n-1. The targets cite the numbers shown; ``evidence`` and
+``pool_ids`` keep record ids, and ``stats.json`` records the choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from real_fae_core.atomicio import atomic_dir
+from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import iter_jsonl_lines
+from data_prep.pairs.build import (
+    VARIANTS,
+    MissingEnhancedEvidence,
+    build_pairs,
+    drop_over_length,
+    pair_stats,
+    token_lengths,
+)
+from data_prep.prompts import DEFAULT_LINE_IDS, check_line_ids
+from data_prep.records import load_records_or_fail
+
+
+@dataclasses.dataclass
+class PairsConfig(CommandConfig):
+    """`real-data pairs`: the REAL training pairs of one variant."""
+
+    records: str
+    variant: str  # a name in VARIANTS
+    output: str
+    seed: int = 42
+    no_shuffle: bool = False
+    keep_pairs_together: bool = False
+    line_ids: str = DEFAULT_LINE_IDS  # a name in LINE_IDS
+    tokenizer: str | None = None
+    max_length: int = dataclasses.field(default=4096, metadata={"min": 1})
+    overwrite: bool = False
+
+
+def _load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    if not Path(path).expanduser().exists() and (path.startswith((".", "/", "~")) or path.count("/") > 1):
+        raise UserError(f"tokenizer path {path!r} does not exist")
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"could not load a tokenizer from {path!r} ({str(exc).splitlines()[0]})") from None
+    if not getattr(tok, "chat_template", None):
+        raise UserError(f"tokenizer {path!r} has no chat template, so it cannot render the chat prompts")
+    return tok
+
+
+def _first_line_of(path, record_id: str) -> int | None:
+    """The line of ``record_id`` in an already validated records file."""
+    for lineno, obj in iter_jsonl_lines(path):
+        if isinstance(obj, dict) and str(obj.get("id")) == record_id:
+            return lineno
+    return None
+
+
+def _check(config: PairsConfig) -> Path:
+    """The output directory, after the checks that need no records."""
+    if config.variant not in VARIANTS:
+        raise UserError(f"--variant {config.variant!r}: unknown; choose from {', '.join(VARIANTS)}")
+    try:
+        check_line_ids(config.line_ids)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    out = Path(config.output)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {str(out)!r} is a file; give a directory for the dataset")
+    if out.exists() and any(out.iterdir()) and not config.overwrite:
+        raise UserError(f"output directory {str(out)!r} is not empty (pass --overwrite to replace it)")
+    return out
+
+
+def run(config: PairsConfig) -> CommandResult:
+    out = _check(config)
+    records = load_records_or_fail(config.records)
+    seed = None if config.no_shuffle else config.seed
+    try:
+        rows, info = build_pairs(records, config.variant, seed=seed, keep_pairs_together=config.keep_pairs_together,
+                                 line_ids=config.line_ids)
+    except MissingEnhancedEvidence as exc:
+        raise UserError(str(exc.located(config.records, _first_line_of(config.records, exc.missing[0])))) from None
+    if not rows:
+        raise UserError(f"{config.records}: no SUPPORT/REFUTE records, so there are no training pairs")
+
+    over = None
+    if config.tokenizer:
+        tok = _load_tokenizer(config.tokenizer)
+        lengths = token_lengths(rows, tok, progress=len(rows) > 2000)
+        rows, over = drop_over_length(rows, lengths, config.max_length)
+        if not rows:
+            raise UserError(f"every pair is longer than --max-length {config.max_length} tokens")
+
+    stats = pair_stats(rows, info, over_length=over,
+                       max_length=config.max_length if config.tokenizer else None,
+                       tokenizer=config.tokenizer)
+    stats.update({"variant": config.variant, "records_file": os.path.abspath(config.records),
+                  "seed": seed, "keep_pairs_together": config.keep_pairs_together, "line_ids": config.line_ids})
+    write_dataset(out, rows, stats, overwrite=config.overwrite)
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats["by_kind"].items()))
+    dropped = ", ".join(f"{k} {n}" for k, n in stats["dropped"].items())
+    print(f"{out}: {len(rows)} pairs ({kinds}); dropped: {dropped}")
+    return CommandResult(outputs={"dataset": str(out), "pairs": str(out / "pairs.jsonl"),
+                                  "stats": str(out / "stats.json")}, summary=stats)
+
+
+def write_dataset(out: Path, rows: list[dict], stats: dict, overwrite: bool = False) -> None:
+    """``out`` as a DatasetDict (split ``train``) with ``pairs.jsonl`` and ``stats.json`` beside it."""
+    from datasets import Dataset, DatasetDict
+
+    # Everything goes into a temporary directory beside --output that is renamed
+    # into place only when complete: a full disk or Ctrl-C never leaves a
+    # dataset_dict.json beside a truncated .arrow file under the final name.
+    with atomic_dir(out, replace=overwrite) as tmp:
+        DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp))
+        with (tmp / "pairs.jsonl").open("w", encoding="utf-8") as fh:
+            for r in rows:
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+        with (tmp / "stats.json").open("w", encoding="utf-8") as fh:
+            json.dump(stats, fh, indent=2)
