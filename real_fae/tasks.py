@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from inspect_ai import Task, task
-from inspect_ai._util.error import PrerequisiteError  # what Inspect's command line prints as one message
-from inspect_ai.model._model import active_model  # the model `inspect eval` loaded before making the task
 from inspect_ai.util import registry_info
 
 from real_fae_core.errors import UserError
 from data_prep.prompts import DEFAULT_LINE_IDS
 from fae.ablation.engine import DEFAULT_CONTROL
+from fae.harness.inspect_internals import PrerequisiteError, active_model
 from fae.harness.inspect_task import DEFAULT_MAX_TOKENS, TASK_NAME, fae_task
 
 

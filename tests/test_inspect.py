@@ -355,8 +355,17 @@ def test_the_ablation_alone_on_request(tmp_path):
     assert run.metrics["control"] is None and run.metrics["gold_only"] is None
 
 
+def test_the_inspect_names_without_a_public_home_are_where_inspect_keeps_them():
+    """fae.harness.inspect_internals imports Inspect's PrerequisiteError and active_model from private modules;
+    an Inspect release that moves either fails here, not in a user's `inspect eval`."""
+    from fae.harness.inspect_internals import PrerequisiteError, active_model
+
+    assert issubclass(PrerequisiteError, Exception) and PrerequisiteError("x").message == "x"
+    assert active_model() is None  # no eval running: the task then has no model to check
+
+
 def test_bad_input_is_one_line(tmp_path, capsys):
-    from inspect_ai._util.error import PrerequisiteError
+    from fae.harness.inspect_internals import PrerequisiteError
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x", "claim": "c", "label": "SUPPORT", "sentences": [], "evidence": []}\n')
@@ -504,7 +513,7 @@ def test_the_log_of_a_server_provider_records_its_dtype_as_the_servers(scripted)
 def test_a_provider_that_would_sample_is_refused_before_anything_is_asked(tiny_llama, tmp_path):
     """Inspect's hf provider samples unless -M do_sample=false; then the task's temperature 0 made
     transformers refuse every call (a RoundError per sample). Refused up front, with what to pass."""
-    from inspect_ai._util.error import PrerequisiteError
+    from fae.harness.inspect_internals import PrerequisiteError
     from inspect_ai.model import GenerateConfig
 
     records = make_records(tmp_path / "records.jsonl", names=("ideal",), nei=False)
