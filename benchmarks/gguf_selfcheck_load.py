@@ -1,4 +1,4 @@
-"""real-import-gguf's self-check under load: why it once failed, and that it no longer can.
+"""real-import-gguf's self-check under load: torch's default threads against one thread.
 
 The self-check compares the next-token logits of the model transformers builds
 from the GGUF file with those of the saved directory reloaded. Both hold the
@@ -7,8 +7,9 @@ With two CPU-heavy jobs beside it (each a 2-thread fp32 matmul loop), this
 script repeats, ``--runs`` times:
 
 - ``default_threads``: both passes on torch's default intra-op threads (what
-  the check did before): max |difference| of the two models' logits;
-- ``one_thread``: both passes on one thread (what the check does now,
+  the check avoids: the thread split changes the summation order under load):
+  max |difference| of the two models' logits;
+- ``one_thread``: both passes on one thread (what the check does,
   ``real.gguf_import.VERIFY_THREADS``), against ``verify_tolerance``.
 
     python benchmarks/gguf_selfcheck_load.py --saved models/smollm2-135m-instruct \

@@ -1,7 +1,9 @@
 """`fae`: Fact-Ablated Evaluation, reports, probes and verifier comparisons.
 
-Each subcommand lives in its own module exposing ``add_arguments(parser)``
-and ``run(args) -> int``; this file only dispatches.
+Each subcommand lives in its own module: its typed options ``CONFIG`` (a dataclass),
+``add_arguments(parser)`` or, for `fae run` and `fae checkpoints`, its own ``parse_args`` and
+``make_parser``, and ``run(config) -> CommandResult`` (:mod:`real_fae_core.command`); the run
+itself is a library module the command imports. This file only dispatches.
 """
 
 from __future__ import annotations

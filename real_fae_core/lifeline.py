@@ -4,11 +4,11 @@ has gone, and leaves within seconds of its last step.
 ``accelerate launch`` (two or more processes) and ``torchrun`` start each rank
 in a session of its own (torch elastic's ``start_new_session``), so neither a
 signal sent to the launcher's process group (Ctrl-C, ``killpg``) nor the
-launcher's death reaches the ranks. A launcher killed outright (SIGKILL from a
-CI or test timeout, the OOM killer) used to leave its ranks running without a
-parent: one blocked in a collective or in the rendezvous store, asleep until
-the process-group timeout (``ddp_timeout``, 30 minutes by default) while
-holding the output directory's lock.
+launcher's death reaches the ranks. Left alone, a launcher killed outright
+(SIGKILL from a CI or test timeout, the OOM killer) leaves its ranks running
+without a parent: one blocked in a collective or in the rendezvous store,
+asleep until the process-group timeout (``ddp_timeout``, 30 minutes by default)
+while holding the output directory's lock.
 
 :func:`die_with_launcher` ties such a rank to its launcher: on Linux the kernel
 sends it SIGTERM when the launcher dies (``PR_SET_PDEATHSIG``), elsewhere a
@@ -22,7 +22,7 @@ still stops its ranks itself first.
 run. torch elastic sends it to every survivor as soon as one rank *fails*: the
 survivor's collective fails at the same moment, and the error that names the
 lost peer and the checkpoint kept must win the race against SIGTERM's default
-action (which used to end the rank silently, now and then). So a SIGTERM that
+action (which can end the rank silently first). So a SIGTERM that
 finds a sibling rank gone is left to that error; one sent to stop the run
 (Ctrl-C on the launcher) raises :class:`~real_fae_core.errors.Terminated` like
 Ctrl-C does. A stopped rank can leave before a busy sibling has even taken the

@@ -102,7 +102,7 @@ def runs(work, tiny_llama, tmp_path_factory):
 
 def test_every_engine_leaves_cleanly_and_a_finished_run_relaunches_cleanly(runs, work, tiny_llama):
     """Both ranks of every engine say they exited cleanly; relaunching a finished FSDP or ZeRO-3 run (nothing
-    to train) exits 0 on both ranks, where the interpreter's teardown used to abort a rank with
+    to train) exits 0 on both ranks, not aborted by the interpreter's teardown with
     "terminate called without an active exception"."""
     for engine, r in runs.items():
         for rank in (0, 1):

@@ -138,7 +138,7 @@ def test_always_nei_verifier_has_undefined_retention_not_nan():
     m = M.compute_metrics(cl)
     assert m["round_accuracy"] == [0.0] * 5
     assert m["retention"] == [None] * 5 and m["IS"] is None and m["ER"] is None
-    # a_0 = 0: nothing to lose under ablation, so IO is undefined too (it used to read 1.0 = ideal)
+    # a_0 = 0: nothing to lose under ablation, so IO is undefined too (not 1.0, which would read as ideal)
     assert m["IO"] is None and m["IO_reason"] == m["IS_reason"] == m["retention_reason"] == "a_0 = 0"
     assert m["nei_answer_rate"] == [1.0] * 5
     assert m["evidence_precision"] == 0.0 and m["evidence_f1"] == 0.0

@@ -74,7 +74,7 @@ def test_interruptible_gives_ctrl_c_back_to_a_child_of_a_background_suite():
                                   preexec_fn=interruptible).stdout.strip()
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert plain == "ignored"  # what the signal tests used to meet
+    assert plain == "ignored"  # what the signal tests would meet without the lane's reset
     assert restored == "python"  # Ctrl-C raises KeyboardInterrupt in the child
 
 

@@ -181,7 +181,7 @@ def _wait_then_clean_up(launcher: subprocess.Popen, tag: str, timeout: float, si
 
 def test_a_rank_whose_sibling_was_killed_says_so_even_when_sigterm_comes_first(tmp_path):
     """Rank 1 is SIGKILLed; torch elastic SIGTERMs rank 0, which here never gets an error of its own (a
-    collective blocked in C++). SIGTERM's default action used to end it without a word; now it is ended
+    collective blocked in C++). SIGTERM's default action would end it without a word; it is ended
     REAL_TRAIN_TERM_SECONDS later with the line that names the lost peer and the checkpoint kept."""
     launcher, tag, log = _sigterm_launch(tmp_path, "kill", grace="3")
     _wait_then_clean_up(launcher, tag, timeout=90)

@@ -1,10 +1,10 @@
 """`fae run`: multi-round evidence ablation of a verifier (SPEC §6).
 
-The options are the dataclass :class:`~fae.ablation.options.FaeRunArguments`,
-parsed like training's recipes: defaults < YAML (``--config recipes/eval/x.yaml``,
-keys spelled like the flags, ``-`` or ``_``) < command line. The run directory gets ``claims.jsonl`` (appended chunk by chunk;
-rerunning the same command resumes), ``config.json``, ``metrics.json``,
-``report.md`` and ``trajectory.png``.
+This module is the command's parser; the run is :func:`fae.ablation.runner.run`. The options
+are the dataclass :class:`~fae.ablation.options.FaeRunArguments`, parsed like training's
+recipes: defaults < YAML (``--config FILE.yaml``, keys spelled like the flags, ``-`` or ``_``)
+< command line. The run directory gets ``claims.jsonl`` (appended as claims finish; rerunning the
+same command resumes), ``config.json``, ``metrics.json``, ``report.md`` and ``trajectory.png``.
 
 A run can be split in shards (:mod:`fae.ablation.shards`): ``--shard I/N`` runs
 shard I of N (any backend, any machine; ``fae merge RUN_DIR`` joins them),

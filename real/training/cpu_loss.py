@@ -12,7 +12,7 @@ on the CPU path) on numbers that are then multiplied by zero.
 same ``entropy`` / ``mean_token_accuracy`` metrics (up to float summation order), about a third less
 work per step (``benchmarks/results/cpu_train_step.json``). ``"all"`` restores TRL's behaviour. GPUs
 are untouched either way. The switch is process-wide, like the function it wraps; a TRL whose fused
-head no longer reads ``_use_triton`` is left alone with a warning.
+head does not read ``_use_triton`` is left alone with a warning.
 """
 
 from __future__ import annotations
