@@ -1,13 +1,6 @@
-"""`real-data pairs --records FILE --variant V --output DIR`: the REAL training set.
+"""`real-data pairs --records FILE --variant V --output DIR`: the command line of the REAL training set.
 
-Writes ``DIR`` as a ``datasets.DatasetDict`` (``save_to_disk``, split
-``train``), the same rows as ``DIR/pairs.jsonl`` and a ``DIR/stats.json``
-summary. ``real-train`` reads either form through ``dataset_name``.
-
-``--line-ids`` numbers the prompt's lines (SPEC §3): ``original`` shows record
-ids, so a negative's pool has a hole where ``E_train`` was; ``renumbered``
-shows 0..n-1. The targets cite the numbers shown; ``evidence`` and
-``pool_ids`` keep record ids, and ``stats.json`` records the choice.
+The parser and its flags live here; what the pairs are and what is written is :mod:`data_prep.pairs.runner`.
 """
 
 from __future__ import annotations

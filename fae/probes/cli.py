@@ -1,20 +1,6 @@
-"""`fae probe`: DirK hidden-state probe over a finished FAE run (SPEC §7).
+"""`fae probe RUN_DIR --model M --output DIR`: the command line of the DirK probe (SPEC §7).
 
-For every claim of the run it rebuilds the round-r evidence prompt from the
-pool ids the run recorded, plus the claim-only knowledge prompt, captures the
-hidden state at the last prompt token (right before the first generated
-token) and computes ``DirK(r) = cos(h(r) - h(0), h(K) - h(0))`` for r >= 1,
-with a percentile-bootstrap CI over claims.
-
-It also answers every claim-only prompt (greedy) and reports the label
-shares: when the reference mostly answers NOT_ENOUGH_INFO, ``h(K)`` is an
-abstention state and DirK measures drift toward abstaining; ``dirk.json``
-flags it. ``--knowledge-reference base`` takes ``h(K)`` from the base model
-without the adapter (the direction toward parametric knowledge).
-
-Outputs (in ``--output``): ``dirk.json`` (per-round mean, CI, counts, the
-knowledge-prompt answers), ``dirk_claims.jsonl`` (per-claim values) and
-``states.safetensors`` (the states that reproduce both).
+The parser and its flags live here; what the probe computes and writes is :mod:`fae.probes.runner`.
 """
 
 from __future__ import annotations
