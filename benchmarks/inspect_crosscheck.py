@@ -79,7 +79,20 @@ def compare(a: list[dict], b: list[dict]) -> dict:
                 diffs.append({"claim": ca["id"], "round": ra["round"], "same_pool": ra["pool_ids"] == rb["pool_ids"],
                               "fae_run": ra["raw_output"], "inspect": rb["raw_output"],
                               "same_label_and_cited": parsed})
+    ctrl_n = ctrl_model = ctrl_same_raw = 0
+    for ca, cb in zip(a, b):  # the control arm's pools (SPEC §6): lines removed too, neither cited nor gold
+        for ra, rb in zip(ca.get("control") or [], cb.get("control") or []):
+            if not ra or not rb or "raw_output" not in ra or "raw_output" not in rb:  # left out (too few lines)
+                continue
+            ctrl_n += 1
+            ctrl_model += not ra["reused"]
+            ctrl_same_raw += ra["raw_output"] == rb["raw_output"] and not ra["reused"]
+            if ra["raw_output"] != rb["raw_output"]:
+                diffs.append({"claim": ca["id"], "control_round": ra["round"], "fae_run": ra["raw_output"],
+                              "inspect": rb["raw_output"], "same_pool": ra["pool_ids"] == rb["pool_ids"]})
     return {"rounds_compared": n, "model_answered_rounds": model_rounds,
+            "control_pools_compared": ctrl_n, "model_answered_control": ctrl_model,
+            "same_raw_output_control_model_answered": ctrl_same_raw,
             "same_raw_output_model_answered": same_raw_model,
             "model_answered_ablated_rounds": ablated_model, "same_raw_output_ablated": same_raw_ablated,
             "same_raw_output": same_raw, "same_label_and_cited_ids": same_parsed,
@@ -100,8 +113,9 @@ def main() -> int:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="the dtype both sides load the weights in (fae run --dtype, Inspect's -M dtype=)")
     ap.add_argument("--min-ablated-calls", type=int, default=100,
-                    help="fail unless fae run generated at least this many answers at rounds >= 1 (no reuse): a "
-                         "cross-check of copies proves nothing (default 100)")
+                    help="fail unless fae run generated at least this many answers on pools that lost lines "
+                         "(ablation rounds >= 1 and control pools, no reuse): a cross-check of copies proves "
+                         "nothing (default 100)")
     ap.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "inspect_crosscheck_tuned.json"))
     ap.add_argument("--compare-only", action="store_true",
                     help="compare the runs already in --work (fae_run/, inspect_run/) without running the model")
@@ -200,8 +214,12 @@ def report(args, work: Path, fae_dir: Path, inspect_dir: Path, fae_cmd: list[str
     print(f"same raw answer: {ag['same_raw_output']}/{ag['rounds_compared']} rounds "
           f"({ag['same_raw_output_ablated']}/{ag['model_answered_ablated_rounds']} generated ablated rounds); "
           f"same label and cited ids: {ag['same_label_and_cited_ids']}/{ag['rounds_compared']}; wrote {args.output}")
-    if ag["model_answered_ablated_rounds"] < args.min_ablated_calls:
-        print(f"too few generated ablated rounds: {ag['model_answered_ablated_rounds']} < --min-ablated-calls "
+    generated = ag["model_answered_ablated_rounds"] + ag["model_answered_control"]
+    print(f"generated answers on pools that lost lines: {ag['model_answered_ablated_rounds']} ablation rounds + "
+          f"{ag['model_answered_control']} control pools; same raw answer on "
+          f"{ag['same_raw_output_ablated'] + ag['same_raw_output_control_model_answered']} of them")
+    if generated < args.min_ablated_calls:
+        print(f"too few generated answers on ablated pools: {generated} < --min-ablated-calls "
               f"{args.min_ablated_calls}", file=sys.stderr)
         return 1
     return 0
