@@ -209,3 +209,32 @@ def read_appended(path: str | os.PathLike, *, repair: bool = False) -> list[tupl
         if raw.strip():
             out.append((lineno, _decode_line(raw, start)))
     return out
+
+
+class DurableAppender:
+    """Appends JSON lines durably, one write and one fsync per batch, after cutting a half-written last line.
+
+    ``read(path, repair=True)`` is the file's own reader (it checks the kind of line the file holds and
+    cuts the trace of a kill mid-write), so a resumed run appends to complete lines only.
+    """
+
+    def __init__(self, path: str | os.PathLike, read) -> None:
+        self.path = Path(path)
+        read(self.path, repair=True)
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def __call__(self, items) -> None:
+        if not items:
+            return
+        self._fh.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in items))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

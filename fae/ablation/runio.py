@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import UserError
 from real_fae_core.hashing import sha256_bytes, sha256_file, sha256_text
-from real_fae_core.jsonl import RecordError, read_appended
+from real_fae_core.jsonl import DurableAppender, RecordError, read_appended
 
 CLAIMS = "claims.jsonl"
 CONFIG = "config.json"
@@ -85,29 +85,11 @@ def finished_ids(run_dir: str | os.PathLike) -> set[str]:
     return {str(c["id"]) for f in claim_files(run_dir) for c in read_claims(f)}
 
 
-class ClaimWriter:
+class ClaimWriter(DurableAppender):
     """Appends finished claims durably (one write per chunk, fsync'd)."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        read_claims(self.path, repair=True)  # cut a half-written last line first
-        self._fh = self.path.open("a", encoding="utf-8")
-
-    def __call__(self, claims: Sequence[dict]) -> None:
-        if not claims:
-            return
-        self._fh.write("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in claims))
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
-    def close(self) -> None:
-        self._fh.close()
-
-    def __enter__(self) -> "ClaimWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        super().__init__(path, read_claims)
 
 
 def merge_claims(run_dir: str | os.PathLike, record_ids: Sequence[str],

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import UserError
-from real_fae_core.jsonl import RecordError, read_appended
+from real_fae_core.jsonl import DurableAppender, RecordError, read_appended
 
 RESPONSES = "responses.jsonl"
 UNITS = "units.jsonl"
@@ -42,22 +42,11 @@ def read_responses(path: str | os.PathLike, *, repair: bool = False) -> list[dic
     return out
 
 
-class ResponseWriter:
+class ResponseWriter(DurableAppender):
     """Appends answered prompts durably, a batch per write."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        read_responses(self.path, repair=True)  # cut a half-written last line first
-        self._fh = self.path.open("a", encoding="utf-8")
-
-    def __call__(self, lines: Sequence[dict]) -> None:
-        if lines:
-            self._fh.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-
-    def close(self) -> None:
-        self._fh.close()
+        super().__init__(path, read_responses)
 
 
 def check_fingerprint(directory: Path, config: dict, what: str = "a study") -> None:
