@@ -1,7 +1,7 @@
 """Retrieval quality on the shipped data (SPEC §10): recall of gold documents at k, of gold sentences inside
 each packed budget, index build time and queries per second; and SQLite FTS5 against bm25s.
 
-    python benchmarks/retrieval_quality.py --data /work/shared/data --tokenizer real/demo/base \
+    python benchmarks/retrieval_quality.py --data DATA --tokenizer real/demo/base \
         --output benchmarks/results/retrieval_quality.json [--reranker BAAI/bge-reranker-base]
 
 SciFact dev runs over the shipped ``corpus_cited.jsonl`` (the 667 abstracts cited by train + dev
@@ -95,7 +95,9 @@ def compare_bm25s(fmt: str, corpus: str, claims, index_file: Path, k: int) -> di
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    p.add_argument("--data", default="/work/shared/data", help="directory holding scifact/ and check-covid/")
+    p.add_argument("--data", required=True,
+                   help="directory holding scifact/ (claims_dev.jsonl, corpus_cited.jsonl: the abstracts the claims cite) and "
+                        "check-covid/ (covidCheck_test_*.json, corpus.json): the official releases")
     p.add_argument("--tokenizer", required=True, help="the tokenizer the budgets are counted in")
     p.add_argument("--budgets", type=int, nargs="+", default=[256, 2048])
     p.add_argument("--reranker", default=None, help="cross-encoder for source 1 (BAAI/bge-reranker-base)")
