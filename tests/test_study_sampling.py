@@ -208,6 +208,48 @@ def test_hf_rows_keep_their_own_answer_cap(hf_backend):
         hf_backend.generate_rows(prompts, [RowDecoding()])
 
 
+def _unit_grid(k):
+    """One unit's study prompts: two budgets (the shorter's evidence a prefix of the longer's) x two
+    formats x greedy + five seeds, as `fae study` asks them."""
+    prompts, decodings = [], []
+    units = _units(k) + [Sentence(10 + i, s.text, "d") for i, s in enumerate(_units(k + 1))]
+    for budget in (2, len(units)):
+        for fmt in ("codes", "labels"):
+            for rep in replicate_plan():
+                prompts.append(render_study_prompt(f"Claim {k} about the vaccine.", units[:budget], FORMATS[fmt],
+                                                   "fever"))
+                decodings.append(row_decoding("fever", f"fever-{k}", None, rep))
+    return prompts, decodings
+
+
+def test_hf_shared_prefixes_are_read_once_and_answer_as_one_prompt_at_a_time(hf_backend):
+    """The prefix tree reads each shared prefix once, and every row answers as if asked alone."""
+    from data_prep.prompts import encode_chat
+    from fae.backends.hf import generate_batched, greedy_config
+    from fae.backends.prefix_tree import generate_shared
+
+    prompts, decodings = [], []
+    for k in (0, 1):
+        p, d = _unit_grid(k)
+        prompts, decodings = prompts + p, decodings + d
+    lm, tok = hf_backend.lm, hf_backend.tok
+    ids = [encode_chat(tok, m) for m in prompts]
+    alone = [generate_batched(lm, tok, [x], greedy_config(lm, tok, 16), 1, sampling=[d])[0]
+             for x, d in zip(ids, decodings)]
+    shared, counts = generate_shared(lm, tok, ids, decodings, lambda cap: greedy_config(lm, tok, cap), 16)
+    assert [g.text for g in shared] == [g.text for g in alone]
+    assert [g.finish_reason for g in shared] == [g.finish_reason for g in alone]
+    assert len({g.text for g in shared}) > 4  # the seeds drew different answers
+    assert counts["leaves"] == 8 == len({tuple(x) for x in ids})  # 2 units x 2 budgets x 2 formats
+    assert counts["prompt_tokens"] == sum(map(len, ids))
+    distinct = {tuple(x) for x in ids}
+    trie_nodes = {x[:n] for x in distinct for n in range(1, len(x) + 1)}  # every distinct prefix, once
+    assert counts["prefill_tokens"] == len(trie_nodes) < counts["prompt_tokens"] / 6
+    # through the backend: the same answers, and the study's stats count what was read
+    rows = hf_backend.generate_rows(prompts, decodings)
+    assert [g.text for g in rows] == [g.text for g in alone]
+
+
 # --- openai: the local test server --------------------------------------------------------------------------
 
 SENT = ("seed", "temperature", "top_p", "top_k", "max_tokens", "logprobs")

@@ -26,8 +26,9 @@ from fae.backends import Backend, BackendOptions, Generation, RowDecoding, regis
 from fae.backends.constrained import HFConstraint
 from fae.backends.label_probs import label_continuations, teacher_forced_label_probs
 from fae.backends.packed_linear import pack_linear_weights
-from fae.backends.padding import left_pad
+from fae.backends.padding import finish_reasons, left_pad
 from fae.backends.reserved_cache import cache_kwarg, reserved_cache
+from fae.backends.prefix_tree import generate_shared
 from fae.backends.seeded import seeded_kwargs
 
 
@@ -142,21 +143,6 @@ def greedy_config(lm, tok, max_new_tokens: int):
     if gc.pad_token_id is None:
         gc.pad_token_id = tok.pad_token_id
     return gc
-
-
-def finish_reasons(new_tokens, eos_ids, max_new_tokens: int) -> list[str]:
-    """Why each generated row stopped: ``"length"`` when it filled ``max_new_tokens`` without an eos id.
-
-    ``new_tokens`` holds only the generated part (batch, steps); rows that
-    ended early are padded after their eos, so a row without any eos id ran
-    until the cap and was cut off.
-    """
-    eos = {int(e) for e in ([eos_ids] if isinstance(eos_ids, int) else (eos_ids or []))}
-    out = []
-    for row in new_tokens.tolist():
-        cut = len(row) >= int(max_new_tokens) and not eos.intersection(row)
-        out.append("length" if cut else "stop")
-    return out
 
 
 def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
@@ -285,12 +271,13 @@ class HFBackend(Backend):
         return out
 
     def generate_rows(self, prompts, decodings, callback=None):
-        """One answer per prompt, decoded as its :class:`~fae.backends.RowDecoding` says, in batches of
-        ``batch_size`` that mix greedy and sampled rows (a sample depends on its seed, not its batch).
+        """One answer per prompt, decoded as its :class:`~fae.backends.RowDecoding` says, greedy or from the
+        row's own seed (a sample depends on its seed, not on the rows beside it).
 
-        Prompts are grouped by answer cap, so a batch never runs past its rows' cap; greedy rows decode
-        as ``generate`` would at that cap. No label probabilities (they read the JSON answer's label) and
-        no constrained decoding (its grammar is the JSON answer's).
+        The prompts' shared prefixes are read once (:func:`fae.backends.prefix_tree.generate_shared`): the
+        study's replicates, formats and budgets of a unit share most of their tokens. Greedy rows decode as
+        ``generate`` would at their cap. No label probabilities (they read the JSON answer's label) and no
+        constrained decoding (its grammar is the JSON answer's).
         """
         if len(prompts) != len(decodings):
             raise ValueError(f"{len(prompts)} prompts but {len(decodings)} decodings")
@@ -298,19 +285,15 @@ class HFBackend(Backend):
             raise UserError("per-prompt decoding does not combine with constrained decoding "
                             "(its grammar is the JSON answer of SPEC §3)")
         ids = [encode_chat(self.tok, m) for m in prompts]
-        by_cap: dict[int, list[int]] = {}
-        for i, d in enumerate(decodings):
-            by_cap.setdefault(d.max_new_tokens or self.max_new_tokens, []).append(i)
-        out: list[Generation] = [Generation("")] * len(prompts)
-        for cap, members in by_cap.items():
-            gc = greedy_config(self.lm, self.tok, cap)
-            answers = generate_batched(self.lm, self.tok, [ids[i] for i in members], gc, self.batch_size,
-                                       callback, sampling=[decodings[i] for i in members])
-            for i, answer in zip(members, answers):
-                out[i] = replace(answer, decoding=decodings[i].settings(cap))
-            self.stats["generate_calls"] += (len(members) + self.batch_size - 1) // self.batch_size
+        caps = [d.max_new_tokens or self.max_new_tokens for d in decodings]
+        answers, counts = generate_shared(self.lm, self.tok, ids, decodings,
+                                          lambda cap: greedy_config(self.lm, self.tok, cap), self.max_new_tokens,
+                                          callback)
+        for key, value in counts.items():
+            self.stats[key] = self.stats.get(key, 0) + value
+        self.stats["generate_calls"] += counts["leaves"]
         self.stats["prompts"] += len(prompts)
-        return out
+        return [replace(a, decoding=d.settings(cap)) for a, d, cap in zip(answers, decodings, caps)]
 
     @classmethod
     def decoding_of(cls, options: HFOptions):

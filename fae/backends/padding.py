@@ -1,4 +1,5 @@
-"""The one left padding of a batch of token ids: generation, label probabilities and the probes use it."""
+"""Batches of token rows: the one left padding (generation, label probabilities, the probes) and why a
+generated row stopped (batched and prefix-shared generation)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,18 @@ def left_pad(batch: list[list[int]], pad_id: int):
             ids[i, width - len(x):] = torch.tensor(x, dtype=torch.long)
             mask[i, width - len(x):] = 1
     return ids, mask
+
+
+def finish_reasons(new_tokens, eos_ids, max_new_tokens: int) -> list[str]:
+    """Why each generated row stopped: ``"length"`` when it filled ``max_new_tokens`` without an eos id.
+
+    ``new_tokens`` holds only the generated part (batch, steps); rows that
+    ended early are padded after their eos, so a row without any eos id ran
+    until the cap and was cut off.
+    """
+    eos = {int(e) for e in ([eos_ids] if isinstance(eos_ids, int) else (eos_ids or []))}
+    out = []
+    for row in new_tokens.tolist():
+        cut = len(row) >= int(max_new_tokens) and not eos.intersection(row)
+        out.append("length" if cut else "stop")
+    return out
