@@ -2,7 +2,8 @@
 
 Covered: the corpus readers (hypothesis round trips), determinism (byte-identical outputs), tie breaks
 (pages by document id, units by unit id), packing at the budget edge, the reranker's second ordering
-and truncation count (a tiny cross-encoder built in code), records that `fae run`'s loader and engine
+and truncation count (a tiny cross-encoder built in code), the bi-encoder stand-in's ordering (cosine of
+claim and unit embeddings, checked against numpy; ties in unit order; a tiny bi-encoder built in code), records that `fae run`'s loader and engine
 take unchanged, and every bad input of the issue: one line naming file, line and field, exit 2,
 nothing written.
 """
@@ -10,6 +11,7 @@ nothing written.
 from __future__ import annotations
 
 import json
+import string
 from pathlib import Path
 
 import pytest
@@ -21,10 +23,11 @@ from data_prep.records import load_records
 from data_prep.retrieval.corpus import iter_documents
 from data_prep.retrieval.index import Index, build_index
 from data_prep.retrieval.pack import BudgetTooSmall, pack
+from data_prep.retrieval.rerank import BiEncoder, best_first
 from data_prep.retrieval.retrieve import Unit, rank_units
 from fae.ablation.engine import ablate
 from fae_helpers import Scripted
-from retrieval_helpers import abstract_corpus, tiny_cross_encoder, write_jsonl
+from retrieval_helpers import SPECIAL, abstract_corpus, tiny_cross_encoder, write_jsonl
 
 DATA = Path(__file__).parent / "data"
 SCIFACT = DATA / "scifact"
@@ -209,6 +212,138 @@ def test_reranker_gives_a_second_ordering_of_the_same_pool_and_counts_truncation
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["reranker"]["truncated_pairs"] == 1 and set(summary["retained_share"]["2048"]) == {
         "bm25", "reranker"}
+
+
+# ---------------------------------------------------------------- the bi-encoder stand-in
+
+BI_MAX_TOKENS = 64
+
+
+def tiny_bi_encoder(path: Path, seed: int = 0) -> Path:
+    """A sentence-transformers bi-encoder saved to ``path``: a one-layer random BERT with a character-level
+    WordPiece vocabulary (each character a token) and mean pooling, ``max_seq_length`` 64."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    bert = path.parent / f"{path.name}-bert"
+    bert.mkdir(parents=True, exist_ok=True)
+    chars = string.ascii_lowercase + string.digits + string.punctuation
+    vocab = SPECIAL + list(chars) + ["##" + c for c in chars]
+    (bert / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    torch.manual_seed(seed)
+    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=128)).save_pretrained(bert)
+    # the vocabulary file positionally: transformers 5 ignores ``vocab_file=`` (every token [UNK])
+    tok = BertTokenizerFast(str(bert / "vocab.txt"), do_lower_case=True)
+    assert tok.tokenize("Word.") == ["w", "##o", "##r", "##d", "."]
+    tok.save_pretrained(bert)
+    word = Transformer(str(bert), max_seq_length=BI_MAX_TOKENS)
+    SentenceTransformer(modules=[word, Pooling(16, "mean")], device="cpu").save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def bi_encoder(tmp_path_factory) -> Path:
+    return tiny_bi_encoder(tmp_path_factory.mktemp("bi") / "bi")
+
+
+def _bi_pool(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A SciFact corpus whose first abstract has seven units, one of them past 64 tokens, and one claim."""
+    corpus = abstract_corpus(tmp_path / "c.jsonl", {
+        "1": ["Aspirin lowers fever.", "Fever is common in children.", "Aspirin is an old drug.",
+              "word " * 40 + "fever.", "Ibuprofen also lowers fever.", "Dogs bark at night.",
+              "Fever rises at night and aspirin helps."],
+        "2": ["Aspirin is a drug."]})
+    claims = write_jsonl(tmp_path / "claims.jsonl", [{"id": 7, "claim": "Aspirin lowers fever.", "evidence": {
+        "1": [{"sentences": [0], "label": "SUPPORT"}]}, "cited_doc_ids": [1]}])
+    return corpus, claims, _index(tmp_path, corpus, "scifact")
+
+
+def _cosine_order(model_dir: Path, claim: str, texts: list[str]) -> list[int]:
+    """The order by cosine of claim and unit embeddings, computed here with numpy (best first, ties by position)."""
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_dir), device="cpu")
+    q = model.encode([claim], convert_to_numpy=True).astype(np.float64)[0]
+    u = model.encode(texts, convert_to_numpy=True).astype(np.float64)
+    cos = (u @ q) / (np.linalg.norm(u, axis=1) * np.linalg.norm(q))
+    return sorted(range(len(texts)), key=lambda i: (-cos[i], i))
+
+
+@pytest.mark.slow
+def test_bi_encoder_orders_the_pool_by_cosine_of_claim_and_unit_embeddings(tmp_path, bi_encoder):
+    corpus, claims, index = _bi_pool(tmp_path)
+    args = ("--reranker", bi_encoder, "--reranker-kind", "bi-encoder", "--budgets", "2048",
+            "--tokenizer", bi_encoder)
+    assert _retrieve("scifact", claims, corpus, index, tmp_path / "o", *args) == 0
+    (rec,) = [r for r in load_records(tmp_path / "o" / "records.jsonl") if r.sentences[0].doc == "1"]
+    bm25, cosine = rec.extra["retrieval"]["orderings"]
+    texts = [s.text for s in rec.sentences]
+    assert len(texts) == 7 and bm25 == list(range(7))
+    assert cosine == _cosine_order(bi_encoder, "Aspirin lowers fever.", texts)
+    assert cosine != bm25  # the check has something to see: the cosine order is not the BM25 one
+    long_id = next(s.id for s in rec.sentences if s.text.startswith("word"))
+    assert rec.extra["retrieval"]["truncated_pairs"] == [long_id]  # 200+ characters: past 64 tokens
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["reranker"] == {"model": str(bi_encoder), "kind": "bi-encoder", "pairs": 8,
+                                   "truncated_pairs": 1, "max_pair_tokens": BI_MAX_TOKENS}
+
+
+@pytest.mark.slow
+def test_bi_encoder_ties_keep_the_unit_order(tmp_path, bi_encoder):
+    model = BiEncoder(str(bi_encoder))
+    same = "Aspirin lowers fever."
+    texts = ["Dogs bark.", same, "Cats purr at night.", same, same, "Dogs bark."]
+    order, cut = model.order("Aspirin lowers fever in adults.", texts)
+    assert cut == []
+    assert [i for i in order if texts[i] == same] == [1, 3, 4]
+    assert [i for i in order if texts[i] == "Dogs bark."] == [0, 5]
+    assert len({tuple(model.embed([same] * 3)[i]) for i in range(3)}) == 1  # equal texts: one embedding
+    assert best_first([0.5, 0.9, 0.5, 0.9]) == [1, 3, 0, 2]
+
+
+@pytest.mark.slow
+def test_bi_encoder_pools_are_byte_identical_run_to_run(tmp_path, bi_encoder):
+    corpus, claims, index = _bi_pool(tmp_path)
+    args = ("--reranker", bi_encoder, "--reranker-kind", "bi-encoder", "--reranker-batch-size", "3",
+            "--budgets", "256", "2048", "--tokenizer", bi_encoder)
+    for name in ("a", "b"):
+        assert _retrieve("scifact", claims, corpus, index, tmp_path / name, *args) == 0
+    for name in ("records.jsonl", "misses.jsonl", "summary.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, kind, says", [
+    ("cross", "bi-encoder", "cannot be loaded as a bi-encoder (it is a cross-encoder; pass --reranker-kind "
+                            "cross-encoder)"),
+    ("empty", "bi-encoder", "cannot be loaded as a bi-encoder (not a sentence-transformers model: no modules.json)"),
+    ("missing", "bi-encoder", "directory does not exist"),
+    ("bi", "cross-encoder", "cannot be loaded as a cross-encoder (it is a bi-encoder; pass --reranker-kind "
+                            "bi-encoder)"),
+])
+def test_a_model_of_another_kind_is_bad_input(small, capsys, bi_encoder, model, kind, says):
+    tmp_path, corpus, claims, index = small
+    models = tmp_path.parent / f"{tmp_path.name}-models"
+    path = {"cross": lambda: tiny_cross_encoder(models / "ce"), "empty": lambda: models / "empty",
+            "missing": lambda: models / "missing", "bi": lambda: bi_encoder}[model]()
+    if model == "empty":
+        path.mkdir(parents=True)
+    capsys.readouterr()  # what building the model printed
+    before = _before(tmp_path)
+    assert _retrieve("scifact", claims, corpus, index, tmp_path / "o", "--reranker", path,
+                     "--reranker-kind", kind) == 2
+    assert f"--reranker {str(path)!r}: {says}" in _error(capsys)
+    assert _before(tmp_path) == before
+
+
+def test_a_reranker_kind_without_a_reranker_is_bad_input(small, capsys):
+    tmp_path, corpus, claims, index = small
+    assert _retrieve("scifact", claims, corpus, index, tmp_path / "o", "--reranker-kind", "bi-encoder") == 2
+    assert "--reranker-kind bi-encoder names the kind of --reranker, which is not given" in _error(capsys)
 
 
 # ---------------------------------------------------------------- bad input

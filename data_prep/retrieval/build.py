@@ -4,8 +4,8 @@ Each claim's pools (:mod:`data_prep.retrieval.retrieve`) get their second orderi
 when one is given) and, per budget, the units each ordering keeps (:mod:`data_prep.retrieval.pack`).
 The summary holds what judges a retrieval: gold documents found within the top k pages, gold
 sentences inside the pool and inside each packed budget per ordering, the share of the pool each
-budget keeps, truncated reranker pairs. Nothing in it depends on time or machine, so two runs on
-the same inputs write byte-identical files.
+budget keeps, the reranker (name and kind) and its truncated pairs (bi-encoder: units cut). Nothing
+in it depends on time or machine, so two runs on the same inputs write byte-identical files.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Options:
     max_units: int
     budgets: list[int] = field(default_factory=list)
     tokenizers: dict = field(default_factory=dict)  # name -> tokenizer
-    reranker: Any = None  # a rerank.Reranker, or None for BM25 alone
+    reranker: Any = None  # a rerank.Reranker or rerank.BiEncoder, or None for BM25 alone
 
 
 @dataclass
@@ -145,6 +145,6 @@ def summary(tally: Tally, records: list[dict], misses: list[dict], opts: Options
         "retained_share": {str(b): {s: round(mean(tally.shares[b, i]), 4) if tally.shares.get((b, i)) else None
                                     for i, s in enumerate(sources)} for b in opts.budgets},
         "reranker": None if opts.reranker is None else {
-            "model": opts.reranker.name, "pairs": tally.pairs, "truncated_pairs": tally.truncated,
-            "max_pair_tokens": 512},
+            "model": opts.reranker.name, "kind": opts.reranker.kind, "pairs": tally.pairs,
+            "truncated_pairs": tally.truncated, "max_pair_tokens": opts.reranker.max_tokens},
     }

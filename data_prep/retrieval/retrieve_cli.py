@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 from real_fae_core.atomicio import atomic_dir, atomic_write_json
 from real_fae_core.command import CommandConfig, CommandResult
@@ -20,7 +21,7 @@ from data_prep.retrieval.build import Options, retrieve_all, summary
 from data_prep.retrieval.claims import DATASETS, check_unique_ids, read_claims
 from data_prep.retrieval.index import Index
 from data_prep.retrieval.pack import check_budgets, load_tokenizers
-from data_prep.retrieval.rerank import Reranker
+from data_prep.retrieval.rerank import CROSS_ENCODER, KINDS, make_reranker
 from data_prep.retrieval.retrieve import DEFAULT_PAGES, DEFAULT_PAGES_OTHER, MAX_UNITS
 
 CORPUS_FORMAT = {"scifact": "scifact", "check-covid": "check-covid", "fever": "fever"}
@@ -38,6 +39,7 @@ class RetrieveConfig(CommandConfig):
     pages: int | None = dataclasses.field(default=None, metadata={"min": 1})
     max_units: int = dataclasses.field(default=MAX_UNITS, metadata={"min": 1})
     reranker: str | None = None
+    reranker_kind: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"  # rerank.KINDS
     reranker_batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
     budgets: list[int] | None = None
     tokenizer: list[str] | None = None
@@ -59,9 +61,15 @@ def add_arguments(p):
                         "abstracts, one record each)")
     p.add_argument("--max-units", type=int, default=MAX_UNITS, help=f"units kept per pool (default {MAX_UNITS})")
     p.add_argument("--reranker", default=None,
-                   help="cross-encoder for the second ordering, hub name or local directory (the paper's: "
-                        "BAAI/bge-reranker-base); without it only the BM25 ordering is written")
-    p.add_argument("--reranker-batch-size", type=int, default=32, help="pairs per reranker batch (default 32)")
+                   help="model of the second ordering, hub name or local directory: a cross-encoder (the paper's: "
+                        "BAAI/bge-reranker-base) or, with --reranker-kind bi-encoder, a sentence-transformers "
+                        "bi-encoder; without it only the BM25 ordering is written")
+    p.add_argument("--reranker-kind", choices=KINDS, default=CROSS_ENCODER,
+                   help="what --reranker is: cross-encoder (default; reads claim and unit together, the paper's) or "
+                        "bi-encoder (a sentence-transformers embedding model: cosine of claim and unit embedded apart, "
+                        "a stand-in where no cross-encoder can be reached)")
+    p.add_argument("--reranker-batch-size", type=int, default=32,
+                   help="texts per reranker batch: pairs (cross-encoder) or units (bi-encoder) (default 32)")
     p.add_argument("--budgets", type=int, nargs="+", default=None, metavar="TOKENS",
                    help="evidence-token budgets; each ordering's packed units are saved per budget (the paper's: 256 2048)")
     p.add_argument("--tokenizer", action="append", default=None,
@@ -76,6 +84,8 @@ def _check(config: RetrieveConfig) -> Path:
     for path in [*config.claims, config.corpus, config.index]:
         if not Path(path).exists():
             raise UserError(f"{path}: no such file or directory")
+    if config.reranker_kind != CROSS_ENCODER and not config.reranker:
+        raise UserError(f"--reranker-kind {config.reranker_kind} names the kind of --reranker, which is not given")
     if bool(config.budgets) != bool(config.tokenizer):
         raise UserError("--budgets and --tokenizer go together: a budget is counted in a tokenizer's tokens")
     out = Path(config.output)
@@ -95,7 +105,8 @@ def run(config: RetrieveConfig) -> CommandResult:
         opts = Options(pages=config.pages or DEFAULT_PAGES.get(config.dataset, DEFAULT_PAGES_OTHER),
                        max_units=config.max_units, budgets=budgets,
                        tokenizers=load_tokenizers(config.tokenizer or []),
-                       reranker=Reranker(config.reranker, config.reranker_batch_size) if config.reranker else None)
+                       reranker=make_reranker(config.reranker, config.reranker_kind, config.reranker_batch_size)
+                       if config.reranker else None)
         records, misses, tally = retrieve_all(index, read.claims, opts)
     finally:
         index.close()
