@@ -22,6 +22,21 @@ def native_bf16_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
     return [f for f in NATIVE_BF16_FLAGS if f in flags]
 
 
+def cpu_model_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (benchmarks record it beside every timing), else
+    what ``platform.processor()`` says."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+    if not name:
+        import platform
+
+        name = platform.processor()
+    return name
+
+
 def matmul_peak_gflops(dtype: str = "fp32", n: int = 2048, repeats: int = 10) -> float:
     """This CPU's matmul rate through torch in ``dtype`` (fp32 or bf16; best of ``repeats`` n x n products):
     the ceiling the benchmarks read a model's achieved FLOP/s against (torch imported here, not at import)."""

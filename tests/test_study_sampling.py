@@ -10,6 +10,8 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai_server import LocalOpenAIServer
 
 from real_fae_core.errors import UserError
@@ -101,6 +103,33 @@ def test_draws_respect_top_k_top_p_and_the_temperature():
     assert all(abs(c / 4000 - p) < 0.03 for c, p in zip(counts, expected)), (counts, expected)
     masked = torch.tensor([float("-inf"), 1.0, float("-inf"), 0.5])  # a grammar's mask is kept
     assert {draw_token(masked, RowDecoding(seed=0), _generator(s)) for s in range(100)} == {1, 3}
+
+
+def _draw_by_full_sort(logits, decoding, generator):
+    """The reference draw: the whole vocabulary sorted (stable), cut to top-k, then top-p and the draw."""
+    import torch
+
+    u = float(torch.rand((), generator=generator, dtype=torch.float64))
+    values, order = torch.sort(logits.double() / decoding.temperature, descending=True, stable=True)
+    values, order = values[:decoding.top_k], order[:decoding.top_k]
+    probs = torch.softmax(values, dim=0)
+    before = torch.cumsum(probs, dim=0) - probs
+    probs = torch.where(before < decoding.top_p, probs, torch.zeros_like(probs))
+    cum = torch.cumsum(probs, dim=0)
+    pick = int(torch.searchsorted(cum, (u * cum[-1]).reshape(1), right=True))
+    return int(order[min(pick, int(torch.nonzero(probs).max()))])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 3), min_size=2, max_size=40), st.integers(1, 45), st.integers(0, 2**31),
+       st.sampled_from([0.8, 1.0]))
+def test_top_k_by_candidates_draws_what_the_full_sort_draws(values, k, seed, top_p):
+    """Sorting only the logits at or above the k-th value keeps the full sort's top-k, ties included."""
+    import torch
+
+    logits = torch.tensor(values, dtype=torch.float32) * 0.5  # many ties
+    decoding = RowDecoding(seed=0, temperature=0.7, top_p=top_p, top_k=k)
+    assert draw_token(logits, decoding, _generator(seed)) == _draw_by_full_sort(logits, decoding, _generator(seed))
 
 
 def test_a_rows_draws_do_not_depend_on_its_batch_and_greedy_rows_are_untouched():
@@ -241,6 +270,7 @@ def test_hf_shared_prefixes_are_read_once_and_answer_as_one_prompt_at_a_time(hf_
     assert [g.finish_reason for g in shared] == [g.finish_reason for g in alone]
     assert len({g.text for g in shared}) > 4  # the seeds drew different answers
     assert counts["leaves"] == 8 == len({tuple(x) for x in ids})  # 2 units x 2 budgets x 2 formats
+    assert counts["decode_calls"] == 1  # 48 rows of 8 prompts decoded together, the caches left-padded
     assert counts["prompt_tokens"] == sum(map(len, ids))
     distinct = {tuple(x) for x in ids}
     trie_nodes = {x[:n] for x in distinct for n in range(1, len(x) + 1)}  # every distinct prefix, once

@@ -41,9 +41,15 @@ def draw_token(logits, decoding: RowDecoding, generator) -> int:
     u = float(torch.rand((), generator=generator, dtype=torch.float64))  # first: one draw per row per step
     if logits.device.type == "mps":  # no float64 there
         logits = logits.cpu()
-    values, order = torch.sort(logits.double() / decoding.temperature, descending=True, stable=True)
-    if decoding.top_k:
-        values, order = values[:decoding.top_k], order[:decoding.top_k]
+    if decoding.top_k and decoding.top_k < logits.shape[-1]:  # sort only the candidates: those >= the k-th value
+        kth = torch.topk(logits, decoding.top_k).values[-1]
+        candidates = torch.nonzero(logits >= kth).flatten()  # ascending ids, so ties keep the lower id first
+        values, at = torch.sort(logits[candidates].double() / decoding.temperature, descending=True, stable=True)
+        values, order = values[:decoding.top_k], candidates[at[:decoding.top_k]]
+    else:
+        values, order = torch.sort(logits.double() / decoding.temperature, descending=True, stable=True)
+        if decoding.top_k:
+            values, order = values[:decoding.top_k], order[:decoding.top_k]
     probs = torch.softmax(values, dim=0)  # tokens masked to -inf (a grammar) get 0
     if decoding.top_p < 1:
         before = torch.cumsum(probs, dim=0) - probs
