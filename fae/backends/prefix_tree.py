@@ -114,13 +114,44 @@ class SharedPrefixDecoder:
         for leaf in leaves:
             if len(leaf.ids) > done + 1:
                 branches.setdefault(leaf.ids[done], []).append(leaf)
-        parts: list = [[leaf] for leaf in ready] + list(branches.values())
+        parts = list(branches.values())
+        if len(parts) > 1 and mergeable(cache):  # the branches' first edges in one forward pass
+            for leaf in ready:
+                self.ready.append((leaf, copy.deepcopy(cache)))
+            for part, (child, at) in zip(parts, self.extend_siblings(cache, parts, done)):
+                self.walk(part, child, at)
+            return
+        parts = [[leaf] for leaf in ready] + parts
         for n, part in enumerate(parts):
             mine = cache if n == len(parts) - 1 else copy.deepcopy(cache)  # the last part takes the cache itself
             if len(part) == 1 and len(part[0].ids) == done + 1:
                 self.ready.append((part[0], mine))
             else:
                 self.walk(part, mine, done)
+
+    def extend_siblings(self, cache, parts: list[list[Leaf]], done: int) -> list[tuple]:
+        """Each branch's shared tokens after ``done`` appended to its own copy of ``cache``, all branches in
+        one forward pass: the edges right-padded into rows over the cache repeated per row. Causal
+        attention keeps a padding position out of every real token's view, and each branch's cache is cut
+        back to its own tokens, so the padding leaves no trace. Consumes ``cache``.
+        (child cache, tokens it holds) per part."""
+        import torch
+
+        stops = [min(common_prefix(part, done), min(len(leaf.ids) for leaf in part) - 1) for part in parts]
+        edges = [list(part[0].ids[done:stop]) for part, stop in zip(parts, stops)]
+        width = max(map(len, edges))
+        x = torch.tensor([e + [e[-1]] * (width - len(e)) for e in edges], dtype=torch.long, device=self.lm.device)
+        cache.batch_repeat_interleave(len(parts))
+        with torch.inference_mode():
+            self.lm(input_ids=x, use_cache=True, logits_to_keep=1, **{cache_kwarg(self.lm): cache})
+        self.stats["prefill_tokens"] += sum(map(len, edges))
+        children = []
+        for row, stop in enumerate(stops):
+            child = self.new_cache(0)
+            for n, layer in enumerate(cache.layers):
+                child.update(layer.keys[row:row + 1, :, :stop], layer.values[row:row + 1, :, :stop], n)  # a copy
+            children.append((child, stop))
+        return children
 
     def flush(self) -> None:
         """Decode every ready leaf: per answer cap, leaves whose caches can be merged in batches of up to
@@ -180,23 +211,29 @@ class SharedPrefixDecoder:
             self.callback(len(rows))
 
     def merged(self, items: list, cap: int):
-        """One cache for the rows of ``items``: each leaf's keys and values left-padded with zeros to the
-        longest (the attention mask hides them) and repeated once per row of the leaf."""
-        import torch
-
+        """One cache for the rows of ``items``: each leaf's keys and values right-aligned in one buffer per
+        layer (zeros before them, which the attention mask hides), once per row of the leaf, with room for
+        ``cap`` more positions."""
         width = max(cache.get_seq_length() for _, cache in items)
+        rows = sum(len(leaf.rows) for leaf, _ in items)
         cache = self.new_cache(cap)
-        for n in range(len(items[0][1].layers)):
-            keys, values = [], []
+        for n, layer in enumerate(cache.layers):
+            first = items[0][1].layers[n].keys
+            shape = (rows, first.shape[1], width + cap, first.shape[-1])
+            k_buf, v_buf = first.new_empty(shape), first.new_empty(shape)
+            r = 0
             for leaf, c in items:
                 k, v = c.layers[n].keys, c.layers[n].values
-                pad = width - k.shape[-2]
-                if pad:
-                    k = torch.cat([k.new_zeros((*k.shape[:-2], pad, k.shape[-1])), k], dim=-2)
-                    v = torch.cat([v.new_zeros((*v.shape[:-2], pad, v.shape[-1])), v], dim=-2)
-                keys.append(k.expand(len(leaf.rows), *k.shape[1:]))
-                values.append(v.expand(len(leaf.rows), *v.shape[1:]))
-            cache.update(torch.cat(keys), torch.cat(values), n)
+                start, end = width - k.shape[-2], r + len(leaf.rows)
+                k_buf[r:end, :, :start].zero_()
+                v_buf[r:end, :, :start].zero_()
+                k_buf[r:end, :, start:width].copy_(k.expand(len(leaf.rows), *k.shape[1:]))
+                v_buf[r:end, :, start:width].copy_(v.expand(len(leaf.rows), *v.shape[1:]))
+                r = end
+            if hasattr(layer, "adopt"):
+                layer.adopt(k_buf, v_buf, width)
+            else:
+                cache.update(k_buf[..., :width, :], v_buf[..., :width, :], n)
         return cache
 
 
@@ -310,7 +347,7 @@ def mergeable(cache) -> bool:
 
 def generate_shared(lm, tok, token_ids: Sequence[Sequence[int]], decodings: Sequence[RowDecoding],
                     config_for_cap: Callable[[int], object], default_cap: int,
-                    callback: Callable[[int], None] | None = None) -> tuple[list[Generation], dict]:
+                    callback: Callable[[int], None] | None = None, max_rows: int = 64) -> tuple[list[Generation], dict]:
     """One answer per prompt (``token_ids[i]`` decoded as ``decodings[i]`` says), each shared prefix read once.
 
     Returns the answers in input order and counts: ``prompt_tokens`` (what reading every prompt whole
@@ -318,7 +355,8 @@ def generate_shared(lm, tok, token_ids: Sequence[Sequence[int]], decodings: Sequ
     """
     caps = [d.max_new_tokens or default_cap for d in decodings]
     leaves = leaves_of(token_ids, caps)
-    decoder = SharedPrefixDecoder(lm, tok, config_for_cap, decodings, [Generation("")] * len(token_ids), callback)
+    decoder = SharedPrefixDecoder(lm, tok, config_for_cap, decodings, [Generation("")] * len(token_ids), callback,
+                                  max_rows)
     decoder.stats["prompt_tokens"] = sum(len(ids) for ids in token_ids)
     if leaves:
         decoder.walk(leaves, decoder.new_cache(max(caps)), 0)

@@ -72,6 +72,25 @@ class _Reserving:
         self._k_buf = self._v_buf = None
         super().reset()
 
+    def batch_select_indices(self, indices) -> None:
+        """Keep the rows ``indices``: the buffers are gathered whole (one copy), so the next positions are still
+        written in place."""
+        k_buf = getattr(self, "_k_buf", None)
+        if k_buf is None or self.keys is None or self.keys.numel() == 0 or self.keys.data_ptr() != k_buf.data_ptr():
+            super().batch_select_indices(indices)
+            return
+        filled = self.keys.shape[-2]
+        self._k_buf, self._v_buf = k_buf[indices], self._v_buf[indices]
+        self.keys, self.values = self._k_buf[..., :filled, :], self._v_buf[..., :filled, :]
+
+    def adopt(self, k_buf, v_buf, filled: int) -> None:
+        """Hold the first ``filled`` positions of the buffers ``k_buf`` and ``v_buf`` (batch, heads, room, dim),
+        built by the caller, and write the next positions into their remaining room."""
+        if not self.is_initialized:
+            self.lazy_initialization(k_buf, v_buf)
+        self._k_buf, self._v_buf = k_buf, v_buf
+        self.keys, self.values = k_buf[..., :filled, :], v_buf[..., :filled, :]
+
 
 @functools.cache
 def reserving_layer_class():

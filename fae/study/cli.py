@@ -21,12 +21,14 @@ from pathlib import Path
 from real_fae_core.command import CommandConfig, CommandResult
 from real_fae_core.config import add_option_flags
 from real_fae_core.errors import RunFailure, UserError
+from real_fae_core.hashing import sha256_file
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 from data_prep.retrieval.pack import load_tokenizers, token_lengths
 from fae.ablation.runio import adapter_sha256
 from fae.ablation.shards import parse_shard
 from fae.backends import BackendError, backend_options, get_backend
+from fae.comparison.compare import load_families
 from fae.backends.hf import HFOptions
 from fae.backends.openai_backend import OpenAIOptions
 from fae.backends.vllm_backend import VLLMOptions
@@ -34,7 +36,7 @@ from fae.pave.cli import sampling_dtype
 from fae.probes.options import HFLoadFields, ServingFields, backend_field
 from fae.study import responses as rio
 from fae.study.grid import (CONTROL_CLAIMS, Condition, Pools, check_formats, control_claims, control_conditions,
-                            key_of, load_pools, primary_conditions)
+                            key_of, load_pools, primary_conditions, sample_claims)
 from fae.study.interfaces import ANSWER_TOKENS, FORMATS, submitted_evidence
 from fae.study.replicates import PAPER_SEEDS, SamplingParams, replicate_plan
 from fae.study.runner import Asker, ask, progress_bar
@@ -61,6 +63,8 @@ class StudyFields:
     control_claims: int = dataclasses.field(default=CONTROL_CLAIMS, metadata={"min": 0})
     tokenizer: list[str] | None = None
     limit: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    sample: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    families: str | None = None
     chunk_size: int = dataclasses.field(default=64, metadata={"min": 1})
     shard: str | None = None
     progress: bool = True
@@ -101,6 +105,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a tokenizer the budgets are counted in, for the gold control (repeat per model of the "
                         "study; default with --backend hf: the model's)")
     p.add_argument("--limit", type=int, help="only the first N claims (every unit of each)")
+    p.add_argument("--sample", type=int, metavar="N", help="a subset of at least N claims, whole families in "
+                   "the order of a hash of the family (families from --families; else each claim is one)")
+    p.add_argument("--families", help="`real-data families` file of the pools, for --sample")
     p.add_argument("--chunk-size", type=int, default=64, help="prompts per backend call and per write")
     p.add_argument("--shard", metavar="I/N", help="answer shard I of N (0-based) into OUTPUT/shards/I-of-N")
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -123,7 +130,11 @@ def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], for
             "seeds": list(config.seeds), "sampling": {"temperature": config.temperature, "top_p": config.top_p,
                                                        "top_k": config.top_k},
             "max_new_tokens": ANSWER_TOKENS, "control_claims": config.control_claims, "tokenizers": tokenizers,
-            "missed_relevant": pools.missed_relevant, "notes": pools.notes, "limit": config.limit}
+            "missed_relevant": pools.missed_relevant, "notes": pools.notes, "limit": config.limit,
+            "sample": None if not config.sample else {"claims": config.sample,
+                                                      "families_sha256": sha256_file(config.families)
+                                                      if config.families else None,
+                                                      "selected_claims": len({u.claim_id for u in pools.units})}}
 
 
 def unit_rows(pools: Pools, budgets: list[int], controls: set[str]) -> list[dict]:
@@ -170,12 +181,19 @@ def plan(pools: Pools, config: StudyConfig, budgets: list[int], formats: list[st
     return out, chosen
 
 
-def limited(pools: Pools, limit: int | None) -> Pools:
-    """The pools of the first ``limit`` claims (every unit of each)."""
-    if not limit:
+def limited(pools: Pools, config: StudyConfig) -> Pools:
+    """The pools of the first ``--limit`` claims, or of the ``--sample`` (every unit of each claim)."""
+    if config.limit and config.sample:
+        raise UserError("--limit and --sample both choose the claims: give one")
+    if config.families and not config.sample:
+        raise UserError("--families chooses whole families for --sample: give --sample N too")
+    if config.sample:
+        keep = set(sample_claims(pools.units, config.sample, load_families(config.families) if config.families
+                                 else {}))
+    elif config.limit:
+        keep = set(list(dict.fromkeys(u.claim_id for u in pools.units))[:config.limit])
+    else:
         return pools
-    claims = list(dict.fromkeys(u.claim_id for u in pools.units))[:limit]
-    keep = set(claims)
     return dataclasses.replace(pools, units=[u for u in pools.units if u.claim_id in keep],
                                missed_relevant={c: n for c, n in pools.missed_relevant.items() if c in keep})
 
@@ -218,7 +236,7 @@ def token_counter(tokenizers: list[str]):
 
 
 def run(config: StudyConfig) -> CommandResult:
-    pools = limited(load_pools(config.pools), config.limit)
+    pools = limited(load_pools(config.pools), config)
     budgets, formats = check_config(config, pools)
     shard = parse_shard(config.shard) if config.shard else None
     out = Path(config.output)

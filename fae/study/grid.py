@@ -184,6 +184,30 @@ def primary_conditions(unit: StudyUnit, sources: Sequence[int], budgets: Sequenc
             for s, b, f, r in itertools.product(sources, budgets, formats, replicates)]
 
 
+def sample_claims(units: Sequence[StudyUnit], n: int, family_of_unit: dict[str, str]) -> list[str]:
+    """At least ``n`` claims taken as whole families, families in the order of a hash of (dataset, family).
+
+    A family (``real-data families``: paraphrases, mutations, shared cited documents) is resampled whole
+    by the report's bootstrap, so a subset that split one would misstate the interval; a claim whose
+    units the file does not list is a family of its own. Families are taken until ``n`` claims are
+    reached, so the last one can take the count past ``n``.
+    """
+    family: dict[str, str] = {}
+    for u in units:
+        if u.id in family_of_unit:
+            family.setdefault(u.claim_id, "f:" + family_of_unit[u.id])
+    members: dict[str, list[str]] = {}
+    for claim in dict.fromkeys(u.claim_id for u in units):
+        members.setdefault(family.get(claim, "claim:" + claim), []).append(claim)
+    dataset = units[0].dataset if units else ""
+    chosen: list[str] = []
+    for name in sorted(members, key=lambda f: (derived_seed("sample", dataset, f), f)):
+        if len(chosen) >= n:
+            break
+        chosen += members[name]
+    return sorted(chosen)
+
+
 def control_claims(units: Sequence[StudyUnit], n: int) -> list[str]:
     """The ``n`` claims of the controls: the first by a hash of (dataset, claim id), not by position."""
     claims = sorted({u.claim_id for u in units}, key=lambda c: (derived_seed("controls", units[0].dataset, c), c))

@@ -93,7 +93,7 @@ def check_together(studies: list[dict]) -> None:
         if fc["pools_sha256"] != c["pools_sha256"]:
             raise UserError(f"{first['path']} and {s['path']} ({c['dataset']}) were run on different pools or "
                             "corpora (pools_sha256 differs): models are compared on the same units only")
-        for k in ("seeds", "budgets", "formats", "sources"):
+        for k in ("seeds", "budgets", "formats", "sources", "limit", "sample"):
             if fc.get(k) != c.get(k):
                 raise UserError(f"{first['path']} and {s['path']} ({c['dataset']}) differ in {k}: "
                                 f"{fc.get(k)} vs {c.get(k)}; run every model with the same grid")
