@@ -280,6 +280,43 @@ def test_hf_shared_prefixes_are_read_once_and_answer_as_one_prompt_at_a_time(hf_
     assert [g.text for g in rows] == [g.text for g in alone]
 
 
+@pytest.fixture(scope="module")
+def sliding_qwen(tiny_qwen, tmp_path_factory):
+    """The tiny Qwen2 with a sliding window of 16 on its second layer (weights x5, so answers vary)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(tiny_qwen)
+    config.use_sliding_window, config.sliding_window, config.max_window_layers = True, 16, 1
+    config.layer_types = ["full_attention", "sliding_attention"]
+    lm = AutoModelForCausalLM.from_pretrained(tiny_qwen, config=config)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.mul_(5.0)
+    out = tmp_path_factory.mktemp("sliding-qwen")
+    lm.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_qwen).save_pretrained(out)
+    return out
+
+
+def test_a_sliding_window_cache_is_never_padded_and_answers_as_one_prompt_at_a_time(sliding_qwen):
+    """A sliding-window layer drops positions by its own rule: its leaves are decoded alone, unpadded."""
+    from data_prep.prompts import encode_chat
+    from fae.backends.hf import generate_batched, greedy_config, load_hf_model
+    from fae.backends.prefix_tree import generate_shared
+
+    lm, tok = load_hf_model(sliding_qwen, None, "fp32", "cpu")
+    assert lm.config.layer_types == ["full_attention", "sliding_attention"]
+    prompts, decodings = _unit_grid(0)
+    ids = [encode_chat(tok, m) for m in prompts]
+    assert min(map(len, ids)) > 16  # every prompt is longer than the window
+    alone = [generate_batched(lm, tok, [x], greedy_config(lm, tok, 16), 1, sampling=[d])[0].text
+             for x, d in zip(ids, decodings)]
+    shared, counts = generate_shared(lm, tok, ids, decodings, lambda cap: greedy_config(lm, tok, cap), 16)
+    assert [g.text for g in shared] == alone
+    assert counts["decode_calls"] == counts["leaves"] == 4  # one call per distinct prompt: no padding
+
+
 # --- openai: the local test server --------------------------------------------------------------------------
 
 SENT = ("seed", "temperature", "top_p", "top_k", "max_tokens", "logprobs")
