@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -119,7 +120,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--pools", action="append", required=True, help="a `real-data retrieve` directory (repeat)")
     p.add_argument("--model", required=True)
-    p.add_argument("--units", type=int, default=6, help="units per pools directory (whole claims, hash order)")
+    p.add_argument("--units", type=int, nargs="+", default=[6],
+                   help="units per pools directory, one number or one per --pools (whole claims, hash order)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--batch-size", type=int, default=8, help="the batched path's batch (fae study's default)")
     p.add_argument("--chunk-size", type=int, default=64, help="the shared path's chunk (fae study's default)")
@@ -129,13 +131,16 @@ def main(argv=None) -> int:
     import transformers
 
     lm, tok = load_hf_model(args.model, None, args.dtype, "cpu")
-    result = {"benchmark": "study_throughput", "command": " ".join(["python", *sys.argv]),
+    result = {"benchmark": "study_throughput", "command": shlex.join(["python", "benchmarks/study_throughput.py",
+                                                                      *sys.argv[1:]]),
               "model": Path(args.model).name, "dtype": str(resolve_dtype(args.dtype, "cpu")).replace("torch.", ""),
               "torch": torch.__version__, "transformers": transformers.__version__,
               "threads": torch.get_num_threads(), "cpu": cpu_model_name(), "machine": platform.machine(),
               "batch_size": args.batch_size, "chunk_size": args.chunk_size, "answer_cap": ANSWER_TOKENS, "sets": {}}
-    for pools_dir in args.pools:
-        prompts, decodings, pools, n_units, n_claims = study_prompts(pools_dir, args.units)
+    if len(args.units) not in (1, len(args.pools)):
+        p.error(f"--units: one number or one per --pools ({len(args.pools)})")
+    for pools_dir, units in zip(args.pools, args.units * len(args.pools) if len(args.units) == 1 else args.units):
+        prompts, decodings, pools, n_units, n_claims = study_prompts(pools_dir, units)
         print(f"{pools.dataset}: {n_units} units of {n_claims} claims, {len(prompts)} prompts", file=sys.stderr)
         result["sets"][pools.dataset] = {"units": n_units, "claims": n_claims, "sources": pools.n_sources,
                                          "budgets": pools.budgets, **measure(lm, tok, prompts, decodings, args)}
