@@ -151,3 +151,26 @@ def test_pools_of_two_datasets_are_refused(pools, server, tmp_path, capsys):
     assert fae_main(args(mixed, tmp_path / "o", server.base_url)) == 2
     assert "mixes datasets check-covid, scifact" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def hf_args(pools: Path, out: Path, *extra: str) -> list[str]:
+    return ["study", "--pools", str(pools), "--output", str(out), "--model", str(DEMO), "--backend", "hf",
+            "--dtype", "fp32", "--seeds", "1103", "2207", "--control-claims", "1", "--sample", "2", "--no-progress",
+            *extra]
+
+
+def test_hf_study_end_to_end_answers_the_same_whatever_the_chunk(pools, tmp_path):
+    """`fae study --backend hf` on the demo's base model (fp32): the whole grid of a two-claim sample; chunks
+    of 192 prompts (shared prefixes read once, leaves decoded together) give the bytes that one prompt per
+    backend call gives; the report reads it."""
+    big, one = tmp_path / "big", tmp_path / "one"
+    assert fae_main(hf_args(pools, big, "--chunk-size", "192")) == 0
+    assert fae_main(hf_args(pools, one, "--chunk-size", "1")) == 0
+    lines = [json.loads(x) for x in (big / "responses.jsonl").read_text().splitlines()]
+    units = [json.loads(x) for x in (big / "units.jsonl").read_text().splitlines()]
+    assert len({u["claim_id"] for u in units}) == 2
+    assert len({x["answer"] for x in lines if x["kind"] == "primary"}) > 1  # the model answers, not one string
+    assert len([x for x in lines if x["kind"] == "primary"]) == len(units) * 2 * 2 * 2 * 3
+    assert json.loads((big / "study.json").read_text())["sample"]["selected_claims"] == 2
+    assert (big / "responses.jsonl").read_bytes() == (one / "responses.jsonl").read_bytes()
+    assert fae_main(["study-report", str(big), "--output", str(tmp_path / "r"), "--draws", "100"]) == 0
