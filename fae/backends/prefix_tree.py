@@ -117,7 +117,7 @@ class SharedPrefixDecoder:
         parts = list(branches.values())
         if len(parts) > 1 and mergeable(cache):  # the branches' first edges in one forward pass
             for leaf in ready:
-                self.ready.append((leaf, copy.deepcopy(cache)))
+                self.add_ready(leaf, copy.deepcopy(cache))
             for part, (child, at) in zip(parts, self.extend_siblings(cache, parts, done)):
                 self.walk(part, child, at)
             return
@@ -125,7 +125,7 @@ class SharedPrefixDecoder:
         for n, part in enumerate(parts):
             mine = cache if n == len(parts) - 1 else copy.deepcopy(cache)  # the last part takes the cache itself
             if len(part) == 1 and len(part[0].ids) == done + 1:
-                self.ready.append((part[0], mine))
+                self.add_ready(part[0], mine)
             else:
                 self.walk(part, mine, done)
 
@@ -152,6 +152,14 @@ class SharedPrefixDecoder:
                 child.update(layer.keys[row:row + 1, :, :stop], layer.values[row:row + 1, :, :stop], n)  # a copy
             children.append((child, stop))
         return children
+
+    def add_ready(self, leaf: Leaf, cache) -> None:
+        """Queue a leaf for decoding; decode the queue once it holds ``max_rows`` rows, so that no more than
+        about one batch of caches is held at a time (a chunk of distinct long prompts would otherwise hold
+        every prompt's cache until the end of the walk)."""
+        self.ready.append((leaf, cache))
+        if sum(len(x.rows) for x, _ in self.ready) >= self.max_rows:
+            self.flush()
 
     def flush(self) -> None:
         """Decode every ready leaf: per answer cap, leaves whose caches can be merged in batches of up to
