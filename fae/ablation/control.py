@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from fae.ablation.intervals import percentile_interval
+from fae.intervals import draw_units, percentile_interval
 from fae.ablation.population import evidence_claims, is_nei
 from fae.ablation.scores import (
     evidence_specific_sensitivity,
@@ -110,7 +110,7 @@ def control_metrics(claims: Sequence[Mapping], *, n_resamples: int = 2000, confi
             "confidence_level": confidence_level, "seed": seed}
     out["intervals"] = head
     if reason is None:
-        idx = np.random.default_rng(seed).integers(0, len(keep1), (int(n_resamples), len(keep1)))
+        idx = draw_units(len(keep1), n_resamples, seed)
         a0 = a[:, 0][idx].mean(axis=1)
         a1 = a[:, 1][idx].mean(axis=1)
         ac = c1[idx].mean(axis=1)

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
 from real_fae_core.labels import REFUTE, SUPPORT
 from fae.ablation.control import control_metrics, gold_only_metrics
-from fae.ablation.intervals import MIN_INTERVAL_UNITS, percentile_interval  # noqa: F401 - re-exported
+from fae.intervals import MIN_INTERVAL_UNITS, draw_units, percentile_interval  # noqa: F401 - re-exported
 from fae.ablation.population import evidence_claims, fae_claims, is_nei, mean_or_none
 from fae.ablation.scores import (  # noqa: F401 - re-exported: the metrics' building blocks
     end_state_retention, fae_scores, ideal_offset, immediate_sensitivity, is_valid, n_rounds, retention,
@@ -401,12 +401,10 @@ def _bootstrap_claims(claims: Sequence[Mapping], n_resamples: int, confidence_le
     """The claims resampled by :func:`metric_intervals` and :func:`chance_comparison`: the population in
     id order (the same draws in any file order), the (resamples, claims) index of each draw, and the
     header both results start with. The shared draw lets their intervals be read side by side."""
-    import numpy as np
-
     pop = sorted(evidence_claims(claims), key=lambda c: str(c["id"]))
     head = {"method": "percentile bootstrap over claims", "n_resamples": int(n_resamples),
             "confidence_level": confidence_level, "seed": seed, "n_claims": len(pop)}
-    idx = np.random.default_rng(seed).integers(0, len(pop), (int(n_resamples), len(pop))) if pop else None
+    idx = draw_units(len(pop), n_resamples, seed) if pop else None
     return pop, idx, head
 
 

@@ -31,6 +31,7 @@ from fae.ablation.metrics import compute_metrics, truncation_note, undefined_rea
 from fae.ablation.population import evidence_claims
 from fae.ablation.runio import load_run
 from fae.ablation.soft_metrics import claim_curves, soft_metrics
+from fae.intervals import draw_units, percentile_bounds
 
 LOW_ACCURACY = 0.5
 TABLE_COLUMNS = (
@@ -276,7 +277,8 @@ def soft_table(runs: Sequence[dict]) -> list[str]:
 
 def bootstrap_band(curves: Sequence[Sequence[float | None]], n_resamples: int = 1000, seed: int = 0,
                    confidence: float = 0.95):
-    """(mean, low, high) per round: percentile bootstrap over claims (claims with a value at that round)."""
+    """(mean, low, high) per round: percentile bootstrap over claims (claims with a value at that round);
+    the rounds draw one after another from one generator (fae.intervals: the draw and the percentile rule)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -287,11 +289,11 @@ def bootstrap_band(curves: Sequence[Sequence[float | None]], n_resamples: int = 
         if xs.size == 0:
             mean.append(None), lo.append(None), hi.append(None)
             continue
-        draws = xs[rng.integers(0, xs.size, size=(n_resamples, xs.size))].mean(axis=1)
-        a = (1 - confidence) / 2
+        draws = xs[draw_units(xs.size, n_resamples, rng)].mean(axis=1)
+        low, high = percentile_bounds(draws, confidence, spelling="numpy")
         mean.append(float(xs.mean()))
-        lo.append(float(np.quantile(draws, a)))
-        hi.append(float(np.quantile(draws, 1 - a)))
+        lo.append(float(low))
+        hi.append(float(high))
     return mean, lo, hi
 
 

@@ -15,7 +15,8 @@ products of four per-claim indicators ``a0, a1, d0, d1``:
 
 Uncertainty: a paired bootstrap over claims (or over whole claim families):
 one set of resampled units per draw, shared by every quantity, percentile
-intervals via ``scipy.stats.bootstrap``. All statistics here are functions of
+intervals via ``scipy.stats.bootstrap`` (:func:`fae.intervals.paired_bootstrap`; :mod:`fae.intervals`' docstring
+states the project's one interval convention). All statistics here are functions of
 per-unit *sums* of per-claim columns, so resampling families (units of
 unequal size) is exact: a drawn family contributes its claims' sums and its
 claim count, and each statistic is recomputed as a ratio of resampled sums.
@@ -26,9 +27,8 @@ Everything in this module is pure (no files, no printing) and tested in
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from fae.ablation.metrics import (
 )
 from fae.ablation.population import fae_claims, is_nei
 from fae.ablation.scores import end_state_retention, ideal_offset, immediate_sensitivity, safe_ratio
+from fae.intervals import BootstrapResult, paired_bootstrap, unit_index, unit_sums  # noqa: F401 - re-exported
 
 # An answer is correct when its label equals gold (invalid answers are wrong): the one
 # definition of metrics.json, so accounting and metrics can never disagree on a claim.
@@ -294,146 +295,8 @@ def corpus_f1_from_sums(sums: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-def unit_index(claim_ids: Sequence[str], families: Mapping[str, str] | None) -> np.ndarray:
-    """Map each claim to a resampling unit: itself, or its family (whole families resample together).
-
-    Raises ``KeyError`` listing (a few of) the claim ids the family map lacks.
-    """
-    if families is None:
-        return np.arange(len(claim_ids))
-    missing = [cid for cid in claim_ids if cid not in families]
-    if missing:
-        shown = ", ".join(repr(m) for m in missing[:5])
-        raise KeyError(f"{len(missing)} claim id(s) have no family: {shown}" + (" ..." if len(missing) > 5 else ""))
-    codes: dict[str, int] = {}
-    return np.array([codes.setdefault(str(families[cid]), len(codes)) for cid in claim_ids])
-
-
-def unit_sums(columns: np.ndarray, units: np.ndarray) -> np.ndarray:
-    """Sum per-claim columns (n_claims, k) within units -> (n_units, k)."""
-    columns = np.asarray(columns, float)
-    n_units = int(units.max()) + 1 if len(units) else 0
-    out = np.zeros((n_units, columns.shape[1]))
-    np.add.at(out, units, columns)
-    return out
-
-
-@dataclass(frozen=True)
-class BootstrapResult:
-    estimate: np.ndarray
-    ci_low: np.ndarray
-    ci_high: np.ndarray
-    standard_error: np.ndarray
-    n_units: int
-    n_resamples: int
-    confidence: float
-    undefined_draws: np.ndarray  # per output: draws where it was undefined (e.g. a ratio over 0)
-
-
-def _resample_counts(idx: np.ndarray, n_units: int) -> np.ndarray:
-    """How often each unit appears in each resample: (..., n_units) from indices (..., n_units)."""
-    flat = idx.reshape(-1, idx.shape[-1]).astype(np.int64)
-    rows = flat.shape[0]
-    offsets = (np.arange(rows, dtype=np.int64) * n_units)[:, None]
-    counts = np.bincount((flat + offsets).ravel(), minlength=rows * n_units)
-    return counts.reshape(idx.shape[:-1] + (n_units,))
-
-
-def _seed_axis_statistic(sums: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray]) -> Callable:
-    """The bootstrap statistic of (units, seeds, columns) sums: units and seed indices drawn independently,
-    one draw's units serving every drawn seed."""
-    n_units = sums.shape[0]
-
-    def boot_stat_seeds(idx, seed_idx, axis=-1):
-        idx = np.moveaxis(np.asarray(idx), axis, -1)
-        seed_idx = np.moveaxis(np.asarray(seed_idx), axis, -1)
-        per_seed = np.einsum("...u,usk->...sk", _resample_counts(idx, n_units), sums)
-        drawn = np.take_along_axis(per_seed, seed_idx[..., None].astype(np.int64), axis=-2)
-        return np.moveaxis(np.asarray(statistic(drawn), float), -1, 0)
-
-    return boot_stat_seeds
-
-
-def paired_bootstrap(
-    sums: np.ndarray,
-    statistic: Callable[[np.ndarray], np.ndarray],
-    *,
-    n_resamples: int = 10_000,
-    seed: int = 0,
-    confidence: float = 0.95,
-    max_batch_elements: int = 4_000_000,
-) -> BootstrapResult:
-    """Percentile bootstrap over units, every output computed on the same draws.
-
-    ``sums`` holds per-unit column sums (n_units, k); ``statistic`` maps column
-    sums (..., k) to outputs (..., q). Each draw picks n_units units with
-    replacement (``scipy.stats.bootstrap`` resamples the unit indices, one
-    sample, so pairing across systems and quantities is by construction);
-    the statistic is recomputed from the drawn units' summed columns, which
-    handles ratios of means (IS, micro precision) and families of unequal size.
-    Seeded with ``numpy.random.default_rng(seed)`` (PCG64).
-
-    ``sums`` (n_units, n_seeds, k): also n_seeds seed indices drawn independently (SPEC §10); ``statistic``
-    gets the drawn seeds' sums (..., n_seeds, k) and averages over them itself.
-    """
-    from scipy import (
-        stats,  # lazy: scipy costs ~3 s at import and `fae --help` needs none of it
-    )
-
-    sums = np.asarray(sums, float)
-    n_units = sums.shape[0]
-    if n_units < 2:
-        raise ValueError(f"need at least 2 resampling units, got {n_units}")
-    estimate = np.asarray(statistic(sums.sum(axis=0)), float)
-
-    def boot_stat(idx, axis=-1):
-        idx = np.moveaxis(np.asarray(idx), axis, -1)
-        counts = _resample_counts(idx, n_units)
-        return np.moveaxis(np.asarray(statistic(counts @ sums), float), -1, 0)
-
-    samples = (np.arange(n_units),)
-    if sums.ndim == 3:  # (units, seeds, columns): seeds resampled too (SPEC §10)
-        samples, boot_stat = (np.arange(n_units), np.arange(sums.shape[1])), _seed_axis_statistic(sums, statistic)
-    batch = max(1, int(max_batch_elements // max(n_units * (sums.shape[1] if sums.ndim == 3 else 1), 1)))
-    # Degenerate quantities are expected (E0 = 0 under label_accuracy, a
-    # metric that never varies on a tiny run): their interval is a point.
-    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        res = stats.bootstrap(
-            samples,
-            boot_stat,
-            vectorized=True,
-            n_resamples=n_resamples,
-            batch=batch,
-            confidence_level=confidence,
-            method="percentile",
-            rng=np.random.default_rng(seed),
-        )
-    low = np.array(res.confidence_interval.low, float, ndmin=1)
-    high = np.array(res.confidence_interval.high, float, ndmin=1)
-    se = np.array(res.standard_error, float, ndmin=1)
-    # A ratio (IS = 1 - a1/a0) is undefined on a draw where its denominator is
-    # 0. Such draws are counted and left out of that quantity's interval
-    # instead of turning the whole interval into NaN.
-    dist = np.array(res.bootstrap_distribution, float, ndmin=2)
-    finite = np.isfinite(dist)
-    undefined = (~finite).sum(axis=-1)
-    for i in np.flatnonzero(undefined):
-        ok = dist[i][finite[i]]
-        if ok.size:
-            alpha = (1 - confidence) / 2
-            low[i], high[i] = np.percentile(ok, [100 * alpha, 100 * (1 - alpha)])
-            se[i] = ok.std(ddof=1) if ok.size > 1 else np.nan
-    return BootstrapResult(
-        estimate=estimate,
-        ci_low=low,
-        ci_high=high,
-        standard_error=se,
-        n_units=n_units,
-        n_resamples=n_resamples,
-        confidence=confidence,
-        undefined_draws=undefined,
-    )
+# The unit bootstrap itself lives in fae.intervals (every interval of the project comes from there);
+# its names stay importable from here, where `fae compare` and the study report reach them.
 
 
 # ---------------------------------------------------------------------------

@@ -45,7 +45,8 @@ import numpy as np
 
 from real_fae_core.hashing import sha256_text
 from real_fae_core.labels import REFUTE, SUPPORT
-from fae.ablation.metrics import percentile_interval, same_label
+from fae.ablation.metrics import same_label
+from fae.intervals import draw_units, percentile_interval
 
 STATES = ("KK", "KU", "UK", "UU")
 STATE_NAMES = {"KK": "Known-Knows", "KU": "Known-Unknows", "UK": "Unknown-Knows", "UU": "Unknown-Unknows"}
@@ -185,10 +186,8 @@ def profile_intervals(states: Sequence[str], gold_evidence_correct: Sequence[flo
     n = len(states)
     ge = np.asarray(gold_evidence_correct, float)
     cf = None if counterfactual_correct is None else list(counterfactual_correct)
-    rng = np.random.default_rng(seed)
     draws = {k: [] for k in INTERVAL_KEYS}
-    for _ in range(int(n_resamples)):
-        idx = rng.integers(0, n, n)
+    for idx in draw_units(n, n_resamples, seed):  # one draw (resample) at a time: the profile is not vectorised
         prof = arbitration_profile(states[idx], ge[idx], None if cf is None else [cf[i] for i in idx])
         for k in INTERVAL_KEYS:
             draws[k].append(prof[k])

@@ -14,6 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
+from fae.intervals import unit_bootstrap
+
 # A displacement whose norm is at most this share of ||h(0)|| counts as zero.
 # Identical prompts give bit-identical states (prompts are deduplicated before
 # the forward pass), so this only guards against exact-zero edge cases.
@@ -62,8 +64,8 @@ def bootstrap_ci(
 ) -> dict:
     """Mean and percentile-bootstrap CI of the mean over claims.
 
-    Uses ``scipy.stats.bootstrap(method="percentile")`` with a seeded
-    generator. With no values everything is ``None``; with one value (or
+    Uses :func:`fae.intervals.unit_bootstrap` (``scipy.stats.bootstrap(method="percentile")``
+    over the claims, seeded). With no values everything is ``None``; with one value (or
     ``n_resamples == 0``) there is a mean but no interval.
     """
     x = np.asarray([v for v in values if v is not None], dtype=np.float64)
@@ -77,18 +79,9 @@ def bootstrap_ci(
         # Every resample has the same mean; scipy warns about a degenerate
         # distribution. The interval is the point itself.
         return {"mean": mean, "ci_low": mean, "ci_high": mean, "n": n}
-    from scipy.stats import bootstrap
-
-    res = bootstrap(
-        (x,),
-        np.mean,
-        n_resamples=int(n_resamples),
-        confidence_level=confidence_level,
-        method="percentile",
-        vectorized=True,
-        rng=np.random.default_rng(seed),
-    )
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    res = unit_bootstrap(lambda idx: np.mean(x[idx], axis=-1)[None], n, [mean], n_resamples=int(n_resamples),
+                         seed=seed, confidence=confidence_level)
+    lo, hi = float(res.ci_low[0]), float(res.ci_high[0])
     if not (math.isfinite(lo) and math.isfinite(hi)):
         lo = hi = None  # pragma: no cover - scipy degenerate case
     return {"mean": mean, "ci_low": lo, "ci_high": hi, "n": n}

@@ -26,7 +26,8 @@ from real_fae_core.errors import UserError
 from real_fae_core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
 from fae.ablation.metrics import has_complete_group
 from fae.comparison.accounting import (ACCOUNTING_COLUMNS, ACCOUNTING_OUTPUTS, F1_COLUMNS, accounting_from_sums,
-                                       corpus_f1_from_sums, paired_bootstrap)
+                                       corpus_f1_from_sums)
+from fae.intervals import paired_bootstrap
 from fae.study.interfaces import INVALID, study_dataset
 
 BOOTSTRAP_SEED = 20260916  # the paper's NumPy PCG64 seed

@@ -1,0 +1,218 @@
+"""Bootstrap intervals: every interval of the project comes from this module.
+
+The convention (stated here once; docs/architecture.md points here):
+
+* **Resampling unit.** A bootstrap draw picks ``n_units`` units with replacement: claims, or whole claim
+  families (:func:`unit_index`, :func:`unit_sums`), optionally x decoding seeds drawn independently
+  (:func:`unit_bootstrap` with ``n_seeds``). One draw serves every quantity computed from it, so
+  differences (B - A, IS - IS_ctrl) are paired by construction.
+* **The draw.** ``numpy.random.default_rng(seed)`` (PCG64), and the index matrix
+  ``rng.integers(0, n_units, (n_resamples, n_units))`` (:func:`draw_units`), which is exactly the draw
+  ``scipy.stats.bootstrap`` makes for one sample (in batches of rows: the same stream). Where a
+  statistic is a vectorised function of the drawn units, :func:`unit_bootstrap` runs it through
+  ``scipy.stats.bootstrap(method="percentile")``; where it is not (PAVE's profile, the claim-level
+  metrics of ``fae run``), the caller takes :func:`draw_units` and computes each draw itself.
+* **The percentile rule.** Linear interpolation between order statistics (Hyndman-Fan type 7, numpy's
+  and scipy's default) at ``(1 - confidence) / 2`` and ``1 - (1 - confidence) / 2``
+  (:func:`percentile_bounds`). The same quantile can be evaluated three ways that differ in the last
+  bits; ``spelling`` names which one a caller has always printed, so no number moves (see there).
+* **Undefined draws.** A statistic undefined on a draw (a ratio over an empty state: NaN/inf) is left out
+  of that quantity's interval and the share of draws that kept it is reported (``defined``,
+  ``undefined_draws``); :func:`percentile_interval` gives no interval below half of the draws, nor over
+  fewer than :data:`MIN_INTERVAL_UNITS` units.
+* **Results.** :class:`BootstrapResult` (arrays over a statistic's outputs) from :func:`unit_bootstrap`
+  and :func:`paired_bootstrap`; :func:`percentile_interval`'s ``{"ci_low", "ci_high", "defined"}`` is
+  the form one quantity takes in a JSON file.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+# No bootstrap interval is given over fewer resampled units (claims) than this: with a handful of claims a
+# percentile interval describes the few draws there are, not the verifier (a one-claim rate resamples to
+# the same value every time and would print a zero-width interval).
+MIN_INTERVAL_UNITS = 10
+
+SPELLINGS = ("numpy", "scipy", "percent")
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    estimate: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    standard_error: np.ndarray
+    n_units: int
+    n_resamples: int
+    confidence: float
+    undefined_draws: np.ndarray  # per output: draws where it was undefined (e.g. a ratio over 0)
+
+
+def draw_units(n_units: int, n_resamples: int, rng: np.random.Generator | int | None) -> np.ndarray:
+    """The bootstrap draw: (n_resamples, n_units) unit indices, drawn with replacement from ``rng`` (a
+    seed makes ``numpy.random.default_rng(seed)``; a Generator is drawn from and advanced)."""
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
+    return rng.integers(0, n_units, (int(n_resamples), n_units))
+
+
+def percentile_bounds(draws, confidence: float, *, spelling: str = "numpy") -> tuple[Any, Any]:
+    """(low, high): the percentile rule over the last axis of ``draws`` (NaN draws are the caller's to drop).
+
+    The rule is one: linear interpolation at ``alpha = (1 - confidence) / 2`` and ``1 - alpha``. ``spelling``
+    is how it is evaluated, kept per caller because the three agree only up to the last bits:
+    ``"numpy"`` ``numpy.quantile(draws, [alpha, 1 - alpha])`` (the claim-level intervals of ``fae run``,
+    ``fae report``'s bands, PAVE); ``"scipy"`` ``scipy.stats.quantile`` at the same points, what
+    ``scipy.stats.bootstrap(method="percentile")`` computes (:func:`unit_bootstrap`); ``"percent"``
+    ``numpy.percentile(draws, [100 alpha, 100 (1 - alpha)])`` (:func:`unit_bootstrap` over the defined
+    draws of an output that had undefined ones)."""
+    alpha = (1 - confidence) / 2
+    if spelling == "numpy":
+        lo, hi = np.quantile(draws, [alpha, 1 - alpha], axis=-1)
+    elif spelling == "percent":
+        lo, hi = np.percentile(draws, [100 * alpha, 100 * (1 - alpha)], axis=-1)
+    elif spelling == "scipy":
+        from scipy import stats  # lazy: scipy costs ~3 s at import and `fae --help` needs none of it
+
+        a = np.asarray(alpha, dtype=np.asarray(draws).dtype)
+        ci = stats.quantile(draws, np.stack((a, 1 - a), axis=-1), axis=-1)
+        lo, hi = ci[..., 0], ci[..., 1]
+    else:
+        raise ValueError(f"spelling must be one of {SPELLINGS}, got {spelling!r}")
+    return lo, hi
+
+
+def percentile_interval(draws, confidence_level: float = 0.95, n_units: int | None = None) -> dict[str, Any]:
+    """The percentile interval of a statistic's bootstrap draws; NaN draws (the statistic undefined in that
+    resample) are left out and ``defined`` is the share kept; below one half there is no interval, nor
+    when the draws resample fewer than :data:`MIN_INTERVAL_UNITS` units (``n_units``, e.g. claims)."""
+    x = np.asarray(draws, float)
+    finite = x[np.isfinite(x)]
+    share = float(finite.size / x.size) if x.size else 0.0
+    if n_units is not None and n_units < MIN_INTERVAL_UNITS:
+        return {"ci_low": None, "ci_high": None, "defined": share,
+                "reason": f"{n_units} claims: no interval below {MIN_INTERVAL_UNITS}"}
+    if finite.size == 0 or share < 0.5:
+        return {"ci_low": None, "ci_high": None, "defined": share}
+    lo, hi = percentile_bounds(finite, confidence_level, spelling="numpy")
+    return {"ci_low": float(lo), "ci_high": float(hi), "defined": share}
+
+
+def unit_index(claim_ids: Sequence[str], families: Mapping[str, str] | None) -> np.ndarray:
+    """Map each claim to a resampling unit: itself, or its family (whole families resample together).
+
+    Raises ``KeyError`` listing (a few of) the claim ids the family map lacks.
+    """
+    if families is None:
+        return np.arange(len(claim_ids))
+    missing = [cid for cid in claim_ids if cid not in families]
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5])
+        raise KeyError(f"{len(missing)} claim id(s) have no family: {shown}" + (" ..." if len(missing) > 5 else ""))
+    codes: dict[str, int] = {}
+    return np.array([codes.setdefault(str(families[cid]), len(codes)) for cid in claim_ids])
+
+
+def unit_sums(columns: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Sum per-claim columns (n_claims, k) within units -> (n_units, k)."""
+    columns = np.asarray(columns, float)
+    n_units = int(units.max()) + 1 if len(units) else 0
+    out = np.zeros((n_units, columns.shape[1]))
+    np.add.at(out, units, columns)
+    return out
+
+
+def resample_counts(idx: np.ndarray, n_units: int) -> np.ndarray:
+    """How often each unit appears in each resample: (..., n_units) from indices (..., n_units)."""
+    flat = idx.reshape(-1, idx.shape[-1]).astype(np.int64)
+    rows = flat.shape[0]
+    offsets = (np.arange(rows, dtype=np.int64) * n_units)[:, None]
+    counts = np.bincount((flat + offsets).ravel(), minlength=rows * n_units)
+    return counts.reshape(idx.shape[:-1] + (n_units,))
+
+
+def unit_bootstrap(statistic: Callable[..., np.ndarray], n_units: int, estimate, *, n_seeds: int = 0,
+                   n_resamples: int = 10_000, seed: int | None = 0, confidence: float = 0.95,
+                   batch: int | None = None) -> BootstrapResult:
+    """The one bootstrap: ``scipy.stats.bootstrap(method="percentile")`` over unit indices.
+
+    ``statistic(idx)`` gets drawn unit indices (..., n_units) and returns outputs (q, ...), one row per
+    quantity; with ``n_seeds`` it is ``statistic(idx, seed_idx)``, seed indices (..., n_seeds) drawn
+    independently of the units. ``estimate`` (q,) is the caller's value on the sample itself. Seeded
+    with ``numpy.random.default_rng(seed)``; ``batch`` draws that many resamples at a time (the same
+    stream). Intervals by :func:`percentile_bounds` (``"scipy"``); an output undefined (non-finite) on
+    some draws is counted in ``undefined_draws`` and its interval and standard error are taken over the
+    draws where it is defined (``"percent"``).
+    """
+    from scipy import stats  # lazy, as above
+
+    samples = (np.arange(n_units),) + ((np.arange(n_seeds),) if n_seeds else ())
+    # Degenerate quantities are expected (E0 = 0 under label_accuracy, a
+    # metric that never varies on a tiny run): their interval is a point.
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap(samples, lambda *idx, axis=-1: statistic(*(np.asarray(i).astype(np.int64) for i in idx)), vectorized=True,
+                              n_resamples=n_resamples, batch=batch, confidence_level=confidence,
+                              method="percentile", rng=np.random.default_rng(seed))
+        dist = np.array(res.bootstrap_distribution, float, ndmin=2)
+        low, high = (np.array(b, float, ndmin=1) for b in percentile_bounds(dist, confidence, spelling="scipy"))
+    se = np.array(res.standard_error, float, ndmin=1)
+    # A ratio (IS = 1 - a1/a0) is undefined on a draw where its denominator is
+    # 0. Such draws are counted and left out of that quantity's interval
+    # instead of turning the whole interval into NaN.
+    finite = np.isfinite(dist)
+    undefined = (~finite).sum(axis=-1)
+    for i in np.flatnonzero(undefined):
+        ok = dist[i][finite[i]]
+        if ok.size:
+            low[i], high[i] = percentile_bounds(ok, confidence, spelling="percent")
+            se[i] = ok.std(ddof=1) if ok.size > 1 else np.nan
+    return BootstrapResult(estimate=np.asarray(estimate, float), ci_low=low, ci_high=high, standard_error=se,
+                           n_units=n_units, n_resamples=n_resamples, confidence=confidence,
+                           undefined_draws=undefined)
+
+
+def paired_bootstrap(
+    sums: np.ndarray,
+    statistic: Callable[[np.ndarray], np.ndarray],
+    *,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    max_batch_elements: int = 4_000_000,
+) -> BootstrapResult:
+    """Percentile bootstrap over units, every output computed on the same draws.
+
+    ``sums`` holds per-unit column sums (n_units, k); ``statistic`` maps column
+    sums (..., k) to outputs (..., q). Each draw picks n_units units with
+    replacement (:func:`unit_bootstrap`: one sample of unit indices, so pairing
+    across systems and quantities is by construction); the statistic is
+    recomputed from the drawn units' summed columns, which handles ratios of
+    means (IS, micro precision) and families of unequal size.
+
+    ``sums`` (n_units, n_seeds, k): also n_seeds seed indices drawn independently (SPEC §10); ``statistic``
+    gets the drawn seeds' sums (..., n_seeds, k) and averages over them itself.
+    """
+    sums = np.asarray(sums, float)
+    n_units = sums.shape[0]
+    if n_units < 2:
+        raise ValueError(f"need at least 2 resampling units, got {n_units}")
+    estimate = np.asarray(statistic(sums.sum(axis=0)), float)
+
+    def boot_stat(idx):
+        return np.moveaxis(np.asarray(statistic(resample_counts(idx, n_units) @ sums), float), -1, 0)
+
+    def boot_stat_seeds(idx, seed_idx):  # one draw's units serving every drawn seed
+        per_seed = np.einsum("...u,usk->...sk", resample_counts(idx, n_units), sums)
+        drawn = np.take_along_axis(per_seed, seed_idx[..., None].astype(np.int64), axis=-2)
+        return np.moveaxis(np.asarray(statistic(drawn), float), -1, 0)
+
+    n_seeds = sums.shape[1] if sums.ndim == 3 else 0  # (units, seeds, columns): seeds resampled too
+    batch = max(1, int(max_batch_elements // max(n_units * (n_seeds or 1), 1)))
+    return unit_bootstrap(boot_stat_seeds if n_seeds else boot_stat, n_units, estimate, n_seeds=n_seeds,
+                          n_resamples=n_resamples, seed=seed, confidence=confidence, batch=batch)
