@@ -99,6 +99,12 @@ def check_together(studies: list[dict]) -> None:
                                 f"{fc.get(k)} vs {c.get(k)}; run every model with the same grid")
 
 
+def model_label(model: str) -> str:
+    """A model as the tables and the figure name it: a local directory by its name, a hub id as given (the
+    JSON keeps what was passed)."""
+    return Path(model).name if model.startswith(("/", ".", "~")) else model
+
+
 def family_mapper(files: list[str] | None):
     """unit -> family: the family file's entry for the unit id, else of another unit of its claim, else the claim."""
     fams: dict[str, str] = {}
@@ -219,7 +225,7 @@ def render_markdown(report: dict) -> str:
     for p in report["panels"]:
         for name in p["primary"]:
             v = p["values"][name]
-            lines.append(f"| {p['dataset']} | {p['model']} | {name} | {_interval(v)} | "
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_interval(v)} | "
                          f"{v['seed_signs_agreeing']}/{p['seeds']} |")
     lines += ["", "## Scores and evidence gain per format and budget (mean over sampled seeds)", "",
               "| Dataset | Model | Budget | Format | S00 | S01 | S10 | S11 | E0 | E1 | E0 of identical valid answers |",
@@ -229,7 +235,7 @@ def render_markdown(report: dict) -> str:
         for key in sorted({k.rsplit("/", 1)[0] for k in v if k.count("/") == 2 and not k.startswith("budget")}):
             f, budget = key.split("/")
             cells = " | ".join(_f(v[f"{key}/{q}"]["estimate"]) for q in an.CELL_NAMES)
-            lines.append(f"| {p['dataset']} | {p['model']} | {budget} | {f} | {cells} | "
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {budget} | {f} | {cells} | "
                          f"{_f(v[key + '/E0_identical_answers']['estimate'])} |")
     lines += crossing_table(report) + control_table(report)
     return "\n".join(lines) + "\n"
@@ -243,13 +249,13 @@ def crossing_table(report: dict) -> list[str]:
         if "crossing/input_first.input" not in v:
             continue
         for order in ("input_first", "scoring_first"):
-            lines.append(f"| {p['dataset']} | {p['model']} | {order.replace('_', ' ')} | "
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {order.replace('_', ' ')} | "
                          f"{_interval(v[f'crossing/{order}.input'])} | {_interval(v[f'crossing/{order}.scoring'])} |")
     lines += ["", "| Dataset | Model | Budget | E0 | Product | Covariance |", "|---|---|---|---|---|---|"]
     for p in report["panels"]:
         v = p["values"]
         for key in sorted({k.rsplit("/", 1)[0] for k in v if k.startswith("budget/")}, key=lambda k: int(k[7:])):
-            lines.append(f"| {p['dataset']} | {p['model']} | {key[7:]} | {_f(v[key + '/E0']['estimate'], 3)} | "
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {key[7:]} | {_f(v[key + '/E0']['estimate'], 3)} | "
                          f"{_f(v[key + '/E0_product']['estimate'], 3)} | {_f(v[key + '/E0_covariance']['estimate'], 3)} |")
     return lines
 
@@ -259,13 +265,13 @@ def control_table(report: dict) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     for p in report["panels"]:
         for name, c in p["controls"].items():
-            lines.append(f"| {p['dataset']} | {p['model']} | {name} | {c['planned']} | {c['feasible']} | "
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {c['planned']} | {c['feasible']} | "
                          f"{c['measure']} | {_f(c['rate'])} |")
     lines += ["", "## Answer accuracy and invalid rate", "", "| Dataset | Model | Condition | n | Accuracy | Invalid |",
               "|---|---|---|---|---|---|"]
     for p in report["panels"]:
         for k, d in p["diagnostics"].items():
-            lines.append(f"| {p['dataset']} | {p['model']} | {k} | {d['n']} | {_f(d['answer_accuracy'])} | "
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {k} | {d['n']} | {_f(d['answer_accuracy'])} | "
                          f"{_f(d['invalid_rate'])} |")
     return lines
 
@@ -277,7 +283,7 @@ def write_figure(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [(f"{p['dataset']} {p['model']} {n}", p["values"][n]) for p in report["panels"] for n in p["primary"]]
+    rows = [(f"{p['dataset']} {model_label(p['model'])} {n}", p["values"][n]) for p in report["panels"] for n in p["primary"]]
     fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(rows) + 1.2))
     for i, (label, v) in enumerate(rows):
         est = v["estimate"] if v["estimate"] is not None else np.nan
