@@ -3,7 +3,9 @@
 Each subcommand lives in its own module: its typed options ``CONFIG`` (a dataclass),
 ``add_arguments(parser)`` or, for `fae run` and `fae checkpoints`, its own ``parse_args`` and
 ``make_parser``, and ``run(config) -> CommandResult`` (:mod:`real_fae_core.command`); the run
-itself is a library module the command imports. This file only dispatches.
+itself is a library module the command imports. This file maps each subcommand to its module and
+dispatches (:func:`real_fae_core.cli.dispatch`); a rank under ``accelerate launch`` is also tied to
+its launcher and sibling ranks here.
 """
 
 from __future__ import annotations

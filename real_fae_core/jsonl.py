@@ -117,7 +117,7 @@ def iter_decoded(path: str | os.PathLike) -> Iterator[tuple[int, Any, bool]]:
     is skipped), so an encoding problem names its line and byte offset instead
     of surfacing as a bare UnicodeDecodeError. Whole-file problems (a directory,
     a compressed or UTF-16 file) raise :class:`RecordFileError` at once.
-    A missing file raises FileNotFoundError as before.
+    A missing file raises FileNotFoundError.
     """
     path = Path(path)
     if path.is_dir():

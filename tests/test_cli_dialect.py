@@ -165,7 +165,7 @@ def test_run_given_twice_is_a_usage_error(capsys):
 
 
 def test_through_the_entry_point_the_old_spelling_still_runs(tmp_path, capsys):
-    """`fae probe-report --labels` end to end: the warning names the command and the run ends as before."""
+    """`fae probe-report --labels` end to end: the warning names the command and the run ends as with `--names`."""
     from fae.cli import main
 
     code = main(["probe-report", str(tmp_path / "missing"), "--output", str(tmp_path / "o"), "--labels", "a"])

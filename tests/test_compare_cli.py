@@ -114,7 +114,7 @@ def test_errors_are_clear(runs, tmp_path, capsys):
     lines = (bad / "claims.jsonl").read_text().splitlines()
     lines[2] = lines[2].replace('"cited": [1]', '"cited": "x"', 1)
     (bad / "claims.jsonl").write_text("\n".join(lines) + "\n")
-    (bad / "metrics.json").unlink()  # else refused first: metrics.json no longer matches claims.jsonl
+    (bad / "metrics.json").unlink()  # else refused first: metrics.json does not match the edited claims.jsonl
     assert main(["compare", str(a), str(bad), "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "claims.jsonl:3: claim 'c3': field 'rounds[0].cited'" in err

@@ -303,7 +303,7 @@ def test_a_rerun_clears_the_previous_demo_results(tmp_path):
         (out / rel).write_text("old run")
     (out / "mine.txt").write_text("not a demo file")
     claim_output(out).release()
-    # a run killed after this point cannot leave the old summary beside its partial runs
+    # a run killed after this point cannot leave an earlier run's summary beside its partial runs
     assert not any((out / rel).exists() for rel in ("summary.json", "report.md", "dirk.png", "runs", "models"))
     assert (out / "mine.txt").exists()  # only what the demo writes is removed
 

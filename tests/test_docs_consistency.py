@@ -52,7 +52,7 @@ def test_data_md_fatal_convert_errors_state_their_real_exit_code():
     from data_prep.converters.base import InputError
 
     m = re.search(r"\*\*Fatal\*\* \([^)]*?exit (\d+)", _text(ROOT / "docs" / "data.md"))
-    assert m, "docs/data.md: the Fatal bullet no longer states an exit code"
+    assert m, "docs/data.md: the Fatal bullet states no exit code"
     assert int(m.group(1)) == InputError("f.jsonl", 1, None, "x").exit_code
 
 
@@ -200,4 +200,4 @@ def test_record_examples_are_valid_records(page):
             ClaimRecord.from_dict(obj)  # raises RecordError naming the field
             checked += 1
     if page.name == "README.md":
-        assert checked == 1, "README's record example is no longer a JSON block"
+        assert checked == 1, "README's record example is not a JSON block"

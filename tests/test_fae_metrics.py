@@ -157,7 +157,7 @@ def test_zero_rounds_and_empty_input():
 
 
 def test_nei_gold_claims_of_old_runs_are_excluded_from_every_metric():
-    """SPEC §1: an old run's NEI-gold claims used to count in Acc/Strict/FEVER (4/5, 3/5) but not in a_r."""
+    """SPEC §1: NEI-gold claims in claims.jsonl count in no metric (else Acc/Strict/FEVER: 4/5, 3/5)."""
     cl = mixed_claims() + [claim("N", NEI, [], [rnd(r, [0, 1], NEI, reused=r > 0) for r in range(3)])]
     m = M.compute_metrics(cl)
     ref = M.compute_metrics(mixed_claims())

@@ -412,7 +412,7 @@ def test_the_fleet_benchmark_fails_a_run_that_sent_no_routing_key():
     assert scale.fleet_ok(fleet_result(scale, keyed))
     no_key = [[{"session": None, "claim": c} for c in claims for _ in range(3)], []]
     res = fleet_result(scale, no_key)
-    assert res["claims_on_one_server_share"] == 1.0  # what the old condition read alone
+    assert res["claims_on_one_server_share"] == 1.0  # this share alone would pass: the routing-key share below fails it
     assert res["requests_with_routing_key_share"] == 0.0 and not scale.fleet_ok(res)
     # a key on every request but all claims on one server (the router ignored it), or a claim split
     one_server = [[r for rows in keyed for r in rows], []]

@@ -41,7 +41,7 @@ def test_the_check_runs_on_one_thread_and_restores_the_callers():
 
 def test_tolerance_is_a_few_ulps_of_the_largest_logit_in_its_dtype():
     ref = torch.tensor([-3.0, 25.0, 1.0])
-    assert verify_tolerance(ref, "float32") == pytest.approx(4 * 2 ** -23 * 25)  # 1.2e-5: the old 1e-4 hid more
+    assert verify_tolerance(ref, "float32") == pytest.approx(4 * 2 ** -23 * 25)  # 1.2e-5; a fixed 1e-4 hides more
     assert verify_tolerance(ref, "bfloat16") == pytest.approx(4 * 2 ** -7 * 25)
     assert verify_tolerance(torch.tensor([0.01]), "float32") == pytest.approx(4 * 2 ** -23)  # floor at |logit| 1
 

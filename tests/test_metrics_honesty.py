@@ -83,7 +83,7 @@ def test_records_file_without_support_or_refute_is_exit_2_one_line(shared_data, 
 
 
 def test_old_run_with_nei_gold_claims_hand_computed():
-    """An old run's claims.jsonl still holds NEI-gold claims: Acc/Strict/FEVER used to count them (4/6)."""
+    """A claims.jsonl that holds NEI-gold claims: Acc/Strict/FEVER leave them out (counting them would give 4/6)."""
     nei_right = claim("N1", NEI, [], [rnd(r, [0, 1], NEI, reused=r > 0) for r in range(3)])
     nei_wrong = claim("N2", NEI, [], [rnd(0, [0, 1], "SUPPORT", [0]), rnd(1, [1], NEI), rnd(2, [1], NEI, reused=True)])
     m = M.compute_metrics(mixed_claims() + [nei_right, nei_wrong])
@@ -162,7 +162,7 @@ def test_report_shows_na_with_reason_and_answer_rates(tmp_path):
     d = tmp_path / "bad"
     d.mkdir()
     old = M.compute_metrics(all_invalid_claims())
-    # a metrics.json written by the old code: IO = 1.0 and no reasons; it must not show as 100
+    # a stored metrics.json with IO = 1.0 and no *_reason keys (an undefined IO): it must not show as 100
     old = {k: v for k, v in old.items() if not k.endswith("_reason")} | {"IO": 1.0}
     _write_claims(d, all_invalid_claims())
     seal_run(d, metrics=old)
@@ -256,7 +256,7 @@ def test_openai_finish_reason_length_is_truncated(shared_data, tmp_path, capsys)
 
 @register("test-plain-strings")
 class PlainStringBackend(Backend):
-    """A third-party backend of the old interface: plain strings, no finish reason."""
+    """A third-party backend that returns plain strings (no finish reason)."""
 
     def generate(self, prompts, callback=None):
         if callback:

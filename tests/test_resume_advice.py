@@ -1,8 +1,9 @@
 """A refused resume must not advise a change that the next check refuses too.
 
-The "nothing left to train" refusal used to say "raise max_steps (with
---resume_with_changes true)", but max_steps is fixed on resume: following the
-advice gave a second refusal. Checked against real checkpoint folders.
+The "nothing left to train" refusal advises ``--start_over true``, not
+"raise max_steps (with --resume_with_changes true)": max_steps is fixed on
+resume, so that advice would meet a second refusal. Checked against real
+checkpoint folders.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def test_finished_checkpoint_advice_can_be_followed(tmp_path):
     advice = str(first.value)
     assert "--start_over true" in advice and "a resume cannot change max_steps" in advice
     assert "raise max_steps" not in advice
-    # the advice it no longer gives (raise max_steps, pass --resume_with_changes) is refused by the next check
+    # the advice it does not give (raise max_steps, pass --resume_with_changes) is refused by the next check
     raised = {**settings, "max_steps": 12}
     with pytest.raises(UserError, match="max_steps"):
         resume_checks.check_resume(ckpt, raised, max_steps=12, allow_changes=True)

@@ -160,8 +160,8 @@ def _show(key: str, old, new) -> str:
 
 
 def dtype_hint(key: str, old, new) -> str:
-    """Why a run made in fp32 on a CPU now differs in dtype: ``--dtype auto`` became bf16 on a CPU with native
-    bf16; the old dtype, asked for by name, resumes it."""
+    """Why a run stored in fp32 differs in dtype from this command: ``--dtype auto`` is bf16 on a CPU with native
+    bf16; the stored dtype, asked for by name (``--dtype fp32``), resumes it."""
     if key != "decoding" or not isinstance(old, dict) or not isinstance(new, dict):
         return ""
     if old.get("dtype") == "float32" and new.get("dtype") == "bfloat16":

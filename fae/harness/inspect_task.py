@@ -59,7 +59,7 @@ TASK_NAME = "real_fae/fae"
 # Where a sample keeps its partial claims.jsonl entry: the rounds, control and gold-only answers
 # completed so far (the sample's store, saved in the log even when the sample errs)
 STORE_KEY = "real_fae:claim"
-# Where logs of earlier versions of the task kept the completed rounds (a list)
+# Also read: a store that holds the completed rounds as a list under this key (logs written without STORE_KEY)
 OLD_STORE_KEY = "real_fae:rounds"
 # Where a sample keeps the dtype its model provider ran the weights in (config.json's decoding.dtype)
 DTYPE_KEY = "real_fae:dtype"
@@ -363,7 +363,7 @@ def table_text(text: str, limit: int | None = None) -> str:
 
 
 def stored_rounds(store: Any) -> list:
-    """The rounds a sample's store holds (its partial entry's; a list under the old key in older logs)."""
+    """The rounds a sample's store holds (its partial entry's, or the list under ``OLD_STORE_KEY``)."""
     store = store or {}
     entry = store.get(STORE_KEY)
     if isinstance(entry, dict):

@@ -127,8 +127,8 @@ def log_claims(log: EvalLog) -> tuple[list[str], list[dict], dict[str, str]]:
 
 def log_dtype(log: EvalLog, claim_ids: list[str]) -> str | None:
     """The dtype the provider ran the weights in (``fae run``'s ``decoding.dtype``), as the task's solver
-    recorded it in each sample's store; from the model args (``-M dtype=`` / ``torch_dtype=``) in a log of an
-    earlier version of the task, else None (unknown). Samples that disagree are one line: a run has one dtype."""
+    recorded it in each sample's store; from the model args (``-M dtype=`` / ``torch_dtype=``) in a log whose
+    samples carry no recorded dtype, else None (unknown). Samples that disagree are one line: a run has one dtype."""
     wanted = set(claim_ids)
     seen = {str(s.store[DTYPE_KEY]) for s in (log.samples or [])
             if str(s.id) in wanted and (s.store or {}).get(DTYPE_KEY) is not None}

@@ -25,9 +25,9 @@ Answers are written to ``OUTPUT/samples.jsonl`` chunk by chunk; rerunning
 the same command resumes. ``pave.json`` and ``pave.md`` hold the results.
 
 This module is the command (options, checks, the run); the jobs live beside
-it: ``pave_prompts`` (conditions and prompts), ``pave_sampling`` (backends),
-``pave_io`` (samples.jsonl), ``pave_analysis`` + ``pave_metrics`` (numbers),
-``pave_report`` (pave.md).
+it in :mod:`fae.pave`: ``prompts`` (conditions and prompts), ``sampling``
+(backends), ``io`` (samples.jsonl), ``analysis`` + ``metrics`` (numbers),
+``report`` (pave.md).
 """
 
 from __future__ import annotations
@@ -239,12 +239,13 @@ def run(config: PaveConfig) -> CommandResult:
 # "sampling" names the seeding scheme (answers seeded per prompt by (seed, claim id, condition)).
 SAMPLING_SCHEME = "per-prompt-seed-1"
 # Contents, not only paths (as `fae run`): a records file or adapter rewritten in place (a retrained adapter
-# at the same path, counterfactuals rebuilt into the records) is another run, never mixed with the old samples.
+# at the same path, counterfactuals rebuilt into the records) is another run, never mixed with the samples
+# already in OUTPUT.
 # The dtype the model ran in is recorded for hf (auto = bf16 on a CPU with native bf16, else fp32) and vllm.
 FINGERPRINT = ("records", "records_sha256", "backend", "model", "adapter", "adapter_sha256", "samples",
                "temperature", "jsd_samples", "jsd_temperature", "max_new_tokens", "seed", "sampling", "dtype",
                "line_ids")
-# Flags whose absence from an older config.json means off (they were not there before the flag existed).
+# Flags a stored config.json may lack (one written without them): absent means off.
 FINGERPRINT_FLAGS = ("constrained_decoding", "prefill_once")
 
 
