@@ -355,7 +355,7 @@ def test_openai_a_server_refusing_top_k_is_asked_without_it_and_the_record_says_
     with LocalOpenAIServer(responder=_echo, faults=lambda body, attempt: "400" if "top_k" in body else None) as srv:
         backend = _openai(srv.base_url, concurrency=1)
         answers = backend.generate_rows(prompts, decodings)
-        assert srv.count(outcome="400") == 1  # refused once: the requests queued meanwhile no longer send it
+        assert srv.count(outcome="400") == 1  # refused once: the requests queued meanwhile are sent without it
     for answer, d in zip(answers, decodings):
         assert json.loads(answer.text)["top_k"] is None and json.loads(answer.text)["seed"] == d.seed
         assert "top_k" not in answer.decoding and answer.decoding["seed"] == d.seed

@@ -161,7 +161,7 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
     unconstrained distribution).
     ``sampling``: one :class:`~fae.backends.RowDecoding` per prompt; a sampled row draws from its own
     seeded generator (:mod:`fae.backends.seeded`), so its answer does not depend on the batch; greedy rows
-    (and every row when ``sampling`` is None) decode as before.
+    (and every row when ``sampling`` is None) decode greedily, untouched by the sampler.
     """
     import torch
 
@@ -261,7 +261,7 @@ class HFBackend(Backend):
         ids = [encode_chat(self.tok, m) for m in prompts]
         self.stats["generate_calls"] += (len(ids) + self.batch_size - 1) // self.batch_size
         self.stats["prompts"] += len(ids)
-        if self.constraint is None:  # the call as before the option (wrappers such as gpu_check rely on it)
+        if self.constraint is None:  # no schemas, no constraint arguments (wrappers such as gpu_check call it so)
             return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
                                     label_probs=self.label_probs)
         out = generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
