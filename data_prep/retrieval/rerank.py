@@ -36,8 +36,8 @@ def best_first(scores: Sequence[float]) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
 
 
-class Reranker:
-    """A loaded cross-encoder; :meth:`order` ranks one pool."""
+class LoadedOrdering:
+    """A second-ordering model loaded by name or directory (``kind`` says which sentence-transformers class)."""
 
     kind = CROSS_ENCODER
 
@@ -46,7 +46,17 @@ class Reranker:
         self.batch_size = batch_size
         self.model = load_model(name, self.kind)
         self.tokenizer = self.model.tokenizer
-        self.max_tokens = MAX_PAIR_TOKENS
+        self.max_tokens = self.token_limit()
+
+    def token_limit(self) -> int:
+        """Where an input is cut: the paper's 512 tokens for a (claim, unit) pair."""
+        return MAX_PAIR_TOKENS
+
+
+class Reranker(LoadedOrdering):
+    """A loaded cross-encoder; :meth:`order` ranks one pool."""
+
+    kind = CROSS_ENCODER
 
     def order(self, claim: str, texts: Sequence[str]) -> tuple[list[int], list[int]]:
         """(unit positions best first, positions whose pair was cut at 512 tokens)."""
@@ -60,17 +70,14 @@ class Reranker:
         return best_first(scores), [i for i, n in enumerate(lengths) if n > self.max_tokens]
 
 
-class BiEncoder:
+class BiEncoder(LoadedOrdering):
     """A loaded bi-encoder (sentence embeddings); :meth:`order` ranks one pool by cosine to the claim."""
 
     kind = BI_ENCODER
 
-    def __init__(self, name: str, batch_size: int = 32):
-        self.name = name
-        self.batch_size = batch_size
-        self.model = load_model(name, self.kind)
-        self.tokenizer = self.model.tokenizer
-        self.max_tokens = int(self.model.max_seq_length)
+    def token_limit(self) -> int:
+        """Where a text is cut: the model's own maximum (claim and unit are embedded apart)."""
+        return int(self.model.max_seq_length)
 
     def embed(self, texts: Sequence[str]):
         """Unit-length embeddings of ``texts`` (float32 rows), in batches of ``batch_size``."""
