@@ -189,3 +189,23 @@ def test_bad_studies_are_one_line_and_nothing_is_written(case, fragment, tmp_pat
         rep.run(rep.StudyReportConfig(studies=studies, output=str(out), draws=50))
     assert fragment in str(err.value) and "\n" not in str(err.value)
     assert not out.exists()
+
+
+def test_two_invalid_answers_agree_on_nothing_in_the_valid_pairs():
+    """A verifier that answers INVALID everywhere agrees with itself under every control: the rate says
+    100, the valid pairs say there is nothing to agree on."""
+    def line(kind, control, answer, unit="u1"):
+        return {"kind": kind, "unit": unit, "source": 0, "budget": 256, "format": "codes", "replicate": 0,
+                "control": control, "answer": answer}
+
+    study = {"units": [{"id": "u1", "gold_label": "SUPPORT"}, {"id": "u2", "gold_label": "REFUTE"}],
+             "lines": [line("primary", None, "INVALID"), line("primary", None, "SUPPORT", "u2"),
+                       line("control", "order", "INVALID"), line("control", "order", "SUPPORT", "u2"),
+                       line("control", "swap", "REFUTE", "u2"), line("control", "mapping", "INFEASIBLE"),
+                       line("control", "claim_only", "INVALID")]}
+    got = rep.controls(study)
+    assert got["order"]["rate"] == 100.0 and got["order"]["valid_pairs"] == 1 and got["order"]["valid_rate"] == 100.0
+    assert got["order"]["invalid"] == 1
+    assert got["swap"]["rate"] == 0.0 and got["swap"]["valid_rate"] == 0.0
+    assert got["mapping"]["feasible"] == 0 and got["mapping"]["valid_rate"] is None
+    assert got["claim_only"]["valid_rate"] is None and got["claim_only"]["invalid"] == 1

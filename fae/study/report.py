@@ -161,7 +161,8 @@ def controls(study: dict) -> dict:
     gold = {u["id"]: u["gold_label"] for u in study["units"]}
     canon = {(x["unit"], x["source"], x["budget"], x["format"]): x["answer"] for x in study["lines"]
              if x["kind"] == "primary" and x["replicate"] == 0}
-    out: dict = defaultdict(lambda: {"planned": 0, "feasible": 0, "hits": 0})
+    out: dict = defaultdict(lambda: {"planned": 0, "feasible": 0, "hits": 0, "invalid": 0, "valid_pairs": 0,
+                                     "valid_hits": 0})
     for x in study["lines"]:
         if x["kind"] != "control":
             continue
@@ -170,12 +171,26 @@ def controls(study: dict) -> dict:
         if x["answer"] == "INFEASIBLE":
             continue
         row["feasible"] += 1
+        row["invalid"] += x["answer"] == "INVALID"
         if x["control"] in ("claim_only", "gold"):
             row["hits"] += x["answer"] == gold[x["unit"]]
-        else:
-            row["hits"] += x["answer"] == canon.get((x["unit"], x["source"], x["budget"], x["format"]))
-    return {k: {**v, "measure": "answer accuracy" if k in ("claim_only", "gold") else "agreement with canonical",
-                "rate": 100.0 * v["hits"] / v["feasible"] if v["feasible"] else None} for k, v in sorted(out.items())}
+            continue
+        canonical = canon.get((x["unit"], x["source"], x["budget"], x["format"]))
+        row["hits"] += x["answer"] == canonical
+        if x["answer"] != "INVALID" and canonical not in (None, "INVALID"):  # two INVALIDs agree on nothing
+            row["valid_pairs"] += 1
+            row["valid_hits"] += x["answer"] == canonical
+    return {k: control_rates(k, v) for k, v in sorted(out.items())}
+
+
+def control_rates(name: str, counts: dict) -> dict:
+    """A control's counts with its rates: accuracy or agreement over the feasible prompts, and agreement
+    over the pairs where both answers are valid (None for the accuracy controls and without such pairs)."""
+    accuracy = name in ("claim_only", "gold")
+    return {**counts, "measure": "answer accuracy" if accuracy else "agreement with canonical",
+            "rate": 100.0 * counts["hits"] / counts["feasible"] if counts["feasible"] else None,
+            "valid_rate": None if accuracy or not counts["valid_pairs"]
+            else 100.0 * counts["valid_hits"] / counts["valid_pairs"]}
 
 
 def run(config: StudyReportConfig) -> CommandResult:
@@ -261,12 +276,15 @@ def crossing_table(report: dict) -> list[str]:
 
 
 def control_table(report: dict) -> list[str]:
-    lines = ["", "## Greedy controls", "", "| Dataset | Model | Control | Planned | Feasible | Measure | Rate |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["", "## Greedy controls", "", "Agreement counts two INVALID answers as agreeing; *valid pairs* and their "
+             "agreement leave them out.", "",
+             "| Dataset | Model | Control | Planned | Feasible | Invalid | Measure | Rate | Valid pairs | Their agreement |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for p in report["panels"]:
         for name, c in p["controls"].items():
+            valid = "" if c["measure"] == "answer accuracy" else c["valid_pairs"]
             lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {c['planned']} | {c['feasible']} | "
-                         f"{c['measure']} | {_f(c['rate'])} |")
+                         f"{c['invalid']} | {c['measure']} | {_f(c['rate'])} | {valid} | {_f(c['valid_rate'])} |")
     lines += ["", "## Answer accuracy and invalid rate", "", "| Dataset | Model | Condition | n | Accuracy | Invalid |",
               "|---|---|---|---|---|---|"]
     for p in report["panels"]:
