@@ -316,5 +316,5 @@ def write_figure(report: dict, path: Path) -> None:
     ax.set_xlabel("effect on E0 (points), Bonferroni-adjusted interval")
     fig.tight_layout()
     with atomic_file(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
