@@ -134,6 +134,25 @@ def test_decision_rule():
     assert an.decision(small)["label"] == "bounded stability"
 
 
+def test_intervals_near_zero_from_invalid_answers_are_not_stability():
+    """A model that answers nothing has E0 = 0 everywhere and intervals [0, 0]: inside [-2, 2], but that is
+    the absence of answers. A format whose answers are mostly INVALID keeps the label off "bounded stability"
+    and is named."""
+    def with_invalid(panel, codes, labels):
+        panel["diagnostics"] = {"codes/256/source0/greedy": {"n": 10, "invalid_rate": codes},
+                                "labels/256/source0/greedy": {"n": 10, "invalid_rate": labels}}
+        return panel
+
+    answering = [with_invalid(primary(d, "a", 0.0, 0.0, 0.0), 0.0, 40.0) for d in ("scifact", "fever")]
+    assert an.decision(answering)["label"] == "bounded stability"
+    silent = answering + [with_invalid(primary("scifact", "g", 0.0, 0.0, 0.0), 100.0, 100.0)]
+    got = an.decision(silent)
+    assert got["label"] == "restricted/mixed evidence"
+    assert got["unanswered"] == [{"dataset": "scifact", "model": "g", "format": f, "invalid_share": 1.0}
+                                 for f in ("codes", "labels")]
+    assert "Mostly unanswered" in rep.unanswered_lines(got)[0]
+
+
 # ---------------------------------------------------------------- study directories by hand
 
 

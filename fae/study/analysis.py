@@ -245,10 +245,37 @@ def decision(panels: Sequence[dict]) -> dict:
             if len(ok) >= 2 and "scifact" in ok:
                 return {"label": "replicated dependence", "factor": factor, "direction": direction, "datasets": ok}
     intervals = [p["values"][n] for p in panels for n in p["primary"]]
+    silent = unanswered_formats(panels)
     if intervals and all(v["ci_low"] is not None and v["ci_high"] is not None and -2 <= v["ci_low"]
                          and v["ci_high"] <= 2 for v in intervals):
-        return {"label": "bounded stability", "contrasts": len(intervals)}
-    return {"label": "restricted/mixed evidence", "contrasts": len(intervals)}
+        if not silent:
+            return {"label": "bounded stability", "contrasts": len(intervals)}
+        return {"label": "restricted/mixed evidence", "contrasts": len(intervals), "unanswered": silent,
+                "why": "every interval is inside [-2, 2], but where most answers are INVALID an interval near 0 "
+                       "is the absence of answers, not stability"}
+    return {"label": "restricted/mixed evidence", "contrasts": len(intervals),
+            **({"unanswered": silent} if silent else {})}
+
+
+UNANSWERED_INVALID_SHARE = 0.5  # a format whose primary answers are mostly INVALID says nothing about evidence
+
+
+def unanswered_formats(panels: Sequence[dict]) -> list[dict]:
+    """(dataset, model, format, invalid share) where more than half of a panel's primary answers in that
+    format are INVALID (``diagnostics``: per format/budget/source/decoding, ``n`` and ``invalid_rate``)."""
+    out = []
+    for p in panels:
+        counts: dict[str, list[float]] = {}
+        for key, d in (p.get("diagnostics") or {}).items():
+            if d.get("n") and d.get("invalid_rate") is not None:
+                c = counts.setdefault(key.split("/")[0], [0.0, 0.0])
+                c[0] += d["n"] * d["invalid_rate"] / 100.0
+                c[1] += d["n"]
+        for fmt, (invalid, n) in sorted(counts.items()):
+            if n and invalid / n > UNANSWERED_INVALID_SHARE:
+                out.append({"dataset": p["dataset"], "model": p["model"], "format": fmt,
+                            "invalid_share": round(invalid / n, 4)})
+    return out
 
 
 def check_complete(units: Sequence[dict], answers: dict, sources, budgets, formats, replicates, where: str) -> None:

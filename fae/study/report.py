@@ -227,6 +227,16 @@ def _interval(v: dict) -> str:
     return f"{_f(v['estimate'])} [{_f(v['ci_low'])}, {_f(v['ci_high'])}]"
 
 
+def unanswered_lines(decision: dict) -> list[str]:
+    """The markdown lines naming the formats whose answers are mostly INVALID (none when there are none)."""
+    silent = decision.get("unanswered") or []
+    if not silent:
+        return []
+    names = "; ".join(f"{x['dataset']} {model_label(x['model'])} {x['format']} ({100 * x['invalid_share']:.1f}% "
+                      "INVALID)" for x in silent)
+    return [f"Mostly unanswered (more than half INVALID: its E0 is about answering, not evidence): {names}.", ""]
+
+
 def render_markdown(report: dict) -> str:
     """The paper's tables: primary contrasts (Table 15), scores by budget (Table 6), crossing (Table 28),
     product/covariance (Table 10), identical answers (Table 20), controls (Table 18), diagnostics."""
@@ -235,6 +245,7 @@ def render_markdown(report: dict) -> str:
              f"Decision rule: **{report['decision']['label']}**. Intervals: {b['draws']} family x seed draws, "
              f"NumPy PCG64 seed {b['seed']}, percentile bounds at {b['tail']:.5f} and {1 - b['tail']:.5f} "
              f"(Bonferroni over K = {b['bonferroni_k']} primary contrasts).", "",
+             *unanswered_lines(report["decision"]),
              "## Primary contrasts", "", "| Dataset | Model | Contrast | Effect [adjusted interval] | Seed signs |",
              "|---|---|---|---|---|"]
     for p in report["panels"]:
