@@ -169,7 +169,8 @@ def test_hf_study_end_to_end_answers_the_same_whatever_the_chunk(pools, tmp_path
     lines = [json.loads(x) for x in (big / "responses.jsonl").read_text().splitlines()]
     units = [json.loads(x) for x in (big / "units.jsonl").read_text().splitlines()]
     assert len({u["claim_id"] for u in units}) == 2
-    assert len({x["answer"] for x in lines if x["kind"] == "primary"}) > 1  # the model answers, not one string
+    # the demo base answers prose (INVALID), but its texts differ by prompt and seed: their bytes are compared
+    assert len({x["response"] for x in lines if x["kind"] == "primary"}) > 20
     assert len([x for x in lines if x["kind"] == "primary"]) == len(units) * 2 * 2 * 2 * 3
     assert json.loads((big / "study.json").read_text())["sample"]["selected_claims"] == 2
     assert (big / "responses.jsonl").read_bytes() == (one / "responses.jsonl").read_bytes()
