@@ -69,6 +69,12 @@ def common_prefix(leaves: Sequence[Leaf], start: int) -> int:
     return n
 
 
+def edge_end(leaves: Sequence[Leaf], start: int) -> int:
+    """Where the tree edge from ``start`` ends: the leaves' common prefix, but short of every leaf's last
+    token (``generate`` runs that one, so the cache never holds a whole prompt)."""
+    return min(common_prefix(leaves, start), min(len(leaf.ids) for leaf in leaves) - 1)
+
+
 @dataclass
 class SharedPrefixDecoder:
     """The model, tokenizer and generation settings of one :func:`generate_shared` call."""
@@ -105,7 +111,7 @@ class SharedPrefixDecoder:
 
     def walk(self, leaves: list[Leaf], cache, done: int) -> None:
         """Answer ``leaves``, whose first ``done`` tokens are in ``cache``; ``cache`` is theirs to consume."""
-        stop = min(common_prefix(leaves, done), min(len(leaf.ids) for leaf in leaves) - 1)
+        stop = edge_end(leaves, done)
         if stop > done:
             self.extend(cache, leaves[0].ids[done:stop])
             done = stop
@@ -137,7 +143,7 @@ class SharedPrefixDecoder:
         (child cache, tokens it holds) per part."""
         import torch
 
-        stops = [min(common_prefix(part, done), min(len(leaf.ids) for leaf in part) - 1) for part in parts]
+        stops = [edge_end(part, done) for part in parts]
         edges = [list(part[0].ids[done:stop]) for part, stop in zip(parts, stops)]
         width = max(map(len, edges))
         x = torch.tensor([e + [e[-1]] * (width - len(e)) for e in edges], dtype=torch.long, device=self.lm.device)

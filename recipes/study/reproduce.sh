@@ -30,6 +30,22 @@ set -euo pipefail
 : "${CONTROL_CLAIMS:=16}"
 : "${STUDY_ARGS:=}"
 
+# every prerequisite before the first step: commands, data files, model directories
+missing=()
+for c in real-data fae; do command -v "$c" >/dev/null || missing+=("command $c (pip install -e .)"); done
+for f in scifact/claims_dev.jsonl scifact/corpus_cited.jsonl check-covid/corpus.json \
+         check-covid/covidCheck_test_composed.json check-covid/covidCheck_test_extracted.json; do
+    [[ -f $DATA/$f ]] || missing+=("data file $DATA/$f")
+done
+for m in $MODELS; do [[ -d $m ]] || missing+=("model directory $m"); done
+if [[ $RERANKER == /* || $RERANKER == .* || $RERANKER == ~* ]]; then
+    [[ -d $RERANKER ]] || missing+=("reranker directory $RERANKER")
+fi
+if (( ${#missing[@]} )); then
+    printf 'recipes/study/reproduce.sh: missing %s\n' "${missing[@]}" >&2
+    exit 2
+fi
+
 tokenizers=()
 for m in $MODELS; do tokenizers+=(--tokenizer "$m"); done
 mkdir -p "$WORK/idx" "$WORK/families" "$WORK/studies"
