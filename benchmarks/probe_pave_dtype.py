@@ -35,13 +35,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from data_prep.counterfactual.cli import CounterfactualConfig  # noqa: E402
-from data_prep.counterfactual.cli import run as counterfactual  # noqa: E402
+from data_prep.counterfactual.config import CounterfactualConfig  # noqa: E402
+from data_prep.counterfactual.runner import run as counterfactual  # noqa: E402
 import fae.backends.hf as hf  # noqa: E402
 from fae.ablation.runner import run as fae_run  # noqa: E402
 from fae.ablation.options import FaeRunArguments  # noqa: E402
-from fae.pave.cli import PaveConfig  # noqa: E402
-from fae.pave.cli import run as fae_pave  # noqa: E402
+from fae.pave.runner import PaveConfig  # noqa: E402
+from fae.pave.runner import run as fae_pave  # noqa: E402
 from fae.pave.io import read_samples  # noqa: E402
 from fae.pave.sampling import HFSampler  # noqa: E402
 from fae.probes.config import ProbeConfig  # noqa: E402

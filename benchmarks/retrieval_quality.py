@@ -34,7 +34,7 @@ from data_prep.retrieval.corpus import iter_documents
 from data_prep.retrieval.index import Index, build_index
 from data_prep.retrieval.lexical import query_tokens
 from data_prep.retrieval.rerank import CROSS_ENCODER, KINDS
-from data_prep.retrieval.retrieve_cli import RetrieveConfig, run
+from data_prep.retrieval.retrieve_runner import RetrieveConfig, run
 
 SETS = {
     "scifact-dev": ("scifact", ["scifact/claims_dev.jsonl"], "scifact/corpus_cited.jsonl"),

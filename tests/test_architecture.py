@@ -242,13 +242,6 @@ def is_command_module(module: str) -> bool:
     return (last == "cli" or last.endswith("_cli")) and module not in ("real_fae_core.cli", "fae.cli", "data_prep.cli")
 
 
-# Run layers still inside their command module (fae pave; real-data counterfactual and retrieve): to move.
-COMMAND_IMPORTS_LEFT = {("fae.study.cli", "fae.pave.cli"), ("real.demo.pipeline", "fae.pave.cli"),
-                        ("benchmarks.probe_pave_dtype", "fae.pave.cli"),
-                        ("benchmarks.probe_pave_dtype", "data_prep.counterfactual.cli"),
-                        ("benchmarks.retrieval_quality", "data_prep.retrieval.retrieve_cli")}
-
-
 def test_no_module_imports_a_command_module():
     """A command module is a thin shell (its parser, its CONFIG, its run); what others need is in the library
     module it imports. Tests drive the commands and may import them."""
@@ -258,7 +251,7 @@ def test_no_module_imports_a_command_module():
         source = module_name(p)
         for line, mod, name in imports(p):
             target = imported_module(mod, name, modules) if top(mod) in PACKAGES else None
-            if target and target != source and is_command_module(target) and (source, target) not in COMMAND_IMPORTS_LEFT:
+            if target and target != source and is_command_module(target):
                 bad.append(f"{where(p, line)}: {source} imports the command module {target}")
             if target == "real_fae_core.cli" and source not in ("fae.cli", "data_prep.cli"):
                 bad.append(f"{where(p, line)}: {source} imports the dispatcher (real_fae_core.entry has run_guarded)")

@@ -8,9 +8,9 @@ must carry the verdict opposite to the claim's gold label, checked by rule
 or by an LLM judge. Records get ``counterfactual_sentences: {"entity":
 [...], "semantic": [...]}`` with the gold sentences' ids. Modules:
 ``entity`` (rule-based swaps, no model), ``rewrite`` (LLM prompts, the topic
-check, the judge's prompt), ``runner`` (LLM requests through the enhancement
-client and :mod:`data_prep.llm_requests`), ``cli`` (``real-data counterfactual``), ``audit`` (the
-human validity audit: sheets out, agreement back).
+check, the judge's prompt), ``runner`` (the command's run: LLM requests through the
+enhancement client and :mod:`data_prep.llm_requests`), ``config`` (its options), ``cli`` (``real-data
+counterfactual``: the parser), ``audit`` (the human validity audit: sheets out, agreement back).
 """
 
 from .entity import ClaimSwap, SpanCorpus, claim_aware_swap, find_spans

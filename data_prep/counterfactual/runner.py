@@ -1,5 +1,8 @@
 """`real-data counterfactual` orchestration: claim-aware swaps and LLM rewrites, each label-checked.
 
+:func:`run` takes a :class:`~data_prep.counterfactual.config.CounterfactualConfig`; the command
+(:mod:`data_prep.counterfactual.cli`: its parser) and Python callers call it.
+
 Every counterfactual sentence must carry the verdict opposite to its
 claim's gold label (PAVE's label consistency): REFUTE for a SUPPORT claim,
 SUPPORT for a REFUTE claim. Rule-based swaps of a value the claim states
@@ -27,6 +30,8 @@ import contextvars
 import dataclasses
 import hashlib
 import re
+import shlex
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +39,13 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
+from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
 from data_prep.enhance.cache import OK, AnswerCache, CachedAnswer, request_key
 from data_prep.enhance.client import AnnotatorClient, AnnotatorStats
 from data_prep.enhance.config import ConfigError, load_annotators
 from data_prep import llm_requests
-from data_prep.llm_requests import summary_path  # noqa: F401 - the CLI names the summary it wrote
+from data_prep.llm_requests import summary_path
 from data_prep.records import (
     REFUTE,
     SUPPORT,
@@ -49,6 +55,8 @@ from data_prep.records import (
     save_records,
 )
 
+from . import KINDS
+from .config import CounterfactualConfig
 from .entity import SpanCorpus, claim_aware_swap
 from .rewrite import (
     MIN_OVERLAP,
@@ -101,6 +109,68 @@ def run_counterfactual(job: CounterfactualJob) -> tuple[int, dict]:
     with llm_requests.run_locks("real-data counterfactual", Path(job.output),
                    job.cache_path if job.annotators is not None else None):
         return _run_locked(job, records, targets)
+
+
+# ---------------------------------------------------------------------------
+# The command's run: its options checked, the job, what it prints
+# ---------------------------------------------------------------------------
+
+def _job(config: CounterfactualConfig) -> CounterfactualJob:
+    """The job for ``config``, after the checks of its options."""
+    kinds = tuple(config.kinds)
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise UserError(f"--kinds: unknown kind {bad[0] if bad else '(none)'!r}; choose from {', '.join(KINDS)}")
+    if Path(config.records).resolve() == Path(config.output).resolve():
+        raise UserError("--output must differ from --records")
+    job = CounterfactualJob(records=Path(config.records), output=Path(config.output), kinds=kinds,
+                            entity_method=config.entity_method, annotators=_path(config.annotators),
+                            annotator=config.annotator, judge=config.judge, cache=_path(config.cache),
+                            seed=config.seed, min_overlap=config.min_overlap, progress=not config.no_progress)
+    job.resume_command = shlex.join(["real-data", "counterfactual", *_argv(config)])
+    if config.judge and config.annotators is None:
+        raise UserError("--judge needs --annotators")
+    if job.llm_kinds() and config.annotators is None:
+        raise UserError(f"--annotators is required for {', '.join(job.llm_kinds())} "
+                        "(or use --kinds entity with the default --entity-method rules)")
+    return job
+
+
+def run(config: CounterfactualConfig) -> CommandResult:
+    code, summary = run_counterfactual(_job(config))
+    for kind, k in summary["kinds"].items():
+        why = "; ".join(f"{n} {reason}" for reason, n in k["dropped_by_reason"].items())
+        print(f"{kind} ({k['method']}): {k['kept']}/{k['sentences']} gold sentences kept with the opposite verdict "
+              f"({k['label_check']['rule']} by rule, {k['label_check']['judge']} by the judge), "
+              f"{k['dropped']} dropped{': ' + why if why else ''}; "
+              f"{k['records_with_pool']}/{summary['claims']} claims have a pool")
+    if summary["requests_by_task"]:
+        r, t = summary["requests"], summary["tokens"]
+        print(f"requests: {r['made']} made, {r['served_from_cache']} served from cache, {r['failed']} failed; "
+              f"tokens in/out {t['in']}/{t['out']}")
+    output = Path(config.output)
+    print(f"summary: {summary_path(output)}")
+    if code:
+        print(f"counterfactual: {summary['transport_failures']} requests failed "
+              f"({'; '.join(summary['failure_examples'][:1])}); answers so far are cached, "
+              "run the same command again", file=sys.stderr)
+    outputs = {"records": str(summary["output"])} if summary.get("output") else {}
+    outputs["summary"] = str(summary_path(output))
+    return CommandResult(exit_code=code, outputs=outputs, summary=summary)
+
+
+def _path(value: str | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _argv(config: CounterfactualConfig) -> list[str]:
+    words = ["--records", str(config.records), "--output", str(config.output), "--kinds", *config.kinds,
+             "--entity-method", config.entity_method, "--seed", str(config.seed)]
+    for flag, value in (("--annotators", config.annotators), ("--annotator", config.annotator),
+                        ("--judge", config.judge), ("--cache", config.cache), ("--min-overlap", config.min_overlap)):
+        if value is not None:
+            words += [flag, str(value)]
+    return words
 
 
 @dataclass

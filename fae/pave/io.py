@@ -28,7 +28,7 @@ JSD_SUFFIX = "@jsd"
 
 def jsd_condition(cond: str, config) -> str:
     """Where the JSD rule reads a condition's runs: its own ``@jsd`` runs unless the settings are the profile's
-    (``config``: the command's :class:`~fae.pave.cli.PaveConfig`)."""
+    (``config``: the command's :class:`~fae.pave.runner.PaveConfig`)."""
     same = config.jsd_samples == config.samples and config.jsd_temperature == config.temperature
     return cond if same else cond + JSD_SUFFIX
 

@@ -48,8 +48,8 @@ from fae.ablation.report import ReportConfig
 from fae.ablation.report import run as fae_report
 from fae.comparison.compare import CompareConfig
 from fae.comparison.compare import run as fae_compare
-from fae.pave.cli import PaveConfig
-from fae.pave.cli import run as fae_pave
+from fae.pave.runner import PaveConfig
+from fae.pave.runner import run as fae_pave
 from fae.probes.config import ProbeConfig
 from fae.probes.runner import run as fae_probe
 from fae.probes.report import ProbeReportConfig

@@ -1,0 +1,257 @@
+"""`fae study` as a library: one model asked every condition of the evaluation-choice grid (SPEC §10), every
+answer saved.
+
+:func:`run` takes a :class:`StudyConfig`; the command (:mod:`fae.study.cli`: its parser) and Python callers call
+it; the asking itself is :mod:`fae.study.runner`.
+
+Units x sources x budgets x formats x replicates, then the greedy controls of the hash-selected claims,
+over the pools of `real-data retrieve` (``--pools DIR``). The output directory gets ``study.json`` (the
+settings and the inputs' hashes: a resume with other ones is refused), ``units.jsonl`` (gold and
+submitted evidence, what ``fae study-report`` scores with) and ``responses.jsonl`` (one line per prompt,
+parse failures included, appended a batch at a time; rerunning the command resumes and writes the same
+bytes as a run that never stopped). ``--shard I/N`` answers the claims of shard I only, into
+``shards/I-of-N/``; the same command without ``--shard`` counts the shards' answers as done and writes
+the whole file. docs/study.md describes the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+from pathlib import Path
+
+from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.errors import RunFailure, UserError
+from real_fae_core.hashing import sha256_file
+from real_fae_core.runlock import RunLock
+from real_fae_core.secrets import scrub
+from data_prep.retrieval.pack import load_tokenizers, token_lengths
+from fae.ablation.runio import adapter_sha256
+from fae.ablation.shards import parse_shard
+from fae.backends import BackendError, backend_options, get_backend
+from fae.comparison.compare import load_families
+from fae.backends.hf import HFOptions
+from fae.pave.runner import sampling_dtype
+from fae.probes.options import HFLoadFields, ServingFields, backend_field
+from fae.study import responses as rio
+from fae.study.grid import (CONTROL_CLAIMS, Condition, Pools, check_formats, control_claims, control_conditions,
+                            key_of, load_pools, primary_conditions, sample_claims)
+from fae.study.interfaces import ANSWER_TOKENS, FORMATS, submitted_evidence
+from fae.study.replicates import PAPER_SEEDS, SamplingParams, replicate_plan
+from fae.study.runner import Asker, ask, progress_bar
+
+BACKENDS = ("hf", "openai", "vllm")
+SCHEME = "study-1"  # the prompt, reader and seeding of fae.study; a change makes old answers another study
+
+
+@dataclasses.dataclass
+class StudyFields:
+    """`fae study`'s own options; the backends' follow in :class:`StudyConfig`."""
+
+    pools: str
+    output: str
+    model: str
+    backend: str = "hf"
+    adapter: str | None = None
+    formats: list[str] = dataclasses.field(default_factory=lambda: list(FORMATS))
+    budgets: list[int] | None = None
+    seeds: list[int] = dataclasses.field(default_factory=lambda: list(PAPER_SEEDS))
+    temperature: float = dataclasses.field(default=0.7, metadata={"above": 0})
+    top_p: float = dataclasses.field(default=0.8, metadata={"above": 0, "max": 1})
+    top_k: int = dataclasses.field(default=20, metadata={"min": 0})
+    control_claims: int = dataclasses.field(default=CONTROL_CLAIMS, metadata={"min": 0})
+    tokenizer: list[str] | None = None
+    limit: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    sample: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    families: str | None = None
+    chunk_size: int = dataclasses.field(default=64, metadata={"min": 1})
+    shard: str | None = None
+    progress: bool = True
+
+
+@dataclasses.dataclass
+class StudyBackendFields(ServingFields):
+    """The backends' options `fae study` passes on, declared by the backends themselves."""
+
+    batch_size: int = backend_field(HFOptions, "batch_size")
+
+
+@dataclasses.dataclass
+class StudyConfig(StudyBackendFields, HFLoadFields, StudyFields, CommandConfig):
+    """`fae study`: every condition of the evaluation-choice grid for one model."""
+
+
+def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], formats: list[str]) -> dict:
+    """study.json: what makes these answers these answers (:data:`fae.study.responses.FINGERPRINT`) and more."""
+    tokenizers = config.tokenizer or ([config.model] if config.backend == "hf" and config.control_claims else [])
+    return {"scheme": SCHEME, "pools": pools.path, "pools_sha256": pools.sha256, "dataset": pools.dataset,
+            "backend": config.backend, "model": config.model, "adapter": config.adapter,
+            "adapter_sha256": adapter_sha256(config.adapter), "dtype": sampling_dtype(config),
+            "formats": formats, "budgets": budgets, "sources": list(range(pools.n_sources)),
+            "seeds": list(config.seeds), "sampling": {"temperature": config.temperature, "top_p": config.top_p,
+                                                       "top_k": config.top_k},
+            "max_new_tokens": ANSWER_TOKENS, "control_claims": config.control_claims, "tokenizers": tokenizers,
+            "missed_relevant": pools.missed_relevant, "notes": pools.notes, "limit": config.limit,
+            "sample": None if not config.sample else {"claims": config.sample,
+                                                      "families_sha256": sha256_file(config.families)
+                                                      if config.families else None,
+                                                      "selected_claims": len({u.claim_id for u in pools.units})}}
+
+
+def unit_rows(pools: Pools, budgets: list[int], controls: set[str]) -> list[dict]:
+    """units.jsonl: per unit its gold and, per budget and source, the evidence shown and submitted."""
+    rows = []
+    for u in pools.units:
+        submitted = {str(b): [submitted_evidence([u.sentences[i] for i in u.shown(s, b)], pools.dataset)
+                              for s in range(pools.n_sources)] for b in budgets}
+        rows.append({"id": u.id, "claim_id": u.claim_id, "dataset": u.dataset, "gold_label": u.gold_label,
+                     "groups": u.groups, "document": u.document, "from_misses": u.from_misses,
+                     "n_sentences": len(u.sentences), "submitted": submitted, "control": u.claim_id in controls})
+    return rows
+
+
+def check_config(config: StudyConfig, pools: Pools) -> tuple[list[int], list[str]]:
+    """(budgets, formats) after the checks a parser cannot make, one line each."""
+    if config.backend not in BACKENDS:
+        raise UserError(f"fae study supports --backend {', '.join(BACKENDS)}, not {config.backend!r}")
+    formats = check_formats(config.formats)
+    budgets = sorted(config.budgets) if config.budgets else pools.budgets
+    unknown = [b for b in budgets if b not in pools.budgets]
+    if unknown or len(set(budgets)) != len(budgets):
+        raise UserError(f"--budgets {' '.join(map(str, config.budgets or []))}: the pools hold budgets "
+                        f"{' '.join(map(str, pools.budgets))}, each once")
+    try:
+        SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
+                       seeds=tuple(config.seeds))
+    except ValueError as exc:
+        raise UserError(f"--seeds/--temperature/--top-p/--top-k: {exc}") from None
+    return budgets, formats
+
+
+def plan(pools: Pools, config: StudyConfig, budgets: list[int], formats: list[str]) -> tuple[list, set[str]]:
+    """Every condition of the study in the responses file's order, and the control claims."""
+    sources = list(range(pools.n_sources))
+    replicates = [r.index for r in replicate_plan(SamplingParams(seeds=tuple(config.seeds)))]
+    chosen = set(control_claims(pools.units, config.control_claims)) if config.control_claims else set()
+    out: list[Condition] = []
+    for u in pools.units:
+        out += primary_conditions(u, sources, budgets, formats, replicates)
+    for u in pools.units:
+        if u.claim_id in chosen:
+            out += control_conditions(u, sources, budgets, formats)
+    return out, chosen
+
+
+def limited(pools: Pools, config: StudyConfig) -> Pools:
+    """The pools of the first ``--limit`` claims, or of the ``--sample`` (every unit of each claim)."""
+    if config.limit and config.sample:
+        raise UserError("--limit and --sample both choose the claims: give one")
+    if config.families and not config.sample:
+        raise UserError("--families chooses whole families for --sample: give --sample N too")
+    if config.sample:
+        keep = set(sample_claims(pools.units, config.sample, load_families(config.families) if config.families
+                                 else {}))
+    elif config.limit:
+        keep = set(list(dict.fromkeys(u.claim_id for u in pools.units))[:config.limit])
+    else:
+        return pools
+    return dataclasses.replace(pools, units=[u for u in pools.units if u.claim_id in keep],
+                               missed_relevant={c: n for c, n in pools.missed_relevant.items() if c in keep})
+
+
+def shard_units(pools: Pools, i: int, n: int) -> set[str]:
+    """The unit ids of shard ``i`` of ``n``: whole claims dealt in turn (a claim's abstracts stay together)."""
+    claims = list(dict.fromkeys(u.claim_id for u in pools.units))
+    mine = {c for k, c in enumerate(claims) if k % n == i}
+    return {u.id for u in pools.units if u.claim_id in mine}
+
+
+def swap_partners(pools: Pools, chosen: set[str]) -> dict[str, str]:
+    """Each selected unit's swap partner: the next selected unit (cyclically) of another claim."""
+    units = [u for u in pools.units if u.claim_id in chosen]
+    out = {}
+    for k, u in enumerate(units):
+        for step in range(1, len(units)):
+            other = units[(k + step) % len(units)]
+            if other.claim_id != u.claim_id:
+                out[u.id] = other.id
+                break
+    return out
+
+
+def open_backend(config: StudyConfig):
+    """The backend, its answer cap the study's 16 tokens and no label probabilities (the study reads text)."""
+    cls = get_backend(config.backend)
+    names = {f.name for f in dataclasses.fields(cls.options_class)}
+    values = {k: v for k, v in dataclasses.asdict(config).items() if k in names}
+    values.update(max_new_tokens=ANSWER_TOKENS, label_probs=False)
+    return cls(backend_options(cls, values))
+
+
+def token_counter(tokenizers: list[str]):
+    """The most tokens any of ``tokenizers`` counts for a list of unit texts (None without tokenizers)."""
+    if not tokenizers:
+        return None
+    loaded = load_tokenizers(tokenizers)
+    return lambda texts: max(sum(n) for n in token_lengths(loaded, list(texts)).values())
+
+
+def run(config: StudyConfig) -> CommandResult:
+    pools = limited(load_pools(config.pools), config)
+    budgets, formats = check_config(config, pools)
+    shard = parse_shard(config.shard) if config.shard else None
+    out = Path(config.output)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {out} is a file; give a directory")
+    fp = study_fingerprint(config, pools, budgets, formats)
+    conditions, chosen = plan(pools, config, budgets, formats)
+    if shard is not None:
+        mine = shard_units(pools, *shard)
+        conditions = [c for c in conditions if c.unit in mine]
+        fp = {**fp, "shard": {"index": shard[0], "count": shard[1]}}
+    where = out / rio.SHARDS / f"{shard[0]}-of-{shard[1]}" if shard else out
+    with RunLock(where, "fae study", is_dir=True):
+        return _study(config, pools, fp, conditions, chosen, where, budgets)
+
+
+def _study(config, pools: Pools, fp: dict, conditions: list, chosen: set[str], where: Path,
+           budgets: list[int]) -> CommandResult:
+    rio.check_fingerprint(where, fp)
+    done_lines = rio.read_responses(where / rio.RESPONSES, repair=True)
+    if "shard" not in fp:  # the shards of this study count as done
+        for sdir in rio.shard_dirs(where):
+            rio.check_fingerprint(sdir, fp, "a shard")
+            done_lines += rio.read_responses(sdir / rio.RESPONSES)
+    fp["command"] = shlex.join(["fae", "study", *sys.argv[2:]]) if sys.argv[1:2] == ["study"] else None
+    rio.write_start(where, fp, unit_rows(pools, budgets, chosen))
+    done = {key_of(x) for x in done_lines}
+    todo = [c for c in conditions if c.key not in done]
+    replicates = {r.index: r for r in replicate_plan(SamplingParams(seeds=tuple(config.seeds)))}
+    asker = Asker(pools.dataset, {u.id: u for u in pools.units}, replicates,
+                  SamplingParams(config.temperature, config.top_p, config.top_k, tuple(config.seeds)),
+                  swap_partners(pools, chosen), token_counter(fp["tokenizers"]) if chosen else None)
+    print(f"fae study: {len(todo)} of {len(conditions)} prompts to ask ({pools.dataset}, {len(pools.units)} units)",
+          file=sys.stderr)
+    if todo:
+        backend = open_backend(config)
+        bar = progress_bar(len(conditions), len(conditions) - len(todo), "fae study", config.progress)
+        writer = rio.ResponseWriter(where / rio.RESPONSES)
+        try:
+            ask(backend, asker, todo, writer, config.chunk_size, bar)
+        except BackendError as exc:
+            raise RunFailure(f"{scrub(exc)}. Answers so far are saved in {where / rio.RESPONSES}; "
+                             "rerun the same command to resume") from None
+        finally:
+            writer.close()
+            backend.close()
+            if bar is not None:
+                bar.close()
+    lines = rio.read_responses(where / rio.RESPONSES) + (done_lines if "shard" not in fp else [])
+    merged = rio.merge_in_order(lines, [c.key for c in conditions], key_of)
+    if len(merged) == len(conditions):
+        rio.rewrite_responses(where / rio.RESPONSES, merged)
+    print(f"fae study: {len(merged)} of {len(conditions)} prompts answered -> {where / rio.RESPONSES}",
+          file=sys.stderr)
+    return CommandResult(outputs={"study": str(where), "responses": str(where / rio.RESPONSES)},
+                         summary={"prompts": len(conditions), "answered": len(merged)})
