@@ -13,8 +13,10 @@ value of the wrong type or outside its field's range is one
 a flag, a YAML file (:meth:`CommandConfig.from_yaml`) or a constructor. The
 command's own cross-field checks live in ``run`` and so hold for both.
 
-``tests/test_commands.py`` walks every subcommand: its parser's options are the
-config's fields, with the same defaults.
+The command line is generated from the config (:func:`add_config_arguments`): each field is one
+option, its flag, help, positional-ness, choices and old spellings in the field's metadata, so an
+option is written once. ``tests/test_commands.py`` walks every subcommand: its parser's options are
+the config's fields, with the same defaults.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from typing import Any, Mapping, TypeVar
+import types
+import typing
+from typing import Any, Iterable, Literal, Mapping, TypeVar
 
 from real_fae_core.config import (
     check_mapping,
@@ -33,6 +37,7 @@ from real_fae_core.config import (
     value_problem,
 )
 from real_fae_core.errors import EXIT_OK, UserError
+from real_fae_core.flags import deprecated_alias
 
 C = TypeVar("C", bound="CommandConfig")
 
@@ -127,3 +132,84 @@ def exit_code_of(result: Any) -> int:
     if isinstance(result, CommandResult):
         return int(result.exit_code)
     return int(result or 0)
+
+
+# ---------------------------------------------------------------------------
+# The command line of a config: one option per field
+# ---------------------------------------------------------------------------
+
+# What a field's metadata may say about its option (beside the loader's ranges: min, max, above, below).
+ARGUMENT_KEYS = ("help", "metavar", "choices", "positional", "flag", "action", "deprecated")
+
+
+def option(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+           **metadata: Any) -> Any:
+    """A config field and its option: ``option(4, help="rounds", min=0)`` is
+    ``dataclasses.field(default=4, metadata={"help": "rounds", "min": 0})`` (keys: :data:`ARGUMENT_KEYS` and the
+    loader's ranges); no default: a required option."""
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def add_config_arguments(parser, config: type, names: Iterable[str] | None = None) -> None:
+    """Declare one argparse argument per field of the dataclass ``config`` (or of the fields ``names``, in
+    that order) on ``parser`` (a parser or an argument group), from the field itself.
+
+    Not transformers' ``HfArgumentParser`` (`fae run` keeps it for its YAML precedence): every subcommand's
+    parser is built on each call of ``fae``/``real-data``, and it would import transformers there; it has
+    no positional arguments, no custom actions (:class:`~real_fae_core.flags.SpacedList`, ``append``), no
+    deprecated aliases, and turns a bool into ``--flag [BOOL]``. Here:
+
+    - the flag is ``--field-name``; metadata ``flag`` another spelling (``--no-progress``), ``positional``
+      True a positional argument (its ``metavar`` the name shown);
+    - a field without a default is required; the default is the field's (``default_factory`` called);
+    - ``int``/``float`` (``| None`` too) are the argparse type; ``list[T]`` takes ``nargs="+"`` of T;
+      a ``Literal`` gives its values as choices, metadata ``choices`` names others;
+    - a bool is ``store_true`` (default False) or ``store_false`` (default True, flag ``--no-field-name``);
+    - metadata ``help``, ``metavar``, ``action`` (``"append"``, an Action class) go to argparse as they are;
+      ``deprecated`` lists old spellings, accepted with a warning (:func:`real_fae_core.flags.deprecated_alias`).
+    """
+    fields = {f.name: f for f in dataclasses.fields(config) if f.init}
+    hints = typing.get_type_hints(config)
+    for name in (fields if names is None else names):
+        f = fields[name]
+        args, kwargs = argument_of(f, hints[name])
+        parser.add_argument(*args, **kwargs)
+        for old in f.metadata.get("deprecated", ()):
+            deprecated_alias(parser, old, f.metadata.get("metavar", name) if f.metadata.get("positional")
+                             else args[0])
+
+
+def argument_of(f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any]]:
+    """(the option strings, the ``add_argument`` keywords) of one field (:func:`add_config_arguments`)."""
+    meta = f.metadata
+    has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    base = tp
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        base = next(a for a in typing.get_args(tp) if a is not type(None))
+    kwargs: dict[str, Any] = {k: meta[k] for k in ("help", "metavar", "choices", "action") if k in meta}
+    flag = "--" + f.name.replace("_", "-")
+    if base is bool:
+        kwargs["action"] = "store_false" if default else "store_true"
+        flag = "--no-" + f.name.replace("_", "-") if default else flag
+    else:
+        if typing.get_origin(base) is list:
+            base = typing.get_args(base)[0]
+            if kwargs.get("action") != "append":
+                kwargs["nargs"] = "+"
+        if typing.get_origin(base) is Literal and "choices" not in kwargs:
+            kwargs["choices"] = list(typing.get_args(base))
+        if base in (int, float):
+            kwargs["type"] = base
+        if has_default:
+            kwargs["default"] = default
+    if meta.get("positional"):
+        if has_default:
+            kwargs.setdefault("nargs", "?")
+        return [f.name], kwargs
+    if not has_default:
+        kwargs["required"] = True
+    flag = meta.get("flag", flag)
+    if flag[2:].replace("-", "_") != f.name:
+        kwargs["dest"] = f.name
+    return [flag], kwargs

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Iterator
 
 from real_fae_core.atomicio import atomic_write_json
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments
 from real_fae_core.errors import UserError
-from real_fae_core.flags import deprecated_alias
 from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
 
 from . import CONVERTERS
@@ -34,14 +33,21 @@ GOLD_OVER_BUDGET = "gold evidence alone exceeds --max-pool-tokens"
 class ConvertConfig(CommandConfig):
     """`real-data convert`: one official dataset release as claim records."""
 
-    dataset: str  # a name in CONVERTERS
-    claims: list[str]
-    output: str
-    corpus: str | None = None
-    wiki_pages: str | None = None
-    include_nei: bool = False
-    max_pool_tokens: int | None = dataclasses.field(default=None, metadata={"min": 1})
-    tokenizer: str | None = None
+    dataset: str = dataclasses.field(metadata={  # a name in CONVERTERS
+        "choices": sorted(CONVERTERS), "help": "; ".join(c.help for c in CONVERTERS.values())})
+    claims: list[str] = dataclasses.field(metadata={
+        "help": "claim file(s) of the official release, converted in order"})
+    output: str = dataclasses.field(metadata={"help": "records JSONL to write"})
+    corpus: str | None = dataclasses.field(default=None, metadata={"help": "abstracts file (check-covid, scifact)"})
+    wiki_pages: str | None = dataclasses.field(default=None, metadata={
+        "help": "FEVER wiki-pages directory of wiki-NNN.jsonl shards"})
+    include_nei: bool = dataclasses.field(default=False, metadata={
+        "help": "keep NOT_ENOUGH_INFO claims (evidence: []); dropped by default", "deprecated": ("--keep-nei",)})
+    max_pool_tokens: int | None = dataclasses.field(default=None, metadata={
+        "min": 1, "metavar": "N",
+        "help": "trim pools longer than N tokens, always keeping the gold sentences (needs --tokenizer)"})
+    tokenizer: str | None = dataclasses.field(default=None, metadata={
+        "help": "HF tokenizer directory used to count pool tokens"})
 
     def __post_init__(self) -> None:
         if isinstance(self.claims, (list, tuple)):  # claim files given as paths
@@ -53,19 +59,7 @@ CONFIG = ConvertConfig
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--dataset", required=True, choices=sorted(CONVERTERS),
-                   help="; ".join(c.help for c in CONVERTERS.values()))
-    p.add_argument("--claims", required=True, nargs="+",
-                   help="claim file(s) of the official release, converted in order")
-    p.add_argument("--corpus", help="abstracts file (check-covid, scifact)")
-    p.add_argument("--wiki-pages", help="FEVER wiki-pages directory of wiki-NNN.jsonl shards")
-    p.add_argument("--output", required=True, help="records JSONL to write")
-    p.add_argument("--include-nei", action="store_true",
-                   help="keep NOT_ENOUGH_INFO claims (evidence: []); dropped by default")
-    deprecated_alias(p, "--keep-nei", "--include-nei")
-    p.add_argument("--max-pool-tokens", type=int, metavar="N",
-                   help="trim pools longer than N tokens, always keeping the gold sentences (needs --tokenizer)")
-    p.add_argument("--tokenizer", help="HF tokenizer directory used to count pool tokens")
+    add_config_arguments(p, ConvertConfig)
 
 
 def _inputs(config: ConvertConfig) -> ConvertInputs:

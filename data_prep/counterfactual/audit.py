@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from data_prep.records import load_records_or_fail
 
@@ -273,10 +273,10 @@ def read_sheet(path: Path, sample: list[dict]) -> dict[int, dict[str, bool]]:
 class AuditConfig(CommandConfig):
     """`real-data counterfactual-audit`: a stratified sample of counterfactual evidence as blank sheets."""
 
-    records: str
-    output: str
-    size: int = dataclasses.field(default=100, metadata={"min": 1})
-    raters: int = dataclasses.field(default=3, metadata={"min": 2})  # agreement needs two annotators
+    records: str = option(help="records with counterfactual_sentences (JSONL)")
+    output: str = option(help="audit directory")
+    size: int = option(100, min=1, help="instances M (default 100, as the paper)")
+    raters: int = option(3, min=2, help="annotators, one sheet each (default 3, as the paper)")  # agreement: two
     seed: int = 0
 
 
@@ -284,8 +284,8 @@ class AuditConfig(CommandConfig):
 class AuditScoreConfig(CommandConfig):
     """`real-data counterfactual-audit-score`: the filled sheets of an audit, scored."""
 
-    audit_dir: str
-    sheets: list[str] | None = None  # default AUDIT_DIR/sheet-*.csv
+    audit_dir: str = option(positional=True, help="the directory `real-data counterfactual-audit` wrote")
+    sheets: list[str] | None = option(None, help="the filled sheets (default AUDIT_DIR/sheet-*.csv)")
 
     def __post_init__(self) -> None:
         if isinstance(self.sheets, (list, tuple)):  # sheets given as paths
@@ -297,11 +297,7 @@ CONFIG = AuditConfig
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--records", required=True, help="records with counterfactual_sentences (JSONL)")
-    p.add_argument("--output", required=True, help="audit directory")
-    p.add_argument("--size", type=int, default=100, help="instances M (default 100, as the paper)")
-    p.add_argument("--raters", type=int, default=3, help="annotators, one sheet each (default 3, as the paper)")
-    p.add_argument("--seed", type=int, default=0)
+    add_config_arguments(p, AuditConfig)
 
 
 def run(config: AuditConfig) -> CommandResult:
@@ -368,8 +364,7 @@ def _read_records(path: Path) -> list[dict]:
 
 
 def add_score_arguments(p) -> None:
-    p.add_argument("audit_dir", help="the directory `real-data counterfactual-audit` wrote")
-    p.add_argument("--sheets", nargs="+", help="the filled sheets (default AUDIT_DIR/sheet-*.csv)")
+    add_config_arguments(p, AuditScoreConfig)
 
 
 def run_score(config: AuditScoreConfig) -> CommandResult:

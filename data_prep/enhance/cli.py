@@ -13,33 +13,14 @@ input or the output/cache is in use by another enhance, 130 interrupted,
 
 from __future__ import annotations
 
-from real_fae_core.command import CommandResult
+from real_fae_core.command import CommandResult, add_config_arguments
 from .options import EnhanceConfig
 
 CONFIG = EnhanceConfig
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--records", required=True, help="input claim records (JSONL)")
-    p.add_argument("--annotators",
-                   help="annotators YAML (recipes/annotators/*.yaml); not needed with --revote")
-    p.add_argument("--output", required=True,
-                   help="output JSONL; the summary goes to OUTPUT.summary.json")
-    p.add_argument("--cache",
-                   help="SQLite answer cache (default: OUTPUT.cache.sqlite); reuse it to resume")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the number of requests and an input-token estimate; send nothing")
-    p.add_argument("--min-votes", type=int, metavar="K",
-                   help="votes a sentence needs (default: strict majority of the configured annotators)")
-    p.add_argument("--revote", action="store_true",
-                   help="recompute enhanced_evidence from the 'annotations' of an enhanced file; no requests")
-    p.add_argument("--include-nei", action="store_true",
-                   help="also annotate NOT_ENOUGH_INFO claims (default: passed through unchanged)")
-    p.add_argument("--retry-abstentions", action="store_true",
-                   help="re-ask annotators whose cached answer was an abstention (malformed answer)")
-    p.add_argument("--max-in-flight", type=int, metavar="N",
-                   help="at most N requests in flight over all annotators (each also has max_concurrency)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_config_arguments(p, EnhanceConfig)
 
 
 def run(config: EnhanceConfig) -> CommandResult:

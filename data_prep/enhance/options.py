@@ -7,7 +7,7 @@ import dataclasses
 import shlex
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig
+from real_fae_core.command import CommandConfig, option
 from real_fae_core.errors import UserError
 
 
@@ -15,18 +15,21 @@ from real_fae_core.errors import UserError
 class EnhanceConfig(CommandConfig):
     """`real-data enhance`: enhanced evidence by a majority vote of annotator LLMs."""
 
-    records: str
-    output: str
-    annotators: str | None = None  # required unless revote
-    cache: str | None = None  # default OUTPUT.cache.sqlite
-    dry_run: bool = False
-    min_votes: int | None = dataclasses.field(default=None, metadata={"min": 1})
-    revote: bool = False
-    include_nei: bool = False
-    retry_abstentions: bool = False
-    max_in_flight: int | None = dataclasses.field(default=None, metadata={"min": 1})
-    no_progress: bool = False
-
+    records: str = option(help="input claim records (JSONL)")
+    output: str = option(help="output JSONL; the summary goes to OUTPUT.summary.json")
+    annotators: str | None = option(None, help="annotators YAML (recipes/annotators/*.yaml); not needed with --revote")
+    cache: str | None = option(None, help="SQLite answer cache (default: OUTPUT.cache.sqlite); reuse it to resume")
+    dry_run: bool = option(False, help="print the number of requests and an input-token estimate; send nothing")
+    min_votes: int | None = option(None, min=1, metavar="K", help="votes a sentence needs (default: strict majority "
+                                   "of the configured annotators)")
+    revote: bool = option(False, help="recompute enhanced_evidence from the 'annotations' of an enhanced file; "
+                                      "no requests")
+    include_nei: bool = option(False, help="also annotate NOT_ENOUGH_INFO claims (default: passed through unchanged)")
+    retry_abstentions: bool = option(False,
+                                     help="re-ask annotators whose cached answer was an abstention (malformed answer)")
+    max_in_flight: int | None = option(None, min=1, metavar="N", help="at most N requests in flight over all "
+                                       "annotators (each also has max_concurrency)")
+    no_progress: bool = option(False, help="no progress bar")
 
 def resume_command(config: EnhanceConfig) -> str:
     """The command line that resumes this run (same records, annotators, output, cache, options)."""

@@ -29,7 +29,7 @@ from data_prep.pairs.build import (
     pair_stats,
     token_lengths,
 )
-from data_prep.prompts import DEFAULT_LINE_IDS, check_line_ids
+from data_prep.prompts import DEFAULT_LINE_IDS, LINE_IDS, check_line_ids
 from data_prep.records import load_records_or_fail
 
 
@@ -37,16 +37,31 @@ from data_prep.records import load_records_or_fail
 class PairsConfig(CommandConfig):
     """`real-data pairs`: the REAL training pairs of one variant."""
 
-    records: str
-    variant: str  # a name in VARIANTS
-    output: str
-    seed: int = 42
-    no_shuffle: bool = False
-    keep_pairs_together: bool = False
-    line_ids: str = DEFAULT_LINE_IDS  # a name in LINE_IDS
-    tokenizer: str | None = None
-    max_length: int = dataclasses.field(default=4096, metadata={"min": 1})
-    overwrite: bool = False
+    records: str = dataclasses.field(metadata={"help": "claim records JSONL (e.g. FEVER train)"})
+    variant: str = dataclasses.field(metadata={  # a name in VARIANTS
+        "choices": list(VARIANTS),
+        "help": "sft | no_ablation | no_enhancement | real | no_enhancement_matched | real_matched (SPEC "
+                "§4; *_matched add, per negative, a positive whose pool lost as many lines outside the "
+                "evidence)"})
+    output: str = dataclasses.field(metadata={"help": "output directory (HF dataset + pairs.jsonl + stats.json)"})
+    seed: int = dataclasses.field(default=42, metadata={"help": "shuffling seed (default 42)"})
+    no_shuffle: bool = dataclasses.field(default=False, metadata={
+        "help": "keep record order (positive before negative)"})
+    keep_pairs_together: bool = dataclasses.field(default=False, metadata={
+        "help": "shuffle records, not rows: a record's rows stay together, its positive right before its "
+                "negative (train with train_sampling_strategy: sequential so that one batch holds both)"})
+    # Checked in run(), not by argparse `choices`: a wrong value is then one line (no usage block), and a
+    # Python caller's PairsConfig gets the same check.
+    line_ids: str = dataclasses.field(default=DEFAULT_LINE_IDS, metadata={  # a name in LINE_IDS
+        "metavar": "{" + ",".join(LINE_IDS) + "}",
+        "help": "how the prompt numbers its lines: original (record ids, the paper's; an ablated pool "
+                "shows a hole) or renumbered (0..n-1 in reading order); targets cite the numbers shown "
+                f"(default {DEFAULT_LINE_IDS})"})
+    tokenizer: str | None = dataclasses.field(default=None, metadata={
+        "help": "tokenizer (local dir or hub id) to measure token lengths with its chat template"})
+    max_length: int = dataclasses.field(default=4096, metadata={
+        "min": 1, "help": "with --tokenizer: drop (and count) pairs longer than this many tokens (default 4096)"})
+    overwrite: bool = dataclasses.field(default=False, metadata={"help": "replace an existing output directory"})
 
 
 def _load_tokenizer(path: str):

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_open
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from data_prep.records import ClaimRecord, load_records_or_fail
@@ -45,44 +45,30 @@ from data_prep.retrieval.families import (
 class FamiliesConfig(CommandConfig):
     """`real-data families`: the family of every record, for resampling whole families."""
 
-    records: str
-    output: str
-    no_exact: bool = False
-    no_numeric: bool = False
-    no_negation: bool = False
-    shared_docs: str = "cited"  # a name in SHARED_DOCS
-    no_near_duplicates: bool = False
-    neighbours: int = dataclasses.field(default=50, metadata={"min": 1})
-    jaccard: float = dataclasses.field(default=0.7, metadata={"min": 0.0, "max": 1.0})
-    unit_separator: str = ":"
-
+    records: str = option(help="claim records JSONL (from real-data convert or retrieve)")
+    output: str = option(help="families JSONL to write ({\"id\", \"family\"} lines; a summary beside it as "
+                              "OUTPUT.summary.json)")
+    no_exact: bool = option(False, help="do not join normalized exact matches")
+    no_numeric: bool = option(False, help="do not join claims that differ only in numbers")
+    no_negation: bool = option(False, help="do not join claims that differ only in negation words (not, no, never, "
+                                           "n't, without...)")
+    # Checked in run(), not by argparse `choices`: a wrong value is then one line, for a Python caller too.
+    shared_docs: str = option("cited", metavar="{" + ",".join(SHARED_DOCS) + "}",  # a name in SHARED_DOCS
+                              help="join records citing a common document: cited (a cited_docs field, else the "
+                                   "pool's docs), gold (the docs of gold evidence sentences) or off (default cited)")
+    no_near_duplicates: bool = option(False, help="do not join near duplicates among each claim's BM25 neighbours")
+    neighbours: int = option(50, min=1, help="BM25 neighbours of each claim checked for near duplicates (default 50)")
+    jaccard: float = option(0.7, min=0.0, max=1.0, help="a neighbour is a near duplicate when the token-set Jaccard "
+                                                        "similarity is at least this, in [0, 1] (default 0.7)")
+    unit_separator: str = option(":", help="record ids CLAIM<SEP>DOC are units of claim CLAIM and always share a "
+                                           "family (a claim_id field takes precedence; '' turns the rule off; "
+                                           "default ':')")
 
 CONFIG = FamiliesConfig
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--records", required=True, help="claim records JSONL (from real-data convert or retrieve)")
-    p.add_argument("--output", required=True,
-                   help="families JSONL to write ({\"id\", \"family\"} lines; a summary beside it as "
-                        "OUTPUT.summary.json)")
-    p.add_argument("--no-exact", action="store_true", help="do not join normalized exact matches")
-    p.add_argument("--no-numeric", action="store_true", help="do not join claims that differ only in numbers")
-    p.add_argument("--no-negation", action="store_true",
-                   help="do not join claims that differ only in negation words (not, no, never, n't, without...)")
-    # Checked in run(), not by argparse `choices`: a wrong value is then one line, for a Python caller too.
-    p.add_argument("--shared-docs", default="cited", metavar="{" + ",".join(SHARED_DOCS) + "}",
-                   help="join records citing a common document: cited (a cited_docs field, else the pool's "
-                        "docs), gold (the docs of gold evidence sentences) or off (default cited)")
-    p.add_argument("--no-near-duplicates", action="store_true",
-                   help="do not join near duplicates among each claim's BM25 neighbours")
-    p.add_argument("--neighbours", type=int, default=50,
-                   help="BM25 neighbours of each claim checked for near duplicates (default 50)")
-    p.add_argument("--jaccard", type=float, default=0.7,
-                   help="a neighbour is a near duplicate when the token-set Jaccard similarity is at least this, "
-                        "in [0, 1] (default 0.7)")
-    p.add_argument("--unit-separator", default=":",
-                   help="record ids CLAIM<SEP>DOC are units of claim CLAIM and always share a family "
-                        "(a claim_id field takes precedence; '' turns the rule off; default ':')")
+    add_config_arguments(p, FamiliesConfig)
 
 
 def check_config(config: FamiliesConfig) -> FamilyOptions:

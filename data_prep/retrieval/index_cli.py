@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from data_prep.retrieval.corpus import FORMATS
 from data_prep.retrieval.index import build_index
@@ -22,23 +22,20 @@ from data_prep.retrieval.index import build_index
 class IndexConfig(CommandConfig):
     """`real-data index`: a BM25 index of one corpus."""
 
-    corpus: str
-    format: str  # a name in FORMATS
-    output: str
-    overwrite: bool = False
+    corpus: str = option(help="corpus JSONL (SciFact corpus.jsonl, Check-COVID corpus.json) or FEVER's wiki-pages/ "
+                              "directory")
+    format: str = option(metavar="{" + ",".join(FORMATS) + "}",  # a name in FORMATS
+                         help="how to read the corpus: scifact (doc_id, title?, abstract), check-covid (cord_id, "
+                              "title, abstract), fever (id, text, lines)")
+    output: str = option(help="the index file to write (SQLite)")
+    overwrite: bool = option(False, help="replace an existing index file")
 
 
 CONFIG = IndexConfig
 
 
 def add_arguments(p):
-    p.add_argument("--corpus", required=True,
-                   help="corpus JSONL (SciFact corpus.jsonl, Check-COVID corpus.json) or FEVER's wiki-pages/ directory")
-    p.add_argument("--format", required=True, metavar="{" + ",".join(FORMATS) + "}",
-                   help="how to read the corpus: scifact (doc_id, title?, abstract), check-covid (cord_id, title, "
-                        "abstract), fever (id, text, lines)")
-    p.add_argument("--output", required=True, help="the index file to write (SQLite)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing index file")
+    add_config_arguments(p, IndexConfig)
 
 
 def run(config: IndexConfig) -> CommandResult:

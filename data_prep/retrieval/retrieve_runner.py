@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Literal
 
 from real_fae_core.atomicio import atomic_dir, atomic_write_json
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from data_prep.records import save_records
 from data_prep.retrieval.build import Options, retrieve_all, summary
 from data_prep.retrieval.claims import DATASETS, check_unique_ids, read_claims
 from data_prep.retrieval.index import Index
 from data_prep.retrieval.pack import check_budgets, load_tokenizers
-from data_prep.retrieval.rerank import CROSS_ENCODER, make_reranker
+from data_prep.retrieval.rerank import CROSS_ENCODER, KINDS, make_reranker
 from data_prep.retrieval.retrieve import DEFAULT_PAGES, DEFAULT_PAGES_OTHER, MAX_UNITS
 
 CORPUS_FORMAT = {"scifact": "scifact", "check-covid": "check-covid", "fever": "fever"}
@@ -35,20 +35,32 @@ CORPUS_FORMAT = {"scifact": "scifact", "check-covid": "check-covid", "fever": "f
 class RetrieveConfig(CommandConfig):
     """`real-data retrieve`: pools of one dataset's claims from an index of its corpus."""
 
-    dataset: str  # a name in DATASETS
-    claims: list[str]
-    corpus: str
-    index: str
-    output: str
-    pages: int | None = dataclasses.field(default=None, metadata={"min": 1})
-    max_units: int = dataclasses.field(default=MAX_UNITS, metadata={"min": 1})
-    reranker: str | None = None
-    reranker_kind: Literal["cross-encoder", "bi-encoder"] = "cross-encoder"  # rerank.KINDS
-    reranker_batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
-    budgets: list[int] | None = None
-    tokenizer: list[str] | None = None
-    overwrite: bool = False
-
+    dataset: str = option(metavar="{" + ",".join(DATASETS) + "}",  # a name in DATASETS
+                          help="whose claims and corpus: scifact, check-covid or fever")
+    claims: list[str] = option(help="the dataset's claim files (as `real-data convert` reads)")
+    corpus: str = option(help="the corpus the index was built from (checked by its SHA-256)")
+    index: str = option(help="the index file of `real-data index`")
+    output: str = option(help="output directory: records.jsonl, misses.jsonl, summary.json")
+    pages: int | None = option(None, min=1, help=f"top pages per claim (default {DEFAULT_PAGES_OTHER}; scifact "
+                                                 f"{DEFAULT_PAGES['scifact']} abstracts, one record each)")
+    max_units: int = option(MAX_UNITS, min=1, help=f"units kept per pool (default {MAX_UNITS})")
+    reranker: str | None = option(None, help="model of the second ordering, hub name or local directory: a "
+                                             "cross-encoder (the paper's: BAAI/bge-reranker-base) or, with "
+                                             "--reranker-kind bi-encoder, a sentence-transformers bi-encoder; "
+                                             "without it only the BM25 ordering is written")
+    reranker_kind: Literal["cross-encoder", "bi-encoder"] = option(
+        CROSS_ENCODER, choices=KINDS,
+        help="what --reranker is: cross-encoder (default; reads claim and unit together, the paper's) or bi-encoder "
+             "(a sentence-transformers embedding model: cosine of claim and unit embedded apart, a stand-in where "
+             "no cross-encoder can be reached)")
+    reranker_batch_size: int = option(32, min=1, help="texts per reranker batch: pairs (cross-encoder) or units "
+                                                      "(bi-encoder) (default 32)")
+    budgets: list[int] | None = option(None, metavar="TOKENS", help="evidence-token budgets; each ordering's packed "
+                                       "units are saved per budget (the paper's: 256 2048)")
+    tokenizer: list[str] | None = option(None, action="append", help="a tokenizer (hub name or directory) of a model "
+                                         "of the study; repeat for each; a unit is kept only while it fits every "
+                                         "budget under every tokenizer")
+    overwrite: bool = option(False, help="replace an existing output directory")
 
 def _check(config: RetrieveConfig) -> Path:
     if config.dataset not in DATASETS:

@@ -20,7 +20,7 @@ import sys
 from typing import Iterator
 
 from real_fae_core.atomicio import atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments
 from real_fae_core.errors import EXIT_USAGE, UserError
 from real_fae_core.jsonl import RecordFileError
 from real_fae_core.secrets import scrub
@@ -33,19 +33,18 @@ PROG = "real-data validate"
 class ValidateConfig(CommandConfig):
     """`real-data validate`: check a records file."""
 
-    records: str
-    keep_going: bool = False
-    report: str | None = None  # implies keep_going
+    records: str = dataclasses.field(metadata={"positional": True, "help": "records JSONL file"})
+    keep_going: bool = dataclasses.field(default=False, metadata={
+        "help": "check every line and report all bad ones instead of stopping at the first"})
+    report: str | None = dataclasses.field(default=None, metadata={  # implies keep_going
+        "help": "write the bad lines as a JSON report here (implies --keep-going)"})
 
 
 CONFIG = ValidateConfig
 
 
 def add_arguments(p):
-    p.add_argument("records", help="records JSONL file")
-    p.add_argument("--keep-going", action="store_true",
-                   help="check every line and report all bad ones instead of stopping at the first")
-    p.add_argument("--report", help="write the bad lines as a JSON report here (implies --keep-going)")
+    add_config_arguments(p, ValidateConfig)
 
 
 @contextlib.contextmanager
