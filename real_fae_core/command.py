@@ -139,7 +139,7 @@ def exit_code_of(result: Any) -> int:
 # ---------------------------------------------------------------------------
 
 # What a field's metadata may say about its option (beside the loader's ranges: min, max, above, below).
-ARGUMENT_KEYS = ("help", "metavar", "choices", "positional", "flag", "action", "deprecated")
+ARGUMENT_KEYS = ("help", "metavar", "choices", "positional", "flag", "aliases", "action", "deprecated")
 
 
 def option(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
@@ -159,8 +159,9 @@ def add_config_arguments(parser, config: type, names: Iterable[str] | None = Non
     no positional arguments, no custom actions (:class:`~real_fae_core.flags.SpacedList`, ``append``), no
     deprecated aliases, and turns a bool into ``--flag [BOOL]``. Here:
 
-    - the flag is ``--field-name``; metadata ``flag`` another spelling (``--no-progress``), ``positional``
-      True a positional argument (its ``metavar`` the name shown);
+    - the flag is ``--field-name``; metadata ``flag`` another spelling (``--no-progress``), ``aliases`` more
+      spellings of the same option (``-o``), ``positional`` True a positional argument (its ``metavar`` the
+      name shown);
     - a field without a default is required; the default is the field's (``default_factory`` called);
     - ``int``/``float`` (``| None`` too) are the argparse type; ``list[T]`` takes ``nargs="+"`` of T;
       a ``Literal`` gives its values as choices, metadata ``choices`` names others;
@@ -212,4 +213,4 @@ def argument_of(f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any
     flag = meta.get("flag", flag)
     if flag[2:].replace("-", "_") != f.name:
         kwargs["dest"] = f.name
-    return [flag], kwargs
+    return [flag, *meta.get("aliases", ())], kwargs

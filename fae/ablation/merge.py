@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
 from fae.ablation import runio
@@ -28,17 +28,16 @@ from fae.ablation.shards import merge
 class MergeConfig(CommandConfig):
     """`fae merge`: the shards of a run joined into one run."""
 
-    run_dir: str
-    shards: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    run_dir: str = option(positional=True, metavar="RUN_DIR", help="the --output directory the shards were run into")
+    shards: int | None = option(None, min=1, metavar="N", help="merge the split into N shards (default: the one split "
+                                                              "found under RUN_DIR/shards)")
 
 
 CONFIG = MergeConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the --output directory the shards were run into")
-    p.add_argument("--shards", type=int, metavar="N",
-                   help="merge the split into N shards (default: the one split found under RUN_DIR/shards)")
+    add_config_arguments(p, MergeConfig)
 
 
 def run(config: MergeConfig) -> CommandResult:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from fae.ablation.metrics import compute_metrics, truncation_note, undefined_reason
 from fae.ablation.population import evidence_claims
@@ -50,19 +50,16 @@ TABLE_COLUMNS = (
 class ReportConfig(CommandConfig):
     """`fae report`: the Table-1 report of one or more finished runs."""
 
-    runs: list[str] = dataclasses.field(metadata={"help": "fae run output directories"})
-    output: str = dataclasses.field(metadata={"help": "where report.md and trajectory.png go"})
-    names: list[str] | None = dataclasses.field(default=None, metadata={
-        "help": "row names (default: the run directory names)"})
+    runs: list[str] = option(positional=True, metavar="RUN_DIR", help="fae run output directories")
+    output: str = option(metavar="DIR", help="where report.md and trajectory.png go")
+    names: list[str] | None = option(None, help="row names (default: the run directory names)")
 
 
 CONFIG = ReportConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="fae run output directories")
-    p.add_argument("--output", required=True, metavar="DIR", help="where report.md and trajectory.png go")
-    p.add_argument("--names", nargs="+", help="row names (default: the run directory names)")
+    add_config_arguments(p, ReportConfig)
 
 
 def run(config: ReportConfig) -> CommandResult:

@@ -22,7 +22,6 @@ paper's Table 3 layout).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Literal
 import numpy as np
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from fae.ablation.control import control_metrics, control_rows, gold_only_metrics, has_control
@@ -53,47 +52,37 @@ from fae.comparison import accounting as acc
 class CompareConfig(CommandConfig):
     """`fae compare`: answer/evidence score accounting between two runs."""
 
-    run_a: str
-    run_b: str
-    output: str
-    metric: Literal["strict", "fever_score", "label_accuracy"] = "strict"  # acc.METRICS
-    bootstrap: int = dataclasses.field(default=10_000, metadata={"min": 1})
-    seed: int = 20261099
-    confidence: float = dataclasses.field(default=0.95, metadata={"above": 0, "below": 1})
-    families: str | None = None
-    allow_mixed_decoding: bool = False
-    allow_mixed_line_ids: bool = False
-    allow_mixed_dtype: bool = False
-
+    run_a: str = option(positional=True, metavar="RUN_A",
+                        help="FAE run directory of system 0 (e.g. the SFT verifier)")
+    run_b: str = option(positional=True, metavar="RUN_B",
+                        help="FAE run directory of system 1 (e.g. the REAL verifier)")
+    output: str = option(aliases=("-o",), help="directory for compare.json and compare.md")
+    metric: Literal["strict", "fever_score", "label_accuracy"] = option(  # acc.METRICS
+        "strict", choices=acc.METRICS,
+        help="joint score: strict (label correct AND >=1 gold sentence cited), fever_score (label correct AND a "
+             "complete gold group in the first 5 cited ids) or label_accuracy (no evidence requirement; E0 = E1 = "
+             "0). Default: strict")
+    bootstrap: int = option(10_000, min=1, help="bootstrap draws (default 10000)")
+    seed: int = option(20261099, help="bootstrap RNG seed (numpy PCG64)")
+    confidence: float = option(0.95, above=0, below=1, help="interval level (default 0.95)")
+    families: str | None = option(None, metavar="FILE",
+                                  help="claim families resampled as whole units: a JSON object {record_id: "
+                                       "family_id} or JSONL lines {\"id\": ..., \"family\": ...}")
+    allow_mixed_decoding: bool = option(False, help="compare a schema-constrained run with an unconstrained one "
+                                                    "(refused by default: their numbers are not comparable, see "
+                                                    "docs/structured.md)")
+    allow_mixed_line_ids: bool = option(False, help="compare runs whose prompts numbered the pool lines differently "
+                                                    "(config.json line_ids original vs renumbered; refused by "
+                                                    "default, see docs/compare.md); the outputs then carry a warning")
+    allow_mixed_dtype: bool = option(False, help="compare runs whose weights ran in different dtypes (config.json "
+                                                 "decoding.dtype, e.g. bfloat16 vs float32; refused by default, see "
+                                                 "docs/compare.md); the outputs then carry a warning")
 
 CONFIG = CompareConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_a", metavar="RUN_A", help="FAE run directory of system 0 (e.g. the SFT verifier)")
-    p.add_argument("run_b", metavar="RUN_B", help="FAE run directory of system 1 (e.g. the REAL verifier)")
-    p.add_argument("--output", "-o", required=True, help="directory for compare.json and compare.md")
-    p.add_argument("--metric", choices=acc.METRICS, default="strict",
-                   help="joint score: strict (label correct AND >=1 gold sentence cited), fever_score "
-                        "(label correct AND a complete gold group in the first 5 cited ids) or "
-                        "label_accuracy (no evidence requirement; E0 = E1 = 0). Default: strict")
-    p.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap draws (default 10000)")
-    p.add_argument("--seed", type=int, default=20261099, help="bootstrap RNG seed (numpy PCG64)")
-    p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
-    p.add_argument("--families", metavar="FILE",
-                   help="claim families resampled as whole units: a JSON object {record_id: family_id} "
-                        "or JSONL lines {\"id\": ..., \"family\": ...}")
-    p.add_argument("--allow-mixed-decoding", action="store_true",
-                   help="compare a schema-constrained run with an unconstrained one (refused by "
-                        "default: their numbers are not comparable, see docs/structured.md)")
-    p.add_argument("--allow-mixed-line-ids", action="store_true",
-                   help="compare runs whose prompts numbered the pool lines differently (config.json line_ids "
-                        "original vs renumbered; refused by default, see docs/compare.md); the outputs then "
-                        "carry a warning")
-    p.add_argument("--allow-mixed-dtype", action="store_true",
-                   help="compare runs whose weights ran in different dtypes (config.json decoding.dtype, e.g. "
-                        "bfloat16 vs float32; refused by default, see docs/compare.md); the outputs then carry "
-                        "a warning")
+    add_config_arguments(p, CompareConfig)
 
 
 # ---------------------------------------------------------------------------

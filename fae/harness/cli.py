@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from fae.ablation.control import control_summary_line
 
@@ -23,20 +23,19 @@ from fae.ablation.control import control_summary_line
 class FromInspectConfig(CommandConfig):
     """`fae from-inspect`: an Inspect AI log as a run directory."""
 
-    log: str
-    output: str
-    skip_incomplete: bool = False
+    log: str = option(positional=True, metavar="LOG",
+                      help="an Inspect log (.eval or .json) of `inspect eval real_fae/fae`")
+    output: str = option(metavar="RUN_DIR", help="the run directory to write (created; an earlier import of the "
+                                                 "same log is rewritten)")
+    skip_incomplete: bool = option(False, help="make a run of the complete claims only (default: refuse a log with "
+                                               "an incomplete claim)")
 
 
 CONFIG = FromInspectConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("log", metavar="LOG", help="an Inspect log (.eval or .json) of `inspect eval real_fae/fae`")
-    p.add_argument("--output", required=True, metavar="RUN_DIR",
-                   help="the run directory to write (created; an earlier import of the same log is rewritten)")
-    p.add_argument("--skip-incomplete", action="store_true",
-                   help="make a run of the complete claims only (default: refuse a log with an incomplete claim)")
+    add_config_arguments(p, FromInspectConfig)
 
 
 def run(config: FromInspectConfig) -> CommandResult:

@@ -28,13 +28,13 @@ from typing import Iterator
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.config import add_option_flags
 from real_fae_core.errors import UserError
 from real_fae_core.labels import NOT_ENOUGH_INFO
 from real_fae_core.runlock import RunLock
 from data_prep.records import ClaimRecord, RecordError, iter_records
-from fae.backends.hf import HFOptions, load_hf_model
+from fae.backends.hf import load_hf_model
 from fae.probes.neuron_overlap import analyse
 from fae.probes.neuron_report import markdown, plot_venn
 from fae.probes.options import HFLoadFields
@@ -44,14 +44,15 @@ from fae.probes.options import HFLoadFields
 class NeuronsFields:
     """`fae neurons`'s own options (the hf backend's loading options follow in :class:`NeuronsConfig`)."""
 
-    records: str
-    model: str
-    output: str
-    adapter: str | None = None
-    coverage: float = dataclasses.field(default=0.9, metadata={"above": 0, "max": 1})
-    limit: int | None = dataclasses.field(default=None, metadata={"min": 1})
-    batch_size: int = dataclasses.field(default=8, metadata={"min": 1})
-    include_nei: bool = False
+    records: str = option(help="calibration records JSONL (e.g. eval.jsonl)")
+    model: str = option(help="base model directory (HF format)")
+    output: str = option(help="directory for neurons.json/.md/_venn.png")
+    adapter: str | None = option(None, help="optional PEFT/LoRA adapter directory")
+    coverage: float = option(0.9, above=0, max=1,
+                             help="share of the total |activation| the kept set must reach (default 0.9)")
+    limit: int | None = option(None, min=1, help="use only the first N usable records")
+    batch_size: int = option(8, min=1, help="prompts per forward pass (default 8)")
+    include_nei: bool = option(False, help="also use NOT_ENOUGH_INFO records (excluded by default, as in FAE)")
 
 
 @dataclasses.dataclass
@@ -63,17 +64,8 @@ CONFIG = NeuronsConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--records", required=True, help="calibration records JSONL (e.g. eval.jsonl)")
-    p.add_argument("--model", required=True, help="base model directory (HF format)")
-    p.add_argument("--adapter", default=None, help="optional PEFT/LoRA adapter directory")
-    p.add_argument("--output", required=True, help="directory for neurons.json/.md/_venn.png")
-    p.add_argument("--coverage", type=float, default=0.9,
-                   help="share of the total |activation| the kept set must reach (default 0.9)")
-    p.add_argument("--limit", type=int, default=None, help="use only the first N usable records")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts per forward pass (default 8)")
-    add_option_flags(p, HFOptions, ["device", "dtype", "trust_remote_code"])  # as `fae run --backend hf`
-    p.add_argument("--include-nei", action="store_true",
-                   help="also use NOT_ENOUGH_INFO records (excluded by default, as in FAE)")
+    add_config_arguments(p, NeuronsFields)
+    add_option_flags(p, HFLoadFields)  # as `fae run --backend hf` has them
 
 
 def _usable(path: str, include_nei: bool, limit: int | None) -> Iterator[ClaimRecord]:

@@ -18,9 +18,8 @@ import json
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
-from real_fae_core.flags import deprecated_alias
 from fae.probes.dirk import bootstrap_ci
 from fae.probes.knowledge import shares_text
 
@@ -32,9 +31,10 @@ DEFAULT_TITLE = "Directional alignment to knowledge-based state"
 class ProbeReportConfig(CommandConfig):
     """`fae probe-report`: the DirK figure and tables of one or more `fae probe` outputs."""
 
-    dirs: list[str]
-    output: str
-    names: list[str] | None = None
+    dirs: list[str] = option(positional=True, metavar="DIR", help="output directories of `fae probe`")
+    output: str = option(help="directory for dirk.png and dirk.md")
+    names: list[str] | None = option(None, deprecated=("--labels",), help="one name per DIR, shown in the legend "
+                                     "and tables (default: the directory names)")
     title: str = DEFAULT_TITLE
 
 
@@ -42,12 +42,7 @@ CONFIG = ProbeReportConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dirs", nargs="+", metavar="DIR", help="output directories of `fae probe`")
-    p.add_argument("--output", required=True, help="directory for dirk.png and dirk.md")
-    p.add_argument("--names", nargs="+", default=None,
-                   help="one name per DIR, shown in the legend and tables (default: the directory names)")
-    deprecated_alias(p, "--labels", "--names")
-    p.add_argument("--title", default=DEFAULT_TITLE)
+    add_config_arguments(p, ProbeReportConfig)
 
 
 def load_probe(d: str | Path) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from fae.comparison.compare import load_families
 from fae.study import analysis as an
@@ -32,26 +32,21 @@ REPORT_JSON, REPORT_MD, FIGURE = "study_report.json", "study_report.md", "contra
 class StudyReportConfig(CommandConfig):
     """`fae study-report`: scores, contrasts, intervals and controls of study directories."""
 
-    studies: list[str]
-    output: str
-    families: list[str] | None = None
-    draws: int = dataclasses.field(default=an.DRAWS, metadata={"min": 0})
-    seed: int = an.BOOTSTRAP_SEED
+    studies: list[str] = option(positional=True, metavar="STUDY_DIR", help="`fae study` output directories (any "
+                                "models, any datasets; one directory per dataset x model)")
+    output: str = option(help="directory for study_report.json, study_report.md, contrasts.png")
+    families: list[str] | None = option(None, metavar="FILE", help="family files of `real-data families` ({id, "
+                                        "family} lines); units not listed are grouped by claim")
+    draws: int = option(an.DRAWS, min=0, help=f"bootstrap draws (default {an.DRAWS}, the paper's)")
+    seed: int = option(an.BOOTSTRAP_SEED, help=f"NumPy PCG64 seed of the bootstrap (default {an.BOOTSTRAP_SEED}, "
+                                               "the paper's)")
 
 
 CONFIG = StudyReportConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("studies", nargs="+", metavar="STUDY_DIR", help="`fae study` output directories (any models, "
-                   "any datasets; one directory per dataset x model)")
-    p.add_argument("--output", required=True, help="directory for study_report.json, study_report.md, contrasts.png")
-    p.add_argument("--families", nargs="+", metavar="FILE",
-                   help="family files of `real-data families` ({id, family} lines); units not listed are "
-                        "grouped by claim")
-    p.add_argument("--draws", type=int, default=an.DRAWS, help=f"bootstrap draws (default {an.DRAWS}, the paper's)")
-    p.add_argument("--seed", type=int, default=an.BOOTSTRAP_SEED, help="NumPy PCG64 seed of the bootstrap "
-                   f"(default {an.BOOTSTRAP_SEED}, the paper's)")
+    add_config_arguments(p, StudyReportConfig)
 
 
 def _json(path: Path) -> dict:

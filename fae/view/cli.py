@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from real_fae_core.command import add_config_arguments
 from fae.view.runner import ViewConfig
 from fae.view.runner import run  # noqa: F401 - the command's run(config), for the dispatcher
 
@@ -20,12 +21,4 @@ CONFIG = ViewConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="fae run output directories (claims aligned by id)")
-    p.add_argument("--output", required=True, metavar="DIR", help="where index.html and its data go")
-    p.add_argument("--names", nargs="+", help="run names (default: the run directory names)")
-    p.add_argument("--records", metavar="FILE",
-                   help="the records file the runs read (default: the one in each run's config.json; "
-                        "its sha256 must match)")
-    p.add_argument("--title", default="FAE claims", help="page title")
-    p.add_argument("--shard-size", type=int, default=None, metavar="N",
-                   help="claims per detail file loaded when a claim opens (default 100)")
+    add_config_arguments(p, ViewConfig)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from fae.view.data import DEFAULT_SHARD_SIZE, build_view, load_view_runs
 from fae.view.site import write_site
@@ -17,12 +17,15 @@ from fae.view.site import write_site
 class ViewConfig(CommandConfig):
     """`fae view`: a static per-claim explorer of one or more runs."""
 
-    runs: list[str]
-    output: str
-    names: list[str] | None = None
-    records: str | None = None
-    title: str = "FAE claims"
-    shard_size: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    runs: list[str] = option(positional=True, metavar="RUN_DIR",
+                             help="fae run output directories (claims aligned by id)")
+    output: str = option(metavar="DIR", help="where index.html and its data go")
+    names: list[str] | None = option(None, help="run names (default: the run directory names)")
+    records: str | None = option(None, metavar="FILE", help="the records file the runs read (default: the one in "
+                                                            "each run's config.json; its sha256 must match)")
+    title: str = option("FAE claims", help="page title")
+    shard_size: int | None = option(None, min=1, metavar="N",
+                                    help="claims per detail file loaded when a claim opens (default 100)")
 
 
 def run(config: ViewConfig) -> CommandResult:
