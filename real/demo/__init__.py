@@ -6,12 +6,24 @@ import argparse
 import dataclasses
 import shlex
 
-from real_fae_core.command import CommandConfig, CommandResult, exit_code_of
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, exit_code_of, option
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import EXIT_FAILURE, EXIT_OK
 
 from . import base_model, pipeline
 from .drift import table2_pattern
+
+
+@dataclasses.dataclass
+class DemoConfig(CommandConfig):
+    """`real-demo`: the whole demo into ``output`` (a fresh run every time)."""
+
+    output: str = option("demo_out", help="output directory (default demo_out)")
+    seed: int = 0
+    base: str | None = option(None, help="base model directory (default: the one shipped in real/demo/base)")
+
+
+CONFIG = DemoConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,40 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(allow_abbrev=False, prog="real-demo",
                                 description="REAL vs standard SFT, end to end on a CPU "
                                             "(`real-demo build-base --help` rebuilds the base model)")
-    p.add_argument("--output", default="demo_out", help="output directory (default demo_out)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--base", help="base model directory (default: the one shipped in real/demo/base)")
+    add_config_arguments(p, DemoConfig)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     what = "rebuild the demo base model from scratch (seeded, CPU)"
     b = sub.add_parser("build-base", help=what, description=what, allow_abbrev=False)
-    b.add_argument("--output", required=True, help="directory for the model, tokenizer and build_log.jsonl")
-    b.add_argument("--steps", type=int, default=18000,
-                   help="training steps; the final cosine phase ends here (default 18000, the shipped base)")
-    b.add_argument("--schedule-steps", type=int, default=40000,
-                   help="length of the first cosine, used up to --final-phase-from (default 40000)")
-    b.add_argument("--final-phase-from", type=int, default=17000,
-                   help="after this step the LR follows a cosine over --steps (default 17000); "
-                        "-1 = one cosine over --steps")
-    b.add_argument("--stop-after", type=int, help="end after this step (checkpointed: rerun to resume)")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--target", type=float, default=0.97,
-                   help="stop once this share of held-out full-pool answers is exact")
+    add_config_arguments(b, base_model.BuildBaseConfig)
     # after add_subparsers, which names the subcommand from the usage: the demo runs without a COMMAND
     p.usage = ("%(prog)s [-h] [--output OUTPUT] [--seed SEED] [--base BASE]\n"
                "       %(prog)s build-base [-h] --output OUTPUT ...")
     return p
-
-
-@dataclasses.dataclass
-class DemoConfig(CommandConfig):
-    """`real-demo`: the whole demo into ``output`` (a fresh run every time)."""
-
-    output: str = "demo_out"
-    seed: int = 0
-    base: str | None = None
-
-
-CONFIG = DemoConfig
 
 
 def run(config: DemoConfig) -> CommandResult:

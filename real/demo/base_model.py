@@ -22,11 +22,11 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_file, atomic_write_json
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.runlock import RunLock
 from data_prep.prompts import (
     EVIDENCE_SYSTEM_PROMPT,
@@ -432,13 +432,17 @@ def _save(model, tok, output_dir: Path) -> None:
 class BuildBaseConfig(CommandConfig):
     """`real-demo build-base`: the demo's base model from scratch (seeded, CPU; resumable)."""
 
-    output: str
-    steps: int = field(default=18000, metadata={"min": 1})
-    schedule_steps: int = field(default=40000, metadata={"min": 1})
-    final_phase_from: int = field(default=17000, metadata={"min": -1})
-    stop_after: int | None = field(default=None, metadata={"min": 1})
+    output: str = option(help="directory for the model, tokenizer and build_log.jsonl")
+    steps: int = option(18000, min=1, help="training steps; the final cosine phase ends here (default 18000, the "
+                                           "shipped base)")
+    schedule_steps: int = option(40000, min=1, help="length of the first cosine, used up to --final-phase-from "
+                                                    "(default 40000)")
+    final_phase_from: int = option(17000, min=-1, help="after this step the LR follows a cosine over --steps "
+                                                       "(default 17000); -1 = one cosine over --steps")
+    stop_after: int | None = option(None, min=1, help="end after this step (checkpointed: rerun to resume)")
     seed: int = 0
-    target: float = field(default=0.97, metadata={"above": 0.0, "max": 1.0})
+    target: float = option(0.97, above=0.0, max=1.0,
+                           help="stop once this share of held-out full-pool answers is exact")
 
 
 CONFIG = BuildBaseConfig
