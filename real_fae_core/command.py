@@ -165,7 +165,8 @@ def add_config_arguments(parser, config: type, names: Iterable[str] | None = Non
     - a field without a default is required; the default is the field's (``default_factory`` called);
     - ``int``/``float`` (``| None`` too) are the argparse type; ``list[T]`` takes ``nargs="+"`` of T;
       a ``Literal`` gives its values as choices, metadata ``choices`` names others;
-    - a bool is ``store_true`` (default False) or ``store_false`` (default True, flag ``--no-field-name``);
+    - a bool is ``store_true`` (default False) or ``store_false`` (default True, flag ``--no-field-name``),
+      unless its metadata names an ``action`` (``argparse.BooleanOptionalAction``: ``--x`` / ``--no-x``);
     - metadata ``help``, ``metavar``, ``action`` (``"append"``, an Action class) go to argparse as they are;
       ``deprecated`` lists old spellings, accepted with a warning (:func:`real_fae_core.flags.deprecated_alias`);
       fields with the same ``exclusive`` name are a required mutually exclusive group (exactly one is given).
@@ -195,9 +196,11 @@ def argument_of(f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any
         base = next(a for a in typing.get_args(tp) if a is not type(None))
     kwargs: dict[str, Any] = {k: meta[k] for k in ("help", "metavar", "choices", "action") if k in meta}
     flag = "--" + f.name.replace("_", "-")
-    if base is bool:
+    if base is bool and "action" not in kwargs:
         kwargs["action"] = "store_false" if default else "store_true"
         flag = "--no-" + f.name.replace("_", "-") if default else flag
+    elif base is bool:  # its own action (argparse.BooleanOptionalAction: --x / --no-x)
+        kwargs["default"] = default
     else:
         if typing.get_origin(base) is list:
             base = typing.get_args(base)[0]

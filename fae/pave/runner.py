@@ -35,18 +35,19 @@ it in :mod:`fae.pave`: ``prompts`` (conditions and prompts), ``sampling``
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.hashing import sha256_file
 from real_fae_core.labels import REFUTE, SUPPORT
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
-from data_prep.prompts import check_line_ids
+from data_prep.prompts import LINE_IDS, check_line_ids
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import adapter_sha256, load_run
 from fae.backends import BackendError, BackendOptions
@@ -56,7 +57,7 @@ from fae.pave.io import SAMPLES, collect, jsd_condition
 from fae.pave.prompts import counterfactual_records
 from fae.pave.report import render_markdown, summary_lines
 from fae.pave.sampling import make_sampler
-from fae.probes.options import HFLoadFields, ServingFields, backend_field
+from fae.probes.options import HFLoadFields, OpenAIServingFields, ServingFields, VLLMServingFields, backend_field
 
 BACKENDS = ("hf", "openai", "vllm")
 STABILITY = ("auto", "jsd", "vote")
@@ -66,45 +67,81 @@ STABILITY = ("auto", "jsd", "vote")
 class PaveFields:
     """`fae pave`'s own options; the backends' options it embeds follow in :class:`PaveConfig`."""
 
-    records: str
-    output: str
-    model: str
-    backend: str = "hf"
-    adapter: str | None = backend_field(BackendOptions, "adapter")
-    samples: int = dataclasses.field(default=10, metadata={"min": 2})
-    temperature: float = 0.3  # > 0: checked by run, one line for both temperatures
-    jsd_samples: int = dataclasses.field(default=5, metadata={"min": 2})
-    jsd_temperature: float = 1.0
+    records: str = option(help="claim records (.jsonl); optional field counterfactual_sentences: [{\"id\", "
+                               "\"text\"}, ...] = misleading evidence, or one such list per kind {\"entity\": "
+                               "[...], \"semantic\": [...]} (real-data counterfactual)")
+    output: str = option(help="output directory (resumed if present)")
+    model: str = option(help="model path (hf) or served model name (openai)")
+    backend: str = option("hf", choices=BACKENDS,
+                          help="hf (default), openai or vllm (N answers per prompt as one request with n = N)")
+    adapter: str | None = backend_field(BackendOptions, "adapter", help="PEFT LoRA adapter directory (hf)")
+    samples: int = option(10, min=2, help="sampled answers per prompt for states, CR and PR, N (default 10, the "
+                                          "paper's)")
+    temperature: float = option(  # > 0: checked by run, one line for both temperatures
+        0.3, help="their sampling temperature, > 0 (default 0.3, the paper's)")
+    jsd_samples: int = option(5, min=2, help="sampled answers per prompt for the JSD rule, K (default 5, the "
+                                             "paper's)")
+    jsd_temperature: float = option(1.0, help="their sampling temperature, > 0 (default 1.0, the paper's); with the "
+                                              "same K and temperature as the profile the rule reuses the profile's "
+                                              "answers")
     max_new_tokens: int = backend_field(BackendOptions, "max_new_tokens")
-    stability: str = "auto"
-    tune_split: float = dataclasses.field(default=0.3, metadata={"above": 0, "below": 1})
-    keep_refusals: bool = False
-    definite_prior_only: bool = False
-    check_run: str | None = None
-    seed: int = 0
-    limit: int | None = dataclasses.field(default=None, metadata={"min": 1})
-    chunk_size: int = dataclasses.field(default=32, metadata={"min": 1})
-    progress: bool = True
-    constrained_decoding: bool = backend_field(BackendOptions, "constrained_decoding")
-    prefill_once: bool = False  # hf: one prefill for a prompt's N samples (fae.pave.sampling.one_row_prefill)
-    line_ids: str = "original"  # how the prompts number their lines (SPEC §3, data_prep.prompts.LINE_IDS)
+    stability: str = option("auto", choices=STABILITY,
+                            help="JSD over per-run label probabilities, or the paper's vote-based variant (binary "
+                                 "entropy of the SUPPORT share); auto = JSD when every run has its own distribution, "
+                                 "vote when some are missing or all runs of every prompt share one")
+    tune_split: float = option(0.3, above=0, below=1, metavar="FRACTION",
+                               help="share of claims held out to tune τ (hash of id and --seed); the rest is the "
+                                    "test split for CE/IE/OA (default 0.3)")
+    keep_refusals: bool = option(False, help="turn the paper's refusal filtering off: keep claims whose claim-only "
+                                             "majority is NOT_ENOUGH_INFO or invalid (they count as wrong priors)")
+    definite_prior_only: bool = option(False, help="refusal filtering, now the default (kept so older commands run)")
+    check_run: str | None = option(None, metavar="RUN_DIR", deprecated=("--fae-run",),
+                                   help="a finished `fae run` of the same verifier on these records: report PAVE's "
+                                        "gold-evidence accuracy beside its round-0 accuracy and flag a gap > 10 "
+                                        "points")
+    seed: int = option(0, help="sampling and split seed; each prompt's answers are seeded by (seed, claim id, "
+                               "condition)")
+    limit: int | None = option(None, min=1, help="only the first N SUPPORT/REFUTE records")
+    chunk_size: int = option(32, min=1, help="claims per write to samples.jsonl (answers do not depend on it)")
+    progress: bool = True  # --no-progress
+    line_ids: str = option(  # how the prompts number their lines (SPEC §3, data_prep.prompts.LINE_IDS)
+        "original", choices=LINE_IDS,
+        help="line numbers shown (SPEC §3): original record ids (default, the paper's protocol; a gold-only pool "
+             "then shows holes) or renumbered 0..n-1 in reading order, cited numbers mapped back")
+    constrained_decoding: bool = backend_field(BackendOptions, "constrained_decoding",
+                                               action=argparse.BooleanOptionalAction)
 
 
 @dataclasses.dataclass
-class PaveBackendFields(ServingFields):
-    """The options of the backends that `fae pave` offers, as the backends declare them."""
+class PaveHFFields:
+    """`fae pave`'s options of the hf backend beside its loading options (:class:`HFLoadFields`)."""
 
-    batch_size: int = backend_field(HFOptions, "batch_size")  # PAVE samples one prompt at a time: only 8
+    batch_size: int = backend_field(  # PAVE samples one prompt at a time: only 8
+        HFOptions, "batch_size",
+        help="PAVE samples one prompt at a time (each prompt's N answers are one generate call seeded by the "
+             "prompt's own key, so they never depend on other prompts): a value other than the default 8 is refused")
+    prefill_once: bool = option(  # hf: one prefill for a prompt's N samples (fae.pave.sampling.one_row_prefill)
+        False, help="run a prompt's prefill once for its N samples and copy the KV cache (about 1/N of the prompt's "
+                    "work); its samples equal the default's only on CPUs and GPUs where a row of a batched matmul "
+                    "equals that row alone (an AVX-512 CPU: yes; an AMX CPU: no), and one AMX CPU once gave other "
+                    "samples from one process to the next (a resumed run may then differ from an uninterrupted one: "
+                    "benchmarks/pave_reproducibility.py checks a machine); it is off unless asked, and a run made "
+                    "with it never resumes one made without it")
 
 
 @dataclasses.dataclass
-class PaveConfig(PaveBackendFields, HFLoadFields, PaveFields, CommandConfig):
+class PaveConfig(ServingFields, HFLoadFields, PaveHFFields, PaveFields, CommandConfig):
     """`fae pave`: PAVE prior-state diagnostics and JSD arbitration of a verifier."""
 
 
-HF_FIELDS = ("device", "dtype", "trust_remote_code")
-VLLM_FIELDS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len")
-OPENAI_FIELDS = ("base_url", "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base")
+def field_names(*parts: type) -> tuple[str, ...]:
+    """The field names of some dataclasses, in order."""
+    return tuple(f.name for part in parts for f in dataclasses.fields(part))
+
+
+HF_FIELDS = field_names(HFLoadFields)
+VLLM_FIELDS = field_names(VLLMServingFields)
+OPENAI_FIELDS = field_names(OpenAIServingFields)
 ONE_PROMPT_AT_A_TIME = PaveConfig.batch_size  # the only --batch-size PAVE takes: its default
 # the options each backend reads: its declared fields, and the hf sampler's own --prefill-once
 OWNERS = {"hf": HF_FIELDS + ("prefill_once",), "vllm": VLLM_FIELDS + ("dtype",), "openai": OPENAI_FIELDS}

@@ -1,10 +1,10 @@
 """Backend options a diagnostic command embeds, declared once: where their backend declares them.
 
-`fae probe`, `fae neurons` and `fae pave` put some of a backend's options on
-their command line (``add_option_flags(parser, HFOptions, names)``); their
-configs take the same fields with :func:`backend_field`, which copies the
-default and the range from the backend's options dataclass, so a default is
-still written once.
+`fae probe`, `fae neurons`, `fae pave` and `fae study` put some of a backend's
+options on their command line: their configs take the fields with
+:func:`backend_field`, which copies the default, the help and the range from the
+backend's options dataclass, so a default is still written once, and
+``add_option_flags(parser, HFLoadFields)`` declares the flags of such a group.
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ from fae.backends.openai_backend import OpenAIOptions
 from fae.backends.vllm_backend import VLLMOptions
 
 
-def backend_field(options_class: type, name: str) -> Any:
-    """A dataclass field with the default and metadata (help, range) of ``options_class``'s field ``name``."""
+def backend_field(options_class: type, name: str, **metadata: Any) -> Any:
+    """A dataclass field with the default and metadata (help, range) of ``options_class``'s field ``name``;
+    ``metadata`` adds to it or overrides it (a command's own ``help``: :func:`real_fae_core.command.option`)."""
     f = {f.name: f for f in dataclasses.fields(options_class)}[name]
+    meta = {**f.metadata, **metadata}
     if f.default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=f.default_factory, metadata=f.metadata)
-    return dataclasses.field(default=f.default, metadata=f.metadata)
+        return dataclasses.field(default_factory=f.default_factory, metadata=meta)
+    return dataclasses.field(default=f.default, metadata=meta)
 
 
 @dataclasses.dataclass
@@ -35,15 +37,27 @@ class HFLoadFields:
 
 
 @dataclasses.dataclass
-class ServingFields:
-    """The vLLM and OpenAI-compatible options a sampling command (`fae pave`, `fae study`) passes on."""
+class VLLMServingFields:
+    """The vLLM options a sampling command (`fae pave`, `fae study`) passes on."""
 
     tensor_parallel_size: int = backend_field(VLLMOptions, "tensor_parallel_size")
     gpu_memory_utilization: float | None = backend_field(VLLMOptions, "gpu_memory_utilization")
     max_model_len: int | None = backend_field(VLLMOptions, "max_model_len")
+
+
+@dataclasses.dataclass
+class OpenAIServingFields:
+    """The OpenAI-compatible server's options a sampling command (`fae pave`, `fae study`) passes on."""
+
     base_url: str | None = backend_field(OpenAIOptions, "base_url")
     api_key_env: str | None = backend_field(OpenAIOptions, "api_key_env")
     concurrency: int = backend_field(OpenAIOptions, "concurrency")
     request_timeout: float = backend_field(OpenAIOptions, "request_timeout")
     max_retries: int = backend_field(OpenAIOptions, "max_retries")
     backoff_base: float = backend_field(OpenAIOptions, "backoff_base")
+
+
+@dataclasses.dataclass
+class ServingFields(OpenAIServingFields, VLLMServingFields):
+    """The vLLM and OpenAI-compatible options a sampling command (`fae pave`, `fae study`) passes on (the vLLM
+    ones first); each part is one argument group of its command line."""

@@ -21,7 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.hashing import sha256_file
 from real_fae_core.runlock import RunLock
@@ -49,36 +49,44 @@ SCHEME = "study-1"  # the prompt, reader and seeding of fae.study; a change make
 class StudyFields:
     """`fae study`'s own options; the backends' follow in :class:`StudyConfig`."""
 
-    pools: str
-    output: str
-    model: str
-    backend: str = "hf"
-    adapter: str | None = None
-    formats: list[str] = dataclasses.field(default_factory=lambda: list(FORMATS))
-    budgets: list[int] | None = None
-    seeds: list[int] = dataclasses.field(default_factory=lambda: list(PAPER_SEEDS))
-    temperature: float = dataclasses.field(default=0.7, metadata={"above": 0})
-    top_p: float = dataclasses.field(default=0.8, metadata={"above": 0, "max": 1})
-    top_k: int = dataclasses.field(default=20, metadata={"min": 0})
-    control_claims: int = dataclasses.field(default=CONTROL_CLAIMS, metadata={"min": 0})
-    tokenizer: list[str] | None = None
-    limit: int | None = dataclasses.field(default=None, metadata={"min": 1})
-    sample: int | None = dataclasses.field(default=None, metadata={"min": 1})
-    families: str | None = None
-    chunk_size: int = dataclasses.field(default=64, metadata={"min": 1})
-    shard: str | None = None
-    progress: bool = True
+    pools: str = option(help="an output directory of `real-data retrieve` (records.jsonl, misses.jsonl): one "
+                             "dataset, packed with --budgets, ideally with --reranker")
+    output: str = option(help="the study directory (resumed if present)")
+    model: str = option(help="model path (hf, vllm) or served model name (openai)")
+    backend: str = option("hf", choices=BACKENDS)
+    adapter: str | None = option(None, help="PEFT LoRA adapter directory (hf, vllm)")
+    formats: list[str] = option(default_factory=lambda: list(FORMATS),
+                                help="answer formats (default: codes labels)")
+    budgets: list[int] | None = option(None, help="packed budgets to ask (default: every one of the pools)")
+    seeds: list[int] = option(default_factory=lambda: list(PAPER_SEEDS),
+                              help="sampled replicates' seeds (default the paper's five); replicate 0 is greedy")
+    temperature: float = option(0.7, above=0)
+    top_p: float = option(0.8, above=0, max=1)
+    top_k: int = option(20, min=0)
+    control_claims: int = option(CONTROL_CLAIMS, min=0, help=f"hash-selected claims of the greedy controls (default "
+                                                             f"{CONTROL_CLAIMS}; 0: none)")
+    tokenizer: list[str] | None = option(None, action="append",
+                                         help="a tokenizer the budgets are counted in, for the gold control (repeat "
+                                              "per model of the study; default with --backend hf: the model's)")
+    limit: int | None = option(None, min=1, help="only the first N claims (every unit of each)")
+    sample: int | None = option(None, min=1, metavar="N",
+                                help="a subset of at least N claims, whole families in the order of a hash of the "
+                                     "family (families from --families; else each claim is one)")
+    families: str | None = option(None, help="`real-data families` file of the pools, for --sample")
+    chunk_size: int = option(64, min=1, help="prompts per backend call and per write")
+    shard: str | None = option(None, metavar="I/N", help="answer shard I of N (0-based) into OUTPUT/shards/I-of-N")
+    progress: bool = True  # --no-progress
 
 
 @dataclasses.dataclass
-class StudyBackendFields(ServingFields):
-    """The backends' options `fae study` passes on, declared by the backends themselves."""
+class StudyHFFields:
+    """`fae study`'s option of the hf backend beside its loading options (:class:`HFLoadFields`)."""
 
     batch_size: int = backend_field(HFOptions, "batch_size")
 
 
 @dataclasses.dataclass
-class StudyConfig(StudyBackendFields, HFLoadFields, StudyFields, CommandConfig):
+class StudyConfig(ServingFields, HFLoadFields, StudyHFFields, StudyFields, CommandConfig):
     """`fae study`: every condition of the evaluation-choice grid for one model."""
 
 
