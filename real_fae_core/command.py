@@ -15,8 +15,8 @@ command's own cross-field checks live in ``run`` and so hold for both.
 
 The command line is generated from the config (:func:`add_config_arguments`): each field is one
 option, its flag, help, positional-ness, choices and old spellings in the field's metadata, so an
-option is written once. ``tests/test_commands.py`` walks every subcommand: its parser's options are
-the config's fields, with the same defaults.
+option is written once. ``tests/test_commands.py`` walks every subcommand: every field is an option of
+its parser, and a command line parses to the config the same values make in Python.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 The walk covers every command of real-data, fae, real-demo, real-merge and
 real-import-gguf. For each: the module names its config dataclass ``CONFIG``
 (a :class:`~real_fae_core.command.CommandConfig`), ``run``'s first parameter is
-that config, and the command line and the config agree: the parser's options
-are the config's fields, with the same defaults, and an option the parser
-requires is a field without a default. So a Python caller and the command line
+that config, and the command line is generated from the config
+(:func:`~real_fae_core.command.add_config_arguments`): every field is an option,
+and a command line of the required arguments parses to the config those values
+make in Python, defaults included. So a Python caller and the command line
 build the same thing, checked by the same loader. Fast: no model.
 """
 
@@ -66,23 +67,93 @@ def test_every_command_is_a_typed_config_and_a_run_function(prog):
     assert hints.get("return") is CommandResult, f"{prog}: run does not return a CommandResult"
 
 
+def _unexposed(parser: argparse.ArgumentParser, cls: type) -> tuple[list[str], list[str]]:
+    """(fields of ``cls`` with no option on ``parser``, options of ``parser`` that are no field of ``cls``)."""
+    options = set(_options(parser))
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    return sorted(fields - options), sorted(options - fields)
+
+
+def _required_command_line(parser: argparse.ArgumentParser) -> tuple[list[str], dict]:
+    """(a command line giving every required argument of ``parser``, the values it gives, typed, by field):
+    a choice's first value, 1 for a number, "x" for a string; one argument of a required exclusive group."""
+    argv, values = [], {}
+    chosen = {id(g._group_actions[0]) for g in parser._mutually_exclusive_groups if g.required}
+    for name, a in _options(parser).items():
+        if not (a.required or id(a) in chosen or (not a.option_strings and a.nargs not in ("?", "*"))):
+            continue
+        word = str(list(a.choices)[0]) if a.choices else "1" if a.type in (int, float) else "x"
+        words = [word] if a.nargs is None or a.nargs == "?" else [word, word]
+        argv += [*(a.option_strings[:1]), *words]
+        typed = [a.type(w) if a.type else w for w in words]
+        values[name] = typed if len(typed) > 1 else typed[0]
+    return argv, values
+
+
 @pytest.mark.parametrize("prog", sorted(set(COMMANDS) - OWN_PARSE))
-def test_the_parser_options_are_the_config_fields_with_the_same_defaults(prog):
+def test_every_field_of_the_config_is_an_option_of_the_command(prog):
+    """The parser is generated from the config (real_fae_core.command.add_config_arguments, add_option_flags):
+    a field left out of it, or an option declared beside it, is named."""
     module, parser = COMMANDS[prog]
     cls = config_type(module)
-    options = _options(parser)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    assert set(options) == set(fields), (f"{prog}: only on the command line: {sorted(set(options) - set(fields))}; "
-                                         f"only in {cls.__name__}: {sorted(set(fields) - set(options))}")
-    for name, action in options.items():
-        f = fields[name]
-        required = action.required or (not action.option_strings and action.nargs not in ("?", "*"))
-        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        assert required == (not has_default), f"{prog}: {name}: required on the command line but not in the config" \
-            if required else f"{prog}: {name}: the config requires what the command line does not"
-        if not required:
-            assert action.default == _field_default(f), \
-                f"{prog}: {name}: command line default {action.default!r}, config default {_field_default(f)!r}"
+    hidden, extra = _unexposed(parser, cls)
+    assert not hidden and not extra, (f"{prog}: fields of {cls.__name__} with no option: {hidden}; "
+                                      f"options that are no field: {extra}")
+
+
+@pytest.mark.parametrize("prog", sorted(set(COMMANDS) - OWN_PARSE))
+def test_a_parsed_command_line_is_the_config(prog):
+    """A command line of only the required arguments parses to the config those values make in Python: every
+    default the command line gives is the config's, every required argument is a required field."""
+    module, parser = COMMANDS[prog]
+    cls = config_type(module)
+    argv, values = _required_command_line(parser)
+    parsed = cls.from_namespace(parser.parse_args(argv))
+    assert parsed == cls(**values), f"{prog}: `{' '.join(argv)}` parses to {parsed}, not {cls(**values)}"
+    missing = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in values
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    assert not missing, f"{prog}: required in {cls.__name__} but not on the command line: {missing}"
+
+
+def test_a_field_left_off_the_command_line_is_found():
+    """The checks above see a config field the parser lacks, and an option that is no field."""
+    from real_fae_core.command import add_config_arguments
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    add_config_arguments(parser, _Example, ["records", "names"])
+    parser.add_argument("--stray")
+    assert _unexposed(parser, _Example) == (["rounds"], ["stray"])
+
+
+def test_the_generated_parser_keeps_the_command_line_conventions(capsys):
+    """Positional arguments, aliases, deprecated spellings, --no-x, lists, choices and exclusive groups come
+    from field metadata, and parse to the config."""
+    from real_fae_core.command import add_config_arguments, option
+
+    @dataclasses.dataclass
+    class Options(CommandConfig):
+        run_dir: str = option(positional=True, metavar="RUN_DIR", deprecated=("--run",), help="a run")
+        output: str = option(aliases=("-o",), help="where")
+        kinds: list[str] = option(default_factory=lambda: ["a", "b"], help="kinds")
+        level: typing.Literal["low", "high"] = option("low")
+        progress: bool = True
+        include: bool = option(False, deprecated=("--keep",))
+        gguf: str | None = option(None, exclusive="source")
+        package: str | None = option(None, exclusive="source")
+
+    parser = argparse.ArgumentParser(prog="p", allow_abbrev=False)
+    add_config_arguments(parser, Options)
+    args = parser.parse_args(["--run", "r", "-o", "out", "--kinds", "c", "d", "--level", "high", "--no-progress",
+                              "--keep", "--package", "pkg"])
+    assert Options.from_namespace(args) == Options(run_dir="r", output="out", kinds=["c", "d"], level="high",
+                                                   progress=False, include=True, package="pkg")
+    err = capsys.readouterr().err
+    assert "p: warning: --run is deprecated" in err and "p: warning: --keep is deprecated; use --include" in err
+    for argv in (["r", "--output", "o"], ["r", "--output", "o", "--gguf", "g", "--package", "p"],
+                 ["r", "--output", "o", "--gguf", "g", "--level", "mid"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+    assert "--level {low,high}" in parser.format_help() and "--output OUTPUT, -o OUTPUT" in parser.format_help()
 
 
 @pytest.mark.parametrize("prog", sorted(set(COMMANDS) - OWN_PARSE))

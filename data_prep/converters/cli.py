@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from real_fae_core.atomicio import atomic_write_json
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
 
@@ -33,21 +33,17 @@ GOLD_OVER_BUDGET = "gold evidence alone exceeds --max-pool-tokens"
 class ConvertConfig(CommandConfig):
     """`real-data convert`: one official dataset release as claim records."""
 
-    dataset: str = dataclasses.field(metadata={  # a name in CONVERTERS
-        "choices": sorted(CONVERTERS), "help": "; ".join(c.help for c in CONVERTERS.values())})
-    claims: list[str] = dataclasses.field(metadata={
-        "help": "claim file(s) of the official release, converted in order"})
-    output: str = dataclasses.field(metadata={"help": "records JSONL to write"})
-    corpus: str | None = dataclasses.field(default=None, metadata={"help": "abstracts file (check-covid, scifact)"})
-    wiki_pages: str | None = dataclasses.field(default=None, metadata={
-        "help": "FEVER wiki-pages directory of wiki-NNN.jsonl shards"})
-    include_nei: bool = dataclasses.field(default=False, metadata={
-        "help": "keep NOT_ENOUGH_INFO claims (evidence: []); dropped by default", "deprecated": ("--keep-nei",)})
-    max_pool_tokens: int | None = dataclasses.field(default=None, metadata={
-        "min": 1, "metavar": "N",
-        "help": "trim pools longer than N tokens, always keeping the gold sentences (needs --tokenizer)"})
-    tokenizer: str | None = dataclasses.field(default=None, metadata={
-        "help": "HF tokenizer directory used to count pool tokens"})
+    dataset: str = option(choices=sorted(CONVERTERS),  # a name in CONVERTERS
+                          help="; ".join(c.help for c in CONVERTERS.values()))
+    claims: list[str] = option(help="claim file(s) of the official release, converted in order")
+    output: str = option(help="records JSONL to write")
+    corpus: str | None = option(None, help="abstracts file (check-covid, scifact)")
+    wiki_pages: str | None = option(None, help="FEVER wiki-pages directory of wiki-NNN.jsonl shards")
+    include_nei: bool = option(False, deprecated=("--keep-nei",),
+                               help="keep NOT_ENOUGH_INFO claims (evidence: []); dropped by default")
+    max_pool_tokens: int | None = option(None, min=1, metavar="N", help="trim pools longer than N tokens, always "
+                                         "keeping the gold sentences (needs --tokenizer)")
+    tokenizer: str | None = option(None, help="HF tokenizer directory used to count pool tokens")
 
     def __post_init__(self) -> None:
         if isinstance(self.claims, (list, tuple)):  # claim files given as paths

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_dir
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import iter_jsonl_lines
 from data_prep.pairs.build import (
@@ -37,31 +37,28 @@ from data_prep.records import load_records_or_fail
 class PairsConfig(CommandConfig):
     """`real-data pairs`: the REAL training pairs of one variant."""
 
-    records: str = dataclasses.field(metadata={"help": "claim records JSONL (e.g. FEVER train)"})
-    variant: str = dataclasses.field(metadata={  # a name in VARIANTS
-        "choices": list(VARIANTS),
-        "help": "sft | no_ablation | no_enhancement | real | no_enhancement_matched | real_matched (SPEC "
-                "§4; *_matched add, per negative, a positive whose pool lost as many lines outside the "
-                "evidence)"})
-    output: str = dataclasses.field(metadata={"help": "output directory (HF dataset + pairs.jsonl + stats.json)"})
-    seed: int = dataclasses.field(default=42, metadata={"help": "shuffling seed (default 42)"})
-    no_shuffle: bool = dataclasses.field(default=False, metadata={
-        "help": "keep record order (positive before negative)"})
-    keep_pairs_together: bool = dataclasses.field(default=False, metadata={
-        "help": "shuffle records, not rows: a record's rows stay together, its positive right before its "
-                "negative (train with train_sampling_strategy: sequential so that one batch holds both)"})
+    records: str = option(help="claim records JSONL (e.g. FEVER train)")
+    variant: str = option(choices=list(VARIANTS),  # a name in VARIANTS
+                          help="sft | no_ablation | no_enhancement | real | no_enhancement_matched | real_matched "
+                               "(SPEC §4; *_matched add, per negative, a positive whose pool lost as many lines "
+                               "outside the evidence)")
+    output: str = option(help="output directory (HF dataset + pairs.jsonl + stats.json)")
+    seed: int = option(42, help="shuffling seed (default 42)")
+    no_shuffle: bool = option(False, help="keep record order (positive before negative)")
+    keep_pairs_together: bool = option(False, help="shuffle records, not rows: a record's rows stay together, its "
+                                                   "positive right before its negative (train with "
+                                                   "train_sampling_strategy: sequential so that one batch holds both)")
     # Checked in run(), not by argparse `choices`: a wrong value is then one line (no usage block), and a
     # Python caller's PairsConfig gets the same check.
-    line_ids: str = dataclasses.field(default=DEFAULT_LINE_IDS, metadata={  # a name in LINE_IDS
-        "metavar": "{" + ",".join(LINE_IDS) + "}",
-        "help": "how the prompt numbers its lines: original (record ids, the paper's; an ablated pool "
-                "shows a hole) or renumbered (0..n-1 in reading order); targets cite the numbers shown "
-                f"(default {DEFAULT_LINE_IDS})"})
-    tokenizer: str | None = dataclasses.field(default=None, metadata={
-        "help": "tokenizer (local dir or hub id) to measure token lengths with its chat template"})
-    max_length: int = dataclasses.field(default=4096, metadata={
-        "min": 1, "help": "with --tokenizer: drop (and count) pairs longer than this many tokens (default 4096)"})
-    overwrite: bool = dataclasses.field(default=False, metadata={"help": "replace an existing output directory"})
+    line_ids: str = option(DEFAULT_LINE_IDS, metavar="{" + ",".join(LINE_IDS) + "}",  # a name in LINE_IDS
+                           help="how the prompt numbers its lines: original (record ids, the paper's; an ablated "
+                                "pool shows a hole) or renumbered (0..n-1 in reading order); targets cite the "
+                                f"numbers shown (default {DEFAULT_LINE_IDS})")
+    tokenizer: str | None = option(None, help="tokenizer (local dir or hub id) to measure token lengths with its "
+                                              "chat template")
+    max_length: int = option(4096, min=1, help="with --tokenizer: drop (and count) pairs longer than this many "
+                                               "tokens (default 4096)")
+    overwrite: bool = option(False, help="replace an existing output directory")
 
 
 def _load_tokenizer(path: str):

@@ -20,7 +20,7 @@ import sys
 from typing import Iterator
 
 from real_fae_core.atomicio import atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import EXIT_USAGE, UserError
 from real_fae_core.jsonl import RecordFileError
 from real_fae_core.secrets import scrub
@@ -33,11 +33,9 @@ PROG = "real-data validate"
 class ValidateConfig(CommandConfig):
     """`real-data validate`: check a records file."""
 
-    records: str = dataclasses.field(metadata={"positional": True, "help": "records JSONL file"})
-    keep_going: bool = dataclasses.field(default=False, metadata={
-        "help": "check every line and report all bad ones instead of stopping at the first"})
-    report: str | None = dataclasses.field(default=None, metadata={  # implies keep_going
-        "help": "write the bad lines as a JSON report here (implies --keep-going)"})
+    records: str = option(positional=True, help="records JSONL file")
+    keep_going: bool = option(False, help="check every line and report all bad ones instead of stopping at the first")
+    report: str | None = option(None, help="write the bad lines as a JSON report here (implies --keep-going)")
 
 
 CONFIG = ValidateConfig
