@@ -16,7 +16,7 @@ REQUIRED = ["--records", "r.jsonl", "--output", "out", "--model", "m"]
 
 # config.json "settings" keys: a file format, so they must not drift with the dataclass.
 SETTINGS_KEYS = ["records", "output", "backend", "model", "adapter", "rounds", "max_new_tokens", "limit",
-                 "chunk_size", "constrained_decoding", "label_probs", "batch_size", "device", "dtype",
+                 "chunk_size", "constrained_decoding", "label_probs", "batch_size", "device", "dtype", "weights",
                  "trust_remote_code", "base_url",
                  "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base", "seed",
                  "routing_header", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len",

@@ -24,11 +24,12 @@ from data_prep.prompts import encode_chat
 from data_prep.schemas import schema_for_prompt
 from fae.backends import Backend, BackendOptions, Generation, RowDecoding, register
 from fae.backends.constrained import HFConstraint
+from fae.backends.decode_step import DECODE_WEIGHTS, decode_step_for
 from fae.backends.label_probs import label_continuations, teacher_forced_label_probs
 from fae.backends.packed_linear import pack_linear_weights
 from fae.backends.padding import finish_reasons, left_pad
 from fae.backends.reserved_cache import cache_kwarg, reserved_cache
-from fae.backends.prefix_tree import generate_shared
+from fae.backends.prefix_tree import decode_rows, generate_shared, processes_logits
 from fae.backends.seeded import seeded_kwargs
 
 
@@ -39,6 +40,10 @@ class HFOptions(BackendOptions):
     batch_size: int = field(default=8, metadata={"help": "hf: prompts per generate call", "min": 1})
     device: str = field(default="auto", metadata={"help": "hf: auto, cpu, cuda, cuda:1 ..."})
     dtype: str = field(default="auto", metadata={"help": "hf: auto (bf16 on CUDA and on a CPU with native bf16, else fp32), bf16, fp16, fp32"})
+    weights: str = field(default="model", metadata={
+        "help": "hf: the weights decoding steps read: model (as loaded), int8 or int4 (weight-only copies, CPU; "
+                "prefill keeps the model's; the answers differ from the model's)",
+        "choices": list(DECODE_WEIGHTS)})
     trust_remote_code: bool = field(default=False, metadata={
         "help": "hf: run the model repository's own Python code (off unless you ask: it executes on load)"})
 
@@ -148,7 +153,8 @@ def greedy_config(lm, tok, max_new_tokens: int):
 def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
                      callback: Callable[[int], None] | None = None,
                      schemas: list | None = None, constraint=None,
-                     label_probs: bool = False, sampling: list[RowDecoding] | None = None) -> list[Generation]:
+                     label_probs: bool = False, sampling: list[RowDecoding] | None = None,
+                     step: Callable | None = None) -> list[Generation]:
     """Greedy answers (with their finish reasons) for pre-tokenised prompts, longest first, in input order.
 
     With ``constraint`` (:class:`fae.backends.constrained.HFConstraint`) each prompt's
@@ -162,6 +168,8 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
     ``sampling``: one :class:`~fae.backends.RowDecoding` per prompt; a sampled row draws from its own
     seeded generator (:mod:`fae.backends.seeded`), so its answer does not depend on the batch; greedy rows
     (and every row when ``sampling`` is None) decode greedily, untouched by the sampler.
+    ``step``: a decoding step (:func:`fae.backends.decode_step.decode_step_for`); given, greedy unconstrained
+    batches decode through it (:func:`decode_greedy`, the same tokens as ``generate``) instead of ``generate``.
     """
     import torch
 
@@ -179,24 +187,12 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
         constrained = bool(extra)
         batch_gc = constraint.budget(gc, [schemas[i] for i in idx]) if constrained else gc
         extra = seeded_kwargs(extra, [sampling[i] for i in idx] if sampling else None)
-        with torch.inference_mode():
-            gen = lm.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                              generation_config=batch_gc, **extra, **answer_cache(lm, batch_gc.max_new_tokens))
+        if step is not None and not extra and not processes_logits(batch_gc):
+            texts, reasons, cache = decode_greedy(lm, tok, step, ids.to(device), mask.to(device), gc, label_probs)
+        else:
+            texts, reasons, cache = generate_answers(lm, tok, ids, mask, batch_gc, extra, label_probs)
         if constrained:
             constraint.done()
-        cache = None
-        if label_probs:
-            cache = getattr(gen, "cache", None) or getattr(gen, "past_key_values", None)
-            gen = gen.sequences
-            if not hasattr(cache, "crop") or not hasattr(cache, "batch_repeat_interleave"):
-                cache = None  # a cache type that cannot be cut back to the prompt: run the prompt again
-            else:
-                n_answer = cache.get_seq_length() - ids.shape[1]  # rows are left-padded: prompts end together
-                if n_answer > 0:
-                    cache.crop(-n_answer)  # drop the answer tokens, keep the prompt
-        new = gen[:, ids.shape[1]:]
-        texts = tok.batch_decode(new, skip_special_tokens=True)
-        reasons = finish_reasons(new, gc.eos_token_id, batch_gc.max_new_tokens)
         soft = (teacher_forced_label_probs(lm, tok, [token_ids[i] for i in idx], gc.pad_token_id, cache)
                 if label_probs else [(None, None)] * len(idx))
         for i, t, why, (probs, logprobs) in zip(idx, texts, reasons, soft):
@@ -204,6 +200,58 @@ def generate_batched(lm, tok, token_ids: list[list[int]], gc, batch_size: int,
         if callback:
             callback(len(idx))
     return out
+
+
+def generate_answers(lm, tok, ids, mask, gc, extra: dict, label_probs: bool):
+    """One batch through ``generate``: (texts, finish reasons, the prompt's KV cache or None). With
+    ``label_probs`` the cache of ``generate`` is cut back to the prompt for the label probabilities."""
+    import torch
+
+    device = lm.device
+    with torch.inference_mode():
+        gen = lm.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=gc, **extra,
+                          **answer_cache(lm, gc.max_new_tokens))
+    cache = None
+    if label_probs:
+        cache = getattr(gen, "cache", None) or getattr(gen, "past_key_values", None)
+        gen = gen.sequences
+        cache = prompt_cache(cache, ids.shape[1])
+    new = gen[:, ids.shape[1]:]
+    return tok.batch_decode(new, skip_special_tokens=True), finish_reasons(new, gc.eos_token_id, gc.max_new_tokens), cache
+
+
+def prompt_cache(cache, prompt_width: int):
+    """``cache`` cut back to the first ``prompt_width`` positions (rows left-padded: prompts end together);
+    None for a cache type that cannot be cut back (the label probabilities then run the prompt again)."""
+    if not hasattr(cache, "crop") or not hasattr(cache, "batch_repeat_interleave"):
+        return None
+    n_answer = cache.get_seq_length() - prompt_width
+    if n_answer > 0:
+        cache.crop(-n_answer)  # drop the answer tokens, keep the prompt
+    return cache
+
+
+def decode_greedy(lm, tok, step, ids, mask, gc, label_probs: bool):
+    """One batch greedily as ``generate`` decodes it, the steps through ``step``: the prompt's prefill (its
+    positions counted from each row's first real token, as ``generate`` counts them) gives the first token,
+    :func:`fae.backends.prefix_tree.decode_rows` the rest. Finished rows leave the batch unless the
+    prompt's cache is kept for the label probabilities. (texts, finish reasons, the prompt's cache or None)."""
+    import torch
+
+    cache = reserved_cache(lm, gc.max_new_tokens)
+    if cache is None:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=lm.config)
+    positions = (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 1)
+    with torch.inference_mode():
+        first = lm(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                   **{cache_kwarg(lm): cache}).logits[:, -1, :].float()
+    greedy = [RowDecoding()] * ids.shape[0]
+    answers = decode_rows(step, cache, ids, mask, greedy, gc.max_new_tokens, gc.eos_token_id, first_logits=first,
+                          compact=not label_probs, gqa_kernel=False)
+    texts = [tok.decode(tokens, skip_special_tokens=True) for tokens, _ in answers]
+    return texts, [why for _, why in answers], prompt_cache(cache, ids.shape[1]) if label_probs else None
 
 
 RESERVE_CACHE = True  # False: transformers' own DynamicCache (the same answers, one cache copy per new token)
@@ -247,6 +295,7 @@ class HFBackend(Backend):
         self.lm, self.tok = loaded if loaded is not None else load_hf_model(o.model, o.adapter, o.dtype, o.device,
                                                                                  trust_remote_code=o.trust_remote_code)
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
+        self.step = decode_step_for(self.lm, o.weights)
         self.stats = {"generate_calls": 0, "prompts": 0}
         self.constraint = open_constraint(o, self.lm, self.tok, self.gc.eos_token_id)
         self.label_probs = o.label_probs
@@ -263,7 +312,7 @@ class HFBackend(Backend):
         self.stats["prompts"] += len(ids)
         if self.constraint is None:  # no schemas, no constraint arguments (wrappers such as gpu_check call it so)
             return generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
-                                    label_probs=self.label_probs)
+                                    label_probs=self.label_probs, step=self.step)
         out = generate_batched(self.lm, self.tok, ids, self.gc, self.batch_size, callback,
                                schemas=[schema_for_prompt(m) for m in prompts], constraint=self.constraint,
                                label_probs=self.label_probs)
@@ -288,7 +337,7 @@ class HFBackend(Backend):
         caps = [d.max_new_tokens or self.max_new_tokens for d in decodings]
         answers, counts = generate_shared(self.lm, self.tok, ids, decodings,
                                           lambda cap: greedy_config(self.lm, self.tok, cap), self.max_new_tokens,
-                                          callback)
+                                          callback, step=self.step)
         for key, value in counts.items():
             self.stats[key] = self.stats.get(key, 0) + value
         self.stats["generate_calls"] += counts["leaves"]
@@ -298,7 +347,10 @@ class HFBackend(Backend):
     @classmethod
     def decoding_of(cls, options: HFOptions):
         dtype = resolve_dtype(options.dtype, resolve_device(options.device))
-        return {"greedy": True, "max_new_tokens": options.max_new_tokens, "dtype": str(dtype).replace("torch.", "")}
+        decoding = {"greedy": True, "max_new_tokens": options.max_new_tokens, "dtype": str(dtype).replace("torch.", "")}
+        if options.weights != "model":  # only then: runs decoded with the model's weights keep their record
+            decoding["weights"] = options.weights
+        return decoding
 
     @classmethod
     def default_chunk_size(cls, options: HFOptions) -> int:

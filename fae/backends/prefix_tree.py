@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from fae.backends import Generation, RowDecoding
+from fae.backends.decode_step import hf_step
 from fae.backends.padding import finish_reasons, left_pad
 from fae.backends.reserved_cache import cache_kwarg, reserved_cache, reserving_layer_class
 from fae.backends.seeded import draw_token, seeded_kwargs
@@ -86,9 +87,14 @@ class SharedPrefixDecoder:
     out: list
     callback: Callable[[int], None] | None = None
     max_rows: int = 64  # rows decoded together, across leaves
+    step: Callable | None = None  # one decoding step (fae.backends.decode_step); None: transformers' forward
     ready: list = field(default_factory=list)  # (leaf, cache) pairs waiting to be decoded
     stats: dict = field(default_factory=lambda: {"prefill_tokens": 0, "prompt_tokens": 0, "leaves": 0,
                                                  "decode_calls": 0})
+
+    def __post_init__(self) -> None:
+        if self.step is None:
+            self.step = hf_step(self.lm)
 
     def new_cache(self, reserve: int):
         cache = reserved_cache(self.lm, reserve)
@@ -213,7 +219,7 @@ class SharedPrefixDecoder:
             texts = self.tok.batch_decode(new, skip_special_tokens=True)
             reasons = finish_reasons(new, gc.eos_token_id, gc.max_new_tokens)
         else:
-            answers = decode_rows(self.lm, cache, ids, mask, decodings, gc.max_new_tokens, gc.eos_token_id)
+            answers = decode_rows(self.step, cache, ids, mask, decodings, gc.max_new_tokens, gc.eos_token_id)
             texts = [self.tok.decode(tokens, skip_special_tokens=True) for tokens, _ in answers]
             reasons = [why for _, why in answers]
         for i, text, why in zip(rows, texts, reasons):
@@ -289,63 +295,98 @@ def masked_gqa_in_sdpa(device):
         os.environ.pop(GQA_SDPA_FLAG, None)
 
 
-def decode_rows(lm, cache, ids, mask, decodings: Sequence[RowDecoding], cap: int, eos_ids) -> list[tuple[list, str]]:
-    """Decode each row from ``cache`` (all of its prompt ``ids`` but the last token, left-padded as ``mask``
-    says), up to ``cap`` new tokens: (its new tokens, ``"stop"`` or ``"length"``) per row.
+def decode_rows(step, cache, ids, mask, decodings: Sequence[RowDecoding], cap: int, eos_ids,
+                first_logits=None, compact: bool = True, gqa_kernel: bool = True) -> list[tuple[list, str]]:
+    """Decode each row from ``cache`` up to ``cap`` new tokens with ``step``
+    (:func:`fae.backends.decode_step.decode_step_for`): (its new tokens, ``"stop"`` or ``"length"``) per row.
 
-    ``generate`` runs a batch until its last row stops; here finished rows leave the batch (their keys and
-    values dropped with ``batch_select_indices``, a copy of the cache, so only once a quarter of the rows
-    have finished), so short answers beside a long one stop costing steps. Greedy rows take the argmax of the float32 logits, as
-    ``generate`` does; sampled rows draw from their own seeded generator (:func:`fae.backends.seeded.draw_token`,
-    one draw per step, as :class:`~fae.backends.seeded.SeededRowSampler` draws them).
+    ``cache`` holds all of the prompt ``ids`` (left-padded as ``mask`` says) but the last token, which the
+    first step reads; or, with ``first_logits`` (the prompt's last position, from its prefill), all of them.
+    ``generate`` runs a batch until its last row stops; here, with ``compact``, finished rows leave the batch
+    (their keys and values dropped with ``batch_select_indices``, a copy of the cache, so only once a quarter
+    of the rows have finished), so short answers beside a long one stop costing steps. Greedy rows take the
+    argmax of the float32 logits, as ``generate`` does; sampled rows draw from their own seeded generator
+    (:func:`fae.backends.seeded.draw_token`, one draw per step, as :class:`~fae.backends.seeded.SeededRowSampler`
+    draws them). ``gqa_kernel``: grouped-query attention under a padding mask by PyTorch's kernel
+    (:func:`masked_gqa_in_sdpa`); False keeps transformers' own choice, the bits ``generate`` computes.
     """
     import torch
 
-    device = lm.device
-    eos = {int(e) for e in ([eos_ids] if isinstance(eos_ids, int) else (eos_ids or []))}
-    generators = [None if d.greedy else torch.Generator(device="cpu").manual_seed(d.seed) for d in decodings]
-    active = list(range(len(decodings)))
-    done: set[int] = set()
-    tokens: list[list[int]] = [[] for _ in decodings]
-    reasons = ["length"] * len(decodings)
-    step = ids[:, -1:].to(device)
+    device = cache_device(cache, ids)
+    rows = RowState(decodings, eos_ids, cap)
     mask = mask.to(device)
     positions = (mask.sum(dim=1, keepdim=True) - 1).to(device)
-    kwarg = cache_kwarg(lm)
-    with torch.inference_mode(), masked_gqa_in_sdpa(device):
+    if first_logits is None:
+        next_ids = ids[:, -1:].to(device)
+    with torch.inference_mode(), masked_gqa_in_sdpa(device if gqa_kernel else "none"):
         for t in range(cap):
-            logits = lm(input_ids=step, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                        **{kwarg: cache}).logits[:, -1, :].float()
-            picks = logits.argmax(dim=-1).tolist()
-            for j, r in enumerate(active):
-                if generators[r] is not None:
-                    picks[j] = draw_token(logits[j], decodings[r], generators[r])
-            keep = []
-            for j, (r, token) in enumerate(zip(active, picks)):
-                if r in done:  # finished, still in the batch until the next compaction
-                    keep.append(j)
-                    continue
-                tokens[r].append(token)
-                if token in eos:
-                    reasons[r] = "stop"
-                    done.add(r)
-                elif t + 1 < cap:
-                    keep.append(j)
-                else:
-                    done.add(r)
-            live = [j for j in keep if active[j] not in done]
+            if first_logits is not None and t == 0:
+                logits = first_logits
+            else:
+                logits = step(next_ids, mask, positions, cache)
+            live, picks = rows.take(logits, t)
             if not live:
                 break
-            if len(live) <= COMPACT_AT * len(active):  # drop finished rows (a copy of the cache)
+            if compact and len(live) <= COMPACT_AT * len(rows.active):  # drop finished rows (a copy of the cache)
                 index = torch.tensor(live, device=device)
                 cache.batch_select_indices(index)
                 mask, positions = mask[index], positions[index]
-                active = [active[j] for j in live]
+                rows.keep(live)
                 picks = [picks[j] for j in live]
-            step = torch.tensor(picks, dtype=torch.long, device=device).unsqueeze(1)
+            next_ids = torch.tensor(picks, dtype=torch.long, device=device).unsqueeze(1)
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
             positions = positions + 1
-    return [(tokens[r], reasons[r]) for r in range(len(decodings))]
+    return rows.answers()
+
+
+def cache_device(cache, ids):
+    """Where ``cache``'s tensors live (``ids``' device for an empty cache)."""
+    for layer in getattr(cache, "layers", None) or []:
+        if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            return layer.keys.device
+    return ids.device
+
+
+class RowState:
+    """Each row's tokens, finish reason and generator while :func:`decode_rows` runs; ``active`` maps the
+    batch's rows to the answers."""
+
+    def __init__(self, decodings: Sequence[RowDecoding], eos_ids, cap: int):
+        import torch
+
+        self.decodings, self.cap = decodings, cap
+        self.eos = {int(e) for e in ([eos_ids] if isinstance(eos_ids, int) else (eos_ids or []))}
+        self.generators = [None if d.greedy else torch.Generator(device="cpu").manual_seed(d.seed) for d in decodings]
+        self.active = list(range(len(decodings)))
+        self.done: set[int] = set()
+        self.tokens: list[list[int]] = [[] for _ in decodings]
+        self.reasons = ["length"] * len(decodings)
+
+    def take(self, logits, t: int) -> tuple[list[int], list[int]]:
+        """Pick each batch row's token at step ``t``: (batch rows still decoding, every row's pick)."""
+        picks = logits.argmax(dim=-1).tolist()
+        for j, r in enumerate(self.active):
+            if self.generators[r] is not None:
+                picks[j] = draw_token(logits[j], self.decodings[r], self.generators[r])
+        live = []
+        for j, (r, token) in enumerate(zip(self.active, picks)):
+            if r in self.done:  # finished, still in the batch until the next compaction
+                continue
+            self.tokens[r].append(token)
+            if token in self.eos:
+                self.reasons[r] = "stop"
+                self.done.add(r)
+            elif t + 1 < self.cap:
+                live.append(j)
+            else:
+                self.done.add(r)
+        return live, picks
+
+    def keep(self, live: list[int]) -> None:
+        self.active = [self.active[j] for j in live]
+
+    def answers(self) -> list[tuple[list, str]]:
+        return [(self.tokens[r], self.reasons[r]) for r in range(len(self.decodings))]
 
 
 def mergeable(cache) -> bool:
@@ -361,16 +402,18 @@ def mergeable(cache) -> bool:
 
 def generate_shared(lm, tok, token_ids: Sequence[Sequence[int]], decodings: Sequence[RowDecoding],
                     config_for_cap: Callable[[int], object], default_cap: int,
-                    callback: Callable[[int], None] | None = None, max_rows: int = 64) -> tuple[list[Generation], dict]:
+                    callback: Callable[[int], None] | None = None, max_rows: int = 64,
+                    step: Callable | None = None) -> tuple[list[Generation], dict]:
     """One answer per prompt (``token_ids[i]`` decoded as ``decodings[i]`` says), each shared prefix read once.
 
     Returns the answers in input order and counts: ``prompt_tokens`` (what reading every prompt whole
-    would prefill), ``prefill_tokens`` (what was read), ``leaves`` (distinct prompts decoded).
+    would prefill), ``prefill_tokens`` (what was read), ``leaves`` (distinct prompts decoded). ``step``: the
+    decoding step (:func:`fae.backends.decode_step.decode_step_for`; transformers' forward when None).
     """
     caps = [d.max_new_tokens or default_cap for d in decodings]
     leaves = leaves_of(token_ids, caps)
     decoder = SharedPrefixDecoder(lm, tok, config_for_cap, decodings, [Generation("")] * len(token_ids), callback,
-                                  max_rows)
+                                  max_rows, step)
     decoder.stats["prompt_tokens"] = sum(len(ids) for ids in token_ids)
     if leaves:
         decoder.walk(leaves, decoder.new_cache(max(caps)), 0)
