@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data_prep.prompts import render_evidence_prompt  # noqa: E402
 from data_prep.records import load_records  # noqa: E402
-from real_fae_core.hardware import CPU_ALLOCATOR_ENV, matmul_peak_gflops  # noqa: E402
+from real_fae_core.hardware import CPU_ALLOCATOR_ENV, matmul_peak_gflops, memory_read_gbs  # noqa: E402
 
 LORA_TARGETS = r".*\.layers\.(2[0-9])\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
 ROWS, ROW_TOKENS, ANSWER_TOKENS, LOWEST_LORA_LAYER = 8, 350, 18, 20
@@ -100,16 +100,6 @@ def training_step(model_dir: str, rows: int) -> tuple[str, dict]:
     return table(prof, rows), split
 
 
-def memory_bandwidth_gbs(mib: int = 1024) -> float:
-    """Bytes per second a bf16 reduction streams through (best of a few): decoding's ceiling."""
-    import torch
-
-    x = torch.ones(mib << 19, dtype=torch.bfloat16)
-    x.sum()
-    best = min(median_seconds(lambda: x.sum(), 1) for _ in range(5))
-    return x.numel() * 2 / best / 1e9
-
-
 def fae_batch(model_dir: str, records: str, rows: int) -> tuple[str, dict]:
     import torch
 
@@ -148,7 +138,7 @@ def fae_split(backend, token_ids: list[list[int]], left_pad) -> dict:
     kv_bytes = len(token_ids) * mean_cache * cfg.num_hidden_layers * 2 * kv_heads * head_dim * bytes_per
     decode_s = max(generate_s - prefill_s, 1e-9)
     per_step = decode_s / max(steps - 1, 1)
-    bandwidth = memory_bandwidth_gbs()
+    bandwidth = memory_read_gbs()
     return {"prompts": len(token_ids), "prompt_tokens": real, "padded_width": width,
             "padding_share": 1 - real / (width * len(token_ids)), "decode_steps": steps,
             "generate_s": generate_s, "prefill_s": prefill_s, "decode_s": decode_s,

@@ -5,14 +5,16 @@
 
 The paper asks its grid one request at a time. Every primary prompt of a unit (sources x budgets x
 formats x greedy + five seeds: 48 with two sources and two budgets) repeats most of the others' tokens,
-so the same prompts are answered three ways, in one run, on one model and dtype:
+so the same prompts are answered four ways, in one run, on one model and dtype:
 
 - ``one_at_a_time``: each prompt alone, ``generate`` at batch 1 (the paper's loop);
 - ``batched``: all prompts in left-padded batches of ``--batch-size`` across units, each row from its own
   seed (:func:`fae.backends.hf.generate_batched`, what `fae study` did before the prefix tree);
-- ``shared``: what `fae study` does now (:meth:`fae.backends.hf.HFBackend.generate_rows`): chunks of
+- ``shared``: the prefix tree (:meth:`fae.backends.hf.HFBackend.generate_rows`): chunks of
   ``--chunk-size`` prompts in the grid's order, each shared prefix read once
-  (:mod:`fae.backends.prefix_tree`).
+  (:mod:`fae.backends.prefix_tree`), each decoding step transformers' forward;
+- ``shared_lean_step``: the same with the lean decoding step (:mod:`fae.backends.decode_step`), what
+  `fae study` does now on a Llama-family model.
 
 For each: wall seconds, responses per second, the ratio to one at a time, the prompt tokens prefilled,
 and how many answers equal one at a time's to the character (the paths group the arithmetic
@@ -33,6 +35,7 @@ from real_fae_core.atomicio import atomic_write_json
 from real_fae_core.hardware import cpu_model_name
 from real_fae_core.hashing import derived_seed
 from data_prep.prompts import encode_chat
+from fae.backends.decode_step import decode_step_for
 from fae.backends.hf import generate_batched, greedy_config, load_hf_model, resolve_dtype
 from fae.backends.prefix_tree import generate_shared
 from fae.study.grid import load_pools, primary_conditions
@@ -89,25 +92,29 @@ def measure(lm, tok, prompts, decodings, args) -> dict:
                 out[i] = g
         return out
 
-    read = {"shared": 0}
+    read = {"shared": 0, "shared_lean_step": 0}
+    lean = decode_step_for(lm)
 
-    def shared():
+    def shared(step=None, key="shared"):
         out = []
+        read[key] = 0
         for start in range(0, len(ids), args.chunk_size):
             got, counts = generate_shared(lm, tok, ids[start:start + args.chunk_size],
-                                          decodings[start:start + args.chunk_size], gc, ANSWER_TOKENS)
+                                          decodings[start:start + args.chunk_size], gc, ANSWER_TOKENS, step=step)
             out += got
-            read["shared"] += counts["prefill_tokens"]
+            read[key] += counts["prefill_tokens"]
         return out
 
     rows = {}
     baseline, base_s = timed(one_at_a_time)
     prompt_tokens = sum(map(len, ids))
-    for name, fn in (("one_at_a_time", None), ("batched", batched), ("shared", shared)):
+    paths = (("one_at_a_time", None), ("batched", batched), ("shared", shared),
+             ("shared_lean_step", lambda: shared(lean, "shared_lean_step")))
+    for name, fn in paths:
         got, secs = (baseline, base_s) if fn is None else timed(fn)
         rows[name] = {"seconds": round(secs, 2), "responses_per_s": round(len(ids) / secs, 3),
                       "ratio_to_one_at_a_time": round(base_s / secs, 2),
-                      "prefill_tokens": read["shared"] if name == "shared" else prompt_tokens,
+                      "prefill_tokens": read.get(name, prompt_tokens),
                       "same_answers_as_one_at_a_time": sum(a.text == b.text for a, b in zip(got, baseline)),
                       "invalid_or_cut": sum(g.finish_reason == "length" for g in got)}
         print(f"{name}: {rows[name]}", file=sys.stderr)

@@ -52,6 +52,40 @@ def matmul_peak_gflops(dtype: str = "fp32", n: int = 2048, repeats: int = 10) ->
     return 2 * n**3 / best / 1e9
 
 
+def memory_read_gbs(nbytes: int = 1 << 30, repeats: int = 5) -> float:
+    """Bytes per second this machine reads ``nbytes`` (best of ``repeats``, after one untimed pass): a float32
+    dot product of two buffers of ``nbytes / 2``, the fastest read of torch's CPU kernels here (a bf16 sum is
+    bound by its conversions: 18 GB/s where the dot reads 34). With ``nbytes`` beyond the last-level cache,
+    the memory bandwidth; with a model's weight bytes, the rate at which a decoding step could read them
+    (partly from the cache where they fit)."""
+    import torch
+
+    x, y = torch.ones(max(nbytes // 8, 1)), torch.ones(max(nbytes // 8, 1))
+    torch.dot(x, y)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.dot(x, y)
+        best = min(best, time.perf_counter() - t)
+    return 2 * x.numel() * 4 / best / 1e9
+
+
+def last_level_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """The size of CPU 0's highest-level cache as the kernel reports it (None where it does not)."""
+    best = None
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        value = int(size.rstrip("KMG")) * scale
+        if best is None or level > best[0]:
+            best = (level, value)
+    return None if best is None else best[1]
+
+
 # glibc's malloc hands tensors above its mmap threshold straight to the kernel and back, so every training
 # step (and every long prompt) faults its activations in page by page: on a 2-core CPU a SmolLM2 LoRA step
 # spent as much time in the kernel as in matmuls. Kept in the heap (no mmap, no trimming) and backed by

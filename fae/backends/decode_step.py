@@ -5,7 +5,7 @@ cache) over the memory bandwidth. transformers' forward spends a large share of 
 in Python: per layer, three projection calls where one would do, two more for the MLP, the rotary and mask
 preparation, hooks and output records. :class:`LeanLlamaStep` computes the same step from the model's own
 tensors with fewer calls: the query/key/value projections packed into one weight, gate and up into one,
-the model's own rotary module called once per step, RMSNorm by ``torch.nn.functional.rms_norm``, and the
+the model's own rotary module called once per step, and the
 KV cache written in place through the cache's own ``update``. On the CPU the bf16 weights are laid out for
 oneDNN once (:mod:`fae.backends.packed_linear`). The logits equal transformers' to the bit on SmolLM2 in
 bf16 and fp32 (tests/test_decode_step.py); a model it does not know (another layer type, a sliding window,
@@ -171,9 +171,12 @@ class LeanLlamaStep:
             + self.head.nbytes()
 
     def rms(self, h, weight):
+        """transformers' RMSNorm, operation for operation (``torch.nn.functional.rms_norm`` is one call but
+        dispatches to five kernels and takes longer at a handful of rows)."""
         import torch
 
-        return weight * torch.nn.functional.rms_norm(h.float(), (h.shape[-1],), eps=self.eps).to(h.dtype)
+        h32 = h.float()
+        return weight * (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + self.eps)).to(h.dtype)
 
     def __call__(self, ids, mask, positions, cache):
         import torch
