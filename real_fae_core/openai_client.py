@@ -2,9 +2,11 @@
 
 Used by ``real-data enhance`` / ``counterfactual``, ``fae run --backend openai``
 and ``fae pave`` (all async, through :meth:`RetryPolicy.acall`), so what is
-retried and how long to wait is written once.
+retried and how long to wait is written once. The loop is
+``tenacity.AsyncRetrying``; this module gives it the rules below (what is
+retried, the waits, the stop) and the counting hooks.
 
-Why our retries and not the openai client's own: :func:`open_client` sets
+Why not the openai client's own retries: :func:`open_client` sets
 ``max_retries=0`` so every HTTP attempt passes through here. The client's loop
 is invisible (no counts for enhance's summary or fae's ``runs.jsonl``), does
 not retry a 200 whose body is unusable (a truncated JSON, no message content),
@@ -43,6 +45,8 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
+
+import tenacity
 
 from real_fae_core.errors import UserError
 from real_fae_core.secrets import read_key, register_secret, scrub
@@ -214,46 +218,59 @@ class RetryPolicy:
             return min(self.backoff_max, hinted)
         return self.rng.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** (retry - 1)))
 
-    def next_wait(self, exc: Exception, retries: int, hooks: CallHooks | None) -> float | None:
-        """The wait before the next try after ``exc`` (``retries`` done so far); None: re-raise ``exc``.
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """tenacity's wait: :meth:`delay` before the retry that follows attempt ``state.attempt_number``.
 
-        Raises :class:`RetriesExhausted` when the budget is spent.
+        tenacity asks for the wait before it checks the stop; after the last
+        allowed attempt no retry follows, so no jitter is drawn (the same seed
+        gives the same waits whatever failed before).
         """
-        kind = failure_kind(exc)
-        if kind is None:
-            return None
-        retrying = is_retryable(kind) and retries < self.max_retries
-        if hooks is not None:
-            hooks.failure(kind, retrying)
-        if retrying:
-            return self.delay(retries + 1, exc)
-        if is_retryable(kind):
-            raise RetriesExhausted(exc, kind, retries) from exc
-        return None
+        if state.attempt_number > self.max_retries:
+            return 0.0
+        return self.delay(state.attempt_number, state.outcome.exception())
 
     async def acall(self, send: Callable[[], Awaitable[T]], *, hooks: CallHooks | None = None,
                     again: Callable[[Exception], bool] | None = None) -> T:
-        """``await send()`` under this policy.
+        """``await send()`` under this policy, retried by ``tenacity.AsyncRetrying``.
 
         ``again(exc)`` lets the caller adapt the request to a refusal (drop a
         ``response_format`` or ``logprobs`` the server rejects) and return True:
         it is then sent at once, not counted as a retry. It must return True
         only once per cause.
         """
-        retries = 0
-        while True:
-            if hooks is not None:
-                hooks.attempt()
-            try:
-                return await send()
-            except Exception as exc:  # sorted by next_wait
-                if again is not None and again(exc):
-                    continue
-                wait = self.next_wait(exc, retries, hooks)
-                if wait is None:
+
+        async def attempt() -> T:  # one attempt as tenacity counts them; the caller's re-asks belong to it
+            while True:
+                if hooks is not None:
+                    hooks.attempt()
+                try:
+                    return await send()
+                except Exception as exc:
+                    if again is not None and again(exc):
+                        continue
+                    kind = failure_kind(exc)
+                    if hooks is not None and kind is not None and not is_retryable(kind):
+                        hooks.failure(kind, False)  # tenacity raises it unchanged
                     raise
-            retries += 1
-            await asyncio.sleep(wait)
+
+        def retrying(state: tenacity.RetryCallState) -> None:  # before_sleep: a retry follows
+            if hooks is not None:
+                hooks.failure(failure_kind(state.outcome.exception()), True)
+
+        def exhausted(state: tenacity.RetryCallState) -> T:  # retry_error_callback: the budget is spent
+            exc = state.outcome.exception()
+            kind = failure_kind(exc)
+            if hooks is not None:
+                hooks.failure(kind, False)
+            raise RetriesExhausted(exc, kind, state.attempt_number - 1) from exc
+
+        return await tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(lambda exc: is_retryable(failure_kind(exc))),
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            before_sleep=retrying,
+            retry_error_callback=exhausted,
+        )(attempt)
 
 
 def options_policy(options: dict[str, Any], *, seed: int | None = None) -> RetryPolicy:
