@@ -295,7 +295,9 @@ class HFBackend(Backend):
         self.lm, self.tok = loaded if loaded is not None else load_hf_model(o.model, o.adapter, o.dtype, o.device,
                                                                                  trust_remote_code=o.trust_remote_code)
         self.gc = greedy_config(self.lm, self.tok, self.max_new_tokens)
-        self.step = decode_step_for(self.lm, o.weights)
+        # the lean step is checked against transformers on CPUs; elsewhere batches decode through generate
+        self.step = decode_step_for(self.lm, o.weights) if self.lm.device.type == "cpu" or o.weights != "model" \
+            else None
         self.stats = {"generate_calls": 0, "prompts": 0}
         self.constraint = open_constraint(o, self.lm, self.tok, self.gc.eos_token_id)
         self.label_probs = o.label_probs
