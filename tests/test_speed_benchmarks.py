@@ -1,0 +1,57 @@
+"""The arithmetic the speed benchmarks rest on (benchmarks/roofline.py, benchmarks/llama_cpp_peer.py): the FLOPs
+and bytes a phase is read against, and what the peer comparison counts as the same answer."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from benchmarks.llama_cpp_peer import answers_of, gguf_type, table as peer_table
+from benchmarks.roofline import attention_flops, kv_bytes
+
+
+def test_attention_flops_count_each_position_against_the_ones_before_it():
+    cfg = SimpleNamespace(head_dim=4, hidden_size=8, num_attention_heads=2, num_hidden_layers=3)
+    # per layer and head: scores and values, 2 FLOPs a multiply-add each, over 1 + 2 key positions
+    assert attention_flops(cfg, [1, 2]) == 2 * 2 * 2 * 4 * 3 * (1 + (1 + 2))
+    assert 2 * attention_flops(cfg, [2]) == 3 * attention_flops(cfg, [1, 1])  # 1 + 2 positions against 1 + 1
+
+
+def test_the_kv_cache_bytes_are_keys_and_values_of_every_layer_row_and_position():
+    cfg = SimpleNamespace(head_dim=None, hidden_size=8, num_attention_heads=2, num_key_value_heads=1,
+                          num_hidden_layers=3)
+    assert kv_bytes(cfg, rows=2, length=10, element_size=2) == 2 * 10 * 3 * 2 * 1 * 4 * 2
+
+
+def test_answers_are_compared_claim_round_by_claim_round(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    rounds = [{"round": 0, "raw_output": "{\"label\": \"SUPPORT\"}"}, {"round": 1, "raw_output": "x"}]
+    (run / "claims.jsonl").write_text(json.dumps({"id": "c1", "rounds": rounds}) + "\n"
+                                      + json.dumps({"id": "c2", "rounds": rounds[:1]}) + "\n")
+    assert answers_of(run) == {("c1", 0): "{\"label\": \"SUPPORT\"}", ("c1", 1): "x",
+                               ("c2", 0): "{\"label\": \"SUPPORT\"}"}
+
+
+def test_the_gguf_type_is_its_most_common_tensor_type(tmp_path):
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("a", np.zeros((4, 32), dtype=np.float32))
+    writer.add_tensor("b", np.zeros((4, 32), dtype=np.float32))
+    writer.add_tensor("c", np.zeros((4, 32), dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert gguf_type(str(path)) == "F32"
+
+
+def test_the_peer_table_leaves_out_the_end_to_end_part_when_it_did_not_run():
+    side = {"prefill_tokens_per_s": 300.0, "decode_ms_per_token": 7.0}
+    text = peer_table({"per_request": {"prompts": 2, "llama.cpp (Q4_1 GGUF)": side,
+                                       "ours": dict(side, identical_answers_to_llama_cpp=1)},
+                       "fae_end_to_end": {}, "claims": 0, "rounds": 4})
+    assert "| ours | 300 | 7.0 | 1/2 |" in text and "FAE" not in text
