@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -156,31 +157,29 @@ def run_stages(stages: list[tuple[list[str], Path, str | None]], env: dict | Non
     otherwise go on training into a directory the next demo run deletes. A
     stage's ``message`` is printed as a stage line when it starts.
     """
-    waiting, running = list(stages), []
-    try:
-        while waiting or running:
-            while waiting and len(running) < lanes:
-                cmd, log_path, message = waiting.pop(0)
-                if message:
-                    _stage(message, t0 if t0 is not None else time.time())
-                with log_path.open("w") as log:
-                    running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_DIR,
-                                                     start_new_session=True), cmd, log_path))
-            for item in list(running):
-                proc, cmd, log_path = item
-                if proc.poll() is None:
-                    continue
-                running.remove(item)
-                if proc.returncode != 0:
-                    tail = "".join(log_path.read_text().splitlines(True)[-25:])
-                    raise UserError(f"stage failed ({' '.join(cmd[:6])} ...), exit {proc.returncode}; "
-                                    f"log {log_path}:\n{tail}")
-            if running:
-                time.sleep(0.2)
-    except BaseException:
-        for proc, _, _ in running:
-            _stop_group(proc)
-        raise
+    waiting, running = list(stages), {}  # running: each stage's proc.wait() future -> (proc, cmd, log_path)
+    with ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="stage-wait") as pool:
+        try:
+            while waiting or running:
+                while waiting and len(running) < lanes:  # started here, in order: the stage lines keep theirs
+                    cmd, log_path, message = waiting.pop(0)
+                    if message:
+                        _stage(message, t0 if t0 is not None else time.time())
+                    with log_path.open("w") as log:
+                        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_DIR,
+                                                start_new_session=True)
+                    running[pool.submit(proc.wait)] = (proc, cmd, log_path)
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in [f for f in running if f in done]:  # in starting order
+                    proc, cmd, log_path = running.pop(future)
+                    if proc.returncode != 0:
+                        tail = "".join(log_path.read_text().splitlines(True)[-25:])
+                        raise UserError(f"stage failed ({' '.join(cmd[:6])} ...), exit {proc.returncode}; "
+                                        f"log {log_path}:\n{tail}")
+        except BaseException:
+            for proc, _, _ in running.values():
+                _stop_group(proc)  # their proc.wait() returns, so the pool's threads end
+            raise
 
 
 def training_lanes(cpus: int | None) -> tuple[int, int]:
