@@ -68,6 +68,8 @@ def on_main_then_share(training_args, fn, what: str):
     main process prints the line). The wait is bounded by the process group's
     timeout (``ddp_timeout``); a peer that is gone or past it ends the wait with
     one line saying what was being shared (``what``), not a gloo/NCCL trace.
+    Not ``main_process_first`` (accelerate, transformers): that runs the block on
+    every rank, main first (docs/architecture.md).
     """
     import torch.distributed as dist
 
