@@ -172,11 +172,14 @@ class LeanLlamaStep:
 
     def rms(self, h, weight):
         """transformers' RMSNorm, operation for operation (``torch.nn.functional.rms_norm`` is one call but
-        dispatches to five kernels and takes longer at a handful of rows)."""
+        dispatches to five kernels and takes longer at a handful of rows); in place on the float32 copy of a
+        bf16 input (the same values, fewer allocations)."""
         import torch
 
         h32 = h.float()
-        return weight * (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + self.eps)).to(h.dtype)
+        scale = h32.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
+        normed = h32.mul_(scale) if h32 is not h else h32 * scale  # never in place on the residual itself
+        return weight * normed.to(h.dtype)
 
     def __call__(self, ids, mask, positions, cache):
         import torch
@@ -185,15 +188,19 @@ class LeanLlamaStep:
         h = self.embed(ids)
         rows = ids.shape[0]
         cos, sin = (t.unsqueeze(1) for t in self.rotary(h, positions))
+        half = self.head_dim // 2
+        # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated): the same products, as
+        # (-a) * b == a * (-b) exactly; one call a layer instead of three
+        sin = sin * torch.cat([sin.new_full((half,), -1), sin.new_ones(self.head_dim - half)])
         keep = None if mask is None or bool(mask.all()) else mask[:, None, None, :].bool()
-        nq, nk, half = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.head_dim // 2
+        nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
         for n, (norm_in, qkv, out, norm_mid, gate_up, down) in enumerate(self.layers):
             x = qkv(self.rms(h, norm_in))
             # the rotary embedding of the query and key heads in one pass (elementwise: the same numbers as
             # two); then each projection in its own contiguous layout, as transformers has it (the attention
             # kernel is several times slower on the strided views)
             qk = x[..., :nq + nk].view(rows, 1, -1, self.head_dim).transpose(1, 2)
-            qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
+            qk = qk * cos + qk.roll(half, dims=-1) * sin
             q = qk[:, :self.heads].transpose(1, 2).contiguous().transpose(1, 2)
             k = qk[:, self.heads:].transpose(1, 2).contiguous().transpose(1, 2)
             v = x[..., nq + nk:].contiguous().view(rows, 1, self.kv_heads, self.head_dim).transpose(1, 2)
