@@ -65,7 +65,12 @@ def round_label(rnd: Mapping) -> str | None:
     return rnd.get("label") if is_valid(rnd) else None
 
 
-def n_rounds(claims: Sequence[Mapping]) -> int:
+def n_rounds(claims: Sequence[Mapping], *, strict: bool = True) -> int:
+    """R, the ablation rounds after round 0. ``strict``: every claim must have the same number (a run's
+    claims do); otherwise the most any claim has (soft metrics read claims whose later rounds may be
+    missing), 0 for none."""
+    if not strict:
+        return max((len(c.get("rounds") or []) for c in claims), default=1) - 1
     lengths = {len(c["rounds"]) for c in claims}
     if len(lengths) > 1:
         raise ValueError(f"claims have different numbers of rounds: {sorted(lengths)}")

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
 from fae.ablation.population import evidence_claims, is_nei, mean_or_none
+from fae.ablation.scores import n_rounds
 
 NO_PROBS = "no label probabilities in this run (backend gave no logprobs, or --no-label-probs)"
 ECE_BINS = 10
@@ -56,10 +57,6 @@ def label_token_answers(claims: Sequence[Mapping]) -> list[dict]:
             rounds.append({**r, "label": label, "valid": label is not None, "label_source": "label_token"})
         out.append({**claim, "rounds": rounds})
     return out
-
-
-def _n_rounds(claims: Sequence[Mapping]) -> int:
-    return max((len(c.get("rounds") or []) for c in claims), default=1) - 1
 
 
 def claim_curves(claim: Mapping, R: int) -> dict[str, list[float | None]]:
@@ -125,7 +122,7 @@ def calibration(pairs: Sequence[tuple[Mapping[str, float], str]], bins: int = EC
 def soft_metrics(claims: Sequence[Mapping]) -> dict[str, Any]:
     """``metrics.json["soft"]``: curves, soft IS, NEI area, round-0 ECE and reliability diagram."""
     pop = evidence_claims(claims)
-    R = _n_rounds(pop) if pop else 0
+    R = n_rounds(pop, strict=False) if pop else 0
     curves = [claim_curves(c, R) for c in pop]
     p_gold = [c["p_gold"] for c in curves]
     p_nei = [c["p_nei"] for c in curves]
