@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Callable
 
 from real_fae_core.errors import UserError
-from fae.backends.packed_linear import packing_available
+from fae.backends.packed_linear import packed_weight_of, packing_available
 from fae.backends.reserved_cache import cache_kwarg
 
 DECODE_WEIGHTS = ("model", "int8", "int4")
@@ -98,11 +98,14 @@ def quantize_int4(weight, group: int = INT4_GROUP):
 class ProjectionWeight:
     """One linear map (no bias, or a bias added after) in the form the decode step reads it."""
 
-    def __init__(self, weight, bias, weights: str):
+    def __init__(self, weight, bias, weights: str, packed=None):
+        """``packed``: the weight already reordered for oneDNN (a model layer's own copy, shared, not copied)."""
         import torch
 
         self.bias, self.kind, self.out_features = bias, weights, weight.shape[0]
-        if weights == "int8":
+        if weights == "model" and packed is not None:
+            self.kind, self.q = "packed", packed
+        elif weights == "int8":
             self.q, self.scale = quantize_int8(weight)
         elif weights == "int4":  # the kernel packs output rows by 16: pad with zero rows, cut them off after
             pad = -weight.shape[0] % 16
@@ -142,7 +145,8 @@ def packed_projection(modules, weights: str) -> ProjectionWeight:
     biases = [m.bias for m in modules]
     bias = None if all(b is None for b in biases) else torch.cat(
         [b if b is not None else m.weight.new_zeros(m.weight.shape[0]) for b, m in zip(biases, modules)])
-    return ProjectionWeight(weight, bias, weights)
+    packed = packed_weight_of(modules[0]) if len(modules) == 1 else None
+    return ProjectionWeight(weight, bias, weights, packed)
 
 
 class LeanLlamaStep:

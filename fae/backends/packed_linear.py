@@ -49,6 +49,11 @@ def _packed_forward(self, x):
     return packed_linear(x, self._packed_weight, self.bias)
 
 
+def packed_weight_of(module):
+    """The weight :func:`pack_linear_weights` reordered for ``module`` (None where it left the layer as it was)."""
+    return module.__dict__.get("_packed_weight")
+
+
 def pack_linear_weights(model, rows_hint: int = 16) -> int:
     """Give every bf16 ``nn.Linear`` of ``model`` (on the CPU) a reordered copy of its weight and a forward
     that uses it; return how many layers were packed. A layer whose packed output is not bitwise equal to
