@@ -5,9 +5,10 @@ cache) over the memory bandwidth. transformers' forward spends a large share of 
 in Python: per layer, three projection calls where one would do, two more for the MLP, the rotary and mask
 preparation, hooks and output records. :class:`LeanLlamaStep` computes the same step from the model's own
 tensors with fewer calls: the query/key/value projections packed into one weight, gate and up into one,
-the model's own rotary module called once per step, and the
-KV cache written in place through the cache's own ``update``. On the CPU the bf16 weights are laid out for
-oneDNN once (:mod:`fae.backends.packed_linear`). The logits equal transformers' to the bit on SmolLM2 in
+the model's own rotary module called once per step, transformers' own attention function (so the attention
+kernel, and its bits, are the ones transformers would choose), and the KV cache written in place through the
+cache's own ``update``. On the CPU the bf16 weights are laid out for oneDNN once
+(:mod:`fae.backends.packed_linear`). The logits equal transformers' to the bit on SmolLM2 in
 bf16 and fp32 (tests/test_decode_step.py); a model it does not know (another layer type, a sliding window,
 biases or norms it does not read) decodes through transformers' forward (:func:`hf_step`).
 
