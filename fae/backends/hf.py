@@ -28,7 +28,7 @@ from fae.backends.decode_step import DECODE_WEIGHTS, decode_step_for
 from fae.backends.label_probs import label_continuations, teacher_forced_label_probs
 from fae.backends.packed_linear import pack_linear_weights
 from fae.backends.padding import finish_reasons, left_pad
-from fae.backends.reserved_cache import cache_kwarg, reserved_cache
+from fae.backends.reserved_cache import cache_kwarg, new_cache, reserved_cache
 from fae.backends.prefix_tree import decode_rows, generate_shared, processes_logits
 from fae.backends.seeded import seeded_kwargs
 
@@ -238,11 +238,7 @@ def decode_greedy(lm, tok, step, ids, mask, gc, label_probs: bool):
     prompt's cache is kept for the label probabilities. (texts, finish reasons, the prompt's cache or None)."""
     import torch
 
-    cache = reserved_cache(lm, gc.max_new_tokens)
-    if cache is None:
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=lm.config)
+    cache = new_cache(lm, gc.max_new_tokens)
     positions = (mask.long().cumsum(-1) - 1).masked_fill_(mask == 0, 1)
     with torch.inference_mode():
         first = lm(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 from fae.backends import Generation, RowDecoding
 from fae.backends.decode_step import hf_step
 from fae.backends.padding import finish_reasons, left_pad
-from fae.backends.reserved_cache import cache_kwarg, reserved_cache, reserving_layer_class
+from fae.backends.reserved_cache import cache_kwarg, new_cache, reserving_layer_class
 from fae.backends.seeded import draw_token, seeded_kwargs
 
 
@@ -97,12 +97,7 @@ class SharedPrefixDecoder:
             self.step = hf_step(self.lm)
 
     def new_cache(self, reserve: int):
-        cache = reserved_cache(self.lm, reserve)
-        if cache is None:
-            from transformers import DynamicCache
-
-            cache = DynamicCache(config=self.lm.config)
-        return cache
+        return new_cache(self.lm, reserve)
 
     def extend(self, cache, ids: Sequence[int]) -> None:
         """Append ``ids`` (one row) to ``cache`` by a forward pass; only the last position's logits are kept."""

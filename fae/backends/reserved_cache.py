@@ -117,3 +117,14 @@ def reserved_cache(lm, reserve: int):
             replacement.reserve = int(reserve)
             layers[i] = replacement
     return cache
+
+
+def new_cache(lm, reserve: int):
+    """A cache for ``lm`` that reserves ``reserve`` positions where it can (:func:`reserved_cache`), else
+    transformers' plain ``DynamicCache``."""
+    cache = reserved_cache(lm, reserve)
+    if cache is None:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=lm.config)
+    return cache
