@@ -43,10 +43,11 @@ LINE_IDS = ("original", "renumbered")
 DEFAULT_LINE_IDS = "original"
 
 
-def check_line_ids(value: str, where: str = "--line-ids") -> str:
-    """``value`` when it is a line numbering of :data:`LINE_IDS`; else ValueError naming the choices."""
+def check_line_ids(value: str, where: str = "--line-ids", error: type[Exception] = ValueError) -> str:
+    """``value`` when it is a line numbering of :data:`LINE_IDS`; else ``error`` (a command passes
+    ``UserError``) naming the choices."""
     if value not in LINE_IDS:
-        raise ValueError(f"{where} {value!r}: choose {' or '.join(LINE_IDS)}")
+        raise error(f"{where} {value!r}: choose {' or '.join(LINE_IDS)}")
     return value
 
 

@@ -87,10 +87,7 @@ def _check(config: PairsConfig) -> Path:
     """The output directory, after the checks that need no records."""
     if config.variant not in VARIANTS:
         raise UserError(f"--variant {config.variant!r}: unknown; choose from {', '.join(VARIANTS)}")
-    try:
-        check_line_ids(config.line_ids)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    check_line_ids(config.line_ids, error=UserError)
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {str(out)!r} is a file; give a directory for the dataset")

@@ -164,10 +164,7 @@ def check_choices(config: PaveConfig) -> None:
         raise UserError(f"fae pave supports --backend {', '.join(BACKENDS)}, not {config.backend!r}")
     if config.stability not in STABILITY:
         raise UserError(f"--stability must be one of {', '.join(STABILITY)}, got {config.stability!r}")
-    try:
-        check_line_ids(config.line_ids)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    check_line_ids(config.line_ids, error=UserError)
     if config.batch_size != ONE_PROMPT_AT_A_TIME:
         raise UserError(f"--batch-size {config.batch_size}: fae pave samples one prompt at a time (each prompt's "
                         f"answers are seeded by its own key), so it takes no batch size other than the default "
