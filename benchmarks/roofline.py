@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.profile_cpu import param_counts, training_step  # noqa: E402
+from benchmarks.profile_cpu import median_seconds, param_counts, training_step  # noqa: E402
 from data_prep.prompts import encode_chat, render_evidence_prompt  # noqa: E402
 from data_prep.records import load_records  # noqa: E402
 from fae.backends.hf import HFOptions, load_hf_model  # noqa: E402
@@ -106,17 +106,11 @@ def model_shaped_matmul_gflops(lm, rows: int, repeats: int = 3) -> dict:
         packed = torch.ops.mkldnn._reorder_linear_weight(w, rows)
         run = lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")  # noqa: E731
         run()
-        best = min(timed(run) for _ in range(repeats))
+        best = min(median_seconds(run, 1) for _ in range(repeats))
         out[f"{k}x{n}"] = 2 * rows * k * n / best / 1e9
         flops, seconds = flops + 2 * rows * k * n, seconds + best
     out["one_layer"] = flops / seconds / 1e9
     return out
-
-
-def timed(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 
 def kv_bytes(cfg, rows: int, length: float, element_size: int) -> float:
@@ -163,6 +157,26 @@ def decode_rows_for(lm, token_ids, rows: int, bandwidth: float, variants) -> lis
     return out
 
 
+def projections_only(step, rows: int, repeats: int = 5) -> dict:
+    """The step's weight reads alone: every projection of every layer and the output layer, in the step's
+    order, on inputs of ``rows`` x its width (nothing else: no norm, attention or rotary). Their time against
+    the whole step says how much of the step is the matmul kernels reading weights and how much the rest;
+    their bytes over that time is the rate the kernels read at, beside the streaming read."""
+    import torch
+
+    calls = [p for layer in step.layers for p in (layer[1], layer[2], layer[4], layer[5])] + [step.head]
+    inputs = {p.in_features: torch.randn(rows, 1, p.in_features, dtype=torch.bfloat16) for p in calls}
+
+    def run():
+        for p in calls:
+            p(inputs[p.in_features])
+
+    with torch.inference_mode():
+        run()
+        seconds = median_seconds(run, repeats)
+    return {"projections_ms": seconds * 1e3, "kernel_read_gbs": step.weight_bytes() / seconds / 1e9}
+
+
 def decode_phase(lm, token_ids, bandwidth: float) -> list[dict]:
     from fae.backends.decode_step import LeanLlamaStep, hf_step
 
@@ -174,7 +188,11 @@ def decode_phase(lm, token_ids, bandwidth: float) -> list[dict]:
                 ("lean step (int4 weights)", lean["int4"], lean["int4"].weight_bytes())]
     rows = []
     for batch in DECODE_ROWS:
-        rows += decode_rows_for(lm, token_ids, batch, bandwidth, variants)
+        for (_name, step, _bytes), row in zip(variants, decode_rows_for(lm, token_ids, batch, bandwidth, variants)):
+            if isinstance(step, LeanLlamaStep):
+                row.update(projections_only(step, batch))
+                row["rest_ms"] = row["step_ms"] - row["projections_ms"]
+            rows.append(row)
     return rows
 
 
@@ -229,9 +247,11 @@ def table(r: dict) -> str:
                  f"{pf['seconds']:.2f} s | {pf['gflops']:.0f} GFLOP/s | bf16 peak | {pf['share_of_bf16_peak']:.0%} "
                  f"({pf['gflops'] / shaped:.0%} of the {shaped:.0f} GFLOP/s its own projection shapes reach) |")
     for d in r["decode"]:
+        split = (f"; projections alone {d['projections_ms']:.1f} ms (read at {d['kernel_read_gbs']:.1f} GB/s), "
+                 f"the rest {d['rest_ms']:.1f} ms") if "projections_ms" in d else ""
         lines.append(f"| decode step: {d['step']} | | {d['rows']} | {d['step_ms']:.1f} ms | "
                      f"{d['tokens_per_s']:.0f} tokens/s | floor {d['floor_ms']:.1f} ms "
-                     f"({d['weight_mib']:.0f} + {d['kv_mib']:.0f} MiB) | {d['times_floor']:.2f}x the floor |")
+                     f"({d['weight_mib']:.0f} + {d['kv_mib']:.0f} MiB) | {d['times_floor']:.2f}x the floor{split} |")
     t = r["lora_step"]
     lines.append(f"| LoRA step, {t['rows']} x {t['row_tokens']} tokens | {t['dtype']} | {t['rows']} | "
                  f"{t['step_s']:.2f} s | {t['step_gflops']:.0f} GFLOP/s | bf16 peak | {t['share_of_bf16_peak']:.0%} |")

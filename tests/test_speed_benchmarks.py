@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from benchmarks.llama_cpp_peer import answers_of, gguf_type, table as peer_table
 from benchmarks.roofline import attention_flops, kv_bytes
 
@@ -55,3 +57,25 @@ def test_the_peer_table_leaves_out_the_end_to_end_part_when_it_did_not_run():
                                        "ours": dict(side, identical_answers_to_llama_cpp=1)},
                        "fae_end_to_end": {}, "claims": 0, "rounds": 4})
     assert "| ours | 300 | 7.0 | 1/2 |" in text and "FAE" not in text
+
+
+def test_the_projections_alone_read_every_weight_of_the_step_once_a_pass(tiny_llama, monkeypatch):
+    """roofline.py splits a decoding step into its weight reads and the rest: the split must call every
+    projection and the output layer, in the step's order, on inputs of the step's width and rows."""
+    from benchmarks.roofline import projections_only
+    from fae.backends import decode_step
+    from fae.backends.hf import load_hf_model
+
+    lm, _ = load_hf_model(tiny_llama, None, "bf16", "cpu")
+    step = decode_step.LeanLlamaStep(lm, "int4")
+    calls, original = [], decode_step.ProjectionWeight.__call__
+
+    def recording(self, x):
+        calls.append((id(self), tuple(x.shape)))
+        return original(self, x)
+
+    monkeypatch.setattr(decode_step.ProjectionWeight, "__call__", recording)
+    result = projections_only(step, rows=3, repeats=2)
+    order = [p for layer in step.layers for p in (layer[1], layer[2], layer[4], layer[5])] + [step.head]
+    assert calls == [(id(p), (3, 1, p.in_features)) for p in order] * 3  # the warm-up and two timed passes
+    assert result["kernel_read_gbs"] == pytest.approx(step.weight_bytes() / (result["projections_ms"] / 1e3) / 1e9)

@@ -103,7 +103,7 @@ class ProjectionWeight:
         """``packed``: the weight already reordered for oneDNN (a model layer's own copy, shared, not copied)."""
         import torch
 
-        self.bias, self.kind, self.out_features = bias, weights, weight.shape[0]
+        self.bias, self.kind, (self.out_features, self.in_features) = bias, weights, weight.shape
         if weights == "model" and packed is not None:
             self.kind, self.q = "packed", packed
         elif weights == "int8":
