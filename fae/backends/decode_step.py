@@ -152,7 +152,13 @@ def packed_projection(modules, weights: str) -> ProjectionWeight:
 
 class LeanLlamaStep:
     """``step(ids, mask, positions, cache) -> float32 logits`` for one new token per row, the model's
-    weights read in as few calls as the layer allows. Build with :func:`decode_step_for`."""
+    weights read in as few calls as the layer allows. Build with :func:`decode_step_for`.
+
+    ``cache``: a transformers cache (attention as transformers computes it, under ``mask``) or a
+    :class:`fae.backends.shared_prompt_cache.SharedPromptCache` (its ``attend``: rows sharing a prompt read
+    its keys and values once; ``mask`` is then the cache's own)."""
+
+    attends_shared_prompts = True  # reads a SharedPromptCache (the prefix tree's decoding asks)
 
     def __init__(self, lm, weights: str = "model"):
         inner, cfg = lm.model, lm.config
@@ -197,7 +203,8 @@ class LeanLlamaStep:
         # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated): the same products, as
         # (-a) * b == a * (-b) exactly; one call a layer instead of three
         sin = sin * torch.cat([sin.new_full((half,), -1), sin.new_ones(self.head_dim - half)])
-        keep = None if mask is None or bool(mask.all()) else mask[:, None, None, :].bool()
+        shared = hasattr(cache, "attend")
+        keep = None if shared or mask is None or bool(mask.all()) else mask[:, None, None, :].bool()
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
         for n, (norm_in, qkv, out, norm_mid, gate_up, down) in enumerate(self.layers):
             x = qkv(self.rms(h, norm_in))
@@ -209,8 +216,11 @@ class LeanLlamaStep:
             q = qk[:, :self.heads].transpose(1, 2).contiguous().transpose(1, 2)
             k = qk[:, self.heads:].transpose(1, 2).contiguous().transpose(1, 2)
             v = x[..., nq + nk:].contiguous().view(rows, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            k, v = cache.layers[n].update(k, v)
-            o, _ = sdpa_attention_forward(self.attention[n], q, k, v, keep, scaling=self.attention[n].scaling)
+            if shared:
+                o = cache.attend(n, q, k, v, self.attention[n].scaling)
+            else:
+                k, v = cache.layers[n].update(k, v)
+                o, _ = sdpa_attention_forward(self.attention[n], q, k, v, keep, scaling=self.attention[n].scaling)
             h = h + out(o.reshape(rows, 1, nq))
             g, u = gate_up(self.rms(h, norm_mid)).chunk(2, dim=-1)
             h = h + down(torch.nn.functional.silu(g) * u)

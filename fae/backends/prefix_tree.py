@@ -36,6 +36,7 @@ from fae.backends.decode_step import hf_step
 from fae.backends.padding import finish_reasons, left_pad
 from fae.backends.reserved_cache import cache_kwarg, new_cache, reserving_layer_class
 from fae.backends.seeded import draw_token, seeded_kwargs
+from fae.backends.shared_prompt_cache import SharedPromptCache
 
 
 @dataclass
@@ -195,7 +196,13 @@ class SharedPrefixDecoder:
 
         gc = self.config_for_cap(cap)
         rows = [i for leaf, _ in items for i in leaf.rows]
-        if len(items) == 1:
+        shared = not processes_logits(gc) and getattr(self.step, "attends_shared_prompts", False) \
+            and self.lm.device.type == "cpu" and all(mergeable(c) for _, c in items)
+        if shared:  # each prompt's keys and values once, whatever its rows
+            cache = SharedPromptCache.from_caches([c for _, c in items], [len(leaf.rows) for leaf, _ in items],
+                                                  gc.max_new_tokens + 1)
+            ids, mask = left_pad([list(leaf.ids) for leaf, _ in items for _ in leaf.rows], gc.pad_token_id)
+        elif len(items) == 1:
             (leaf, cache), = items
             if len(leaf.rows) > 1:
                 cache.batch_repeat_interleave(len(leaf.rows))
