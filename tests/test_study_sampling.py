@@ -280,6 +280,19 @@ def test_hf_shared_prefixes_are_read_once_and_answer_as_one_prompt_at_a_time(hf_
     assert [g.text for g in rows] == [g.text for g in alone]
 
 
+def test_sibling_edges_share_a_forward_pass_only_when_alike_in_length():
+    """A short format instruction is not padded to the length of the evidence beside it."""
+    from fae.backends.prefix_tree import Leaf, sibling_groups
+
+    def part(first, n):  # one branch: a leaf whose edge after the 2 shared tokens is n tokens (+ its last)
+        return [Leaf((7, 7, first) + (1,) * (n - 1) + (9,), 4)]
+
+    parts = [part(10, 3), part(11, 40), part(12, 25), part(13, 2), part(14, 20)]
+    groups = sibling_groups(parts, 2)
+    assert [[p[0].ids[2] for p in g] for g in groups] == [[11, 12, 14], [10, 13]]
+    assert sibling_groups([part(10, 5), part(11, 5)], 2) == [[part(10, 5), part(11, 5)]]
+
+
 @pytest.fixture(scope="module")
 def sliding_qwen(tiny_qwen, tmp_path_factory):
     """The tiny Qwen2 with a sliding window of 16 on its second layer (weights x5, so answers vary)."""

@@ -77,6 +77,21 @@ def edge_end(leaves: Sequence[Leaf], start: int) -> int:
     return min(common_prefix(leaves, start), min(len(leaf.ids) for leaf in leaves) - 1)
 
 
+def sibling_groups(parts: list[list[Leaf]], done: int) -> list[list[list[Leaf]]]:
+    """Branches whose first edges (after ``done`` tokens) are read in one forward pass: edges right-padded to
+    the longest of their group, so a group holds edges at least half its longest (longest first). A short
+    format instruction beside a long run of evidence would otherwise be padded to the evidence's length:
+    at Check-COVID's budgets that padding was most of the tokens a unit's tree computed."""
+    lengths = [edge_end(part, done) - done for part in parts]
+    groups: list[list[int]] = []
+    for i in sorted(range(len(parts)), key=lambda i: (-lengths[i], i)):
+        if groups and 2 * lengths[i] >= lengths[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return [[parts[i] for i in group] for group in groups]
+
+
 @dataclass
 class SharedPrefixDecoder:
     """The model, tokenizer and generation settings of one :func:`generate_shared` call."""
@@ -123,11 +138,17 @@ class SharedPrefixDecoder:
             if len(leaf.ids) > done + 1:
                 branches.setdefault(leaf.ids[done], []).append(leaf)
         parts = list(branches.values())
-        if len(parts) > 1 and mergeable(cache):  # the branches' first edges in one forward pass
+        if len(parts) > 1 and mergeable(cache):  # branches' first edges of similar length in one forward pass
             for leaf in ready:
                 self.add_ready(leaf, copy.deepcopy(cache))
-            for part, (child, at) in zip(parts, self.extend_siblings(cache, parts, done)):
-                self.walk(part, child, at)
+            groups = sibling_groups(parts, done)
+            for g, group in enumerate(groups):
+                mine = cache if g == len(groups) - 1 else copy.deepcopy(cache)
+                if len(group) == 1:
+                    self.walk(group[0], mine, done)
+                    continue
+                for part, (child, at) in zip(group, self.extend_siblings(mine, group, done)):
+                    self.walk(part, child, at)
             return
         parts = [[leaf] for leaf in ready] + parts
         for n, part in enumerate(parts):

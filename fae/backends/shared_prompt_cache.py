@@ -99,24 +99,26 @@ class SharedPromptCache:
         rows, heads, _, dim = q.shape
         kv_heads = k.shape[1]
         group = heads // kv_heads
-        # the rows' own positions: each row's query heads of a key/value head as query positions
-        q_own = q.reshape(rows, kv_heads, group, dim)
-        out_own, lse_own = flash(q_own, self.own_keys[layer][:, :, :t + 1], self.own_values[layer][:, :, :t + 1],
-                                 0.0, False, scale=scaling)
+        # the rows' own positions (a few, so in float32: one rounding fewer): each row's query heads of a
+        # key/value head as query positions
+        q_own = q.reshape(rows, kv_heads, group, dim).float()
+        out_own, lse_own = flash(q_own, self.own_keys[layer][:, :, :t + 1].float(),
+                                 self.own_values[layer][:, :, :t + 1].float(), 0.0, False, scale=scaling)
         # the prompts: every row of a prompt (and its heads of a key/value head) as query positions
         per_prompt = self.slots.shape[1]
-        q_rows = torch.cat([q.reshape(rows, heads, dim), q.new_zeros((1, heads, dim))])[self.slots]
+        q_rows = torch.cat([q.reshape(rows, heads, dim), q.new_zeros((1, heads, dim))]).index_select(
+            0, self.slots.reshape(-1))
         q_prompt = q_rows.reshape(-1, per_prompt, kv_heads, group, dim).transpose(1, 2) \
             .reshape(-1, kv_heads, per_prompt * group, dim)
         out_p, lse_p = flash(q_prompt, self.prompt_keys[layer], self.prompt_values[layer], 0.0, False,
                              attn_mask=self.prompt_mask, scale=scaling)
         out_p = out_p.reshape(-1, kv_heads, per_prompt, group, dim).transpose(1, 2) \
-            .reshape(-1, kv_heads, group, dim)[self.slot_of_row]
-        lse_p = lse_p.reshape(-1, kv_heads, per_prompt, group).transpose(1, 2).reshape(-1, kv_heads, group)[
-            self.slot_of_row]
+            .reshape(-1, kv_heads, group, dim).index_select(0, self.slot_of_row)
+        lse_p = lse_p.reshape(-1, kv_heads, per_prompt, group).transpose(1, 2).reshape(-1, kv_heads, group) \
+            .index_select(0, self.slot_of_row)
         top = torch.maximum(lse_p, lse_own)
         w_p, w_own = (lse_p - top).exp_().unsqueeze(-1), (lse_own - top).exp_().unsqueeze(-1)
-        merged = (out_p.float() * w_p + out_own.float() * w_own) / (w_p + w_own)
+        merged = (out_p.float() * w_p + out_own * w_own) / (w_p + w_own)
         return merged.to(q.dtype).reshape(rows, 1, heads * dim)
 
     def batch_select_indices(self, indices) -> None:
