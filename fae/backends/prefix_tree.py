@@ -9,13 +9,16 @@ nearly all of the cost.
 
 :func:`generate_shared` arranges the token sequences in a prefix tree (a trie over token ids) and walks
 it depth first with one KV cache: at each branching point the cache holds the shared prefix, and each
-branch extends a copy of it by its own tokens. A distinct prompt (a leaf) ends with the cache of all its
-tokens but the last. The leaves are then decoded together, up to ``max_rows`` rows per ``generate`` call:
-their caches left-padded with zeros to one length (the attention mask hides the padding, and positions
-follow the mask, exactly as in a left-padded batch), each repeated once per row that asks the prompt.
-``generate`` runs every prompt's last token and decodes: greedy rows as from scratch, sampled rows drawn
-from their own seeded generators (:mod:`fae.backends.seeded`), so a row's answer does not depend on the
-rows beside it. Caches with layers that are not plain full attention (a sliding window drops positions
+branch extends a copy of it by its own tokens (sibling edges of similar length in one forward pass,
+:func:`sibling_groups`). A distinct prompt (a leaf) ends with the cache of all its tokens but the last. The
+leaves are then decoded together, up to ``max_rows`` rows per pass. With the lean decoding step on a CPU
+each prompt's keys and values are held once and read once a step for all its rows
+(:class:`fae.backends.shared_prompt_cache.SharedPromptCache`); otherwise (transformers' forward,
+``generate``) the caches are left-padded with zeros to one length (the attention mask hides the padding,
+and positions follow the mask, exactly as in a left-padded batch), each repeated once per row that asks
+the prompt. Each prompt's last token is run first; greedy rows then decode as from scratch, sampled rows
+draw from their own seeded generators (:mod:`fae.backends.seeded`), so a row's answer does not depend on
+the rows beside it. Caches with layers that are not plain full attention (a sliding window drops positions
 by its own rule) are not padded: such a leaf is decoded alone, its cache repeated across its rows.
 
 What differs from reading each prompt whole is the arithmetic's grouping: a prefix computed in pieces
