@@ -29,11 +29,12 @@ from real_fae_core.errors import (
 )
 from real_fae_core.secrets import scrub
 
-_interrupt_notes: list[str] = []
+_interrupt_notes: list = []
 
 
-def set_interrupt_note(text: str | None) -> None:
-    """What the running command has kept and how to resume, printed if it is interrupted."""
+def set_interrupt_note(text) -> None:
+    """What the running command has kept and how to resume, printed if it is interrupted: a line, or a
+    function that says it at that moment (when what is on disk can change between two callbacks)."""
     _interrupt_notes.clear()
     if text:
         _interrupt_notes.append(text)
@@ -41,7 +42,10 @@ def set_interrupt_note(text: str | None) -> None:
 
 def interrupt_note() -> str | None:
     """The note set by :func:`set_interrupt_note`, if any."""
-    return _interrupt_notes[0] if _interrupt_notes else None
+    if not _interrupt_notes:
+        return None
+    note = _interrupt_notes[0]
+    return note() if callable(note) else note
 
 
 def say_line(text: str) -> None:
@@ -122,8 +126,8 @@ def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str
         if debug:
             raise
         what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        note = f"; {_interrupt_notes[0]}" if _interrupt_notes else ""
-        say_line(f"{prog}: {what}{note}")
+        note = interrupt_note()
+        say_line(f"{prog}: {what}{'; ' + note if note else ''}")
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except UserError as exc:
         if debug:

@@ -577,3 +577,18 @@ def test_real_import_gguf_as_a_function_refuses_and_reports_like_the_command_lin
                              "--no-verify"]) == 0
     assert calls[-1] == calls[0]
     assert "real-import-gguf: llama model, 2.5M parameters (bfloat16)" in capsys.readouterr().out
+
+
+def test_an_interrupt_before_the_first_on_save_names_a_checkpoint_already_complete(tmp_path):
+    """trainer_state.json is written last in a checkpoint, before the on_save callback runs: a signal in
+    between must name that checkpoint, not say nothing was kept (a torn state file is not complete)."""
+    from real.training.interrupt import InterruptNote
+    from real_fae_core.entry import interrupt_note
+
+    InterruptNote(str(tmp_path), "real-train --output_dir o", None)
+    assert interrupt_note().startswith("no checkpoint saved yet")
+    (tmp_path / "checkpoint-1").mkdir()
+    (tmp_path / "checkpoint-1" / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text('{"global_st')
+    assert interrupt_note() == f"kept checkpoint {tmp_path / 'checkpoint-1'} (step 1); resume with: real-train --output_dir o"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -25,9 +26,21 @@ class InterruptNote(TrainerCallback):
         if checkpoint:
             kept = f"kept checkpoint {checkpoint}" + (f" (step {step})" if step is not None else "")
             set_interrupt_note(f"{kept}; resume with: {self.resume_command}")
-        else:
-            set_interrupt_note(f"no checkpoint saved yet in {self.output_dir} (nothing kept); "
-                               f"start again with: {self.resume_command}")
+        else:  # said when the signal lands: a first checkpoint may be complete before on_save reports it
+            set_interrupt_note(self.before_first_save)
+
+    def before_first_save(self) -> str:
+        """The newest complete checkpoint on disk (its trainer_state.json is written last), else nothing."""
+        done = []
+        for state in Path(self.output_dir).glob("checkpoint-*/trainer_state.json"):
+            try:
+                done.append((json.loads(state.read_text()).get("global_step", 0), state.parent))
+            except (OSError, ValueError):  # being written as the signal lands: not complete
+                continue
+        if done:
+            step, path = max(done)
+            return f"kept checkpoint {path} (step {step}); resume with: {self.resume_command}"
+        return f"no checkpoint saved yet in {self.output_dir} (nothing kept); start again with: {self.resume_command}"
 
     def on_save(self, args, state, control, **kwargs):
         self.show(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), state.global_step)
