@@ -583,7 +583,7 @@ def test_an_interrupt_before_the_first_on_save_names_a_checkpoint_already_comple
     """trainer_state.json is written last in a checkpoint, before the on_save callback runs: a signal in
     between must name that checkpoint, not say nothing was kept (a torn state file is not complete)."""
     from real.training.interrupt import InterruptNote
-    from real_fae_core.entry import interrupt_note
+    from real_fae_core.entry import interrupt_note, set_interrupt_note
 
     InterruptNote(str(tmp_path), "real-train --output_dir o", None)
     assert interrupt_note().startswith("no checkpoint saved yet")
@@ -592,3 +592,4 @@ def test_an_interrupt_before_the_first_on_save_names_a_checkpoint_already_comple
     (tmp_path / "checkpoint-2").mkdir()
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text('{"global_st')
     assert interrupt_note() == f"kept checkpoint {tmp_path / 'checkpoint-1'} (step 1); resume with: real-train --output_dir o"
+    set_interrupt_note(None)  # the process's note is global: leave none behind
