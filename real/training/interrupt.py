@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from real.training.checkpoints import last_complete_checkpoint
 from real_fae_core.entry import set_interrupt_note
 from real_fae_core.lifeline import launched
 
@@ -23,24 +23,20 @@ class InterruptNote(TrainerCallback):
         self.show(start)
 
     def show(self, checkpoint: str | None, step: int | None = None):
+        # before the first on_save the line is said when the signal lands: a first checkpoint may be complete
+        # on disk before on_save reports it
+        set_interrupt_note(self.line(checkpoint, step) if checkpoint else self.before_first_save)
+
+    def line(self, checkpoint: str | None, step: int | None = None) -> str:
         if checkpoint:
             kept = f"kept checkpoint {checkpoint}" + (f" (step {step})" if step is not None else "")
-            set_interrupt_note(f"{kept}; resume with: {self.resume_command}")
-        else:  # said when the signal lands: a first checkpoint may be complete before on_save reports it
-            set_interrupt_note(self.before_first_save)
+            return f"{kept}; resume with: {self.resume_command}"
+        return f"no checkpoint saved yet in {self.output_dir} (nothing kept); start again with: {self.resume_command}"
 
     def before_first_save(self) -> str:
         """The newest complete checkpoint on disk (its trainer_state.json is written last), else nothing."""
-        done = []
-        for state in Path(self.output_dir).glob("checkpoint-*/trainer_state.json"):
-            try:
-                done.append((json.loads(state.read_text()).get("global_step", 0), state.parent))
-            except (OSError, ValueError):  # being written as the signal lands: not complete
-                continue
-        if done:
-            step, path = max(done)
-            return f"kept checkpoint {path} (step {step}); resume with: {self.resume_command}"
-        return f"no checkpoint saved yet in {self.output_dir} (nothing kept); start again with: {self.resume_command}"
+        found = last_complete_checkpoint(self.output_dir)
+        return self.line(found, int(Path(found).name.rsplit("-", 1)[1]) if found else None)
 
     def on_save(self, args, state, control, **kwargs):
         self.show(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), state.global_step)
