@@ -83,9 +83,6 @@ class SharedPromptCache:
         self.slot_of_row = torch.tensor([p * width + members[p].index(r) for r, p in enumerate(prompt_of)],
                                         dtype=torch.long)
 
-    def get_seq_length(self, layer: int = 0) -> int:
-        return max(self.lengths) + self.filled[layer]
-
     def attend(self, layer: int, q, k, v, scaling: float):
         """Write the rows' new keys and values (rows x key/value heads x 1 x head size) and return the
         attention output of the queries ``q`` (rows x heads x 1 x head size) as rows x 1 x (heads x size)."""
