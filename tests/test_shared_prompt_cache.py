@@ -98,3 +98,36 @@ def test_the_prefix_trees_lean_decoding_reads_each_prompt_once_and_answers_as_th
     assert [g.text for g in shared] == [g.text for g in repeated]
     assert [g.finish_reason for g in shared] == [g.finish_reason for g in repeated]
     assert len({g.text for g in shared}) > 3
+
+
+@pytest.mark.parametrize("held", [0, 9])
+def test_the_lean_prefill_after_a_cached_prefix_gives_the_keys_and_values_of_one_forward_pass(tiny_llama, held):
+    """LeanLlamaStep.extend: rows of new tokens (right-padded to one width) after a shared one-row cache get
+    the keys and values, layer by layer, that transformers' forward computes over the prefix and each row's
+    own tokens read whole (the prefix part and the causal part of the split attention both count: the keys
+    of layer 2 on depend on layer 1's attention output)."""
+    import torch
+
+    from fae.backends.decode_step import LeanLlamaStep
+    from fae.backends.hf import load_hf_model
+    from fae.backends.reserved_cache import cache_kwarg, new_cache
+
+    lm, _ = load_hf_model(tiny_llama, None, "fp32", "cpu")
+    torch.manual_seed(0)
+    prefix = torch.randint(3, lm.config.vocab_size, (1, held))
+    lengths = [11, 6, 1]
+    rows = [torch.randint(3, lm.config.vocab_size, (n,)).tolist() for n in lengths]
+    padded = torch.tensor([r + [r[-1]] * (max(lengths) - len(r)) for r in rows])
+    cache = new_cache(lm, 0)
+    with torch.inference_mode():
+        if held:
+            lm(input_ids=prefix, use_cache=True, **{cache_kwarg(lm): cache})
+        new = LeanLlamaStep(lm).extend(padded, cache if held else None)
+        assert len(new) == lm.config.num_hidden_layers
+        for r, row in enumerate(rows):
+            whole = new_cache(lm, 0)
+            lm(input_ids=torch.cat([prefix[0], torch.tensor(row)])[None], use_cache=True, **{cache_kwarg(lm): whole})
+            for n, (k, v) in enumerate(new):
+                want_k, want_v = whole.layers[n].keys[:, :, held:], whole.layers[n].values[:, :, held:]
+                assert (k[r:r + 1, :, :lengths[r]] - want_k).abs().max() < 1e-5, (r, n)
+                assert (v[r:r + 1, :, :lengths[r]] - want_v).abs().max() < 1e-5, (r, n)

@@ -27,6 +27,7 @@ from typing import Callable
 from real_fae_core.errors import UserError
 from fae.backends.packed_linear import packed_weight_of, packing_available
 from fae.backends.reserved_cache import cache_kwarg
+from fae.backends.shared_prompt_cache import attend_after_prefix
 
 DECODE_WEIGHTS = ("model", "int8", "int4")
 INT4_GROUP = 32  # weights per scale and zero point (GGUF Q4_1's block)
@@ -192,39 +193,79 @@ class LeanLlamaStep:
         normed = h32.mul_(scale) if h32 is not h else h32 * scale  # never in place on the residual itself
         return weight * normed.to(h.dtype)
 
-    def __call__(self, ids, mask, positions, cache):
+    def rotation(self, h, positions):
+        """The rotary embedding's cos and sin for ``positions`` (rows x tokens), broadcast over heads, with sin's
+        first half negated: rotate_half(x) * sin == roll(x, half) * that sin, the same products, as (-a) * b ==
+        a * (-b) exactly; one call a layer instead of three."""
         import torch
+
+        cos, sin = (t.unsqueeze(1) for t in self.rotary(h, positions))
+        half = self.head_dim // 2
+        return cos, sin * torch.cat([sin.new_full((half,), -1), sin.new_ones(self.head_dim - half)])
+
+    def layer(self, n: int, h, cos, sin, attend):
+        """Decoder layer ``n`` over ``h`` (rows x tokens x hidden); ``attend(n, q, k, v)`` returns the attention
+        output (rows x tokens x heads x size, in any layout) of the rotated queries and keys."""
+        import torch
+
+        norm_in, qkv, out, norm_mid, gate_up, down = self.layers[n]
+        rows, tokens = h.shape[:2]
+        nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        x = qkv(self.rms(h, norm_in))
+        # the rotary embedding of the query and key heads in one pass (elementwise: the same numbers as two);
+        # then each projection in its own contiguous layout, as transformers has it (the attention kernel is
+        # several times slower on the strided views)
+        qk = x[..., :nq + nk].view(rows, tokens, -1, self.head_dim).transpose(1, 2)
+        qk = qk * cos + qk.roll(self.head_dim // 2, dims=-1) * sin
+        q = qk[:, :self.heads].transpose(1, 2).contiguous().transpose(1, 2)
+        k = qk[:, self.heads:].transpose(1, 2).contiguous().transpose(1, 2)
+        v = x[..., nq + nk:].contiguous().view(rows, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
+        h = h + out(attend(n, q, k, v).reshape(rows, tokens, nq))
+        g, u = gate_up(self.rms(h, norm_mid)).chunk(2, dim=-1)
+        return h + down(torch.nn.functional.silu(g) * u)
+
+    def __call__(self, ids, mask, positions, cache):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         h = self.embed(ids)
-        rows = ids.shape[0]
-        cos, sin = (t.unsqueeze(1) for t in self.rotary(h, positions))
-        half = self.head_dim // 2
-        # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated): the same products, as
-        # (-a) * b == a * (-b) exactly; one call a layer instead of three
-        sin = sin * torch.cat([sin.new_full((half,), -1), sin.new_ones(self.head_dim - half)])
-        shared = hasattr(cache, "attend")
-        keep = None if shared or mask is None or bool(mask.all()) else mask[:, None, None, :].bool()
-        nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        for n, (norm_in, qkv, out, norm_mid, gate_up, down) in enumerate(self.layers):
-            x = qkv(self.rms(h, norm_in))
-            # the rotary embedding of the query and key heads in one pass (elementwise: the same numbers as
-            # two); then each projection in its own contiguous layout, as transformers has it (the attention
-            # kernel is several times slower on the strided views)
-            qk = x[..., :nq + nk].view(rows, 1, -1, self.head_dim).transpose(1, 2)
-            qk = qk * cos + qk.roll(half, dims=-1) * sin
-            q = qk[:, :self.heads].transpose(1, 2).contiguous().transpose(1, 2)
-            k = qk[:, self.heads:].transpose(1, 2).contiguous().transpose(1, 2)
-            v = x[..., nq + nk:].contiguous().view(rows, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            if shared:
-                o = cache.attend(n, q, k, v, self.attention[n].scaling)
-            else:
-                k, v = cache.layers[n].update(k, v)
-                o, _ = sdpa_attention_forward(self.attention[n], q, k, v, keep, scaling=self.attention[n].scaling)
-            h = h + out(o.reshape(rows, 1, nq))
-            g, u = gate_up(self.rms(h, norm_mid)).chunk(2, dim=-1)
-            h = h + down(torch.nn.functional.silu(g) * u)
+        cos, sin = self.rotation(h, positions)
+        keep = None if hasattr(cache, "attend") or mask is None or bool(mask.all()) else mask[:, None, None, :].bool()
+
+        def attend(n, q, k, v):
+            if hasattr(cache, "attend"):
+                return cache.attend(n, q, k, v, self.attention[n].scaling)
+            k, v = cache.layers[n].update(k, v)
+            return sdpa_attention_forward(self.attention[n], q, k, v, keep, scaling=self.attention[n].scaling)[0]
+
+        for n in range(len(self.layers)):
+            h = self.layer(n, h, cos, sin, attend)
         return self.head(self.rms(h, self.norm))[:, -1].float()
+
+    def extend(self, ids, prefix) -> list[tuple]:
+        """The keys and values of new tokens ``ids`` (rows x tokens) that continue the positions held in
+        ``prefix`` (a one-row transformers cache, the same prefix for every row; None when empty): per layer
+        (keys, values), rows x key/value heads x tokens x size, for the caller to store. No logits: the prefix
+        tree reads none of an edge's. Rows of different lengths are right-padded by the caller (causal
+        attention keeps the padding out of every real token's view). Each layer's attention reads the prefix
+        once for all rows (:func:`fae.backends.shared_prompt_cache.attend_after_prefix`)."""
+        import torch
+
+        held = prefix.get_seq_length() if prefix is not None else 0
+        rows, tokens = ids.shape
+        h = self.embed(ids)
+        positions = torch.arange(held, held + tokens, device=ids.device).expand(rows, tokens)
+        cos, sin = self.rotation(h, positions)
+        new: list[tuple] = []
+
+        def attend(n, q, k, v):
+            new.append((k, v))
+            keys, values = (prefix.layers[n].keys, prefix.layers[n].values) if held else (None, None)
+            o = attend_after_prefix(q, k, v, keys, values, self.attention[n].scaling)
+            return o.transpose(1, 2)
+
+        for n in range(len(self.layers)):
+            h = self.layer(n, h, cos, sin, attend)
+        return new
 
 
 def decode_step_for(lm, weights: str = "model") -> Callable:

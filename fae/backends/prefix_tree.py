@@ -126,8 +126,17 @@ class SharedPrefixDecoder:
             return
         x = torch.tensor([list(ids)], dtype=torch.long, device=self.lm.device)
         with torch.inference_mode():
-            self.lm(input_ids=x, use_cache=True, logits_to_keep=1, **{cache_kwarg(self.lm): cache})
+            if self.extends_lean(cache):
+                for n, (k, v) in enumerate(self.step.extend(x, cache)):
+                    cache.update(k, v, n)
+            else:
+                self.lm(input_ids=x, use_cache=True, logits_to_keep=1, **{cache_kwarg(self.lm): cache})
         self.stats["prefill_tokens"] += len(ids)
+
+    def extends_lean(self, cache) -> bool:
+        """True when the step can prefill an edge after ``cache`` itself (the lean step's ``extend``, on a
+        CPU: its attention is PyTorch's CPU kernel) and ``cache`` is a plain one-row (or empty) cache."""
+        return hasattr(self.step, "extend") and self.lm.device.type == "cpu" and plain_single_row(cache)
 
     def walk(self, leaves: list[Leaf], cache, done: int) -> None:
         """Answer ``leaves``, whose first ``done`` tokens are in ``cache``; ``cache`` is theirs to consume."""
@@ -173,10 +182,14 @@ class SharedPrefixDecoder:
         edges = [list(part[0].ids[done:stop]) for part, stop in zip(parts, stops)]
         width = max(map(len, edges))
         x = torch.tensor([e + [e[-1]] * (width - len(e)) for e in edges], dtype=torch.long, device=self.lm.device)
+        self.stats["prefill_tokens"] += sum(map(len, edges))
+        if self.extends_lean(cache):  # the prefix read once for every branch, not repeated per row
+            with torch.inference_mode():
+                new = self.step.extend(x, cache)
+            return [(self.grown(cache, new, row, stop - done), stop) for row, stop in enumerate(stops)]
         cache.batch_repeat_interleave(len(parts))
         with torch.inference_mode():
             self.lm(input_ids=x, use_cache=True, logits_to_keep=1, **{cache_kwarg(self.lm): cache})
-        self.stats["prefill_tokens"] += sum(map(len, edges))
         children = []
         for row, stop in enumerate(stops):
             child = self.new_cache(0)
@@ -184,6 +197,26 @@ class SharedPrefixDecoder:
                 child.update(layer.keys[row:row + 1, :, :stop], layer.values[row:row + 1, :, :stop], n)  # a copy
             children.append((child, stop))
         return children
+
+    def grown(self, prefix, new: list, row: int, length: int):
+        """A new cache holding ``prefix``'s positions then the first ``length`` of row ``row`` of ``new``
+        (per layer keys and values, as :meth:`LeanLlamaStep.extend` returns them)."""
+        import torch
+
+        child = self.new_cache(0)
+        for n, (k, v) in enumerate(new):
+            parts_k, parts_v = [k[row:row + 1, :, :length]], [v[row:row + 1, :, :length]]
+            held = prefix.layers[n]
+            if held.keys is not None and held.keys.numel():
+                parts_k.insert(0, held.keys)
+                parts_v.insert(0, held.values)
+            keys, values = torch.cat(parts_k, dim=-2), torch.cat(parts_v, dim=-2)  # a copy
+            layer = child.layers[n]
+            if hasattr(layer, "adopt"):
+                layer.adopt(keys, values, keys.shape[-2])
+            else:
+                child.update(keys, values, n)
+        return child
 
     def add_ready(self, leaf: Leaf, cache) -> None:
         """Queue a leaf for decoding; decode the queue once it holds ``max_rows`` rows, so that no more than
@@ -419,11 +452,16 @@ def mergeable(cache) -> bool:
     """True when every layer of ``cache`` is a plain full-attention layer (transformers' ``DynamicLayer`` or
     our reserving one) holding one row: left padding such layers' keys and values is exact. A sliding-window
     layer has dropped positions by its own rule, so its leaf is decoded alone."""
+    return plain_single_row(cache) and all(x.keys is not None for x in cache.layers)
+
+
+def plain_single_row(cache) -> bool:
+    """True when every layer of ``cache`` is a plain full-attention layer that is empty or holds one row."""
     from transformers.cache_utils import DynamicLayer
 
     plain = (DynamicLayer, reserving_layer_class())
     layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(x) in plain and x.keys is not None and x.keys.shape[0] == 1 for x in layers)
+    return bool(layers) and all(type(x) in plain and (x.keys is None or x.keys.shape[0] == 1) for x in layers)
 
 
 def generate_shared(lm, tok, token_ids: Sequence[Sequence[int]], decodings: Sequence[RowDecoding],
