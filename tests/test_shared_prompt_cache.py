@@ -43,6 +43,7 @@ def test_attention_over_a_shared_prompt_equals_attention_over_its_positions_and_
                 for _ in range(layers)] for n in lengths]
     caches = [_OneRowCache([_OneRowLayer(k, v) for k, v in p]) for p in prompts]
     cache = SharedPromptCache.from_caches(caches, rows_per_prompt, room=6)
+    assert [g.keys[0].shape[-2] for g in cache.groups] == [12, 4]  # the 4-token prompt is not padded to 12
     prompt_of = [p for p, count in enumerate(rows_per_prompt) for _ in range(count)]
     own = [[[] for _ in range(layers)] for _ in prompt_of]  # each row's own keys and values so far
     tolerance = 2e-6 if dtype == "float32" else 2e-2
@@ -65,7 +66,7 @@ def test_attention_over_a_shared_prompt_equals_attention_over_its_positions_and_
                 values = torch.cat([pv[0]] + [y for _, y in own[r][n]], dim=1)
                 want = _reference(q[j, :, 0], keys, values, scaling).reshape(-1)
                 assert (got[j, 0].float() - want).abs().max() < tolerance, (step, n, r)
-    assert len(cache.lengths) == 2  # prompt 1 lost its only row: its keys and values were dropped
+    assert cache.prompts_held() == 2  # prompt 1 lost its only row: its keys and values were dropped
 
 
 def test_the_prefix_trees_lean_decoding_reads_each_prompt_once_and_answers_as_the_repeated_caches(

@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 from fae.backends import Generation, RowDecoding
 from fae.backends.decode_step import hf_step
-from fae.backends.padding import finish_reasons, left_pad
+from fae.backends.padding import finish_reasons, left_pad, length_groups
 from fae.backends.reserved_cache import cache_kwarg, new_cache, reserving_layer_class
 from fae.backends.seeded import draw_token, seeded_kwargs
 from fae.backends.shared_prompt_cache import SharedPromptCache
@@ -81,18 +81,11 @@ def edge_end(leaves: Sequence[Leaf], start: int) -> int:
 
 
 def sibling_groups(parts: list[list[Leaf]], done: int) -> list[list[list[Leaf]]]:
-    """Branches whose first edges (after ``done`` tokens) are read in one forward pass: edges right-padded to
-    the longest of their group, so a group holds edges at least half its longest (longest first). A short
-    format instruction beside a long run of evidence would otherwise be padded to the evidence's length:
-    at Check-COVID's budgets that padding was most of the tokens a unit's tree computed."""
+    """Branches whose first edges (after ``done`` tokens) are read in one forward pass, right-padded to the
+    longest of their group (:func:`fae.backends.padding.length_groups`: at Check-COVID's budgets, padding a
+    format instruction to the evidence beside it was most of the tokens a unit's tree computed)."""
     lengths = [edge_end(part, done) - done for part in parts]
-    groups: list[list[int]] = []
-    for i in sorted(range(len(parts)), key=lambda i: (-lengths[i], i)):
-        if groups and 2 * lengths[i] >= lengths[groups[-1][0]]:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return [[parts[i] for i in group] for group in groups]
+    return [[parts[i] for i in group] for group in length_groups(lengths)]
 
 
 @dataclass

@@ -6,8 +6,8 @@ reads its whole prompt's keys and values. Repeating a prompt's cache once per ro
 1,400-token pools that is most of a step's memory traffic, and the copies (and the gathers that drop
 finished rows) most of the rest.
 
-:class:`SharedPromptCache` keeps each prompt's keys and values once (the prompts right-aligned in one
-buffer per layer, the padding before them masked) and each row's own positions (the prompt's last token
+:class:`SharedPromptCache` keeps each prompt's keys and values once (prompts of similar length
+right-aligned in one buffer per layer, the padding before them masked) and each row's own positions (the prompt's last token
 and the answer so far) in a small buffer of its own. A step's attention is computed in two parts and
 merged exactly (the log-sum-exp merge of split softmax attention, as FlashAttention's and cascade
 attention's kernels do): the rows of one prompt attend to its keys together, as extra query positions of
@@ -30,29 +30,66 @@ split took about two thirds of the time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
+
+from fae.backends.padding import length_groups
+
+
+@dataclass
+class PromptGroup:
+    """Prompts of similar length (:func:`fae.backends.padding.length_groups`), right-aligned in one buffer
+    per layer: ``keys``/``values`` (prompts x key/value heads x width x size per layer), ``mask`` (prompts x
+    1 x 1 x width, additive, -inf on the padding; None when every prompt fills the width). ``prompts``: the
+    cache's prompt numbers, in buffer order. Padding a 300-token prompt to a 2,000-token one beside it would
+    make every step read the padding (half of a Check-COVID unit's prompt positions)."""
+
+    prompts: list[int]
+    keys: list
+    values: list
+    mask: object = None
+
+    @classmethod
+    def build(cls, prompts: list[int], layers: list[list[tuple]]) -> "PromptGroup":
+        """From each prompt's (keys, values) per layer (``layers[n][i]``: prompt ``prompts[i]``'s, one row)."""
+        import torch
+
+        lengths = [k.shape[-2] for k, _ in layers[0]]
+        width = max(lengths)
+        keys, values = [], []
+        for per_prompt in layers:
+            for parts, which in ((keys, 0), (values, 1)):
+                first = per_prompt[0][which]
+                buf = first.new_zeros((len(prompts), first.shape[1], width, first.shape[-1]))
+                for i, pair in enumerate(per_prompt):
+                    buf[i, :, width - pair[which].shape[-2]:].copy_(pair[which][0])
+                parts.append(buf)
+        keep = torch.arange(width)[None, :] >= (width - torch.tensor(lengths))[:, None]
+        mask = None if all(n == width for n in lengths) else \
+            torch.zeros(keep.shape, dtype=keys[0].dtype).masked_fill_(~keep, float("-inf"))[:, None, None, :]
+        return cls(prompts, keys, values, mask)
+
+    def select(self, positions: list[int]) -> "PromptGroup":
+        """The group of the prompts at ``positions`` of this one (a copy of their keys and values)."""
+        import torch
+
+        index = torch.tensor(positions, dtype=torch.long)
+        return PromptGroup([self.prompts[i] for i in positions], [b[index] for b in self.keys],
+                           [b[index] for b in self.values], None if self.mask is None else self.mask[index])
 
 
 class SharedPromptCache:
-    """Per layer: the prompts' keys and values (prompts x key/value heads x width x head size, right-aligned),
-    and each row's own positions (rows x key/value heads x room x head size). ``prompt_of[r]``: row r's
-    prompt. Build with :meth:`from_caches`."""
+    """Per layer: the prompts' keys and values (grouped by length, :class:`PromptGroup`), and each row's
+    own positions (rows x key/value heads x room x head size). ``prompt_of[r]``: row r's prompt. Build with
+    :meth:`from_caches`."""
 
-    def __init__(self, prompt_keys: list, prompt_values: list, prompt_lengths: Sequence[int],
-                 prompt_of: Sequence[int], room: int):
-        import torch
-
-        self.prompt_keys, self.prompt_values = prompt_keys, prompt_values
-        first = prompt_keys[0]
-        prompts, kv_heads, width, dim = first.shape
-        self.lengths = list(prompt_lengths)
-        keep = torch.arange(width)[None, :] >= (width - torch.tensor(self.lengths))[:, None]
-        self.prompt_mask = None if all(n == width for n in self.lengths) else \
-            torch.zeros(keep.shape, dtype=first.dtype).masked_fill_(~keep, float("-inf"))[:, None, None, :]
-        rows = len(prompt_of)
-        self.own_keys = [first.new_empty((rows, kv_heads, room, dim)) for _ in prompt_keys]
-        self.own_values = [first.new_empty((rows, kv_heads, room, dim)) for _ in prompt_keys]
-        self.filled = [0] * len(prompt_keys)
+    def __init__(self, groups: list[PromptGroup], prompt_of: Sequence[int], room: int):
+        self.groups = groups
+        first = groups[0].keys[0]
+        rows, (_, kv_heads, _, dim) = len(prompt_of), first.shape
+        self.own_keys = [first.new_empty((rows, kv_heads, room, dim)) for _ in groups[0].keys]
+        self.own_values = [first.new_empty((rows, kv_heads, room, dim)) for _ in groups[0].keys]
+        self.filled = [0] * len(self.own_keys)
         self.layers: list = []  # no transformers layers: cache_device falls back to the ids' device
         self.regroup(list(prompt_of))
 
@@ -62,33 +99,36 @@ class SharedPromptCache:
         ``rows_per_cache[i]`` rows each, with ``room`` positions per row for the last prompt token and the
         answer."""
         lengths = [c.layers[0].keys.shape[-2] for c in caches]
-        width = max(lengths)
-        keys, values = [], []
-        for n in range(len(caches[0].layers)):
-            for parts, name in ((keys, "keys"), (values, "values")):
-                first = getattr(caches[0].layers[n], name)
-                buf = first.new_zeros((len(caches), first.shape[1], width, first.shape[-1]))
-                for p, c in enumerate(caches):
-                    held = getattr(c.layers[n], name)
-                    buf[p, :, width - held.shape[-2]:].copy_(held[0])
-                parts.append(buf)
+        groups = [PromptGroup.build(members, [[(caches[p].layers[n].keys, caches[p].layers[n].values)
+                                               for p in members] for n in range(len(caches[0].layers))])
+                  for members in length_groups(lengths)]
         prompt_of = [p for p, count in enumerate(rows_per_cache) for _ in range(count)]
-        return cls(keys, values, lengths, prompt_of, room)
+        return cls(groups, prompt_of, room)
+
+    def prompts_held(self) -> int:
+        """How many prompts' keys and values the cache holds (prompts whose rows have all finished are gone)."""
+        return sum(len(g.prompts) for g in self.groups)
 
     def regroup(self, prompt_of: list[int]) -> None:
-        """Index each row's queries into its prompt's group: ``slots`` (prompts x the most rows a prompt
-        has) holds row numbers, ``len(prompt_of)`` for an empty slot (a zero query, its output dropped)."""
+        """Index each row's queries into its prompt's place: per group, ``slots`` (prompts x the most rows a
+        prompt of the group has) holds row numbers, ``len(prompt_of)`` for an empty slot (a zero query, its
+        output dropped); ``slot_of_row``: each row's place among all groups' slots, in group order."""
         import torch
 
         self.prompt_of = prompt_of
-        members: list[list[int]] = [[] for _ in self.lengths]
+        members: dict[int, list[int]] = {}
         for r, p in enumerate(prompt_of):
-            members[p].append(r)
-        width = max(len(m) for m in members)
-        slots = [m + [len(prompt_of)] * (width - len(m)) for m in members]
-        self.slots = torch.tensor(slots, dtype=torch.long)
-        self.slot_of_row = torch.tensor([p * width + members[p].index(r) for r, p in enumerate(prompt_of)],
-                                        dtype=torch.long)
+            members.setdefault(p, []).append(r)
+        self.slots, place, offset = [], {}, 0
+        for g in self.groups:
+            width = max(len(members.get(p, [])) for p in g.prompts)
+            self.slots.append(torch.tensor([members.get(p, []) + [len(prompt_of)] * (width - len(members.get(p, [])))
+                                            for p in g.prompts], dtype=torch.long))
+            for i, p in enumerate(g.prompts):
+                for j, r in enumerate(members.get(p, [])):
+                    place[r] = offset + i * width + j
+            offset += len(g.prompts) * width
+        self.slot_of_row = torch.tensor([place[r] for r in range(len(prompt_of))], dtype=torch.long)
 
     def attend(self, layer: int, q, k, v, scaling: float):
         """Write the rows' new keys and values (rows x key/value heads x 1 x head size) and return the
@@ -108,39 +148,38 @@ class SharedPromptCache:
         q_own = q.reshape(rows, kv_heads, group, dim).float()
         out_own, lse_own = flash(q_own, self.own_keys[layer][:, :, :t + 1].float(),
                                  self.own_values[layer][:, :, :t + 1].float(), 0.0, False, scale=scaling)
-        # the prompts: every row of a prompt (and its heads of a key/value head) as query positions
-        per_prompt = self.slots.shape[1]
-        q_rows = torch.cat([q.reshape(rows, heads, dim), q.new_zeros((1, heads, dim))]).index_select(
-            0, self.slots.reshape(-1))
-        q_prompt = q_rows.reshape(-1, per_prompt, kv_heads, group, dim).transpose(1, 2) \
-            .reshape(-1, kv_heads, per_prompt * group, dim)
-        out_p, lse_p = flash(q_prompt, self.prompt_keys[layer], self.prompt_values[layer], 0.0, False,
-                             attn_mask=self.prompt_mask, scale=scaling)
-        out_p = out_p.reshape(-1, kv_heads, per_prompt, group, dim).transpose(1, 2) \
-            .reshape(-1, kv_heads, group, dim).index_select(0, self.slot_of_row)
-        lse_p = lse_p.reshape(-1, kv_heads, per_prompt, group).transpose(1, 2).reshape(-1, kv_heads, group) \
-            .index_select(0, self.slot_of_row)
+        # the prompts, group by group: every row of a prompt (and its heads of a key/value head) as query
+        # positions
+        q_rows = torch.cat([q.reshape(rows, heads, dim), q.new_zeros((1, heads, dim))])
+        outs, lses = [], []
+        for g, slots in zip(self.groups, self.slots):
+            per_prompt = slots.shape[1]
+            q_prompt = q_rows.index_select(0, slots.reshape(-1)).reshape(-1, per_prompt, kv_heads, group, dim) \
+                .transpose(1, 2).reshape(-1, kv_heads, per_prompt * group, dim)
+            out_p, lse_p = flash(q_prompt, g.keys[layer], g.values[layer], 0.0, False, attn_mask=g.mask,
+                                 scale=scaling)
+            outs.append(out_p.reshape(-1, kv_heads, per_prompt, group, dim).transpose(1, 2)
+                        .reshape(-1, kv_heads, group, dim))
+            lses.append(lse_p.reshape(-1, kv_heads, per_prompt, group).transpose(1, 2).reshape(-1, kv_heads, group))
+        out_p = (outs[0] if len(outs) == 1 else torch.cat(outs)).index_select(0, self.slot_of_row)
+        lse_p = (lses[0] if len(lses) == 1 else torch.cat(lses)).index_select(0, self.slot_of_row)
         return merge_parts(out_p, lse_p, out_own, lse_own).to(q.dtype).reshape(rows, 1, heads * dim)
 
     def batch_select_indices(self, indices) -> None:
         """Keep the rows ``indices`` (a copy of their own positions only; prompts left without a row are
-        dropped, a copy of the others' keys and values)."""
-        import torch
-
+        dropped, a copy of the others' keys and values in their group)."""
         keep = [int(i) for i in indices]
         self.own_keys = [b[indices] for b in self.own_keys]
         self.own_values = [b[indices] for b in self.own_values]
         prompt_of = [self.prompt_of[i] for i in keep]
-        used = sorted(set(prompt_of))
-        if len(used) < len(self.lengths):
-            index = torch.tensor(used, dtype=torch.long)
-            self.prompt_keys = [b[index] for b in self.prompt_keys]
-            self.prompt_values = [b[index] for b in self.prompt_values]
-            if self.prompt_mask is not None:
-                self.prompt_mask = self.prompt_mask[index]
-            self.lengths = [self.lengths[p] for p in used]
-            renumber = {p: n for n, p in enumerate(used)}
-            prompt_of = [renumber[p] for p in prompt_of]
+        used = set(prompt_of)
+        if len(used) < self.prompts_held():
+            groups = []
+            for g in self.groups:
+                positions = [i for i, p in enumerate(g.prompts) if p in used]
+                if positions:
+                    groups.append(g if len(positions) == len(g.prompts) else g.select(positions))
+            self.groups = groups
         self.regroup(prompt_of)
 
 
