@@ -10,8 +10,12 @@ nearly all of the cost.
 :func:`generate_shared` arranges the token sequences in a prefix tree (a trie over token ids) and walks
 it depth first with one KV cache: at each branching point the cache holds the shared prefix, and each
 branch extends a copy of it by its own tokens (sibling edges of similar length in one forward pass,
-:func:`sibling_groups`). A distinct prompt (a leaf) ends with the cache of all its tokens but the last. The
-leaves are then decoded together, up to ``max_rows`` rows per pass. With the lean decoding step on a CPU
+:func:`sibling_groups`). With the lean step on a CPU an edge is prefilled by its ``extend``
+(:meth:`fae.backends.decode_step.LeanLlamaStep.extend`): the cached prefix read once for every sibling
+without a mask, each edge's own tokens under the kernel's causal mask, which skips the blocks above the
+diagonal that a masked call over prefix and edge computes (about half of a long edge's attention). A
+distinct prompt (a leaf) ends with the cache of all its tokens but the last. The leaves are then decoded
+together, up to ``max_rows`` rows per pass. With the lean decoding step on a CPU
 each prompt's keys and values are held once and read once a step for all its rows
 (:class:`fae.backends.shared_prompt_cache.SharedPromptCache`); otherwise (transformers' forward,
 ``generate``) the caches are left-padded with zeros to one length (the attention mask hides the padding,
