@@ -1,5 +1,6 @@
 """Speed against this machine's limits, per phase, in one run: the matmul peaks and the memory bandwidth, then
-SmolLM2 on real Check-COVID prompts: prefill FLOP/s as a share of the bf16 peak, a decoding step against its
+SmolLM2 on real Check-COVID prompts: prefill FLOP/s as a share of the bf16 peak (transformers' forward over a
+left-padded batch, and the lean step's prefill one prompt at a time), a decoding step against its
 memory floor (at batch 1, at fae run's default batch of 8 and at 16; transformers' forward and the lean
 step, bf16 / int8 / int4 weights), and one LoRA training step's FLOP/s as a share of the peak.
 
@@ -67,25 +68,50 @@ def attention_flops(cfg, lengths) -> int:
 
 
 def prefill_rate(lm, token_ids, peak: float) -> dict:
-    """One forward pass over the left-padded prompts: FLOP/s (weights only, and with attention)."""
+    """One forward pass over the left-padded prompts (what fae run's batches do): FLOP/s (weights only, and
+    with attention)."""
     from fae.backends.padding import left_pad
     from fae.backends.reserved_cache import reserved_cache
 
     ids, mask = left_pad(token_ids, lm.config.pad_token_id or 0)
     prefill(lm, ids[:2], mask[:2], reserved_cache(lm, 1))  # warm-up
-    times = []
-    for _ in range(3):
-        cache = reserved_cache(lm, 1)
-        t = time.perf_counter()
-        prefill(lm, ids, mask, cache)
-        times.append(time.perf_counter() - t)
-    seconds = statistics.median(times)
+
+    def run():
+        prefill(lm, ids, mask, reserved_cache(lm, 1))
+
+    return {**prefill_figures(lm, token_ids, median_seconds(run, 3), peak), "padded_width": ids.shape[1],
+            "path": "transformers' forward, the prompts left-padded in one batch"}
+
+
+def lean_prefill_rate(lm, token_ids, peak: float) -> dict:
+    """The same prompts through the lean step's prefill (``LeanLlamaStep.extend``, how fae study's prefix tree
+    reads an edge), each prompt alone: no padding, causal attention without a mask, no logits."""
+    import torch
+
+    from fae.backends.decode_step import LeanLlamaStep
+
+    step = LeanLlamaStep(lm)
+    rows = [torch.tensor([x]) for x in token_ids]
+
+    def run():
+        with torch.inference_mode():
+            for row in rows:
+                step.extend(row, None)
+
+    with torch.inference_mode():
+        step.extend(rows[0], None)  # warm-up
+    return {**prefill_figures(lm, token_ids, median_seconds(run, 3), peak),
+            "path": "the lean step's extend, one prompt at a time"}
+
+
+def prefill_figures(lm, token_ids, seconds: float, peak: float) -> dict:
+    """FLOP/s of a prefill of ``token_ids`` that took ``seconds``: weights only, and with the attention."""
     body, _embed = param_counts(lm)
     lengths = [len(x) for x in token_ids]
     weights_flops = 2 * body * sum(lengths)
     total = weights_flops + attention_flops(lm.config, lengths)
     return {"dtype": str(lm.dtype).replace("torch.", ""), "prompts": len(token_ids), "prompt_tokens": sum(lengths),
-            "padded_width": ids.shape[1], "seconds": seconds, "tokens_per_s": sum(lengths) / seconds,
+            "seconds": seconds, "tokens_per_s": sum(lengths) / seconds,
             "gflops": total / seconds / 1e9, "gflops_weights_only": weights_flops / seconds / 1e9,
             "share_of_bf16_peak": total / seconds / 1e9 / peak}
 
@@ -222,6 +248,7 @@ def main(argv=None) -> int:
     result = {"machine": machine(), "matmul_peak_gflops": peaks, "memory_read_gbs": bandwidth,
               "model": {"path": Path(args.model).name, "parameters": body + embed, "bf16_weight_mib": weight_bytes / 2**20},
               "prefill": prefill_rate(lm, token_ids, peaks["bf16"]),
+              "prefill_lean": lean_prefill_rate(lm, token_ids, peaks["bf16"]),
               "model_shaped_bf16_matmul_gflops": model_shaped_matmul_gflops(lm, sum(map(len, token_ids))),
               "decode": decode_phase(lm, token_ids, max(bandwidth.values()))}
     _table, train = training_step(args.model, 25)
@@ -242,10 +269,12 @@ def table(r: dict) -> str:
              f"{bw['dram_1gib_gbs']:.1f} GB/s, the weights' bytes {bw['weights_sized_gbs']:.1f} GB/s "
              f"(last-level cache {r['machine']['last_level_cache_mib']:.0f} MiB)", "",
              "| phase | dtype | rows | time | rate | limit | against the limit |", "|---|---|---|---|---|---|---|"]
-    pf, shaped = r["prefill"], r["model_shaped_bf16_matmul_gflops"]["one_layer"]
-    lines.append(f"| prefill, {pf['prompt_tokens']} prompt tokens | {pf['dtype']} | {pf['prompts']} | "
-                 f"{pf['seconds']:.2f} s | {pf['gflops']:.0f} GFLOP/s | bf16 peak | {pf['share_of_bf16_peak']:.0%} "
-                 f"({pf['gflops'] / shaped:.0%} of the {shaped:.0f} GFLOP/s its own projection shapes reach) |")
+    shaped = r["model_shaped_bf16_matmul_gflops"]["one_layer"]
+    for pf in [r["prefill"]] + ([r["prefill_lean"]] if "prefill_lean" in r else []):
+        lines.append(f"| prefill, {pf['prompt_tokens']} prompt tokens: {pf.get('path', '')} | {pf['dtype']} | "
+                     f"{pf['prompts']} | {pf['seconds']:.2f} s | {pf['gflops']:.0f} GFLOP/s | bf16 peak | "
+                     f"{pf['share_of_bf16_peak']:.0%} ({pf['gflops'] / shaped:.0%} of the {shaped:.0f} GFLOP/s its "
+                     f"own projection shapes reach) |")
     for d in r["decode"]:
         split = (f"; projections alone {d['projections_ms']:.1f} ms (read at {d['kernel_read_gbs']:.1f} GB/s), "
                  f"the rest {d['rest_ms']:.1f} ms") if "projections_ms" in d else ""

@@ -79,3 +79,28 @@ def test_the_projections_alone_read_every_weight_of_the_step_once_a_pass(tiny_ll
     order = [p for layer in step.layers for p in (layer[1], layer[2], layer[4], layer[5])] + [step.head]
     assert calls == [(id(p), (3, 1, p.in_features)) for p in order] * 3  # the warm-up and two timed passes
     assert result["kernel_read_gbs"] == pytest.approx(step.weight_bytes() / (result["projections_ms"] / 1e3) / 1e9)
+
+
+def test_both_prefill_rows_count_the_same_flops_over_the_same_prompts(tiny_llama, monkeypatch):
+    """roofline.py's two prefill rows (transformers over a left-padded batch, the lean step's extend one prompt
+    at a time) read every prompt token once and count the same FLOPs: only their seconds differ."""
+    from benchmarks import roofline
+    from fae.backends import decode_step
+    from fae.backends.hf import load_hf_model
+
+    lm, _ = load_hf_model(tiny_llama, None, "bf16", "cpu")
+    prompts = [[5, 6, 7, 8, 9], [10, 11, 12], [13] * 8]
+    extended, original = [], decode_step.LeanLlamaStep.extend
+
+    def recording(self, ids, prefix):
+        extended.append(ids[0].tolist())
+        return original(self, ids, prefix)
+
+    monkeypatch.setattr(decode_step.LeanLlamaStep, "extend", recording)
+    monkeypatch.setattr(roofline, "median_seconds", lambda fn, repeats: fn() or 2.0)
+    lean = roofline.lean_prefill_rate(lm, prompts, peak=1.0)
+    assert extended == [prompts[0]] + prompts  # the warm-up, then each prompt once
+    batch = roofline.prefill_rate(lm, prompts, peak=1.0)
+    assert batch["padded_width"] == 8 and lean["prompt_tokens"] == batch["prompt_tokens"] == 16
+    assert lean["gflops"] == batch["gflops"] > 0
+    assert lean["share_of_bf16_peak"] == pytest.approx(lean["gflops"])  # a peak of 1 GFLOP/s
