@@ -93,8 +93,14 @@ def test_the_prefix_trees_lean_decoding_reads_each_prompt_once_and_answers_as_th
     original = shared_prompt_cache.SharedPromptCache.from_caches.__func__
     monkeypatch.setattr(shared_prompt_cache.SharedPromptCache, "from_caches",
                         classmethod(lambda cls, *a, **k: built.append(a[1]) or original(cls, *a, **k)))
+    extended, extend = [], LeanLlamaStep.extend
+    monkeypatch.setattr(LeanLlamaStep, "extend", lambda self, ids, prefix: extended.append(
+        (ids.shape[0], prefix.get_seq_length() if prefix is not None else 0)) or extend(self, ids, prefix))
     shared, _ = generate_shared(lm, tok, ids, decodings, config, 8, step=LeanLlamaStep(lm))
     assert built == [[3, 3, 3]]  # three prompts, held once each for their three rows
+    # the tree's edges were prefilled by the lean step: the shared head from nothing, then the three claims'
+    # edges as sibling rows after it
+    assert extended[0][1] == 0 and any(rows > 1 and held > 0 for rows, held in extended), extended
     repeated, _ = generate_shared(lm, tok, ids, decodings, config, 8)
     assert [g.text for g in shared] == [g.text for g in repeated]
     assert [g.finish_reason for g in shared] == [g.finish_reason for g in repeated]
