@@ -208,3 +208,45 @@ def test_the_weights_option_is_recorded_and_checked(tiny_llama):
     out = backend.generate([[{"role": "user", "content": "Masks work."}]])
     assert len(out) == 1 and out[0].finish_reason in ("stop", "length")
     assert os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") is None  # fae run's path leaves transformers' choice
+
+
+def _at_alignment(rows: int, cols: int, offset: int):
+    """A float32 rows x cols tensor of random values whose data start ``offset`` bytes past a 64-byte
+    boundary (where weights read from a safetensors file may lie)."""
+    import torch
+
+    buffer = torch.empty(rows * cols + 16)
+    start = ((offset - buffer.data_ptr()) % 64) // 4
+    t = buffer[start:start + rows * cols].view(rows, cols)
+    t.copy_(torch.randn(rows, cols))
+    assert t.data_ptr() % 64 == offset
+    return t
+
+
+def test_packed_weights_keep_each_layers_memory_alignment():
+    """The lean step's stacked query/key/value (and gate/up) weight puts each block where its layer's own
+    weight lies modulo 64 bytes: MKL's float32 product on AMD EPYC rounds a weight 24 bytes past a boundary
+    differently from a 64-byte aligned copy, and the logits would leave transformers' by a bit. Where the
+    layers' alignments cannot all be kept, the layers are called one by one."""
+    import torch
+
+    from fae.backends.decode_step import StackedProjections, concatenated_as_aligned, packed_projection
+
+    torch.manual_seed(0)
+    same = [_at_alignment(rows, 16, 24) for rows in (32, 8, 8)]
+    stacked = concatenated_as_aligned(same)
+    assert torch.equal(stacked, torch.cat(same))
+    blocks = stacked.split([32, 8, 8])
+    assert [b.data_ptr() % 64 for b in blocks] == [24, 24, 24]
+
+    apart = [_at_alignment(32, 16, 24), _at_alignment(8, 16, 28)]
+    assert concatenated_as_aligned(apart) is None
+    modules = []
+    for w in apart:
+        m = torch.nn.Linear(16, w.shape[0], bias=False)
+        m.weight = torch.nn.Parameter(w, requires_grad=False)
+        modules.append(m)
+    projection = packed_projection(modules, "model")
+    assert isinstance(projection, StackedProjections) and projection.out_features == 40
+    x = torch.randn(3, 1, 16)
+    assert torch.equal(projection(x), torch.cat([m(x) for m in modules], dim=-1))

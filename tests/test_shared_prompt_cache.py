@@ -138,3 +138,25 @@ def test_the_lean_prefill_after_a_cached_prefix_gives_the_keys_and_values_of_one
                 want_k, want_v = whole.layers[n].keys[:, :, held:], whole.layers[n].values[:, :, held:]
                 assert (k[r:r + 1, :, :lengths[r]] - want_k).abs().max() < 1e-5, (r, n)
                 assert (v[r:r + 1, :, :lengths[r]] - want_v).abs().max() < 1e-5, (r, n)
+
+
+def test_the_lean_prefill_stops_the_last_layer_at_its_keys_and_values(tiny_llama):
+    """An edge's logits are never read, so ``extend`` runs no attention output or MLP in the last layer (the
+    keys and values it returns are checked against transformers' forward above)."""
+    import torch
+
+    from fae.backends.decode_step import LeanLlamaStep
+    from fae.backends.hf import load_hf_model
+
+    lm, _ = load_hf_model(tiny_llama, None, "fp32", "cpu")
+    step = LeanLlamaStep(lm)
+    calls = []
+    for n, layer in enumerate(step.layers):
+        out, down = layer[2], layer[5]
+        step.layers[n] = layer[:2] + ((lambda x, n=n, f=out: calls.append(("out", n)) or f(x)),) + layer[3:5] + \
+            ((lambda x, n=n, f=down: calls.append(("down", n)) or f(x)),)
+    with torch.inference_mode():
+        new = step.extend(torch.tensor([[5, 6, 7]]), None)
+    last = lm.config.num_hidden_layers - 1
+    assert len(new) == last + 1
+    assert sorted(calls) == sorted([(kind, n) for n in range(last) for kind in ("out", "down")])

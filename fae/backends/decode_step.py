@@ -139,11 +139,57 @@ class ProjectionWeight:
         return sum(t.numel() * t.element_size() if t.is_mkldnn else t.untyped_storage().nbytes() for t in parts)
 
 
-def packed_projection(modules, weights: str) -> ProjectionWeight:
-    """One :class:`ProjectionWeight` for several linear layers reading the same input (outputs stacked)."""
+class StackedProjections:
+    """Several projections of one input, called one by one, their outputs concatenated: what
+    :func:`packed_projection` falls back to where one concatenated weight cannot sit at each layer's own
+    memory alignment (:func:`concatenated_as_aligned`)."""
+
+    def __init__(self, parts: list[ProjectionWeight]):
+        self.parts = parts
+        self.in_features, self.out_features = parts[0].in_features, sum(p.out_features for p in parts)
+
+    def __call__(self, x):
+        import torch
+
+        return torch.cat([p(x) for p in self.parts], dim=-1)
+
+    def nbytes(self) -> int:
+        return sum(p.nbytes() for p in self.parts)
+
+
+def concatenated_as_aligned(tensors):
+    """``torch.cat(tensors)`` in a buffer where each block starts at the address its source has, modulo 64
+    bytes; None where no buffer can (the sources' alignments disagree with their sizes). A CPU matrix
+    product's float32 result can depend on where its weight lies (MKL on AMD EPYC rounds a weight 16-byte
+    aligned differently from one 8 bytes off), and weights read from a safetensors file lie wherever the
+    file put them: a copy at another alignment would not compute transformers' logits to the bit."""
     import torch
 
-    weight = torch.cat([m.weight for m in modules]).contiguous() if len(modules) > 1 else modules[0].weight
+    size = tensors[0].element_size()
+    total = sum(t.numel() for t in tensors)
+    buffer = torch.empty(total + 64 // size, dtype=tensors[0].dtype, device=tensors[0].device)
+    shift = (tensors[0].data_ptr() - buffer.data_ptr()) % 64
+    if shift % size:
+        return None
+    flat = buffer[shift // size:shift // size + total]
+    offset = 0
+    for t in tensors:
+        if (flat.data_ptr() + offset * size - t.data_ptr()) % 64:
+            return None
+        offset += t.numel()
+    out = flat.view(total // tensors[0].shape[1], tensors[0].shape[1])
+    torch.cat([t.detach() for t in tensors], out=out)
+    return out
+
+
+def packed_projection(modules, weights: str) -> ProjectionWeight | StackedProjections:
+    """One :class:`ProjectionWeight` for several linear layers reading the same input (outputs stacked), or
+    one per layer where the stacked weight cannot keep each layer's alignment."""
+    import torch
+
+    weight = concatenated_as_aligned([m.weight for m in modules]) if len(modules) > 1 else modules[0].weight
+    if weight is None:
+        return StackedProjections([packed_projection([m], weights) for m in modules])
     biases = [m.bias for m in modules]
     bias = None if all(b is None for b in biases) else torch.cat(
         [b if b is not None else m.weight.new_zeros(m.weight.shape[0]) for b, m in zip(biases, modules)])
@@ -203,12 +249,10 @@ class LeanLlamaStep:
         half = self.head_dim // 2
         return cos, sin * torch.cat([sin.new_full((half,), -1), sin.new_ones(self.head_dim - half)])
 
-    def layer(self, n: int, h, cos, sin, attend):
-        """Decoder layer ``n`` over ``h`` (rows x tokens x hidden); ``attend(n, q, k, v)`` returns the attention
-        output (rows x tokens x heads x size, in any layout) of the rotated queries and keys."""
-        import torch
-
-        norm_in, qkv, out, norm_mid, gate_up, down = self.layers[n]
+    def project(self, n: int, h, cos, sin) -> tuple:
+        """Layer ``n``'s rotated queries and keys and its values for ``h`` (rows x tokens x hidden), each
+        rows x heads x tokens x size: all that the layer adds to a KV cache."""
+        norm_in, qkv = self.layers[n][:2]
         rows, tokens = h.shape[:2]
         nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
         x = qkv(self.rms(h, norm_in))
@@ -220,7 +264,17 @@ class LeanLlamaStep:
         q = qk[:, :self.heads].transpose(1, 2).contiguous().transpose(1, 2)
         k = qk[:, self.heads:].transpose(1, 2).contiguous().transpose(1, 2)
         v = x[..., nq + nk:].contiguous().view(rows, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
-        h = h + out(attend(n, q, k, v).reshape(rows, tokens, nq))
+        return q, k, v
+
+    def layer(self, n: int, h, cos, sin, attend):
+        """Decoder layer ``n`` over ``h`` (rows x tokens x hidden); ``attend(n, q, k, v)`` returns the attention
+        output (rows x tokens x heads x size, in any layout) of the rotated queries and keys."""
+        import torch
+
+        out, norm_mid, gate_up, down = self.layers[n][2:]
+        rows, tokens = h.shape[:2]
+        q, k, v = self.project(n, h, cos, sin)
+        h = h + out(attend(n, q, k, v).reshape(rows, tokens, self.heads * self.head_dim))
         g, u = gate_up(self.rms(h, norm_mid)).chunk(2, dim=-1)
         return h + down(torch.nn.functional.silu(g) * u)
 
@@ -244,8 +298,8 @@ class LeanLlamaStep:
     def extend(self, ids, prefix) -> list[tuple]:
         """The keys and values of new tokens ``ids`` (rows x tokens) that continue the positions held in
         ``prefix`` (a one-row transformers cache, the same prefix for every row; None when empty): per layer
-        (keys, values), rows x key/value heads x tokens x size, for the caller to store. No logits: the prefix
-        tree reads none of an edge's. Rows of different lengths are right-padded by the caller (causal
+        (keys, values), rows x key/value heads x tokens x size, for the caller to store. No logits, and the last
+        layer stops at its keys and values: the prefix tree reads none of an edge's logits. Rows of different lengths are right-padded by the caller (causal
         attention keeps the padding out of every real token's view). Each layer's attention reads the prefix
         once for all rows (:func:`fae.backends.shared_prompt_cache.attend_after_prefix`)."""
         import torch
@@ -263,8 +317,11 @@ class LeanLlamaStep:
             o = attend_after_prefix(q, k, v, keys, values, self.attention[n].scaling)
             return o.transpose(1, 2)
 
-        for n in range(len(self.layers)):
+        last = len(self.layers) - 1
+        for n in range(last):
             h = self.layer(n, h, cos, sin, attend)
+        # the last layer's keys and values are all an edge needs of it: its attention and MLP feed only logits
+        new.append(self.project(last, h, cos, sin)[1:])
         return new
 
 
