@@ -104,3 +104,36 @@ def test_both_prefill_rows_count_the_same_flops_over_the_same_prompts(tiny_llama
     assert batch["padded_width"] == 8 and lean["prompt_tokens"] == batch["prompt_tokens"] == 16
     assert lean["gflops"] == batch["gflops"] > 0
     assert lean["share_of_bf16_peak"] == pytest.approx(lean["gflops"])  # a peak of 1 GFLOP/s
+
+
+def test_the_compiled_steps_module_computes_the_lean_steps_logits(tiny_llama):
+    """benchmarks/compiled_step.py times a whole step as one compiled graph over fixed-length key/value
+    buffers: run eagerly in fp32, its logits are the lean step's (to rounding: attention over the buffer
+    behind a mask groups the sums differently) step after step, so the benchmark times the same
+    computation. Compiling itself is timed by the benchmark, not here (minutes on two cores)."""
+    import torch
+
+    from benchmarks.compiled_step import static_llama
+    from benchmarks.roofline import prefill
+    from fae.backends.decode_step import LeanLlamaStep
+    from fae.backends.hf import load_hf_model
+    from fae.backends.reserved_cache import reserved_cache
+
+    lm, _ = load_hf_model(tiny_llama, None, "fp32", "cpu")
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.mul_(5.0)  # answers that vary with the prompt
+    torch.manual_seed(0)
+    ids = torch.randint(3, lm.config.vocab_size, (1, 9))
+    cache = reserved_cache(lm, 6)
+    logits = prefill(lm, ids, torch.ones_like(ids), cache)
+    module, lean = static_llama(lm, 16), LeanLlamaStep(lm)
+    with torch.inference_mode():
+        module.adopt(cache)
+        mask, token = torch.ones_like(ids), logits.argmax(-1, keepdim=True)
+        for at in range(9, 14):
+            mask = torch.cat([mask, mask.new_ones(1, 1)], dim=1)
+            want = lean(token, mask, torch.tensor([[at]]), cache)
+            got = module(token, torch.tensor([[at]]), torch.tensor([at]), (torch.arange(16) <= at)[None, None, None])
+            assert (got - want).abs().max() < 1e-4 * want.abs().max(), at
+            token = want.argmax(-1, keepdim=True)
