@@ -145,10 +145,14 @@ def test_streaming_retries_every_fault_through_one_long_lived_client(records_fil
         streaming.run_ablation_streaming(load_records(records_file), b, 4, claims.extend, run_name="r",
                                          progress=False)
         outcomes = [r.outcome for r in srv.log]
+        asked_again = len(srv.log) - len({r.key for r in srv.log})
     for fault in ("429", "500", "503", "timeout", "malformed_body", "disconnect"):
         assert fault in outcomes, fault
     assert by_id(claims) == by_id(expected(records_file).values())
-    assert b.stats["retries"] == sum(o != "ok" for o in outcomes) and b.stats["requests"] == len(outcomes)
+    # every fault was retried; on a busy host an answer sent in time may still reach the client after its
+    # 0.4 s timeout and be asked again, so the client's retries are the requests beyond each prompt's first
+    assert sum(o != "ok" for o in outcomes) <= b.stats["retries"] == asked_again
+    assert b.stats["requests"] == len(outcomes)
 
 
 def test_streaming_failure_stops_with_backend_error_after_writing_finished_claims(records_file):
