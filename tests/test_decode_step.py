@@ -210,13 +210,15 @@ def test_the_weights_option_is_recorded_and_checked(tiny_llama):
     assert os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA") is None  # fae run's path leaves transformers' choice
 
 
-def _at_alignment(rows: int, cols: int, offset: int):
-    """A float32 rows x cols tensor of random values whose data start ``offset`` bytes past a 64-byte
-    boundary (where weights read from a safetensors file may lie)."""
+def _at_alignment(rows: int, cols: int, offset: int, dtype=None):
+    """A rows x cols tensor of random values (float32 unless ``dtype``) whose data start ``offset`` bytes
+    past a 64-byte boundary (where weights read from a safetensors file may lie)."""
     import torch
 
-    buffer = torch.empty(rows * cols + 16)
-    start = ((offset - buffer.data_ptr()) % 64) // 4
+    dtype = dtype or torch.float32
+    size = torch.finfo(dtype).bits // 8
+    buffer = torch.empty(rows * cols + 64 // size, dtype=dtype)
+    start = ((offset - buffer.data_ptr()) % 64) // size
     t = buffer[start:start + rows * cols].view(rows, cols)
     t.copy_(torch.randn(rows, cols))
     assert t.data_ptr() % 64 == offset
@@ -239,14 +241,32 @@ def test_packed_weights_keep_each_layers_memory_alignment():
     blocks = stacked.split([32, 8, 8])
     assert [b.data_ptr() % 64 for b in blocks] == [24, 24, 24]
 
+    def linear_layers(weights):
+        layers = []
+        for w in weights:
+            m = torch.nn.Linear(16, w.shape[0], bias=False)
+            m.weight = torch.nn.Parameter(w, requires_grad=False)
+            layers.append(m)
+        return layers
+
     apart = [_at_alignment(32, 16, 24), _at_alignment(8, 16, 28)]
     assert concatenated_as_aligned(apart) is None
-    modules = []
-    for w in apart:
-        m = torch.nn.Linear(16, w.shape[0], bias=False)
-        m.weight = torch.nn.Parameter(w, requires_grad=False)
-        modules.append(m)
+    modules = linear_layers(apart)
     projection = packed_projection(modules, "model")
     assert isinstance(projection, StackedProjections) and projection.out_features == 40
     x = torch.randn(3, 1, 16)
     assert torch.equal(projection(x), torch.cat([m(x) for m in modules], dim=-1))
+
+    # a weight read as a oneDNN-reordered (bf16) or quantized copy is stacked wherever its sources lie
+    from fae.backends.decode_step import ProjectionWeight
+    from fae.backends.packed_linear import packing_available
+
+    modules = linear_layers([_at_alignment(32, 16, 24, torch.bfloat16), _at_alignment(8, 16, 26, torch.bfloat16)])
+    assert concatenated_as_aligned([m.weight for m in modules]) is None
+    expected_kinds = {"model": "packed" if packing_available() else None, "int8": "int8"}
+    for weights, kind in expected_kinds.items():
+        projection = packed_projection(modules, weights)
+        if kind is None:
+            assert isinstance(projection, StackedProjections)
+        else:
+            assert isinstance(projection, ProjectionWeight) and projection.kind == kind

@@ -97,6 +97,14 @@ def quantize_int4(weight, group: int = INT4_GROUP):
     return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INT4_INNER_TILES), scales_zeros
 
 
+def reordered_for_onednn(weight) -> bool:
+    """Whether the decode step reads a model-precision ``weight`` as a oneDNN-reordered copy (bf16 on a CPU
+    that can reorder ahead of time) rather than as the dense tensor itself."""
+    import torch
+
+    return weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and packing_available()
+
+
 class ProjectionWeight:
     """One linear map (no bias, or a bias added after) in the form the decode step reads it."""
 
@@ -112,7 +120,7 @@ class ProjectionWeight:
         elif weights == "int4":  # the kernel packs output rows by 16: pad with zero rows, cut them off after
             pad = -weight.shape[0] % 16
             self.q, self.scale = quantize_int4(torch.nn.functional.pad(weight.detach(), (0, 0, 0, pad)))
-        elif weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and packing_available():
+        elif reordered_for_onednn(weight):
             self.kind, self.q = "packed", torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 16)
         else:
             self.kind, self.q = "dense", weight.detach()
@@ -183,11 +191,15 @@ def concatenated_as_aligned(tensors):
 
 
 def packed_projection(modules, weights: str) -> ProjectionWeight | StackedProjections:
-    """One :class:`ProjectionWeight` for several linear layers reading the same input (outputs stacked), or
-    one per layer where the stacked weight cannot keep each layer's alignment."""
+    """One :class:`ProjectionWeight` for several linear layers reading the same input (outputs stacked), or,
+    where the stacked weight is read as it lies and cannot keep each layer's alignment, one per layer."""
     import torch
 
-    weight = concatenated_as_aligned([m.weight for m in modules]) if len(modules) > 1 else modules[0].weight
+    weight = modules[0].weight
+    if len(modules) > 1:  # a reordered or quantized copy is computed the same wherever its source lay
+        dense = weights == "model" and not reordered_for_onednn(weight)
+        weight = concatenated_as_aligned([m.weight for m in modules]) if dense else \
+            torch.cat([m.weight for m in modules]).contiguous()
     if weight is None:
         return StackedProjections([packed_projection([m], weights) for m in modules])
     biases = [m.bias for m in modules]
