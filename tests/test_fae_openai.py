@@ -55,8 +55,10 @@ def assert_key_never_written(run_dir: Path, *texts):
 def test_faults_are_retried_nothing_lost_key_never_stored(records_file, tmp_path, monkeypatch, capfd):
     monkeypatch.setenv(ENV, KEY)
     out = tmp_path / "run"
-    with LocalOpenAIServer(faults=every_fault, api_key=KEY, slow_seconds=1.0) as srv:
-        assert fae_run(records_file, out, srv.base_url) == 0
+    # a timeout well above an answer's time: on a busy host an answer sent in time must not miss it (then it
+    # would be asked again, and counted twice below)
+    with LocalOpenAIServer(faults=every_fault, api_key=KEY, slow_seconds=2.5) as srv:
+        assert fae_run(records_file, out, srv.base_url, "--request-timeout", "1.0") == 0
         outcomes = [r.outcome for r in srv.log]
     for fault in ("429", "500", "503", "timeout", "malformed_body", "disconnect", "ok"):
         assert fault in outcomes, fault
