@@ -162,6 +162,7 @@ class StackedProjections:
         return torch.cat([p(x) for p in self.parts], dim=-1)
 
     def nbytes(self) -> int:
+        """Bytes a call reads from the parts' weights."""
         return sum(p.nbytes() for p in self.parts)
 
 
@@ -311,9 +312,9 @@ class LeanLlamaStep:
         """The keys and values of new tokens ``ids`` (rows x tokens) that continue the positions held in
         ``prefix`` (a one-row transformers cache, the same prefix for every row; None when empty): per layer
         (keys, values), rows x key/value heads x tokens x size, for the caller to store. No logits, and the last
-        layer stops at its keys and values: the prefix tree reads none of an edge's logits. Rows of different lengths are right-padded by the caller (causal
-        attention keeps the padding out of every real token's view). Each layer's attention reads the prefix
-        once for all rows (:func:`fae.backends.shared_prompt_cache.attend_after_prefix`)."""
+        layer stops at its keys and values: the prefix tree reads none of an edge's logits. Rows of different
+        lengths are right-padded by the caller (causal attention keeps the padding out of every real token's
+        view). Each layer's attention reads the prefix once for all rows (:func:`fae.backends.shared_prompt_cache.attend_after_prefix`)."""
         import torch
 
         held = prefix.get_seq_length() if prefix is not None else 0
