@@ -314,7 +314,8 @@ class LeanLlamaStep:
         (keys, values), rows x key/value heads x tokens x size, for the caller to store. No logits, and the last
         layer stops at its keys and values: the prefix tree reads none of an edge's logits. Rows of different
         lengths are right-padded by the caller (causal attention keeps the padding out of every real token's
-        view). Each layer's attention reads the prefix once for all rows (:func:`fae.backends.shared_prompt_cache.attend_after_prefix`)."""
+        view). Each layer's attention reads the prefix once for all rows
+        (:func:`fae.backends.shared_prompt_cache.attend_after_prefix`)."""
         import torch
 
         held = prefix.get_seq_length() if prefix is not None else 0
