@@ -16,14 +16,17 @@ transformers' ``StaticCache`` does; the position and the mask are inputs. The ar
 its greedy tokens are counted against the lean step's, not assumed equal.
 
 Batch 1, bf16, one prompt at a time: per prompt, the prompt is prefilled by transformers, then
-``--steps`` greedy tokens are decoded by each step from copies of that prefill.
+``--steps`` greedy tokens are decoded by each step from copies of that prefill. Needs a C++ compiler
+(inductor builds its CPU kernels with g++ or clang++; checked before the model loads) and a model the
+lean step reads (Llama, Mistral, Qwen2 layers).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
+import os
+import shutil
 import statistics
 import sys
 import time
@@ -34,7 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.roofline import machine, prefill  # noqa: E402
 from data_prep.prompts import encode_chat, render_evidence_prompt  # noqa: E402
 from data_prep.records import load_records  # noqa: E402
+from fae.backends.decode_step import lean_problem  # noqa: E402
 from fae.backends.hf import load_hf_model  # noqa: E402
+from real_fae_core.atomicio import atomic_write_json  # noqa: E402
+from real_fae_core.entry import run_guarded  # noqa: E402
+from real_fae_core.errors import UserError  # noqa: E402
 
 
 def static_llama(lm, max_length: int):
@@ -47,6 +54,7 @@ def static_llama(lm, max_length: int):
     inner, cfg = lm.model, lm.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     heads, kv_heads, eps = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.rms_norm_eps
+    scaling = inner.layers[0].self_attn.scaling  # the model's own, as the lean step reads it
 
     def frozen(t):
         return torch.nn.Parameter(t.detach().clone(), requires_grad=False)
@@ -89,7 +97,7 @@ def static_llama(lm, max_length: int):
                 self.keys[n].index_copy_(2, slot, k)
                 self.values[n].index_copy_(2, slot, v)
                 o = scaled_dot_product_attention(q, self.keys[n], self.values[n], attn_mask=keep, enable_gqa=True,
-                                                 scale=head_dim ** -0.5)
+                                                 scale=scaling)
                 h = h + linear(o.transpose(1, 2).flatten(2), w.out)
                 g, u = linear(self.rms(h, w.norm_mid), w.gate_up).chunk(2, dim=-1)
                 h = h + linear(silu(g) * u, w.down)
@@ -195,13 +203,20 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=32, help="greedy tokens decoded per prompt and way")
     p.add_argument("--output", type=Path, required=True)
     args = p.parse_args(argv)
+    # every prerequisite before the model loads: a compiler for inductor's C++ kernels, the records, the model
+    if not (os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")):
+        raise UserError("torch.compile on a CPU builds C++ kernels: no C++ compiler found (g++, clang++ or $CXX)")
+    records = load_records(args.records)[:args.prompts]
     lm, tok = load_hf_model(args.model, dtype="bf16", device="cpu")
-    token_ids = [encode_chat(tok, render_evidence_prompt(r)) for r in load_records(args.records)[:args.prompts]]
+    problem = lean_problem(lm)
+    if problem:
+        raise UserError(f"{args.model}: the lean step cannot read this model ({problem}): nothing to compare with")
+    token_ids = [encode_chat(tok, render_evidence_prompt(r)) for r in records]
     result = {"machine": machine(), "dtype": "bfloat16", "rows": 1, "steps": args.steps,
               **measure(lm, token_ids, args.steps)}
     result["summary"] = summary(result)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(args.output, result)  # whole or not at all, whatever else writes there
     for name, s in result["summary"].items():
         print(f"{name}: {s['step_ms']:.1f} ms a step; greedy tokens equal to the lean step's on "
               f"{s['prompts_equal_to_lean']} of {len(token_ids)} prompts (the first "
@@ -211,4 +226,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_guarded("compiled_step.py", main))

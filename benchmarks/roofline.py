@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import statistics
@@ -37,6 +36,8 @@ from benchmarks.profile_cpu import median_seconds, param_counts, training_step  
 from data_prep.prompts import encode_chat, render_evidence_prompt  # noqa: E402
 from data_prep.records import load_records  # noqa: E402
 from fae.backends.hf import HFOptions, load_hf_model  # noqa: E402
+from real_fae_core.atomicio import atomic_write_json  # noqa: E402
+from real_fae_core.entry import run_guarded  # noqa: E402
 from real_fae_core.hardware import (  # noqa: E402
     CPU_ALLOCATOR_ENV,
     cpu_model_name,
@@ -239,8 +240,9 @@ def main(argv=None) -> int:
     p.add_argument("--prompts", type=int, default=max(DECODE_ROWS), help="prompts of the prefill and decode batches")
     p.add_argument("--output", type=Path, required=True)
     args = p.parse_args(argv)
+    records = load_records(args.records)[:args.prompts]  # a broken file stops before the model loads
     lm, tok = load_hf_model(args.model, dtype="bf16", device="cpu")
-    token_ids = [encode_chat(tok, render_evidence_prompt(r)) for r in load_records(args.records)[:args.prompts]]
+    token_ids = [encode_chat(tok, render_evidence_prompt(r)) for r in records]
     peaks = {"bf16": matmul_peak_gflops("bf16"), "fp32": matmul_peak_gflops("fp32")}
     body, embed = param_counts(lm)
     weight_bytes = 2 * (body + embed)
@@ -256,7 +258,7 @@ def main(argv=None) -> int:
     train["dtype"] = "bf16 autocast, fp32 master weights"
     result["lora_step"] = train
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(args.output, result)  # whole or not at all, whatever else writes there
     print(table(result))
     return 0
 
@@ -288,4 +290,4 @@ def table(r: dict) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_guarded("roofline.py", main))
