@@ -137,3 +137,24 @@ def test_the_compiled_steps_module_computes_the_lean_steps_logits(tiny_llama):
             got = module(token, torch.tensor([[at]]), torch.tensor([at]), (torch.arange(16) <= at)[None, None, None])
             assert (got - want).abs().max() < 1e-4 * want.abs().max(), at
             token = want.argmax(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("script", ["roofline.py", "compiled_step.py"])
+def test_the_speed_benchmarks_stop_on_a_broken_records_file_before_loading_the_model(script, tmp_path):
+    """A broken line gets one line naming the file, line and field, exit 2, and no JSON (the model path does
+    not exist either: the records are read first, so the message is about them)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    records = tmp_path / "records.jsonl"
+    records.write_text('{"id": "c1", "claim": "x", "label": "SUPPORT", "sentences": [{"id": 0, "text": "a"}], '
+                       '"evidence": [[0]]}\n{"id": "c2"}\n')
+    out = tmp_path / "out.json"
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / script
+    done = subprocess.run([sys.executable, str(bench), "--model", str(tmp_path / "no-model"), "--records", str(records),
+                           "--output", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{records}:2" in lines[0] and "claim" in lines[0], done.stderr
+    assert not out.exists()
