@@ -16,6 +16,7 @@ from fae.harness.inspect_task import DEFAULT_MAX_TOKENS, TASK_NAME, fae_task
 
 def fae_options(records: str | None = None, rounds: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS,
                 control: str = DEFAULT_CONTROL, control_seed: int = 0, gold_only: bool = True,
+                cited_only: bool = True, size_sweep: bool = True, sweep_seed: int = 0,
                 line_ids: str = DEFAULT_LINE_IDS, **unknown: Any) -> Task:
     """Fact-Ablated Evaluation (SPEC §6) of the model under evaluation on a records file (SPEC §2).
 
@@ -23,14 +24,18 @@ def fae_options(records: str | None = None, rounds: int = 4, max_tokens: int = D
       records: the claim records (.jsonl); required.
       rounds: R, the ablation rounds after round 0 (fae run's --rounds).
       max_tokens: the answer length cap (fae run's --max-new-tokens).
-      control: random (the control arm, IS_ctrl) or none (fae run's --control).
+      control: matched (the control arm, matched on the gap; IS_ctrl), random or none (fae run's --control).
       control_seed: the control's seed (fae run's --control-seed).
       gold_only: also ask each claim on its gold sentences alone (fae run's --gold-only).
+      cited_only: also ask each claim on the lines its round-0 answer cited, alone (fae run's --cited-only).
+      size_sweep: also ask each claim on its gold lines plus k other lines (fae run's --size-sweep).
+      sweep_seed: the size sweep's seed (fae run's --sweep-seed).
       line_ids: original or renumbered line numbers (fae run's --line-ids).
     """
     try:
         return fae_task(records, rounds=rounds, max_tokens=max_tokens, unknown=unknown, model=active_model(),
-                        control=control, control_seed=control_seed, gold_only=gold_only, line_ids=line_ids)
+                        control=control, control_seed=control_seed, gold_only=gold_only, cited_only=cited_only,
+                        size_sweep=size_sweep, sweep_seed=sweep_seed, line_ids=line_ids)
     except UserError as exc:  # bad input: one line, no traceback
         raise PrerequisiteError(f"{TASK_NAME}: error: {exc}") from None
 

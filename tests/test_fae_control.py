@@ -55,11 +55,21 @@ def test_a_verifier_that_abstains_whenever_a_line_goes_has_is_ctrl_equal_to_is(r
 
 
 def test_a_verifier_that_reads_the_numbering_is_caught_and_renumbering_removes_the_cue(records_file, tmp_path):
-    m, claims = run_with(abstains_on_hole, records_file, tmp_path / "original")
+    # the random control (earlier versions'): only some of its pools show a hole, so IS - IS_ctrl > 0 for a
+    # verifier that reads nothing but the numbering
+    m, claims = run_with(abstains_on_hole, records_file, tmp_path / "random", "--control", "random")
     holes = [has_hole(c["control"][0]["pool_ids"]) for c in claims]  # the second measure: from the pools
     assert 0 < sum(holes) < len(holes)
     assert m["IS"] == 1.0
     assert m["control"]["IS_ctrl"] == pytest.approx(sum(holes) / len(holes))
+    assert m["control"]["IS_minus_IS_ctrl"] > 0.2
+    # the matched control (default) shows a hole wherever the ablation does: the cue scores IS - IS_ctrl = 0
+    m, claims = run_with(abstains_on_hole, records_file, tmp_path / "original")
+    assert all(has_hole(c["control"][0]["pool_ids"]) == has_hole(c["rounds"][1]["pool_ids"]) for c in claims)
+    assert m["IS"] == 1.0 and m["control"]["IS_ctrl"] == pytest.approx(1.0)
+    assert m["control"]["IS_minus_IS_ctrl"] == pytest.approx(0.0)
+    gap = m["control"]["gap"]
+    assert gap["ablation_gap_share"][0] == gap["control_gap_share"][0] == 1.0 and gap["n_unmatched"] == [0, 0]
     m2, claims2 = run_with(abstains_on_hole, records_file, tmp_path / "renumbered", "--line-ids", "renumbered")
     assert m2["IS"] == 0.0 and m2["control"]["IS_ctrl"] == 0.0
     # renumbered answers are stored in record ids: round 1 lost the line shown first, i.e. the lowest id

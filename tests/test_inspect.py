@@ -183,7 +183,7 @@ def test_every_round_is_the_round_fae_run_records(scripted):
 def test_only_unreused_questions_reach_the_model(scripted):
     claims = {s.id: s.scores["fae_scorer"].metadata[CLAIM_KEY] for s in scripted["log"].samples}
     counts = {cid: call_counts_of(c) for cid, c in claims.items()}
-    asked = {cid: n["model_calls"] + n["control_calls"] for cid, n in counts.items()}
+    asked = {cid: n["model_calls"] + n["control_calls"] + n["sufficiency_calls"] for cid, n in counts.items()}
     assert scripted["verifier"].calls == asked
     assert {cid: n["model_calls"] for cid, n in counts.items()} == \
         {"ideal": 2, "order": 3, "prose": 1, "invented": 1, "stale": 2, "cut": 1}
@@ -225,7 +225,7 @@ def test_the_log_becomes_a_run_that_fae_commands_read(scripted, capsys):
     assert metrics == compute_metrics(list(expected.values()), n_excluded_nei=1)
     cfg = run.config
     assert cfg["backend"] == "inspect" and cfg["model"] == "mockllm/model" and cfg["rounds"] == ROUNDS
-    assert {k: cfg[k] for k in ("control", "control_seed", "gold_only", "line_ids")} == Arms().record()
+    assert {k: cfg[k] for k in Arms().record()} == Arms().record()
     assert run.metrics["control"]["IS_ctrl"] is not None and run.metrics["gold_only"]["n_claims"] == len(SCRIPT)
     assert cfg["inspect_log"]["path"] == str(Path(scripted["log"].location).resolve())
     from real_fae_core.hashing import sha256_file
@@ -237,7 +237,7 @@ def test_the_log_becomes_a_run_that_fae_commands_read(scripted, capsys):
     assert fae_main(["report", str(scripted["run"]), "--output", str(out)]) == 0
     report = (out / "report.md").read_text()
     assert f"{100 * run.metrics['label_accuracy']:.2f}" in report
-    assert "## Control arm and gold-only pools" in report and "line ids original, control seed 0" in report
+    assert "## Control arm and gold-only pools" in report and "line ids original, control matched (seed 0)" in report
     cmp = scripted["tmp"] / "compare"
     assert fae_main(["compare", str(scripted["run"]), str(scripted["run"]), "--output", str(cmp),
                      "--bootstrap", "200"]) == 0
@@ -259,7 +259,8 @@ def test_the_log_becomes_a_run_that_fae_commands_read(scripted, capsys):
 def test_a_failed_round_leaves_the_claim_incomplete_never_scored(tmp_path, capsys):
     records = make_records(tmp_path / "records.jsonl", names=("ideal", "order", "stale"), nei=False)
     # order's calls: round 0; round 1, its control, the gold-only pool; round 2 (its control: too few lines)
-    log = run_inspect(records, tmp_path / "logs", MockVerifier(fail={"order": 4}), fail_on_error=False)
+    log = run_inspect(records, tmp_path / "logs", MockVerifier(fail={"order": 4}), fail_on_error=False,
+                      arms=Arms(cited_only=False, size_sweep=False))
     by_id = {s.id: s for s in log.samples}
     bad = by_id["order"]
     assert bad.error is not None and not bad.scores
@@ -314,7 +315,7 @@ def test_renumbered_line_ids_and_a_control_seed_are_the_ones_fae_run_uses(tmp_pa
         return next(i for i in control_order(ideal, seed) if i in (0, 2))
 
     seed = next(s for s in range(1, 50) if first_drawn(s) != first_drawn(0))  # another control pool than seed 0's
-    arms = Arms(control_seed=seed, line_ids="renumbered")
+    arms = Arms(control="random", control_seed=seed, line_ids="renumbered")
     verifier = MockVerifier()
     log = run_inspect(records, tmp_path / "logs", verifier, arms=arms)
     assert log.status == "success"
@@ -325,15 +326,16 @@ def test_renumbered_line_ids_and_a_control_seed_are_the_ones_fae_run_uses(tmp_pa
     r1 = got["ideal"]["rounds"][1]
     assert (r1["pool_ids"], r1["cited"], r1["label"]) == ([0, 2], [2], "SUPPORT")
     assert got["stale"]["rounds"][1]["cited"] == [1]  # "0" again: now the first line left, record id 1
-    assert got != fae_run_claims(records, ROUNDS, Arms(control_seed=seed))
-    assert got["ideal"]["control"] != fae_run_claims(records, ROUNDS, Arms(line_ids="renumbered"))["ideal"]["control"]
+    assert got != fae_run_claims(records, ROUNDS, Arms(control="random", control_seed=seed))
+    assert got["ideal"]["control"] != fae_run_claims(records, ROUNDS, Arms(control="random",
+                                                                           line_ids="renumbered"))["ideal"]["control"]
     sample = next(s for s in log.samples if s.id == "ideal")
     assert sample.input[-1].text.endswith("line0: sentence 0 of ideal\nline1: sentence 1 of ideal\n"
                                           "line2: sentence 2 of ideal")
     run_dir = tmp_path / "run"
     assert fae_main(["from-inspect", log.location, "--output", str(run_dir)]) == 0
     run = load_run(run_dir)
-    assert {k: run.config[k] for k in ("control", "control_seed", "gold_only", "line_ids")} == arms.record()
+    assert {k: run.config[k] for k in arms.record()} == arms.record()
     assert run.claims == [expected[c] for c in ("ideal", "order", "stale")]
 
 
@@ -376,7 +378,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
              ({"records": str(tmp_path / "none.jsonl")}, "records file not found"),
              ({"records": str(good), "line_ids": "x"},
               "real_fae/fae: error: task option line_ids: 'x'; choose original or renumbered"),
-             ({"records": str(good), "control": "x"}, "task option control: 'x'; choose random or none"),
+             ({"records": str(good), "control": "x"}, "task option control: 'x'; choose matched, random, none"),
              ({"records": str(good), "gold_only": "yes"}, "task option gold_only: expected true or false"),
              ({"records": str(good), "control_seed": 1.5}, "task option control_seed: expected an integer"),
              ({}, "task option records is required")]

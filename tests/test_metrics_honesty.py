@@ -66,8 +66,9 @@ def test_fae_run_skips_nei_gold_records_counts_and_warns(shared_data, tmp_path, 
     ref = json.loads((tmp_path / "ref" / "metrics.json").read_text())
     assert m["n_excluded_nei"] == 2 and ref["n_excluded_nei"] == 0 and m["n_claims"] == 6
     assert {**m, "n_excluded_nei": 0} == ref
-    # each request answered one question: a round, a round's control or a gold-only pool
-    assert m["model_calls"] + sum(call_counts_of(c)["control_calls"] for c in claims) == n_requests
+    # each request answered one question: a round, a round's control, a gold-only, cited-only or sweep pool
+    assert m["model_calls"] + sum(call_counts_of(c)["control_calls"] + call_counts_of(c)["sufficiency_calls"]
+                                  for c in claims) == n_requests
     assert m["label_accuracy"] == m["round_accuracy"][0]
     assert "2 claims with gold label NOT_ENOUGH_INFO are not evaluated" in (tmp_path / "run" / "report.md").read_text()
 

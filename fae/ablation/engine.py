@@ -24,8 +24,10 @@ answer is copied with ``reused: true`` instead of calling the model.
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
 
 from data_prep.prompts import (DEFAULT_LINE_IDS, ParsedAnswer, check_line_ids, number_lines, parse_answer,
@@ -155,45 +157,107 @@ def advance(done: list[dict], full_pool: Sequence[int], rounds: int,
 
 
 # ---------------------------------------------------------------------------
-# the arms beside the ablation: control and gold-only (SPEC §6)
+# the arms beside the ablation: control, gold-only, cited-only, size sweep (SPEC §6)
 # ---------------------------------------------------------------------------
 
-CONTROL_CHOICES = ("random", "none")
-DEFAULT_CONTROL = "random"
+CONTROL_CHOICES = ("matched", "random", "none")
+DEFAULT_CONTROL = "matched"
+GAP_KINDS = ("leading", "interior", "trailing")
+# Kinds of a removal that a prompt under original line ids shows as a hole in its numbering: lines missing
+# at the end leave the numbers 0..m contiguous (nothing shows), lines missing before or between kept ones
+# do not.
+VISIBLE_GAP_KINDS = ("leading", "interior")
 
 
 @dataclass(frozen=True)
 class Arms:
     """What FAE asks beside the ablation rounds, and how a prompt numbers its lines.
 
-    ``control``: ``random`` asks, at every round r >= 1, the full pool minus as many lines as the
-    ablation has removed by then, drawn (seeded by ``control_seed`` and the claim id) from the lines
-    neither cited in rounds 0..r-1 nor gold; ``none`` skips it. ``gold_only``: one more question on
-    the gold sentences alone. ``line_ids``: ``original`` or ``renumbered`` (SPEC §3). The default is
-    what ``fae run`` does; :data:`ABLATION_ONLY` is the ablation alone (the paper's protocol).
+    Necessity under a control: ``control`` ``matched`` (default) asks, at every round r >= 1, the full pool
+    minus as many lines as the ablation has removed by then, drawn (seeded by ``control_seed``, the claim id
+    and r) from the lines neither cited in rounds 0..r-1 nor gold, and, where such a draw exists, leaving
+    the same kind of gap in the reading order as the ablation's removal (:func:`removal_gap`: none,
+    leading, interior, trailing), so that a verifier that abstains on a visible hole in the numbering
+    scores the same on both; ``random`` draws without matching the gap (the control of earlier runs);
+    ``none`` skips it.
+
+    Sufficiency: ``gold_only`` asks each claim on its gold sentences alone; ``cited_only`` on the lines
+    round 0 cited alone (the verifier's own rationale: ERASER's sufficiency); ``size_sweep`` on the gold
+    lines plus k other lines, k = 0 .. n - |gold| - 1, the others added one at a time in an order seeded by
+    ``sweep_seed`` and the claim id (nested pools: a curve of accuracy against pool size). A pool equal to
+    one already answered for the claim copies that answer (``reused``).
+
+    ``line_ids``: ``original`` or ``renumbered`` (SPEC §3). The default is what ``fae run`` does;
+    :data:`ABLATION_ONLY` is the ablation alone (the paper's protocol).
     """
 
     control: str = DEFAULT_CONTROL
     control_seed: int = 0
     gold_only: bool = True
+    cited_only: bool = True
+    size_sweep: bool = True
+    sweep_seed: int = 0
     line_ids: str = DEFAULT_LINE_IDS
 
     def __post_init__(self):
         if self.control not in CONTROL_CHOICES:
-            raise ValueError(f"--control {self.control!r}: choose {' or '.join(CONTROL_CHOICES)}")
+            raise ValueError(f"--control {self.control!r}: choose {', '.join(CONTROL_CHOICES)}")
+        for name in ("control_seed", "sweep_seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"--{name.replace('_', '-')} {value!r}: expected an integer")
+        for name in ("gold_only", "cited_only", "size_sweep"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: expected true or false")
         check_line_ids(self.line_ids)
 
     def record(self) -> dict:
-        """What config.json records (a resume across any of it is refused)."""
+        """What config.json records (a resume across any of it is refused); a seed of an arm not asked is None."""
         return {"control": self.control, "control_seed": self.control_seed if self.control != "none" else None,
-                "gold_only": self.gold_only, "line_ids": self.line_ids}
+                "gold_only": self.gold_only, "cited_only": self.cited_only, "size_sweep": self.size_sweep,
+                "sweep_seed": self.sweep_seed if self.size_sweep else None, "line_ids": self.line_ids}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Arms":
+        """The arms config.json recorded (a seed recorded as None, for an arm not asked, is 0)."""
+        return cls(**{name: (rec[name] if rec.get(name) is not None else getattr(cls, name))
+                      for name in ARM_FIELDS if name in rec})
 
 
-ABLATION_ONLY = Arms(control="none", gold_only=False)
+ARM_FIELDS = tuple(f.name for f in fields(Arms))
+ABLATION_ONLY = Arms(control="none", gold_only=False, cited_only=False, size_sweep=False)
+
+
+def removal_gap(full_pool: Sequence[int], pool: Sequence[int]) -> tuple[str, ...]:
+    """Where the lines of ``full_pool`` missing from ``pool`` lie in reading order: the kinds of
+    :data:`GAP_KINDS` that occur (``leading``: the first line is gone; ``interior``: a line between two
+    kept ones; ``trailing``: the last line), ``()`` when none is missing, all three when none is kept."""
+    keep = set(pool)
+    kept = [k for k, i in enumerate(full_pool) if i in keep]
+    n = len(full_pool)
+    if len(kept) == n:
+        return ()
+    if not kept:
+        return GAP_KINDS
+    lo, hi = kept[0], kept[-1]
+    kinds = []
+    if lo > 0:
+        kinds.append("leading")
+    if hi - lo + 1 > len(kept):
+        kinds.append("interior")
+    if hi < n - 1:
+        kinds.append("trailing")
+    return tuple(kinds)
+
+
+def shows_gap(kinds: Sequence[str], line_ids: str = DEFAULT_LINE_IDS) -> bool:
+    """Whether a prompt shows a hole in its line numbers: under ``original`` ids a leading or interior
+    removal does; under ``renumbered`` ids (0..n-1 always) nothing does."""
+    return line_ids == "original" and any(k in VISIBLE_GAP_KINDS for k in kinds)
 
 
 def control_order(record: ClaimRecord, seed: int) -> list[int]:
-    """The claim's seeded order of its lines; the control removes the first eligible ones in it.
+    """The claim's seeded order of its lines; the ``random`` control removes the first eligible ones in it.
 
     Seeded by (seed, claim id) only: a claim's control pools do not depend on the other claims, on the
     order of the file, on shards or on the backend.
@@ -205,7 +269,7 @@ def control_order(record: ClaimRecord, seed: int) -> list[int]:
 
 def control_removal(full_pool: Sequence[int], ablated_pool: Sequence[int], gold: set,
                     order: Sequence[int]) -> tuple[list[int] | None, int, int]:
-    """(ids the control removes, or None when too few; how many it must remove; how many it may).
+    """(ids the ``random`` control removes, or None when too few; how many it must remove; how many it may).
 
     It removes as many lines as the ablation has (``|S| - |S^r|``), taken in ``order`` from the lines
     still in the ablated pool (never cited in an earlier round) that are not gold.
@@ -219,8 +283,100 @@ def control_removal(full_pool: Sequence[int], ablated_pool: Sequence[int], gold:
     return [i for i in full_pool if i in removed], need, len(eligible)
 
 
+# Above this many candidate draws the matched control samples instead of listing them all.
+_MATCH_ENUMERATION_LIMIT = 4096
+_MATCH_TRIES = 256
+
+
+def matched_control_removal(full_pool: Sequence[int], ablated_pool: Sequence[int], gold: set,
+                            rng: random.Random, line_ids: str = DEFAULT_LINE_IDS
+                            ) -> tuple[list[int] | None, int, int, str | None]:
+    """(ids the ``matched`` control removes, or None when too few; how many it must remove; how many it
+    may; how the removal matches the ablation's).
+
+    As :func:`control_removal`, but drawn (uniformly, by ``rng``) among the removals that leave the
+    ablation's gap: ``"kind"``, the same :func:`removal_gap`; failing that ``"shown"``, a gap that the
+    prompt shows exactly when the ablation's does (:func:`shows_gap`; under original ids the ablation of
+    a gold first line leaves a leading hole, which a control that may not remove gold matches with an
+    interior one); failing both, a uniform draw, ``None`` (unmatched: reported by the control's metrics).
+    """
+    need = len(full_pool) - len(ablated_pool)
+    still = set(ablated_pool)
+    eligible = [i for i in full_pool if i in still and i not in gold]
+    if len(eligible) < need:
+        return None, need, len(eligible), None
+    target = removal_gap(full_pool, ablated_pool)
+    pick = _draw_with_gap(full_pool, eligible, need, lambda kinds: kinds == target, rng, exact=target)
+    if pick is not None:
+        return pick, need, len(eligible), "kind"
+    shown = shows_gap(target, line_ids)
+    pick = _draw_with_gap(full_pool, eligible, need, lambda kinds: shows_gap(kinds, line_ids) == shown, rng)
+    if pick is not None:
+        return pick, need, len(eligible), "shown"
+    return sorted(rng.sample(eligible, need), key=list(full_pool).index), need, len(eligible), None
+
+
+def _draw_with_gap(full_pool: Sequence[int], eligible: Sequence[int], need: int, wanted: Callable[[tuple], bool],
+                   rng: random.Random, exact: tuple[str, ...] | None = None) -> list[int] | None:
+    """A removal of ``need`` eligible lines whose :func:`removal_gap` is ``wanted``, drawn uniformly among
+    all of them when they are few enough to list, else by rejection; None when none is found. ``exact``
+    (a gap kind without an interior hole): such removals are a run at the start plus a run at the end,
+    listed directly, which rejection would rarely hit in a long pool."""
+    full = list(full_pool)
+    n = len(full)
+
+    def gap(removal) -> tuple[str, ...]:
+        gone = set(removal)
+        return removal_gap(full, [i for i in full if i not in gone])
+
+    if exact is not None and "interior" not in exact:
+        lead, trail = "leading" in exact, "trailing" in exact
+        runs = []
+        for a in range(need + 1):
+            b = need - a
+            run = full[:a] + full[n - b:]
+            if (a > 0) == lead and (b > 0) == trail and a + b < n and all(i in set(eligible) for i in run):
+                runs.append(run)
+        return list(rng.choice(runs)) if runs else None
+    if math.comb(len(eligible), need) <= _MATCH_ENUMERATION_LIMIT:
+        options = [list(c) for c in itertools.combinations(eligible, need) if wanted(gap(c))]
+        return list(rng.choice(options)) if options else None
+    for _ in range(_MATCH_TRIES):
+        removal = sorted(rng.sample(list(eligible), need), key=full.index)
+        if wanted(gap(removal)):
+            return removal
+    return None
+
+
+def sweep_order(record: ClaimRecord, seed: int) -> list[int]:
+    """The claim's non-gold lines in the seeded order in which the size sweep adds them to the gold lines.
+
+    Seeded by (seed, claim id) only, as the control's draws are."""
+    gold = set(record.gold_ids)
+    order = [i for i in record.pool_ids if i not in gold]
+    random.Random(f"fae-sweep:{seed}:{record.id}").shuffle(order)
+    return order
+
+
+def sweep_pools(record: ClaimRecord, seed: int) -> tuple[list[int], list[list[int]]] | str:
+    """(the order of the other lines, the pool of each k = 0 .. n - |gold| - 1 in reading order), or why
+    the claim has no sweep (no gold line in its pool; a pool of gold lines only)."""
+    gold = set(record.gold_ids) & set(record.pool_ids)
+    if not gold:
+        return "no gold sentence in the pool"
+    order = sweep_order(record, seed)
+    if not order:
+        return "the pool holds only gold sentences"
+    pools = []
+    for k in range(len(order)):
+        keep = gold | set(order[:k])
+        pools.append([i for i in record.pool_ids if i in keep])
+    return order, pools
+
+
 class Request(NamedTuple):
-    """One model call of a claim: the arm (``rounds``, ``control`` or ``gold_only``), its round and pool."""
+    """One model call of a claim: the arm (``rounds``, ``control``, ``gold_only``, ``cited_only`` or
+    ``size_sweep``), its round (the sweep: k) and pool."""
 
     arm: str
     r: int
@@ -231,10 +387,11 @@ class ClaimSchedule:
     """Every question FAE asks about one claim, in the order their pools become known.
 
     The ablation steps with :func:`advance` (the one round schedule). The control of round r is known
-    once the ablation's round-r pool is, so it is asked in the same step; the gold-only pool is asked
-    with round 1 (or alone after round 0 when R = 0). A control or gold-only pool equal to one already
-    answered copies that answer (``reused``), as the ablation does. :meth:`next_requests` gives the
-    next step's calls (none: the claim is finished); :meth:`answer` records one.
+    once the ablation's round-r pool is, so it is asked in the same step; the gold-only, cited-only and
+    size-sweep pools are asked with round 1 (or alone after round 0 when R = 0). A question whose pool
+    equals one already answered for this claim, or one asked in the same step, copies that answer
+    (``reused``), as the ablation does. :meth:`next_requests` gives the next step's calls (none: the claim
+    is finished); :meth:`answer` records one.
     """
 
     def __init__(self, record: ClaimRecord, rounds: int, arms: Arms = ABLATION_ONLY):
@@ -242,90 +399,157 @@ class ClaimSchedule:
         self.rounds: list[dict] = []
         self.control: list[dict | None] = []
         self.gold_only: dict | None = None
-        self._gold_asked = False
-        self._order = control_order(record, arms.control_seed) if arms.control != "none" else []
+        self.cited_only: dict | None = None
+        self.sweep: dict | None = None
+        self._sufficiency_asked = False
+        self._order = control_order(record, arms.control_seed) if arms.control == "random" else []
         self._gold = set(record.gold_ids)
         self._pending: list[Request] = []
+        self._answered: dict[tuple[int, ...], dict] = {}  # pool -> an answer of this claim on it
+        self._waiting: dict[tuple[int, ...], list[Callable[[dict], None]]] = {}  # pool asked this step -> copies
+        self._control_extra: dict[int, dict] = {}  # round -> what the control's entry adds (removed, gap_matched)
 
     def next_requests(self, on_reuse: Callable[[int], None] | None = None) -> list[Request]:
         if self._pending:
             raise RuntimeError(f"claim {self.record.id!r}: {len(self._pending)} answers still missing")
         reqs: list[Request] = []
+        self._waiting = {}
         pool = advance(self.rounds, self.record.pool_ids, self.R, on_reuse)
         if pool is not None:
             reqs.append(Request("rounds", len(self.rounds), pool))
+            self._waiting[tuple(pool)] = []
         known = [rd["pool_ids"] for rd in self.rounds] + ([pool] if pool is not None else [])
         if self.arms.control != "none":
             for r in range(len(self.control) + 1, len(known)):
                 self._control(r, known[r], reqs)
-        if self.arms.gold_only and not self._gold_asked and self.rounds:
-            self._gold_asked = True
-            self._gold_only(reqs)
+        if self.rounds and not self._sufficiency_asked:
+            self._sufficiency_asked = True
+            self._sufficiency(reqs)
         self._pending = list(reqs)
         return reqs
 
-    def _copy_of(self, pool: list[int]) -> dict | None:
-        """An answered question of this claim on exactly ``pool`` (round 0 or the previous control)."""
-        prev = [self.rounds[0]] + [c for c in self.control[-1:] if c is not None and "skipped" not in c]
-        for rnd in prev:
-            if rnd["pool_ids"] == pool:
-                return rnd
-        return None
+    def _ask(self, arm: str, r: int, pool: list[int], reqs: list[Request], store: Callable[[dict], None],
+             copy: Callable[[dict], dict]) -> None:
+        """Ask ``pool`` for an arm, or copy the answer of the same pool (answered, or asked in this step)."""
+        key = tuple(pool)
+        if key in self._answered:
+            store(copy(self._answered[key]))
+        elif key in self._waiting:
+            self._waiting[key].append(lambda rnd: store(copy(rnd)))
+        else:
+            self._waiting[key] = []
+            reqs.append(Request(arm, r, list(pool)))
 
     def _control(self, r: int, ablated: list[int], reqs: list[Request]) -> None:
         full = self.record.pool_ids
-        removed, need, have = control_removal(full, ablated, self._gold, self._order)
+        if self.arms.control == "matched":
+            rng = random.Random(f"fae-control-matched:{self.arms.control_seed}:{self.record.id}:{r}")
+            removed, need, have, matched = matched_control_removal(full, ablated, self._gold, rng,
+                                                                   self.arms.line_ids)
+        else:
+            removed, need, have = control_removal(full, ablated, self._gold, self._order)
+            matched = None
         if removed is None:
             self.control.append({"round": r, "skipped": f"{have} lines neither cited nor gold; the ablation "
                                  f"removed {need} by round {r}", "removed_needed": need})
             return
-        pool = [i for i in full if i not in set(removed)]
-        same = self._copy_of(pool)
-        if same is not None:
-            self.control.append({**reuse_round(same, r), "removed": removed})
-            return
-        self.control.append(None)  # answered by :meth:`answer`
-        reqs.append(Request("control", r, pool))
+        gone = set(removed)
+        pool = [i for i in full if i not in gone]
+        extra = {"removed": removed}
+        if self.arms.control == "matched":
+            extra["gap_matched"] = matched  # "kind", "shown" or None: how the draw matched the ablation's gap
+        self._control_extra[r] = extra
+        self.control.append(None)  # answered by :meth:`answer` or a copy
 
-    def _gold_only(self, reqs: list[Request]) -> None:
-        pool = [i for i in self.record.pool_ids if i in self._gold]
-        if not pool:
-            self.gold_only = {"skipped": "no gold sentence in the pool"}
-        elif pool == self.rounds[0]["pool_ids"]:
-            self.gold_only = reuse_round(self.rounds[0], 0)
-        else:
-            reqs.append(Request("gold_only", 0, pool))
+        def store(rnd: dict, k: int = r - 1) -> None:
+            self.control[k] = rnd
+
+        self._ask("control", r, pool, reqs, store, lambda src: {**reuse_round(src, r), **extra})
+
+    def _sufficiency(self, reqs: list[Request]) -> None:
+        """The gold-only, cited-only and size-sweep questions (asked once round 0 is answered)."""
+        full = self.record.pool_ids
+        if self.arms.gold_only:
+            pool = [i for i in full if i in self._gold]
+            if not pool:
+                self.gold_only = {"skipped": "no gold sentence in the pool"}
+            else:
+                self._ask("gold_only", 0, pool, reqs, lambda rnd: setattr(self, "gold_only", rnd),
+                          lambda src: reuse_round(src, 0))
+        if self.arms.cited_only:
+            first = self.rounds[0]
+            cited = set(first["cited"]) if first["valid"] else set()
+            pool = [i for i in full if i in cited]
+            if not first["valid"]:
+                self.cited_only = {"skipped": "round 0's answer is invalid"}
+            elif not pool:
+                self.cited_only = {"skipped": "round 0 cited no line of the pool"}
+            else:
+                self._ask("cited_only", 0, pool, reqs, lambda rnd: setattr(self, "cited_only", rnd),
+                          lambda src: reuse_round(src, 0))
+        if self.arms.size_sweep:
+            plan = sweep_pools(self.record, self.arms.sweep_seed)
+            if isinstance(plan, str):
+                self.sweep = {"skipped": plan}
+                return
+            order, pools = plan
+            self.sweep = {"order": order, "rounds": [None] * len(pools)}
+            for k, pool in enumerate(pools):
+                def store(rnd: dict, k: int = k) -> None:
+                    self.sweep["rounds"][k] = rnd
+
+                self._ask("size_sweep", k, pool, reqs, store, lambda src, k=k: {**reuse_round(src, 0), "k": k})
 
     def answer(self, req: Request, got: Generation) -> None:
         self._pending.remove(req)
         rnd = make_round(req.r, req.pool, got.text, got.truncated, got, self.arms.line_ids)
+        key = tuple(req.pool)
         if req.arm == "rounds":
             self.rounds.append(rnd)
         elif req.arm == "control":
-            removed = set(req.pool)
-            self.control[req.r - 1] = {**rnd, "removed": [i for i in self.record.pool_ids if i not in removed]}
-        else:
+            self.control[req.r - 1] = {**rnd, **self._control_extra[req.r]}
+        elif req.arm == "gold_only":
             self.gold_only = rnd
+        elif req.arm == "cited_only":
+            self.cited_only = rnd
+        else:
+            self.sweep["rounds"][req.r] = {**rnd, "round": 0, "k": req.r}
+        self._answered.setdefault(key, rnd)
+        for copy in self._waiting.pop(key, []):
+            copy(rnd)
 
     def entry(self) -> dict:
-        """The claims.jsonl line: the ablation's rounds, and ``control`` / ``gold_only`` when asked."""
+        """The claims.jsonl line: the ablation's rounds, and each arm the schedule asks."""
         out = claim_entry(self.record, self.rounds)
         if self.arms.control != "none":
             out["control"] = list(self.control)
         if self.arms.gold_only:
             out["gold_only"] = self.gold_only
+        if self.arms.cited_only:
+            out["cited_only"] = self.cited_only
+        if self.arms.size_sweep:
+            out["size_sweep"] = None if self.sweep is None else {
+                k: (list(v) if isinstance(v, list) else v) for k, v in self.sweep.items()}
         return out
 
 
+CALL_COUNTS = ("model_calls", "reused_calls", "control_calls", "sufficiency_calls")
+
+
 def call_counts_of(entry: dict) -> dict[str, int]:
-    """Model calls and copied answers of one claims.jsonl entry, per arm (run logs and progress)."""
+    """Model calls and copied answers of one claims.jsonl entry, per arm (run logs and progress):
+    ``control_calls`` counts the control's and the gold-only pool's, ``sufficiency_calls`` the cited-only
+    pool's and the size sweep's."""
     extra = [c for c in entry.get("control") or [] if c and "skipped" not in c]
     gold = entry.get("gold_only")
     if gold and "skipped" not in gold:
         extra.append(gold)
+    sufficiency = [c for c in [entry.get("cited_only")] if c and "skipped" not in c]
+    sufficiency += [rd for rd in (entry.get("size_sweep") or {}).get("rounds") or [] if rd]
     return {"model_calls": sum(not rd.get("reused") for rd in entry["rounds"]),
             "reused_calls": sum(bool(rd.get("reused")) for rd in entry["rounds"]),
-            "control_calls": sum(not rd.get("reused") for rd in extra)}
+            "control_calls": sum(not rd.get("reused") for rd in extra),
+            "sufficiency_calls": sum(not rd.get("reused") for rd in sufficiency)}
 
 
 def run_ablation(
@@ -351,7 +575,7 @@ def run_ablation(
     Returns call counts for this invocation (``control_calls``: the control and gold-only calls).
     """
     bars = RoundProgress(len(records), rounds, desc=desc, enabled=progress)
-    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0, "control_calls": 0}
+    stats = {"claims": 0, **dict.fromkeys(CALL_COUNTS, 0)}
     on_reuse = lambda r: bars.update(r, 1)  # noqa: E731
     window = max(1, int(chunk_size))
     order = list(range(len(records)))

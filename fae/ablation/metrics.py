@@ -29,7 +29,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from real_fae_core.labels import NOT_ENOUGH_INFO as NEI
 from real_fae_core.labels import REFUTE, SUPPORT
-from fae.ablation.control import control_metrics, gold_only_metrics
+from fae.ablation.control import control_metrics
+from fae.ablation.sufficiency import cited_only_metrics, gold_only_metrics, size_sweep_metrics
 from fae.intervals import MIN_INTERVAL_UNITS, draw_units, percentile_interval  # noqa: F401 - re-exported
 from fae.ablation.population import evidence_claims, fae_claims, is_nei, mean_or_none
 from fae.ablation.scores import (  # noqa: F401 - re-exported: the metrics' building blocks
@@ -73,6 +74,8 @@ METRIC_KEYS = (
     "soft",
     "control",
     "gold_only",
+    "cited_only",
+    "size_sweep",
 )
 
 
@@ -529,9 +532,12 @@ def compute_metrics(claims: Sequence[Mapping], n_excluded_nei: int = 0) -> dict[
         "hallucinated_id_rate": per_round(hallucinated_id_rate),
         **call_counts(pop),
         "soft": soft_metrics(pop),  # soft FAE (fae.ablation.soft_metrics): label-probability metrics
-        # the control arm and the gold-only pool (fae.ablation.control); None for runs made without them
+        # the control arm (fae.ablation.control) and the sufficiency arms (fae.ablation.sufficiency: gold-only,
+        # cited-only, size sweep); None for runs made without them
         "control": control_metrics(pop),
         "gold_only": gold_only_metrics(pop),
+        "cited_only": cited_only_metrics(pop),
+        "size_sweep": size_sweep_metrics(pop),
     }
     assert tuple(out) == METRIC_KEYS
     return out

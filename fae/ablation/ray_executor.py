@@ -37,6 +37,7 @@ from real_fae_core.secrets import scrub
 from fae.ablation import runio
 from fae.ablation.results import write_results
 from fae.ablation.engine import ABLATION_ONLY, Arms, run_ablation
+from fae.ablation.runner import arms_of
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.shards import merge, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend
@@ -171,8 +172,7 @@ def _drive(shards: list[_Shard], backend_cls, backend_opts, opts, run_dir: Path,
     def submit(s: _Shard) -> None:
         s.attempts += 1
         s.gen = task.remote(backend_cls.name, options, s.todo, opts.rounds, opts.chunk_size, run_dir.name,
-                            Arms(control=opts.control, control_seed=opts.control_seed, gold_only=opts.gold_only,
-                                 line_ids=opts.line_ids))
+                            arms_of(opts))
 
     def note() -> None:
         kept = sum(len(s.held) for s in shards)

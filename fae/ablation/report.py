@@ -31,9 +31,11 @@ from fae.ablation.metrics import compute_metrics, truncation_note, undefined_rea
 from fae.ablation.population import evidence_claims
 from fae.ablation.runio import load_run
 from fae.ablation.soft_metrics import claim_curves, soft_metrics
+from fae.ablation.sufficiency import cited_only_metrics, size_sweep_metrics
 from fae.intervals import draw_units, percentile_bounds
 
 LOW_ACCURACY = 0.5
+SUFFICIENCY_PNG = "sufficiency.png"
 TABLE_COLUMNS = (
     ("Prec", "evidence_precision"),
     ("Rec", "evidence_recall"),
@@ -81,6 +83,9 @@ def load_reported(run_dir: str | Path, name: str | None = None) -> dict[str, Any
     metrics = data.metrics if data.metrics is not None else compute_metrics(data.claims)
     if "soft" not in metrics:  # metrics.json of a run made before soft FAE
         metrics = {**metrics, "soft": soft_metrics(data.claims)}
+    for key, compute in (("cited_only", cited_only_metrics), ("size_sweep", size_sweep_metrics)):
+        if key not in metrics:  # metrics.json of a run made before the sufficiency arms
+            metrics = {**metrics, key: compute(data.claims)}
     return {"name": name or data.path.resolve().name, "dir": str(data.path), "metrics": metrics,
             "config": data.config, "claims": data.claims}
 
@@ -152,6 +157,7 @@ def render_markdown(runs: Sequence[dict]) -> str:
         cells = [score_cell(m, k) if k in ("IS", "ER", "IO") else pct(m.get(k)) for _, k in TABLE_COLUMNS]
         lines.append("| " + " | ".join([run["name"]] + cells) + " |")
     lines += control_table(runs)
+    lines += sufficiency_table(runs)
     lines += soft_table(runs)
     lines += [
         "",
@@ -193,9 +199,13 @@ def render_markdown(runs: Sequence[dict]) -> str:
             + (f", records `{c.get('records')}`" if c.get("records") else "")
             + (", constrained decoding: on" if c.get("constrained_decoding") else "")  # docs/structured.md
             + f", line ids {c.get('line_ids') or 'original'}"
-            + (f", control seed {c['control_seed']}" if c.get("control") not in (None, "none") else "")
+            + (f", control {c['control']} (seed {c['control_seed']})" if c.get("control") not in (None, "none")
+               else "")
+            + (f", size sweep seed {c['sweep_seed']}" if c.get("size_sweep") else "")
         )
     lines += ["", "![a_r against r](trajectory.png)", ""]
+    if has_sweep(runs):
+        lines += ["![accuracy against the number of other lines beside the gold](sufficiency.png)", ""]
     if has_soft(runs):
         lines += ["![mean label probabilities against r](soft_trajectory.png)", "",
                   "![round-0 reliability diagram](reliability.png)", ""]
@@ -221,26 +231,107 @@ def control_table(runs: Sequence[dict]) -> list[str]:
         "neither cited nor gold. IS and IS_ctrl are over the claims with a round-1 control (paired; 95% "
         "percentile bootstrap over claims): a verifier that abstains whenever a line goes has IS_ctrl ≈ IS, "
         "one that reads its evidence IS_ctrl ≈ 0. Gold-only: the gold sentences alone, beside round 0 on "
-        "the same claims. n/a: the run was made without it (`--control none`, `--no-gold-only`).",
+        "the same claims. Gap shown: the share of round-1 ablated / control pools whose removal leaves a hole "
+        "before or between kept lines (a missing number under original line ids); a control matched on the gap "
+        "(`--control matched`) has equal shares, and unmatched counts the claims where no such draw existed. "
+        "n/a: the run was made without it (`--control none`, `--no-gold-only`).",
         "",
         "| Model | control claims (left out) | IS | IS_ctrl | IS − IS_ctrl | ER_ctrl | a_r^ctrl (r ≥ 1) "
-        "| gold-only Acc | gold-only NEI | Acc r0 (same claims) |",
-        "|---|---:|---|---|---|---:|---|---:|---:|---:|",
+        "| gap shown r1 (ablated / control) | unmatched r1 | gold-only Acc | gold-only NEI | Acc r0 (same claims) |",
+        "|---|---:|---|---|---|---:|---|---|---:|---:|---:|---:|",
     ]
     for run in runs:
         ctrl, gold = run["metrics"].get("control"), run["metrics"].get("gold_only")
         if ctrl:
             cells = [f"{ctrl['n_control_claims']} ({ctrl['n_left_out'][0] if ctrl['n_left_out'] else 0})",
                      with_ci(ctrl, "IS"), with_ci(ctrl, "IS_ctrl"), with_ci(ctrl, "IS_minus_IS_ctrl"),
-                     pct(ctrl.get("ER_ctrl")), per_round(ctrl.get("round_accuracy_ctrl"))]
+                     pct(ctrl.get("ER_ctrl")), per_round(ctrl.get("round_accuracy_ctrl")), *gap_cells(ctrl)]
         else:
-            cells = ["n/a"] * 6
+            cells = ["n/a"] * 8
         if gold:
             cells += [pct(gold["label_accuracy"]), pct(gold["nei_answer_rate"]), pct(gold["round0_label_accuracy"])]
         else:
             cells += ["n/a"] * 3
         lines.append("| " + " | ".join([run["name"]] + cells) + " |")
     return lines
+
+
+def gap_cells(ctrl: dict) -> list[str]:
+    """The control table's gap cells (round 1): shares of ablated / control pools showing a hole, unmatched."""
+    gap = ctrl.get("gap")
+    if not gap or not gap["ablation_gap_share"]:
+        return ["n/a", "n/a"]
+    return [f"{pct(gap['ablation_gap_share'][0])} / {pct(gap['control_gap_share'][0])}", str(gap["n_unmatched"][0])]
+
+
+def sufficiency_table(runs: Sequence[dict]) -> list[str]:
+    """Sufficiency (SPEC §6, :mod:`fae.ablation.sufficiency`): gold-only, cited-only and the size sweep, ×100."""
+    if not any(r["metrics"].get(k) for r in runs for k in ("gold_only", "cited_only", "size_sweep")):
+        return []
+    lines = [
+        "",
+        "## Sufficiency: does it answer on the evidence alone?",
+        "",
+        "Each claim asked on its gold lines alone, on the lines its round-0 answer cited alone (its own "
+        "rationale), and on its gold lines plus k other lines (k = 0 .. n − |gold| − 1, added in a seeded "
+        "order: the size sweep). Acc beside round 0's Acc on the same claims; kept: of the claims right at "
+        "round 0, the share still right on that pool. A verifier that reads its evidence keeps its round-0 "
+        "accuracy on all of them; one that learned \"a short pool means NOT_ENOUGH_INFO\" falls on small k. "
+        "n/a: the run was made without the arm (`--no-gold-only`, `--no-cited-only`, `--no-size-sweep`).",
+        "",
+        "| Model | gold-only claims | Acc (r0) | NEI | kept | cited-only claims | Acc (r0) | NEI | kept "
+        "| sweep claims | Acc by k = 0 / 1 / … | lowest | sweep Acc (r0) | NEI by k |",
+        "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|---:|---|---|",
+    ]
+    for run in runs:
+        cells = []
+        for key in ("gold_only", "cited_only"):
+            b = run["metrics"].get(key)
+            cells += ([f"{b['n_claims']} ({b['n_skipped']} skipped)",
+                       f"{pct(b['label_accuracy'])} ({pct(b['round0_label_accuracy'])})",
+                       pct(b["nei_answer_rate"]), pct(b.get("kept_rate"))] if b else ["n/a"] * 4)
+        sw = run["metrics"].get("size_sweep")
+        if sw:
+            cells += [f"{sw['n_claims']} ({sw['n_skipped']} skipped)",
+                      per_round([row["label_accuracy"] for row in sw["per_k"]]), pct(sw["min_accuracy"]),
+                      f"{pct(sw['sweep_accuracy'])} ({pct(sw['round0_label_accuracy'])})",
+                      per_round([row["nei_answer_rate"] for row in sw["per_k"]])]
+        else:
+            cells += ["n/a"] * 5
+        lines.append("| " + " | ".join([run["name"]] + cells) + " |")
+    counts = [f"{run['name']}: " + ", ".join(f"k = {row['k']}: {row['n_claims']}" for row in sw["per_k"])
+              for run in runs if (sw := run["metrics"].get("size_sweep"))]
+    if counts:
+        lines += ["", "Claims per k (a claim of n lines has k up to n − |gold| − 1): " + "; ".join(counts) + "."]
+    return lines
+
+
+def has_sweep(runs: Sequence[dict]) -> bool:
+    return any((r["metrics"].get("size_sweep") or {}).get("per_k") for r in runs)
+
+
+def sufficiency_figure(runs: Sequence[dict]):
+    """Accuracy (solid) and NOT_ENOUGH_INFO share (dotted) against k, the other lines beside the gold, for
+    every run with a size sweep."""
+    fig, ax = _pyplot().subplots(figsize=(6.5, 3.8), dpi=120)
+    swept = [run for run in runs if (run["metrics"].get("size_sweep") or {}).get("per_k")]
+    K = max(len(run["metrics"]["size_sweep"]["per_k"]) for run in swept)
+    for k, run in enumerate(swept):
+        rows = run["metrics"]["size_sweep"]["per_k"]
+        style = series_style(k, len(swept))
+        xs = [row["k"] for row in rows if row["label_accuracy"] is not None]
+        line = _plot_series(ax, xs, [rows[x]["label_accuracy"] for x in xs], style, label=f"{run['name']} Acc",
+                            zorder=3 + k)
+        ax.plot([x + style["offset"] for x in xs], [rows[x]["nei_answer_rate"] for x in xs], ":",
+                color=line.get_color(), lw=1.2, label=f"{run['name']} NEI share", zorder=2)
+    ax.set_xticks(range(K))
+    ax.set_xlabel("k: other lines beside the gold lines")
+    ax.set_ylabel("share of claims")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    fig.tight_layout()
+    return fig
 
 
 def has_soft(runs: Sequence[dict]) -> bool:
@@ -433,6 +524,10 @@ def write_report(run_dirs: Sequence[str | Path], output: str | Path,
     md = out / "report.md"
     atomic_write_text(md, render_markdown(runs))
     png = plot_trajectories(runs, out / "trajectory.png")
+    if has_sweep(runs):
+        _save(sufficiency_figure(runs), out / SUFFICIENCY_PNG)
+    else:
+        (out / SUFFICIENCY_PNG).unlink(missing_ok=True)
     if has_soft(runs):
         plot_soft(runs, out)
     else:  # figures of an earlier report must not pass for these runs'

@@ -14,6 +14,7 @@ from real_fae_core.errors import UserError
 from fae.ablation import runio
 from fae.ablation.control import control_summary_line
 from fae.ablation.metrics import compute_metrics, truncation_note
+from fae.ablation.sufficiency import sufficiency_summary_line
 from fae.ablation.report import write_report
 
 
@@ -28,9 +29,9 @@ def write_results(run_dir: Path, claims: list[dict], config: dict, prog: str = "
     write_report([run_dir], run_dir)
     print(json.dumps({k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
                                                "IS", "ER", "IO", "model_calls", "reused_calls")}))
-    arms = control_summary_line(metrics)
-    if arms:
-        print(f"{prog}: {arms}", file=sys.stderr)
+    for line in (control_summary_line(metrics), sufficiency_summary_line(metrics)):
+        if line:
+            print(f"{prog}: {line}", file=sys.stderr)
     note = truncation_note(metrics, (config.get("settings") or {}).get("max_new_tokens"))
     if note:
         print(f"{prog}: warning: {note}", file=sys.stderr)

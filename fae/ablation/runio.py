@@ -35,13 +35,16 @@ METRICS = "metrics.json"
 RUNS_LOG = "runs.jsonl"
 SHARDS_DIR = "shards"  # shards/I-of-N/: one shard's config.json, claims.jsonl, runs.jsonl
 # Files computed from claims.jsonl: removed when a run starts, rewritten at its end.
-DERIVED = (METRICS, "report.md", "trajectory.png")
+DERIVED = (METRICS, "report.md", "trajectory.png", "sufficiency.png")
 # Settings that change the answers: resuming under different ones would mix two runs.
 RESUME_KEYS = ("records_sha256", "backend", "model", "adapter_sha256", "rounds", "decoding",
-               "constrained_decoding", "prompt_format_version", "control", "control_seed", "gold_only", "line_ids",
-               "claim_set_sha256")
-# What a run made before the control arm, gold-only pools and --line-ids existed did (config.json without them).
-BEFORE_ARMS = {"control": "none", "control_seed": None, "gold_only": False, "line_ids": "original"}
+               "constrained_decoding", "prompt_format_version", "control", "control_seed", "gold_only", "cited_only",
+               "size_sweep", "sweep_seed", "line_ids", "claim_set_sha256")
+# What a run made before an arm existed did, for config.json files without its key: the control arm, the
+# gold-only pools and --line-ids came first, the cited-only pools and the size sweep later; such a run
+# resumes only under the same (absent) arms, and its reports say "n/a" for them.
+BEFORE_ARMS = {"control": "none", "control_seed": None, "gold_only": False, "cited_only": False,
+               "size_sweep": False, "sweep_seed": None, "line_ids": "original"}
 _ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 _VERSION_PACKAGES = ("real-fae", "torch", "transformers", "peft", "accelerate", "openai", "vllm")
 

@@ -30,7 +30,7 @@ from real_fae_core.secrets import scrub
 from data_prep.prompts import PROMPT_FORMAT_VERSION
 from data_prep.records import RecordError, load_records
 from fae.ablation import runio
-from fae.ablation.engine import Arms, call_counts_of, run_ablation
+from fae.ablation.engine import ARM_FIELDS, CALL_COUNTS, Arms, call_counts_of, run_ablation
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.metrics import nei_exclusion_note
 from fae.ablation.population import fae_claims
@@ -115,10 +115,10 @@ def check_paths_and_values(opts: FaeRunArguments) -> None:
 
 
 def arms_of(opts: FaeRunArguments) -> Arms:
-    """The control, gold-only and line-numbering choices of a run; an unknown value is one line."""
+    """The arms (control, gold-only, cited-only, size sweep) and line numbering of a run; an unknown value is
+    one line."""
     try:
-        return Arms(control=opts.control, control_seed=opts.control_seed, gold_only=opts.gold_only,
-                    line_ids=opts.line_ids)
+        return Arms(**{name: getattr(opts, name) for name in ARM_FIELDS})
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -376,7 +376,7 @@ def ablate_into(request: RunRequest, backend_cls, opts, config: dict, todo: list
     backend = open_backend(backend_cls, opts)
     kept = [done]
     started = time.time()
-    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0, "control_calls": 0}
+    stats = {"claims": 0, **dict.fromkeys(CALL_COUNTS, 0)}
     arms = arms_of(request.options)
 
     def note() -> None:
@@ -416,7 +416,7 @@ def ablate_into(request: RunRequest, backend_cls, opts, config: dict, todo: list
         kept[0] = done + len(ours)
         stats["claims"] = len(ours)
         counts = [call_counts_of(c) for c in ours]
-        for key in ("model_calls", "reused_calls", "control_calls"):
+        for key in CALL_COUNTS:
             stats[key] = sum(n[key] for n in counts)
         note()
         raise

@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 from data_prep.prompts import render_evidence_prompt
 from data_prep.records import ClaimRecord
-from fae.ablation.engine import ABLATION_ONLY, Arms, ClaimSchedule, RoundProgress, call_counts_of
+from fae.ablation.engine import ABLATION_ONLY, CALL_COUNTS, Arms, ClaimSchedule, RoundProgress, call_counts_of
 from fae.backends import as_generation
 
 FLUSH_SECONDS = 0.2
@@ -73,7 +73,7 @@ def run_ablation_streaming(
         raise TypeError(f"{type(backend).__name__} has no streaming(); use fae.ablation.engine.run_ablation")
     total = len(records) if hasattr(records, "__len__") else 0
     bars = RoundProgress(total, rounds, desc=desc, enabled=progress and total > 0)
-    stats = {"claims": 0, "model_calls": 0, "reused_calls": 0, "control_calls": 0}
+    stats = {"claims": 0, **dict.fromkeys(CALL_COUNTS, 0)}
     pending: list[dict] = []
     last_flush = [time.monotonic()]
 

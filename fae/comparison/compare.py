@@ -34,7 +34,8 @@ from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
-from fae.ablation.control import control_metrics, control_rows, gold_only_metrics, has_control
+from fae.ablation.control import control_metrics, control_rows, has_control
+from fae.ablation.sufficiency import gold_only_metrics
 from fae.ablation.metrics import round_label, same_label
 from fae.ablation.population import is_nei
 from fae.ablation.runio import BEFORE_ARMS, CLAIMS, RunData, load_run

@@ -49,7 +49,8 @@ from real_fae_core.errors import UserError
 from real_fae_core.hashing import sha256_file
 from data_prep.prompts import DEFAULT_LINE_IDS, LINE_IDS, PROMPT_FORMAT_VERSION, render_evidence_prompt
 from data_prep.records import ClaimRecord, load_records_or_fail
-from fae.ablation.engine import ABLATION_ONLY, CONTROL_CHOICES, DEFAULT_CONTROL, Arms, ClaimSchedule, Request
+from fae.ablation.engine import (ABLATION_ONLY, ARM_FIELDS, CONTROL_CHOICES, DEFAULT_CONTROL, Arms, ClaimSchedule,
+                                 Request)
 from fae.backends import ANSWER_MAX_NEW_TOKENS, Generation
 from fae.ablation.metrics import (compute_metrics, nei_exclusion_note, round_accuracy, round_label, same_label,
                                   strict_accuracy)
@@ -77,10 +78,14 @@ METRIC_NAMES = {"accuracy": "label_accuracy", "strict": "strict_accuracy", "feve
 # ... and of the control arm and the gold-only pool: (metrics.json block, key in it)
 ARM_METRIC_NAMES = {"IS_ctrl": ("control", "IS_ctrl"), "IS_minus_IS_ctrl": ("control", "IS_minus_IS_ctrl"),
                     "gold_only_accuracy": ("gold_only", "label_accuracy"),
-                    "gold_only_nei": ("gold_only", "nei_answer_rate")}
-TASK_OPTIONS = ("records", "rounds", "max_tokens", "control", "control_seed", "gold_only", "line_ids")
+                    "gold_only_nei": ("gold_only", "nei_answer_rate"),
+                    "cited_only_accuracy": ("cited_only", "label_accuracy"),
+                    "cited_only_nei": ("cited_only", "nei_answer_rate"),
+                    "sweep_accuracy": ("size_sweep", "sweep_accuracy"),
+                    "sweep_lowest_accuracy": ("size_sweep", "min_accuracy")}
 # The options beside records/rounds/max_tokens: fae run's arms (fae.ablation.engine.Arms), its defaults
-ARM_OPTIONS = {"control": DEFAULT_CONTROL, "control_seed": 0, "gold_only": True, "line_ids": DEFAULT_LINE_IDS}
+ARM_OPTIONS = {name: getattr(Arms, name) for name in ARM_FIELDS}
+TASK_OPTIONS = ("records", "rounds", "max_tokens", *ARM_OPTIONS)
 
 
 class RoundError(RuntimeError):
@@ -127,18 +132,22 @@ def check_options(records: Any, rounds: Any, max_tokens: Any,
     return path, int(rounds), int(max_tokens)
 
 
-def check_arms(control: Any = DEFAULT_CONTROL, control_seed: Any = 0, gold_only: Any = True,
-               line_ids: Any = DEFAULT_LINE_IDS) -> Arms:
-    """The arm options, checked (one line naming the option and its choices), as ``fae run``'s :class:`Arms`."""
-    if control not in CONTROL_CHOICES:
-        raise UserError(f"task option control: {control!r}; choose {' or '.join(CONTROL_CHOICES)}")
-    if line_ids not in LINE_IDS:
-        raise UserError(f"task option line_ids: {line_ids!r}; choose {' or '.join(LINE_IDS)}")
-    if isinstance(control_seed, bool) or not isinstance(control_seed, int):
-        raise UserError(f"task option control_seed: expected an integer (got {control_seed!r})")
-    if not isinstance(gold_only, bool):
-        raise UserError(f"task option gold_only: expected true or false (got {gold_only!r})")
-    return Arms(control=control, control_seed=int(control_seed), gold_only=gold_only, line_ids=line_ids)
+def check_arms(**options: Any) -> Arms:
+    """The arm options (:data:`ARM_OPTIONS`, defaults filled in), checked: one line naming the option and
+    its choices; as ``fae run``'s :class:`Arms`."""
+    options = {**ARM_OPTIONS, **options}
+    if options["control"] not in CONTROL_CHOICES:
+        raise UserError(f"task option control: {options['control']!r}; choose {', '.join(CONTROL_CHOICES)}")
+    if options["line_ids"] not in LINE_IDS:
+        raise UserError(f"task option line_ids: {options['line_ids']!r}; choose {' or '.join(LINE_IDS)}")
+    for name, default in ARM_OPTIONS.items():
+        value = options[name]
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise UserError(f"task option {name}: expected true or false (got {value!r})")
+        if isinstance(default, int) and not isinstance(default, bool) and (
+                isinstance(value, bool) or not isinstance(value, int)):
+            raise UserError(f"task option {name}: expected an integer (got {value!r})")
+    return Arms(**options)
 
 
 def load_samples(path: Path, line_ids: str = DEFAULT_LINE_IDS) -> tuple[list[Sample], int]:
@@ -195,7 +204,7 @@ def fae_task(records: str | None, rounds: int = 4, max_tokens: int = DEFAULT_MAX
             arm_options[name] = unknown.pop(name)
     path, rounds, max_tokens = check_options(records, rounds, max_tokens, {**unknown, **{
         k: v for k, v in arm_options.items() if k not in ARM_OPTIONS}})
-    arms = check_arms(**{**ARM_OPTIONS, **arm_options})
+    arms = check_arms(**arm_options)
     samples, n_nei = load_samples(path, arms.line_ids)
     if n_nei:
         print(f"{TASK_NAME}: {nei_exclusion_note(n_nei, str(path))}", file=sys.stderr)
@@ -213,15 +222,14 @@ def fae_task(records: str | None, rounds: int = 4, max_tokens: int = DEFAULT_MAX
             "max_tokens": max_tokens,
             "n_excluded_nei": n_nei,
             "prompt_format_version": PROMPT_FORMAT_VERSION,
-            **arms.record(),  # control, control_seed, gold_only, line_ids: config.json's keys (fae from-inspect)
+            **arms.record(),  # the arms as config.json records them (fae from-inspect)
         },
     )
 
 
 def arms_args(arms: Arms) -> dict[str, Any]:
     """The solver's and scorer's arm arguments (plain values, as Inspect records them in the log)."""
-    return {"control": arms.control, "control_seed": arms.control_seed, "gold_only": arms.gold_only,
-            "line_ids": arms.line_ids}
+    return {name: getattr(arms, name) for name in ARM_FIELDS}
 
 
 # ---------------------------------------------------------------------------
@@ -271,15 +279,20 @@ def question_name(req: Request, rounds: int) -> str:
         return f"round {req.r} of rounds 0..{rounds}"
     if req.arm == "control":
         return f"the control of round {req.r}"
-    return "the gold-only question"
+    if req.arm == "size_sweep":
+        return f"the size sweep's pool at k = {req.r}"
+    return {"gold_only": "the gold-only question", "cited_only": "the cited-only question"}[req.arm]
 
 
 @solver
 def fae_ablation(rounds: int = 4, control: str = DEFAULT_CONTROL, control_seed: int = 0, gold_only: bool = True,
+                 cited_only: bool = True, size_sweep: bool = True, sweep_seed: int = 0,
                  line_ids: str = DEFAULT_LINE_IDS):
     """Every question ``fae run`` asks about one claim (SPEC §6): rounds 0..R (ask, parse, drop the cited
-    lines, ask again) and, with the arms, each round's control and the gold-only pool."""
-    arms = Arms(control=control, control_seed=control_seed, gold_only=gold_only, line_ids=line_ids)
+    lines, ask again) and, with the arms, each round's control and the gold-only, cited-only and size-sweep
+    pools."""
+    arms = Arms(control=control, control_seed=control_seed, gold_only=gold_only, cited_only=cited_only,
+                size_sweep=size_sweep, sweep_seed=sweep_seed, line_ids=line_ids)
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         record = sample_record(state)
@@ -332,9 +345,16 @@ def round_table(claim: dict) -> str:
     arms = [(f"control {c['round']}", c) for c in claim.get("control") or [] if c]
     if claim.get("gold_only"):
         arms.append(("gold-only", claim["gold_only"]))
+    if claim.get("cited_only"):
+        arms.append(("cited-only", claim["cited_only"]))
+    sweep = claim.get("size_sweep") or {}
+    if "skipped" in sweep:
+        arms.append(("size sweep", sweep))
+    arms += [(f"sweep k = {rd['k']}", rd) for rd in sweep.get("rounds") or [] if rd]
     if arms:
         lines += ["", "Beside the ablation: the control of round r (the full pool minus as many lines as the "
-                  "ablation removed, never cited nor gold) and the gold-only pool.", "",
+                  "ablation removed, never cited nor gold), the gold-only pool, the lines round 0 cited alone, "
+                  "and the gold lines plus k others (the size sweep).", "",
                   "| question | pool | answer | label | cited | hallucinated | correct | note |",
                   "|---|---|---|---|---|---|---|---|"]
         for name, rnd in arms:
@@ -374,7 +394,8 @@ def stored_rounds(store: Any) -> list:
 
 def incomplete_reason(entry: Any, rounds: int, arms: Arms) -> str | None:
     """Why ``entry`` is not a finished claims.jsonl entry under ``rounds`` and ``arms``; None when it is:
-    every round 0..R answered, and with the arms every control of rounds 1..R and the gold-only question."""
+    every round 0..R answered, and with the arms every control of rounds 1..R, the gold-only and cited-only
+    questions and every pool of the size sweep."""
     if not isinstance(entry, dict):
         return "no entry"
     n = len(entry.get("rounds") or [])
@@ -392,6 +413,18 @@ def incomplete_reason(entry: Any, rounds: int, arms: Arms) -> str | None:
             return "no gold-only answer"
     elif "gold_only" in entry:
         return "a gold-only answer the task did not ask"
+    if arms.cited_only:
+        if entry.get("cited_only") is None:
+            return "no cited-only answer"
+    elif "cited_only" in entry:
+        return "a cited-only answer the task did not ask"
+    if arms.size_sweep:
+        sweep = entry.get("size_sweep")
+        if not isinstance(sweep, dict) or ("skipped" not in sweep and (
+                not isinstance(sweep.get("rounds"), list) or any(rd is None for rd in sweep["rounds"]))):
+            return "the size sweep is not finished"
+    elif "size_sweep" in entry:
+        return "a size sweep the task did not ask"
     return None
 
 
@@ -434,12 +467,14 @@ def fae_metrics():
 
 @scorer(metrics=[fae_metrics()])
 def fae_scorer(rounds: int = 4, control: str = DEFAULT_CONTROL, control_seed: int = 0, gold_only: bool = True,
+               cited_only: bool = True, size_sweep: bool = True, sweep_seed: int = 0,
                line_ids: str = DEFAULT_LINE_IDS):
     """Per claim: round-0 correctness and Strict, whether each round still had the gold label, and the
     claims.jsonl entry (metadata ``fae_claim``: rounds, and control / gold-only as the arms ask); a claim
     with a question unanswered scores NaN, which Inspect leaves out of every metric (the solver already
     ends such a sample in error)."""
-    arms = Arms(control=control, control_seed=control_seed, gold_only=gold_only, line_ids=line_ids)
+    arms = Arms(control=control, control_seed=control_seed, gold_only=gold_only, cited_only=cited_only,
+                size_sweep=size_sweep, sweep_seed=sweep_seed, line_ids=line_ids)
 
     async def score(state: TaskState, target: Target) -> Score:
         claim = complete_claim(state, rounds, arms)

@@ -73,8 +73,8 @@ def error_text(message: str | None) -> str:
 
 
 def log_arms(log: EvalLog) -> dict[str, Any]:
-    """The arms the task asked (config.json's ``control``, ``control_seed``, ``gold_only``, ``line_ids``);
-    a log of the task before it had them asked the ablation alone."""
+    """The arms the task asked (config.json's arm keys, :data:`fae.ablation.runio.BEFORE_ARMS`); a log of
+    the task before it had an arm did not ask it."""
     meta = log.eval.metadata or {}
     rec = {k: meta.get(k, v) for k, v in runio.BEFORE_ARMS.items()}
     arms_of_record(rec)
@@ -84,8 +84,7 @@ def log_arms(log: EvalLog) -> dict[str, Any]:
 def arms_of_record(rec: dict[str, Any]) -> Arms:
     """config.json's arm keys as :class:`Arms`; an unknown value is one line."""
     try:
-        return Arms(control=rec["control"], control_seed=rec["control_seed"], gold_only=bool(rec["gold_only"]),
-                    line_ids=rec["line_ids"])
+        return Arms.from_record(rec)
     except ValueError as exc:
         raise UserError(f"task metadata: {exc}") from None
 

@@ -26,7 +26,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from real_fae_core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
 from data_prep.records import load_records_or_fail
-from fae.ablation.control import control_metrics, gold_only_metrics
+from fae.ablation.control import control_metrics
+from fae.ablation.sufficiency import gold_only_metrics
 from fae.ablation.metrics import cites_gold, is_flip, is_valid, round_label, same_label
 from fae.ablation.population import is_nei
 from fae.ablation.report import load_reported
