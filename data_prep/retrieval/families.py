@@ -70,6 +70,9 @@ EDGE_KINDS = ("same_claim", "exact", "numeric", "negation", "shared_doc", "near_
 SHARED_DOCS = ("cited", "gold", "off")
 NEGATIONS = frozenset({"not", "no", "never", "without", "nor", "neither"})
 NUMBER_MASK = "0"
+# The most BM25 neighbours a claim is compared with (SQLite's LIMIT takes a 64-bit integer; far fewer than
+# this already compare every claim of the largest dataset with every other).
+MAX_NEIGHBOURS = 1_000_000
 
 _NON_WORD = re.compile(r"[\W_]+")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
