@@ -15,6 +15,8 @@ import signal
 import sqlite3
 import threading
 
+from real_fae_core.errors import Terminated
+
 _TOKEN = re.compile(r"[^\W_]+")
 
 
@@ -56,8 +58,6 @@ def stoppable(con: sqlite3.Connection):
         try:
             if callable(prev):
                 prev(signum, frame)
-            from real_fae_core.errors import Terminated
-
             raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         except BaseException as exc:
             caught.append(exc)

@@ -18,12 +18,14 @@ which never checks non-string defaults.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from real_fae_core.command import CommandConfig, check_fields
 from real_fae_core.config import RangeError, check_ranges, load_config, spelled_like_a_flag, without_range_keys
 from real_fae_core.errors import UserError
+from real_fae_core.yamlio import load_yaml_located
 from fae.backends import get_backend
 from fae.backends.hf import HFOptions
 from fae.backends.openai_backend import OpenAIOptions
@@ -152,8 +154,6 @@ def owners() -> dict[str, list[str]]:
 def check_backend_fields(backend: str, argv: list[str], config: str | None) -> None:
     """An option of another built-in backend, set for this one, is an error naming it: it would be ignored
     (``--tensor-parallel-size 2`` with ``--backend hf``). A registered backend's own fields count as its own."""
-    import shlex
-
     origins = yaml_origins(config, shlex.join(argv))
     try:
         own = own_fields(backend)
@@ -192,10 +192,6 @@ def yaml_origins(config: str | None, command: str | None) -> dict[str, tuple[str
     line ``command`` (as config.json records it) did not override."""
     if not config:
         return {}
-    import shlex
-
-    from real_fae_core.yamlio import load_yaml_located
-
     data, lines = load_yaml_located(config)
     if not isinstance(data, dict):
         return {}
