@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -17,9 +16,12 @@ from typing import Any, Callable, Iterable, Iterator
 from real_fae_core.atomicio import atomic_open
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import (
+    SURROGATE_REASON,
     RecordError,
-    iter_decoded,
+    escaped,
+    iter_jsonl_lines,
     short_repr,
+    surrogate_field,
 )
 from real_fae_core.labels import LABELS, NOT_ENOUGH_INFO, REFUTE, SUPPORT  # noqa: F401 - records' public names
 
@@ -40,7 +42,6 @@ _KNOWN_FIELDS = (
 # downstream tool store them as int64.
 MAX_SENTENCE_ID = 2**63 - 1
 _SENTENCE_FIELDS = ("id", "text", "doc")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 @dataclass
 class Sentence:
     """One line of the pool. ``extra`` keeps any other key of the sentence object verbatim (a retrieved
@@ -109,9 +110,8 @@ class ClaimRecord:
     def from_dict(cls, obj: Any, *, check_surrogates: bool = True) -> "ClaimRecord":
         """Build and validate; raises RecordError (without location).
 
-        ``check_surrogates=False`` skips the scan for lone surrogates; the file
-        reader does so for lines without a ``\\udXXX`` escape, the only way
-        one can enter through strict UTF-8 JSON.
+        ``check_surrogates=False`` skips the scan for lone surrogates: the file
+        reader (:func:`real_fae_core.jsonl.iter_jsonl_lines`) has made it.
         """
         if not isinstance(obj, dict):
             hint = " (records files are JSON lines: one object per line, not one JSON array)" \
@@ -119,16 +119,15 @@ class ClaimRecord:
             raise RecordError(f"expected a JSON object, got {type(obj).__name__}{hint}")
         rid = obj.get("id")
         record_id = str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
-        if record_id is not None and _SURROGATE.search(record_id):
-            record_id = _escaped(record_id)  # so the error itself can be printed and saved
+        if record_id is not None:
+            record_id = escaped(record_id)  # so the error itself can be printed and saved
 
         def fail(fld: str, reason: str):
             raise RecordError(reason, field=fld, record_id=record_id)
 
-        bad_text = _surrogate_field(obj) if check_surrogates else None
+        bad_text = surrogate_field(obj) if check_surrogates else None
         if bad_text is not None:
-            fail(bad_text, "contains a lone UTF-16 surrogate (e.g. \"\\ud800\"), which no UTF-8 "
-                           "file can hold; fix the escape in the source")
+            fail(bad_text, SURROGATE_REASON)
 
         for name in ("id", "claim", "label", "sentences", "evidence"):
             if name not in obj:
@@ -243,37 +242,6 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _escaped(text: str) -> str:
-    """``text`` with lone surrogates written as ``\\udXXX`` escapes (safe to print and save)."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _surrogate_field(obj: Any) -> str | None:
-    """The path (``sentences[2].text``) of the first string holding a lone surrogate, if any.
-
-    ``json.loads`` accepts ``"\\ud800"`` but no UTF-8 writer can store it, so
-    such a record would crash every tool that saves it. Iterative, so deeply
-    nested extra fields cannot overflow the stack.
-    """
-    stack: list[tuple[str, Any]] = [("", obj)]
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, str):
-            if _SURROGATE.search(value):
-                return where or "<record>"
-        elif isinstance(value, dict):
-            items = []
-            for k, v in value.items():
-                sub = f"{where}.{k}" if where else str(k)
-                if isinstance(k, str) and _SURROGATE.search(k):
-                    return _escaped(sub)
-                items.append((sub, v))
-            stack.extend(reversed(items))
-        elif isinstance(value, list):
-            stack.extend(reversed([(f"{where}[{k}]", v) for k, v in enumerate(value)]))
-    return None
-
-
 @dataclass
 class ValidationReport:
     """Bad lines collected by ``--keep-going`` instead of stopping at the first."""
@@ -369,11 +337,11 @@ def load_records_or_fail(path: str | os.PathLike, **kwargs) -> list[ClaimRecord]
 
 
 def iter_with_lines(path, on_error) -> Iterator[tuple[int, ClaimRecord]]:
-    for lineno, obj, escaped_surrogate in iter_decoded(path):
+    for lineno, obj in iter_jsonl_lines(path):
         try:
             if isinstance(obj, RecordError):
                 raise obj
-            rec = ClaimRecord.from_dict(obj, check_surrogates=escaped_surrogate)
+            rec = ClaimRecord.from_dict(obj, check_surrogates=False)  # the reader has checked
         except RecordError as err:
             located = err.located(path, lineno)
             if on_error is None:

@@ -40,6 +40,11 @@ MIN_INTERVAL_UNITS = 10
 
 SPELLINGS = ("numpy", "scipy", "percent")
 
+# The most bootstrap draws a command takes (its ``--draws`` / ``--bootstrap`` field's ``max``): the bootstrap
+# keeps every draw of every output in memory (8 bytes x outputs x draws, and scipy copies it), so a
+# mistyped 999999999999999 would grow until the machine runs out of memory. The papers use 10k-50k.
+MAX_DRAWS = 1_000_000
+
 
 @dataclass(frozen=True)
 class BootstrapResult:

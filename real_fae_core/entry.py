@@ -12,6 +12,7 @@ running command leaves what it has kept and how to resume with
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -60,10 +61,44 @@ def _debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
+# A path the user named that cannot be used as asked (a file where a directory is needed, a folder we may
+# not write, a read-only file system, a name too long): bad input, exit 2. Other OSErrors (a full disk,
+# an I/O error, a lost mount) are runtime failures, exit 1.
+_BAD_PATH_ERRNOS = frozenset({errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM,
+                              errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP})
+
+
+def os_error_exit_code(exc: OSError) -> int:
+    """2 for an OSError that names an unusable path of the user's (:data:`_BAD_PATH_ERRNOS`), else 1."""
+    return EXIT_USAGE if exc.errno in _BAD_PATH_ERRNOS and exc.filename else EXIT_FAILURE
+
+
+def _file_in_the_way(path: str) -> str | None:
+    """The first existing non-directory among ``path`` and its parents, if any: what blocks a directory."""
+    p = os.path.abspath(path)
+    while True:
+        if os.path.lexists(p) and not os.path.isdir(p):
+            return p
+        parent = os.path.dirname(p)
+        if parent == p:
+            return None
+        p = parent
+
+
 def _describe_os_error(exc: OSError) -> str:
     reason = exc.strerror or type(exc).__name__
     names = [n for n in (exc.filename, getattr(exc, "filename2", None)) if n]
     where = " -> ".join(str(n) for n in names)
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR) and exc.filename:
+        blocker = _file_in_the_way(os.fsdecode(exc.filename))
+        if blocker is not None:
+            shown = os.fsdecode(exc.filename)
+            if os.path.abspath(shown) != blocker:
+                shown = os.path.relpath(blocker) if not os.path.isabs(shown) else blocker
+            reason = "is a file, not a directory; give a path whose folders are directories"
+            where = shown
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and exc.filename:
+        reason += " (choose a folder you can write, or change its permissions)"
     return scrub(f"{where}: {reason}" if where else f"{reason}")
 
 
@@ -138,7 +173,7 @@ def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str
         if debug:
             raise
         say_line(f"{prog}: error: {_describe_os_error(exc)}")
-        return EXIT_FAILURE
+        return os_error_exit_code(exc)
     except MemoryError:
         if debug:
             raise

@@ -1,9 +1,12 @@
-"""JSON-lines reading shared by every file format of the project (records, claims, caches).
+"""JSON-lines reading shared by every file format of the project (records, claims, corpora, caches).
 
 Bytes are decoded line by line as strict UTF-8, so a bad line is reported with
 its file, line and byte offset instead of a bare UnicodeDecodeError; blank
 lines are skipped; whole-file problems (a directory, a compressed or UTF-16
-file) are refused at once. Errors are :class:`RecordError` (``path:line:
+file) are refused at once. A string holding a lone UTF-16 surrogate (the JSON
+escape ``"\\ud800"``: valid JSON, but no UTF-8 file, SQLite database or
+tokenizer can hold it) is refused here too, naming the line and the field, so
+no command meets it later as a UnicodeEncodeError. Errors are :class:`RecordError` (``path:line:
 record 'id': field 'x': reason``), a :class:`~real_fae_core.errors.UserError`:
 bad input, exit 2.
 """
@@ -20,6 +23,9 @@ from typing import Any, Iterator
 from real_fae_core.errors import UserError
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE_REASON = ("contains a lone UTF-16 surrogate (e.g. \"\\ud800\"), which no UTF-8 file can hold; "
+                    "fix the escape in the source")
 _short_repr = reprlib.Repr()
 _short_repr.maxstring = 60
 _short_repr.maxother = 60
@@ -105,19 +111,14 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def iter_jsonl_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """``(line number, decoded JSON value or RecordError)`` for each non-blank line (see below)."""
-    for lineno, value, _ in iter_decoded(path):
-        yield lineno, value
-
-
-def iter_decoded(path: str | os.PathLike) -> Iterator[tuple[int, Any, bool]]:
-    """``(line number, JSON value or RecordError, whether the line escapes a surrogate)``.
+    """``(line number, JSON value or RecordError)`` for each non-blank line: the one JSON-lines reader.
 
     Reads bytes and decodes each line as strict UTF-8 (a UTF-8 byte-order mark
     is skipped), so an encoding problem names its line and byte offset instead
     of surfacing as a bare UnicodeDecodeError. Whole-file problems (a directory,
-    a compressed or UTF-16 file) raise :class:`RecordFileError` at once.
-    A missing file raises FileNotFoundError.
+    a compressed or UTF-16 file) raise :class:`RecordFileError` at once. A line
+    whose value holds a lone surrogate comes back as a :class:`RecordError`
+    naming the field (and the object's ``id``). A missing file raises FileNotFoundError.
     """
     path = Path(path)
     if path.is_dir():
@@ -137,7 +138,7 @@ def iter_decoded(path: str | os.PathLike) -> Iterator[tuple[int, Any, bool]]:
                     start += len(_UTF8_BOM)
             if not raw.strip():
                 continue
-            yield lineno, _decode_line(raw, start), _SURROGATE_ESCAPE.search(raw) is not None
+            yield lineno, _decode_line(raw, start)
 
 
 # A lone CR (not part of CRLF) ends a line, as in Python's text mode and in
@@ -171,7 +172,7 @@ def _decode_line(raw: bytes, start: int) -> Any:
             f"(column {exc.start + 1}); records files must be UTF-8 "
             "(re-encode it, e.g. iconv -f latin1 -t UTF-8)")
     try:
-        return json.loads(text.rstrip("\r\n"))  # without the line end: errors at its real column
+        value = json.loads(text.rstrip("\r\n"))  # without the line end: errors at its real column
     except json.JSONDecodeError as exc:
         hint = (" (pretty-printed JSON? records files are JSON lines: one object per line)"
                 if text.strip() in ("{", "[") else "")
@@ -180,6 +181,59 @@ def _decode_line(raw: bytes, start: int) -> Any:
         return RecordError("invalid JSON (nested too deeply)")
     except ValueError:  # Python's 4300-digit limit on integers
         return RecordError("invalid JSON (a number has more than 4300 digits)")
+    return surrogate_error(raw, value) or value
+
+
+def surrogate_error(raw: bytes | str, value: Any) -> RecordError | None:
+    """The error (without location) for a decoded line ``raw`` whose ``value`` holds a lone surrogate, else None.
+
+    An escape (``\\ud800``) is the only way one enters strict UTF-8 JSON, so lines without one are not scanned.
+    """
+    if isinstance(raw, str):
+        if "\\u" not in raw:
+            return None
+        raw = raw.encode("utf-8", "surrogatepass")
+    if not _SURROGATE_ESCAPE.search(raw):
+        return None
+    bad = surrogate_field(value)
+    return None if bad is None else RecordError(SURROGATE_REASON, field=bad, record_id=_record_id(value))
+
+
+def _record_id(value: Any) -> str | None:
+    """The ``id`` of a JSON object, printable (surrogates escaped), for locating an error."""
+    rid = value.get("id") if isinstance(value, dict) else None
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        return None
+    return escaped(str(rid))
+
+
+def escaped(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udXXX`` escapes (safe to print and save)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def surrogate_field(obj: Any) -> str | None:
+    """The path (``sentences[2].text``) of the first string or key holding a lone surrogate, if any.
+
+    Iterative, so deeply nested values cannot overflow the stack.
+    """
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return escaped(where) or "<record>"
+        elif isinstance(value, dict):
+            items = []
+            for k, v in value.items():
+                sub = f"{where}.{k}" if where else str(k)
+                if isinstance(k, str) and _SURROGATE.search(k):
+                    return escaped(sub)
+                items.append((sub, v))
+            stack.extend(reversed(items))
+        elif isinstance(value, list):
+            stack.extend(reversed([(f"{where}[{k}]", v) for k, v in enumerate(value)]))
+    return None
 
 
 def read_appended(path: str | os.PathLike, *, repair: bool = False) -> list[tuple[int, Any]]:

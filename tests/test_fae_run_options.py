@@ -163,7 +163,7 @@ def test_config_json_stores_the_command_and_every_resolved_option(tmp_path):
     (["--backend", "openai", "--batch-size", "4"], None, "--batch-size is an option of --backend hf;"),
     (["--backend", "openai", "--dtype=bf16"], None, "--dtype is an option of --backend hf / vllm;"),
     (["--backend", "vllm", "--concurrency", "4"], None, "--concurrency is an option of --backend openai;"),
-    (["--backend", "openai"], "batch-size: 32\n", "eval.yaml: batch_size is an option of --backend hf;"),
+    (["--backend", "openai"], "batch-size: 32\n", "eval.yaml:1: batch-size is an option of --backend hf;"),
 ])
 def test_an_option_of_another_backend_is_an_error_naming_it(tmp_path, argv, yaml_text, message):
     """It would be ignored silently: the user believes a run used options it never read."""

@@ -51,6 +51,11 @@ def _raiser(exc):
     (FileNotFoundError(2, "No such file or directory", "/x/y.jsonl"), EXIT_FAILURE,
      "prog: error: /x/y.jsonl: No such file or directory"),
     (OSError(28, "No space left on device", "/out/claims.jsonl"), EXIT_FAILURE, "No space left on device"),
+    # a path of the user's that cannot be used as asked is bad input, not a failing disk
+    (PermissionError(13, "Permission denied", "/ro/out.jsonl"), EXIT_USAGE,
+     "prog: error: /ro/out.jsonl: Permission denied (choose a folder you can write"),
+    (OSError(30, "Read-only file system", "/mnt/out"), EXIT_USAGE, "/mnt/out: Read-only file system"),
+    (IsADirectoryError(21, "Is a directory", "/tmp"), EXIT_USAGE, "/tmp: Is a directory"),
     (ValueError("boom"), EXIT_FAILURE, "prog: internal error: ValueError: boom"),
     (KeyboardInterrupt(), EXIT_INTERRUPTED, "prog: interrupted"),
 ])

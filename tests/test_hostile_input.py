@@ -133,6 +133,25 @@ def cc_dir(path: Path) -> Path:
     return path
 
 
+def cc_corpus(path: Path) -> Path:
+    return _write(path, json.dumps({"cord_id": "abc", "title": "t", "abstract": ["S0.", "S1.", "S2."]}) + "\n")
+
+
+def cc_corpus_surrogate(path: Path) -> Path:
+    # the second document's abstract holds "\ud800": it reached SQLite as a UnicodeEncodeError before
+    return _write(path, cc_corpus(path).read_text() + json.dumps({"cord_id": "def", "title": "u",
+                                                                  "abstract": ["fine", "bad \ud800"]}) + "\n")
+
+
+def run_yaml(device: str = "toaster"):
+    """A `fae run --config` file (named in.jsonl like every input here) whose 4th line sets ``device``."""
+    def make(path: Path) -> Path:
+        records = good(path.parent / "records.jsonl")
+        return _write(path, f"records: {records}\nmodel: {path.parent / 'no-model'}\n"
+                            f"output: {path.parent / 'run'}\ndevice: {device}\n")
+    return make
+
+
 # ---------------------------------------------------------------------------
 # the table
 # ---------------------------------------------------------------------------
@@ -142,6 +161,12 @@ CONVERT = ["real-data", "convert", "--dataset", "check-covid", "--claims", "{inp
            "--corpus", "{world}/corpus.json", "--output", "{out}/records.jsonl"]
 PAIRS = ["real-data", "pairs", "--records", "{input}", "--variant", "sft", "--output", "{out}/pairs"]
 FAE_RUN = ["fae", "run", "--records", "{input}", "--model", "{world}/no-model", "--output", "{out}/run"]
+FAMILIES = ["real-data", "families", "--records", "{input}", "--output", "{out}/families.jsonl"]
+INDEX = ["real-data", "index", "--corpus", "{input}", "--format", "check-covid", "--output", "{out}/cc.index"]
+RETRIEVE = ["real-data", "retrieve", "--dataset", "check-covid", "--claims", "{input}", "--corpus",
+            "{world}/corpus.json", "--index", "{world}/cc.index", "--output", "{out}/retrieved"]
+STUDY_REPORT = ["fae", "study-report", "{world}/no-study", "--output", "{out}/report"]
+COMPARE = ["fae", "compare", "{world}/no-run", "{world}/no-run", "--output", "{out}/compare"]
 
 # (id, command, input builder, extra args, disk, exit code, message fragments, names allowed under out/)
 # Rows with a disk condition, and those named in SUBPROCESS, run as real processes;
@@ -162,14 +187,14 @@ ROWS = [
      [], ["r.json"]),
     ("validate-keep-going-gzip", VALIDATE, gzipped, ["--keep-going"], None, 2, ["gzip-compressed"], []),
     ("validate-report-full-disk", VALIDATE, many_bad, ["--report", "{out}/r.json"], "full", 1, ["File too large"], []),
-    ("validate-report-read-only", VALIDATE, many_bad, ["--report", "{out}/r.json"], "ro", 1, ["Permission denied"], []),
+    ("validate-report-read-only", VALIDATE, many_bad, ["--report", "{out}/r.json"], "ro", 2, ["Permission denied"], []),
     ("convert-latin1", CONVERT, cc_latin1, [], None, 2, ["in.jsonl:3:", "not valid UTF-8: byte 0xe9"], []),
     ("convert-gzip", CONVERT, cc_gzip, [], None, 2, ["in.jsonl:1:", "gzip-compressed"], []),
     ("convert-dir", CONVERT, cc_dir, [], None, 2, ["is a directory"], []),
     ("convert-surrogate", CONVERT, cc_surrogate, [], None, 2, ["in.jsonl:1:", "lone UTF-16 surrogate"], []),
     ("convert-output-dir", CONVERT, cc_claims(3), ["--output", "{out}"], None, 2, ["is a directory"], []),
     ("convert-full-disk", CONVERT, cc_claims(), [], "full", 1, ["File too large"], []),
-    ("convert-read-only", CONVERT, cc_claims(), [], "ro", 1, ["Permission denied"], []),
+    ("convert-read-only", CONVERT, cc_claims(), [], "ro", 2, ["Permission denied"], []),
     ("pairs-latin1", PAIRS, latin1, [], None, 2, ["in.jsonl:3:", "not valid UTF-8"], []),
     ("pairs-utf16", PAIRS, utf16, [], None, 2, ["UTF-16"], []),
     ("pairs-dir", PAIRS, directory, [], None, 2, ["is a directory, not a records file"], []),
@@ -178,12 +203,40 @@ ROWS = [
      ["in.jsonl:2: record 'g1': field 'enhanced_evidence'", "2 of 3"], []),
     ("pairs-output-is-file", PAIRS, good, ["--output", "{world}/plain"], None, 2, ["is a file"], []),
     ("pairs-full-disk", PAIRS, good, [], "full", 1, ["File too large"], []),
-    ("pairs-read-only", PAIRS, good, [], "ro", 1, ["Permission denied"], []),
+    ("pairs-read-only", PAIRS, good, [], "ro", 2, ["Permission denied"], []),
     ("fae-run-gzip", FAE_RUN, gzipped, [], None, 2, ["in.jsonl:1:", "gzip-compressed"], []),
     ("fae-run-utf16", FAE_RUN, utf16, [], None, 2, ["UTF-16"], []),
     ("fae-run-latin1", FAE_RUN, latin1, [], None, 2, ["in.jsonl:3:", "not valid UTF-8"], []),
     ("fae-run-surrogate", FAE_RUN, surrogate, [], None, 2, ["in.jsonl:2: record 's1'", "surrogate"], []),
     ("fae-run-deep", FAE_RUN, deep_json, [], None, 2, ["in.jsonl:2:", "nested too deeply"], []),
+    # a lone surrogate escape, in every command that reads JSON lines: the reader names file, line, field
+    ("families-surrogate", FAMILIES, surrogate, [], None, 2,
+     ["in.jsonl:2: record 's1': field 'sentences[0].text'", "lone UTF-16 surrogate"], []),
+    ("index-surrogate", INDEX, cc_corpus_surrogate, [], None, 2,
+     ["in.jsonl:2: field 'abstract[1]'", "lone UTF-16 surrogate"], []),
+    ("retrieve-surrogate", RETRIEVE, cc_surrogate, [], None, 2, ["in.jsonl:1: field 'claim'", "lone UTF-16 surrogate"],
+     []),
+    # an output path under a file, and an output folder nobody may write: bad input, exit 2
+    ("families-output-under-file", FAMILIES, good, ["--output", "{world}/plain/f.jsonl"], None, 2,
+     ["plain: is a file, not a directory"], []),
+    ("convert-output-under-file", CONVERT, cc_claims(3), ["--output", "{world}/plain/x/records.jsonl"], None, 2,
+     ["plain: is a file, not a directory"], []),
+    ("index-output-under-file", INDEX, cc_corpus, ["--output", "{world}/plain/cc.index"], None, 2,
+     ["plain: is a file, not a directory"], []),
+    ("families-read-only", FAMILIES, good, [], "ro", 2, ["Permission denied"], []),
+    ("index-read-only", INDEX, cc_corpus, [], "ro", 2, ["Permission denied"], []),
+    # numbers out of range: refused by the field's declared range, naming the flag
+    ("study-report-negative-seed", STUDY_REPORT, good, ["--seed", "-5"], None, 2, ["--seed: must be >= 0, got -5"],
+     []),
+    ("study-report-no-draws", STUDY_REPORT, good, ["--draws", "0"], None, 2, ["--draws: must be >= 1, got 0"], []),
+    ("study-report-huge-draws", STUDY_REPORT, good, ["--draws", "999999999999999"], None, 2,
+     ["--draws: must be <= 1000000"], []),
+    ("compare-negative-seed", COMPARE, good, ["--seed", "-1"], None, 2, ["--seed: must be >= 0, got -1"], []),
+    ("families-huge-neighbours", FAMILIES, good, ["--neighbours", "99999999999999999999"], None, 2,
+     ["--neighbours: must be <= 1000000"], []),
+    # a YAML value refused by the run's own checks is named by the file and line it came from
+    ("fae-run-yaml-device", ["fae", "run", "--config", "{input}"], run_yaml(), [], None, 2,
+     ["in.jsonl:4: device: 'toaster' is not a device"], []),
 ]
 
 
@@ -195,6 +248,8 @@ def world():
     _write(root / "corpus.json", json.dumps({"cord_id": "abc", "title": "t",
                                              "abstract": ["S0.", "S1.", "S2."]}) + "\n")
     plain_file(root / "plain")
+    from data_prep.retrieval.index import build_index
+    build_index(root / "corpus.json", "check-covid", root / "cc.index")
     hf = root / "hf"
     hf.mkdir()
     hf.chmod(0o777)
@@ -316,3 +371,140 @@ def test_validate_report_survives_closed_stdout(world):
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.stdout.count("\n") == 1 and "4000 invalid" in proc.stdout
     assert json.loads(report.read_text())["invalid"] == 4000
+
+
+# ---------------------------------------------------------------------------
+# the one reader, the declared ranges, bounded work
+# ---------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.text(max_size=5))
+_json_value = st.recursive(_json_leaf, lambda kids: st.one_of(
+    st.lists(kids, max_size=3), st.dictionaries(st.text(min_size=1, max_size=4), kids, max_size=3)), max_leaves=12)
+
+
+def _plant(value, steps, bad):
+    """``value`` with the string ``bad`` put where ``steps`` lead (into a list or an object); its field path."""
+    if not steps:
+        return bad, ""
+    step, rest = steps[0], steps[1:]
+    if isinstance(value, list) and value:
+        k = step % len(value)
+        value[k], sub = _plant(value[k], rest, bad)
+        return value, f"[{k}]{sub}"
+    if isinstance(value, dict) and value:
+        key = sorted(value)[step % len(value)]
+        value[key], sub = _plant(value[key], rest, bad)
+        return value, f".{key}{sub}"
+    return bad, ""
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.dictionaries(st.text(min_size=1, max_size=4), _json_value,
+                             min_size=1, max_size=4),
+       steps=st.lists(st.integers(0, 10), min_size=1, max_size=4),
+       surrogate=st.integers(0xD800, 0xDFFF), prefix=st.text(max_size=3))
+def test_the_reader_names_the_field_of_any_lone_surrogate(value, steps, surrogate, prefix):
+    """Wherever a lone surrogate escape sits in a line, the one JSON-lines reader refuses that line naming the
+    field's path; a line without one reads back as written."""
+    from real_fae_core.jsonl import RecordError, iter_jsonl_lines
+
+    clean = json.loads(json.dumps(value))
+    planted, where = _plant(json.loads(json.dumps(value)), steps, prefix + chr(surrogate))
+    if not isinstance(planted, dict):
+        planted, where = {"x": planted}, ".x"
+    expected = where[1:] if where.startswith(".") else where
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "in.jsonl"
+        path.write_text(json.dumps(clean) + "\n" + json.dumps(planted) + "\n", encoding="ascii")
+        (ln1, first), (ln2, second) = list(iter_jsonl_lines(path))
+    assert (ln1, first) == (1, clean)
+    assert ln2 == 2 and isinstance(second, RecordError), second
+    assert "lone UTF-16 surrogate" in second.reason
+    assert second.field == expected, (second.field, expected)  # the path to the planted string
+
+
+def test_every_draw_count_neighbour_count_and_bootstrap_seed_is_ranged():
+    """Every command's bootstrap draws and neighbour count has a declared min and max, and every bootstrap seed
+    (NumPy refuses a negative one) a min of 0: a mistyped number is one line, exit 2, before any work."""
+    import dataclasses
+
+    from command_walk import command_parsers
+    from real_fae_core.command import config_type
+
+    seen = []
+    for prog, (module, _parser) in sorted(command_parsers().items()):
+        cls = config_type(module)
+        if cls is None:
+            continue
+        for f in dataclasses.fields(cls):
+            if f.name in ("draws", "bootstrap", "neighbours"):
+                seen.append(f"{prog} {f.name}")
+                assert "min" in f.metadata and "max" in f.metadata, f"{prog} --{f.name}: no declared range"
+            if f.name == "seed" and any(f2.name in ("draws", "bootstrap") for f2 in dataclasses.fields(cls)):
+                seen.append(f"{prog} {f.name}")
+                assert f.metadata.get("min") == 0, f"{prog} --seed: a bootstrap seed needs min 0"
+    assert {"fae study-report draws", "fae study-report seed", "real-data families neighbours",
+            "fae compare seed"} <= set(seen), seen
+
+
+def _family_records(path: Path, words: int) -> Path:
+    long = " ".join(f"word{i}" for i in range(words))
+    rows = [make_record_dict(id="long", claim=long)] + [
+        make_record_dict(id=f"r{i}", claim=f"word{i} word{i + 1} about other things") for i in range(5)]
+    return _write(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_families_time_grows_linearly_with_a_claims_length(tmp_path):
+    """One claim of 150k distinct words: the near-duplicate search queries it in chunks (it took minutes,
+    growing with the square of the length, as one FTS5 query)."""
+    import time
+
+    from data_prep.retrieval.families import FamilyOptions, build_families
+    from data_prep.records import load_records
+
+    records = load_records(_family_records(tmp_path / "in.jsonl", 150_000))
+    start = time.monotonic()
+    result = build_families(records, FamilyOptions())
+    assert time.monotonic() - start < 25
+    assert len(result.families) == 6
+
+
+def test_a_long_sqlite_statement_stops_at_once_on_sigterm(tmp_path):
+    """SIGTERM while SQLite runs one statement (an endless query here): exit 143 within a few seconds, one
+    line, and the output never appears. Before, Python's handler waited for the statement to return."""
+    import time
+
+    script = tmp_path / "endless.py"
+    script.write_text(
+        "import sqlite3, sys\n"
+        "from real_fae_core.entry import run_guarded\n"
+        "from data_prep.retrieval.lexical import stoppable\n"
+        "def main(argv):\n"
+        "    con = sqlite3.connect(':memory:')\n"
+        "    with stoppable(con):\n"
+        "        print('ready', flush=True)\n"
+        "        con.execute('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) '\n"
+        "                    'SELECT count(*) FROM c').fetchall()\n"
+        "    open(argv[0], 'w').write('done')\n"
+        "sys.exit(run_guarded('endless', main))\n")
+    out = tmp_path / "out.txt"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "REAL_FAE_DEBUG": ""}
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # inside the statement
+        proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        _, err = proc.communicate(timeout=20)
+        assert time.monotonic() - start < 5, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert err.strip() == "endless: terminated", err
+    assert not out.exists()

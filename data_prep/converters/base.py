@@ -61,7 +61,7 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
                 reason = obj.reason
                 if lineno == 1 and reason.startswith("invalid JSON") and _starts_with_bracket(path):
                     reason += " (this file must be JSON lines: one object per line)"
-                raise InputError(path, lineno, None, reason)
+                raise InputError(path, lineno, obj.field, reason)
             if not isinstance(obj, dict):
                 raise InputError(path, lineno, None, f"expected a JSON object, got {type(obj).__name__}")
             yield lineno, obj

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from real_fae_core.errors import UserError
+from real_fae_core.jsonl import surrogate_error
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
 from .base import (
@@ -194,6 +195,9 @@ def _loads(line: str, path, lineno: int) -> dict:
         raise InputError(path, lineno, None, "invalid JSON (a number has more than 4300 digits)") from None
     if not isinstance(obj, dict):
         raise InputError(path, lineno, None, "expected a JSON object")
+    bad = surrogate_error(line, obj)
+    if bad is not None:
+        raise InputError(path, lineno, bad.field, bad.reason)
     return obj
 
 

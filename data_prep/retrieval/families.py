@@ -64,12 +64,17 @@ from collections import Counter, defaultdict
 from typing import Iterable, Mapping, Sequence
 
 from data_prep.records import ClaimRecord
-from data_prep.retrieval.lexical import fts5_or_query, query_tokens
+from data_prep.retrieval.lexical import fts5_or_query, query_tokens, stoppable
 
 EDGE_KINDS = ("same_claim", "exact", "numeric", "negation", "shared_doc", "near_duplicate")
 SHARED_DOCS = ("cited", "gold", "off")
 NEGATIONS = frozenset({"not", "no", "never", "without", "nor", "neither"})
 NUMBER_MASK = "0"
+# The most BM25 neighbours a claim is compared with (SQLite's LIMIT takes a 64-bit integer; far fewer than
+# this already compare every claim of the largest dataset with every other).
+MAX_NEIGHBOURS = 1_000_000
+# Distinct words of a claim per BM25 query of the near-duplicate search (:func:`best_rows`).
+QUERY_CHUNK = 1000
 
 _NON_WORD = re.compile(r"[\W_]+")
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
@@ -239,24 +244,42 @@ def lexical_neighbours(texts: Sequence[str], k: int) -> list[list[int]]:
     """For each text (a normalized claim), the indices of its ``k`` best other texts by BM25 over all of them.
 
     SQLite FTS5 in memory, queried with the SPEC §10 OR query; ties are broken by index, so the order of
-    ``texts`` (sorted by the caller) fixes the answer.
+    ``texts`` (sorted by the caller) fixes the answer. Ctrl-C and SIGTERM stop it at once
+    (:func:`~data_prep.retrieval.lexical.stoppable`).
     """
     db = sqlite3.connect(":memory:")
     try:
-        db.execute("CREATE VIRTUAL TABLE claims USING fts5(text)")
-        db.executemany("INSERT INTO claims(rowid, text) VALUES (?, ?)", enumerate(texts))
-        out: list[list[int]] = []
-        for i, text in enumerate(texts):
-            tokens = query_tokens(text)
-            if not tokens:
-                out.append([])
-                continue
-            rows = db.execute("SELECT rowid FROM claims WHERE claims MATCH ? ORDER BY bm25(claims), rowid LIMIT ?",
-                              (fts5_or_query(tokens), k + 1)).fetchall()
-            out.append([r for (r,) in rows if r != i][:k])
-        return out
+        with stoppable(db):
+            db.execute("CREATE VIRTUAL TABLE claims USING fts5(text)")
+            db.executemany("INSERT INTO claims(rowid, text) VALUES (?, ?)", enumerate(texts))
+            out: list[list[int]] = []
+            for i, text in enumerate(texts):
+                tokens = query_tokens(text)
+                out.append([r for r in best_rows(db, tokens, k + 1) if r != i][:k] if tokens else [])
+            return out
     finally:
         db.close()
+
+
+def best_rows(db: sqlite3.Connection, tokens: Sequence[str], limit: int) -> list[int]:
+    """The ``limit`` best rows of the ``claims`` table for the OR query of ``tokens``: BM25, then rowid.
+
+    FTS5 parses an OR of n terms in time growing with n squared (20k distinct words: a second; 700k: most
+    of an hour), so a claim of more than :data:`QUERY_CHUNK` distinct words is queried a chunk of words at
+    a time and each row's scores are added up: BM25 is a sum over the query's terms, each with its own
+    IDF over the whole table, so the sum is the whole query's score (up to the order of the additions),
+    and the time grows linearly with the claim's length.
+    """
+    if len(tokens) <= QUERY_CHUNK:
+        rows = db.execute("SELECT rowid FROM claims WHERE claims MATCH ? ORDER BY bm25(claims), rowid LIMIT ?",
+                          (fts5_or_query(list(tokens)), limit)).fetchall()
+        return [r for (r,) in rows]
+    totals: dict[int, float] = defaultdict(float)
+    for start in range(0, len(tokens), QUERY_CHUNK):
+        query = fts5_or_query(list(tokens[start:start + QUERY_CHUNK]))
+        for rowid, score in db.execute("SELECT rowid, bm25(claims) FROM claims WHERE claims MATCH ?", (query,)):
+            totals[rowid] += score
+    return [r for r, _ in sorted(totals.items(), key=lambda rs: (rs[1], rs[0]))[:limit]]
 
 
 def jaccard(a: set[str], b: set[str]) -> float:

@@ -35,6 +35,7 @@ from data_prep.retrieval.families import (
     EDGE_KINDS,
     SHARED_DOCS,
     FamilyOptions,
+    MAX_NEIGHBOURS,
     FamilyResult,
     build_families,
     size_distribution,
@@ -57,7 +58,9 @@ class FamiliesConfig(CommandConfig):
                               help="join records citing a common document: cited (a cited_docs field, else the "
                                    "pool's docs), gold (the docs of gold evidence sentences) or off (default cited)")
     no_near_duplicates: bool = option(False, help="do not join near duplicates among each claim's BM25 neighbours")
-    neighbours: int = option(50, min=1, help="BM25 neighbours of each claim checked for near duplicates (default 50)")
+    neighbours: int = option(50, min=1, max=MAX_NEIGHBOURS,
+                             help=f"BM25 neighbours of each claim checked for near duplicates, 1 to {MAX_NEIGHBOURS} "
+                                  "(default 50)")
     jaccard: float = option(0.7, min=0.0, max=1.0, help="a neighbour is a near duplicate when the token-set Jaccard "
                                                         "similarity is at least this, in [0, 1] (default 0.7)")
     unit_separator: str = option(":", help="record ids CLAIM<SEP>DOC are units of claim CLAIM and always share a "

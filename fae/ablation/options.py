@@ -17,12 +17,15 @@ which never checks non-string defaults.
 
 from __future__ import annotations
 
+import re
+import shlex
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from real_fae_core.command import CommandConfig, check_fields
 from real_fae_core.config import RangeError, check_ranges, load_config, spelled_like_a_flag, without_range_keys
 from real_fae_core.errors import UserError
+from real_fae_core.yamlio import load_yaml_located
 from fae.backends import get_backend
 from fae.backends.hf import HFOptions
 from fae.backends.openai_backend import OpenAIOptions
@@ -164,10 +167,18 @@ def owners() -> dict[str, list[str]]:
 def check_backend_fields(backend: str, argv: list[str], config: str | None) -> None:
     """An option of another built-in backend, set for this one, is an error naming it: it would be ignored
     (``--tensor-parallel-size 2`` with ``--backend hf``). A registered backend's own fields count as its own."""
-    own, owner = own_fields(backend), owners()
+    origins = yaml_origins(config, shlex.join(argv))
+    try:
+        own = own_fields(backend)
+    except UserError as exc:  # an unknown backend: where the YAML names it, when it does
+        if "backend" in origins:
+            raise UserError(f"{origins['backend'][0]}: {origins['backend'][1]}: {exc}") from None
+        raise
+    owner = owners()
     sources = [(given_fields(argv), lambda k: flag(k))]
     if config:
-        sources.append((set(load_yaml_options(config)), lambda k: f"{config}: {k}"))
+        sources.append((set(load_yaml_options(config)),
+                        lambda k: "{}: {}".format(*origins.get(k, (config, k)))))
     for given, where in sources:
         for key in sorted(given):
             if key in owner and key not in own:
@@ -187,6 +198,39 @@ def check_backend_values(options: FaeRunArguments) -> None:
             raise UserError(f"{key}={getattr(options, key)!r} is an option of --backend {' / '.join(backends)}; "
                             f"--backend {options.backend} does not read it (leave it at its default, or choose "
                             "that backend)")
+
+
+def yaml_origins(config: str | None, command: str | None) -> dict[str, tuple[str, str]]:
+    """{field: (``file:line``, the key as the YAML spells it)} of the options ``config`` set and the command
+    line ``command`` (as config.json records it) did not override."""
+    if not config:
+        return {}
+    data, lines = load_yaml_located(config)
+    if not isinstance(data, dict):
+        return {}
+    try:
+        given = given_fields(shlex.split(command)) if command else set()
+    except ValueError:
+        given = set()
+    return {spelled_like_a_flag(str(k)): (f"{config}:{lines[(k,)]}" if (k,) in lines else str(config), str(k))
+            for k in data if spelled_like_a_flag(str(k)) not in given}
+
+
+_FLAG_FIRST = re.compile(r"--([A-Za-z0-9][A-Za-z0-9_-]*)[ =:]*(.*)", re.S)
+
+
+def located_in_yaml(exc: UserError, config: str | None, command: str | None) -> UserError | None:
+    """``exc`` (``--device 'x' is not a device ...``) said as a YAML error (``run.yaml:4: device: 'x' is not
+    a device ...``) when the flag it starts with took its value from ``config``; None otherwise."""
+    match = _FLAG_FIRST.match(str(exc))
+    if not match or not config:
+        return None
+    origin = yaml_origins(config, command).get(match.group(1).replace("-", "_"))
+    if origin is None:
+        return None
+    out = UserError(f"{origin[0]}: {origin[1]}: {match.group(2)}")
+    out.exit_code = exc.exit_code
+    return out
 
 
 def require(options: FaeRunArguments) -> None:

@@ -34,7 +34,7 @@ from fae.ablation.engine import ARM_FIELDS, CALL_COUNTS, Arms, call_counts_of, r
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.metrics import nei_exclusion_note
 from fae.ablation.population import fae_claims
-from fae.ablation.options import EXECUTORS, FaeRunArguments, check_backend_values, require
+from fae.ablation.options import EXECUTORS, FaeRunArguments, check_backend_values, located_in_yaml, require
 from fae.ablation.results import write_results
 from fae.ablation.shards import merge as merge_shards, parse_shard, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend
@@ -217,7 +217,13 @@ def run(options: FaeRunArguments, *, command: str | None = None, config_file: st
     missing, or another backend's option set, is refused."""
     require(options)
     check_backend_values(options)
-    code = run_request(RunRequest(options, command or command_line(options), config_file))
+    try:
+        code = run_request(RunRequest(options, command or command_line(options), config_file))
+    except UserError as exc:  # a value the YAML gave is named by its file and line, not by its flag
+        located = located_in_yaml(exc, config_file, command)
+        if located is None:
+            raise
+        raise located from None
     metrics_path = Path(options.output) / runio.METRICS
     summary = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
     return CommandResult(exit_code=code, outputs={"run_dir": str(options.output)}, summary=summary)

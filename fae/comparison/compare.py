@@ -47,6 +47,7 @@ from fae.ablation.soft_metrics import (
     soft_from_sums,
 )
 from fae.comparison import accounting as acc
+from fae.intervals import MAX_DRAWS
 
 
 @dataclass
@@ -63,8 +64,8 @@ class CompareConfig(CommandConfig):
         help="joint score: strict (label correct AND >=1 gold sentence cited), fever_score (label correct AND a "
              "complete gold group in the first 5 cited ids) or label_accuracy (no evidence requirement; E0 = E1 = "
              "0). Default: strict")
-    bootstrap: int = option(10_000, min=1, help="bootstrap draws (default 10000)")
-    seed: int = option(20261099, help="bootstrap RNG seed (numpy PCG64)")
+    bootstrap: int = option(10_000, min=1, max=MAX_DRAWS, help=f"bootstrap draws, 1 to {MAX_DRAWS} (default 10000)")
+    seed: int = option(20261099, min=0, help="bootstrap RNG seed (numpy PCG64)")
     confidence: float = option(0.95, above=0, below=1, help="interval level (default 0.95)")
     families: str | None = option(None, metavar="FILE",
                                   help="claim families resampled as whole units: a JSON object {record_id: "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from real_fae_core.command import CommandConfig, option
+from fae.intervals import MAX_DRAWS
 from fae.probes.options import HFLoadFields
 
 STATES_DTYPES = ("float16", "float32")
@@ -24,8 +25,8 @@ class ProbeFields:
     records: str | None = option(None, help="records JSONL (default: the path in the run's config.json)")
     layer: int = option(-1, help="index into hidden_states: -1 = last layer after the final norm (SPEC §7), "
                                  "0 = embeddings, i = output of layer i (default -1)")
-    bootstrap: int = option(2000, min=0, help="bootstrap resamples (default 2000)")
-    seed: int = option(0, help="bootstrap seed (default 0)")
+    bootstrap: int = option(2000, min=0, max=MAX_DRAWS, help=f"bootstrap resamples, 0 to {MAX_DRAWS} (default 2000)")
+    seed: int = option(0, min=0, help="bootstrap seed (default 0)")
     batch_size: int = option(8, min=1, help="prompts per forward pass (default 8)")
     limit: int | None = option(None, min=1, help="probe only the first N claims")
     states_dtype: str = option("float16", choices=STATES_DTYPES, help="dtype of states.safetensors (default float16)")

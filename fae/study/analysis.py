@@ -17,6 +17,7 @@ missed (rows of their own, in their claim's family). INVALID is wrong everywhere
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -196,6 +197,7 @@ def analyse_panel(panel: Panel, n_primary: int, draws: int, seed: int = BOOTSTRA
     confidence = 1 - ALPHA / max(n_primary, 1)
     res = None
     if sampled.shape[1] and sampled.shape[0] >= 2 and draws:
+        check_draws_fit(len(names), draws)
         res = paired_bootstrap(sampled if sampled.shape[1] >= 2 else sampled[:, 0, :],
                                stat if sampled.shape[1] >= 2 else (lambda x: stat(x[..., None, :])),
                                n_resamples=draws, seed=seed, confidence=confidence)
@@ -215,6 +217,20 @@ def analyse_panel(panel: Panel, n_primary: int, draws: int, seed: int = BOOTSTRA
                           "confidence": confidence, "bonferroni_k": n_primary,
                           "bounds": [ALPHA / (2 * max(n_primary, 1)), 1 - ALPHA / (2 * max(n_primary, 1))]},
             "values": values, "primary": primary_names(panel), "notes": panel.notes}
+
+
+def check_draws_fit(n_outputs: int, draws: int) -> None:
+    """Refuse a bootstrap whose draws cannot sit in the free memory (every draw of every output is kept, and
+    scipy copies it): one line naming ``--draws``, before anything is drawn."""
+    need = 3 * 8 * n_outputs * draws
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: the field's max alone
+        return
+    if need > free:
+        raise UserError(f"--draws {draws}: the bootstrap of {n_outputs} outputs would hold about "
+                        f"{need / 2**30:.1f} GiB, more than the {free / 2**30:.1f} GiB of free memory; "
+                        "give fewer draws")
 
 
 def _clean(x) -> float | None:

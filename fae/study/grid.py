@@ -14,12 +14,12 @@ it stopped, so a run killed at any moment and resumed writes the same bytes as o
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from real_fae_core.errors import UserError
+from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from real_fae_core.hashing import derived_seed, sha256_file, sha256_text
 from real_fae_core.labels import LABELS
 from fae.study.interfaces import FORMATS, study_dataset
@@ -93,13 +93,10 @@ def _unit(obj: Any, where: str, from_misses: bool) -> StudyUnit:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    yield n, json.loads(line)
-                except ValueError as exc:
-                    raise UserError(f"{path}:{n}: not JSON ({exc})") from None
+    for n, value in iter_jsonl_lines(path):  # the one reader: encoding and surrogates named by line
+        if isinstance(value, RecordError):
+            raise value.located(path, n)
+        yield n, value
 
 
 def load_pools(directory: str | Path) -> Pools:

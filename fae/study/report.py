@@ -21,6 +21,7 @@ from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from fae.comparison.compare import load_families
+from fae.intervals import MAX_DRAWS
 from fae.study import analysis as an
 from fae.study import responses as rio
 from fae.study.interfaces import INVALID
@@ -37,8 +38,9 @@ class StudyReportConfig(CommandConfig):
     output: str = option(help="directory for study_report.json, study_report.md, contrasts.png")
     families: list[str] | None = option(None, metavar="FILE", help="family files of `real-data families` ({id, "
                                         "family} lines); units not listed are grouped by claim")
-    draws: int = option(an.DRAWS, min=0, help=f"bootstrap draws (default {an.DRAWS}, the paper's)")
-    seed: int = option(an.BOOTSTRAP_SEED, help=f"NumPy PCG64 seed of the bootstrap (default {an.BOOTSTRAP_SEED}, "
+    draws: int = option(an.DRAWS, min=1, max=MAX_DRAWS,
+                        help=f"bootstrap draws, 1 to {MAX_DRAWS} (default {an.DRAWS}, the paper's)")
+    seed: int = option(an.BOOTSTRAP_SEED, min=0, help=f"NumPy PCG64 seed of the bootstrap (default {an.BOOTSTRAP_SEED}, "
                                                "the paper's)")
 
 
