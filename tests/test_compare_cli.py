@@ -235,7 +235,7 @@ def test_compare_pairs_the_control_and_gold_only_differences_on_the_same_draws(r
         assert d["ci_low"] is not None and d["ci_low"] <= d["estimate"] + 1e-9 <= d["ci_high"] + 1e-9
     assert res["line_ids"] == {"A": "original", "B": "original", "mixed": False}
     md = (out / "compare.md").read_text()
-    assert "## Control arm and gold-only pools (paired)" in md and "seed 9" in md
+    assert "## Control arm and sufficiency pools (paired)" in md and "seed 9" in md
     assert "| control IS_minus_IS_ctrl | 3 | 0.00 | 50.00 | 50.00 |" in md
     assert "| gold-only label_accuracy | 3 | 66.67 | 0.00 | -66.67 |" in md
     assert "IS - IS_ctrl, B - A = 50.00" in capsys.readouterr().out
@@ -272,7 +272,7 @@ def test_a_run_without_control_data_compares_without_them(runs, tmp_path, capsys
     assert res["control"] is None and res["gold_only"] is None
     assert any("control not compared: run B has no control data" in n for n in res["notes"])
     md = (out / "compare.md").read_text()
-    assert "## Control arm and gold-only pools (paired)\n\nNot compared" in md
+    assert "## Control arm and sufficiency pools (paired)\n\nNot compared" in md
     assert "control not compared: run B has no control data" in md
     assert "IS - IS_ctrl" not in capsys.readouterr().out
     # neither run has them (older runs, --control none): the same, and nothing else changes

@@ -13,6 +13,7 @@ variant                       positives  negatives  matched   E_train
 ``real``                      yes        yes        no        enhanced
 ``no_enhancement_matched``    yes        yes        yes       gold E*
 ``real_matched``              yes        yes        yes       enhanced
+``real_sufficient``           yes        yes        yes       enhanced
 ============================  =========  =========  ========  ==========
 
 Rows are ``{"prompt": [system, user], "completion": [assistant], ...metadata}``
@@ -32,6 +33,25 @@ sentences as the negative does, drawn from outside ``E_train`` ∪ ``E*``, and
 keeps the positive's target: the same hole and the same size, the opposite
 answer. ``--line-ids renumbered`` removes the hole itself (lines 0..n-1 shown);
 the pool size is still a cue there, which the matched positive removes too.
+
+Sufficiency pairs (``real_sufficient``: real_matched's rows plus three per
+record) break the cue a matched variant still leaves: its positives are never
+shorter than its negatives, so "one line left" still means NOT_ENOUGH_INFO and
+the verifier abstains on a pool that holds exactly the proof. Added per record,
+each drawn from its own seeded stream (seed, record id, kind):
+
+- ``evidence_positive``: ``E_train`` alone, the label kept (the gold-only and
+  cited-only pools of FAE);
+- ``sufficient_positive``: ``E_train`` plus m other lines, m uniform in
+  1 .. n − |E_train| − 1 (pool sizes spread between the evidence and the full
+  pool, the removed lines anywhere: interior, leading or trailing);
+- ``short_negative``: the pool without ``E_train`` ∪ ``E*`` and without a
+  further uniform subset of the rest, keeping m lines, m uniform in
+  1 .. n − |E_train ∪ E*| − 1: NOT_ENOUGH_INFO at sizes the positives also have.
+
+So at every pool size and with a gap anywhere both labels occur, and only the
+evidence decides; a record too small for a row (a pool of evidence only, or
+one line beside it) goes without it, counted in ``dropped``.
 """
 
 from __future__ import annotations
@@ -58,6 +78,8 @@ class Variant:
     enhanced: bool
     # Each negative's record also gets a MATCHED_POSITIVE row (needs ``negatives``).
     matched: bool = False
+    # ... and the sufficiency rows: EVIDENCE_POSITIVE, SUFFICIENT_POSITIVE, SHORT_NEGATIVE (needs ``matched``).
+    sufficient: bool = False
 
 
 VARIANTS: dict[str, Variant] = {
@@ -67,11 +89,17 @@ VARIANTS: dict[str, Variant] = {
     "real": Variant("real", negatives=True, enhanced=True),
     "no_enhancement_matched": Variant("no_enhancement_matched", negatives=True, enhanced=False, matched=True),
     "real_matched": Variant("real_matched", negatives=True, enhanced=True, matched=True),
+    "real_sufficient": Variant("real_sufficient", negatives=True, enhanced=True, matched=True, sufficient=True),
 }
 
 POSITIVE = "positive"
 NEGATIVE = "negative"
 MATCHED_POSITIVE = "matched_positive"
+EVIDENCE_POSITIVE = "evidence_positive"
+SUFFICIENT_POSITIVE = "sufficient_positive"
+SHORT_NEGATIVE = "short_negative"
+# Kinds whose pool is the full pool minus ``removed_ids``, drawn outside the evidence, label kept.
+_KEEPING_KINDS = (MATCHED_POSITIVE, EVIDENCE_POSITIVE, SUFFICIENT_POSITIVE)
 LENGTH_PERCENTILES = (50, 90, 95, 99, 100)
 
 
@@ -153,14 +181,22 @@ def make_pair(record: ClaimRecord, kind: str, variant: str | Variant, e_train: S
         removed = set(e_train)
         pool = [i for i in record.pool_ids if i not in removed]
         label, evidence = NOT_ENOUGH_INFO, []
-    elif kind == MATCHED_POSITIVE:
+    elif kind in _KEEPING_KINDS:
         if removed_ids is None:
-            raise ValueError("a matched positive needs the ids it removes (removed_ids)")
+            raise ValueError(f"a {kind} row needs the ids it removes (removed_ids)")
         removed = set(removed_ids)
         if removed & (set(e_train) | set(record.gold_ids)):
-            raise ValueError(f"record {record.id!r}: a matched positive must keep E_train and E*")
+            raise ValueError(f"record {record.id!r}: a {kind} row must keep E_train and E*")
         pool = [i for i in record.pool_ids if i not in removed]
         label, evidence = record.label, sorted(e_train)
+    elif kind == SHORT_NEGATIVE:
+        if removed_ids is None:
+            raise ValueError("a short negative needs the ids it removes (removed_ids)")
+        removed = set(removed_ids)
+        if not (set(e_train) | set(record.gold_ids)) & set(record.pool_ids) <= removed:
+            raise ValueError(f"record {record.id!r}: a short negative must remove E_train and E*")
+        pool = [i for i in record.pool_ids if i not in removed]
+        label, evidence = NOT_ENOUGH_INFO, []
     else:
         raise ValueError(f"unknown pair kind {kind!r}")
     shown = shown_pool(record, pool, line_ids)
@@ -178,8 +214,35 @@ def make_pair(record: ClaimRecord, kind: str, variant: str | Variant, e_train: S
     if line_ids != DEFAULT_LINE_IDS:
         row["line_ids"] = line_ids
     if v.matched:
-        row["removed_ids"] = sorted(removed_ids or []) if kind == MATCHED_POSITIVE else []
+        row["removed_ids"] = sorted(removed_ids or []) if kind in (*_KEEPING_KINDS, SHORT_NEGATIVE) else []
     return row
+
+
+def sufficiency_removals(record: ClaimRecord, e_train: Sequence[int], seed: int | None) -> dict[str, list[int] | None]:
+    """The lines each sufficiency row leaves out (None: the pool is too small for that row).
+
+    ``evidence_positive`` keeps ``E_train`` ∪ ``E*`` alone; ``sufficient_positive`` keeps it plus m others,
+    m uniform in 1 .. (others − 1); ``short_negative`` removes it and keeps m of the others, m uniform in
+    1 .. (others − 1). Each draw has its own stream, seeded by (seed, record id, kind) only.
+    """
+    keep = set(e_train) | set(record.gold_ids)
+    evidence = [i for i in record.pool_ids if i in keep]
+    others = [i for i in record.pool_ids if i not in keep]
+    base = 0 if seed is None else seed
+
+    def rng(kind: str) -> random.Random:
+        return random.Random(f"{base}:{record.id}:{kind}")
+
+    out: dict[str, list[int] | None] = {EVIDENCE_POSITIVE: sorted(others) if evidence and others else None,
+                                        SUFFICIENT_POSITIVE: None, SHORT_NEGATIVE: None}
+    if evidence and len(others) >= 2:
+        r = rng(SUFFICIENT_POSITIVE)
+        kept = set(r.sample(others, r.randint(1, len(others) - 1)))
+        out[SUFFICIENT_POSITIVE] = sorted(i for i in others if i not in kept)
+        r = rng(SHORT_NEGATIVE)
+        kept = set(r.sample(others, r.randint(1, len(others) - 1)))
+        out[SHORT_NEGATIVE] = sorted([*evidence, *(i for i in others if i not in kept)])
+    return out
 
 
 def matched_removal(record: ClaimRecord, e_train: Sequence[int], seed: int | None) -> list[int] | None:
@@ -229,6 +292,7 @@ def build_pairs(
     skipped_nei = 0
     dropped_empty = 0
     too_few_matched = 0
+    too_small: dict[str, int] = {EVIDENCE_POSITIVE: 0, SUFFICIENT_POSITIVE: 0, SHORT_NEGATIVE: 0}
     for rec in records:
         if rec.label == NOT_ENOUGH_INFO:
             skipped_nei += 1
@@ -245,8 +309,14 @@ def build_pairs(
             removed = matched_removal(rec, e_train, seed)
             if removed is None:
                 too_few_matched += 1
-                continue
-            unit.append(make_pair(rec, MATCHED_POSITIVE, v, e_train, line_ids=line_ids, removed_ids=removed))
+            else:
+                unit.append(make_pair(rec, MATCHED_POSITIVE, v, e_train, line_ids=line_ids, removed_ids=removed))
+        if v.sufficient:
+            for kind, removed in sufficiency_removals(rec, e_train, seed).items():
+                if removed is None:
+                    too_small[kind] += 1
+                else:
+                    unit.append(make_pair(rec, kind, v, e_train, line_ids=line_ids, removed_ids=removed))
     if keep_pairs_together:
         if seed is not None:
             random.Random(seed).shuffle(units)
@@ -258,6 +328,8 @@ def build_pairs(
     dropped = {"empty_ablated_pool": dropped_empty}
     if v.matched:
         dropped["too_few_matched_lines"] = too_few_matched
+    if v.sufficient:
+        dropped.update({f"too_small_for_{kind}": n for kind, n in too_small.items()})
     info = {
         "records": len(records),
         "skipped_not_enough_info_records": skipped_nei,

@@ -96,8 +96,9 @@ def sweep_rounds(claim: Mapping) -> list[Mapping]:
 def size_sweep_metrics(claims: Sequence[Mapping]) -> dict[str, Any] | None:
     """The size sweep: per k (other lines beside the gold), the claims with such a pool, their accuracy,
     NOT_ENOUGH_INFO and invalid shares and round 0's accuracy on the same claims; the lowest accuracy over
-    k; ``sweep_accuracy``, the mean over claims of each claim's accuracy over its k (one number per claim,
-    so it has a bootstrap interval and a paired difference in ``fae compare``). None for a run made
+    k; ``sweep_accuracy`` (``sweep_nei_share``), the mean over claims of each claim's accuracy
+    (NOT_ENOUGH_INFO share) over its k: one number per claim, so it has a bootstrap interval and a paired
+    difference in ``fae compare``. None for a run made
     without it (``--no-size-sweep``)."""
     pop = evidence_claims(claims)
     if not pop or not all("size_sweep" in c for c in pop):
@@ -111,6 +112,7 @@ def size_sweep_metrics(claims: Sequence[Mapping]) -> dict[str, Any] | None:
         pairs = [(c, sweep_rounds(c)[k]) for c in done if k < len(sweep_rounds(c))]
         per_k.append({"k": k, "n_claims": len(pairs), **_shares(pairs)})
     per_claim = [sum(right(rd, c["gold_label"]) for rd in sweep_rounds(c)) / len(sweep_rounds(c)) for c in done]
+    per_claim_nei = [sum(is_nei(round_label(rd)) for rd in sweep_rounds(c)) / len(sweep_rounds(c)) for c in done]
     accs = [row["label_accuracy"] for row in per_k if row["label_accuracy"] is not None]
     return {
         "n_claims": len(done),
@@ -119,6 +121,7 @@ def size_sweep_metrics(claims: Sequence[Mapping]) -> dict[str, Any] | None:
         "per_k": per_k,
         "min_accuracy": min(accs) if accs else None,
         "sweep_accuracy": sum(per_claim) / len(per_claim) if per_claim else None,
+        "sweep_nei_share": sum(per_claim_nei) / len(per_claim_nei) if per_claim_nei else None,
         "round0_label_accuracy": (sum(right(c["rounds"][0], c["gold_label"]) for c in done) / len(done)
                                   if done else None),
         "model_calls": sum(not rd.get("reused") for c in done for rd in sweep_rounds(c)),

@@ -35,7 +35,8 @@ from real_fae_core.command import CommandConfig, CommandResult, add_config_argum
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from fae.ablation.control import control_metrics, control_rows, has_control
-from fae.ablation.sufficiency import gold_only_metrics
+from fae.ablation.sufficiency import (cited_only_metrics, gold_only_metrics, size_sweep_metrics,
+                                       sweep_rounds)
 from fae.ablation.metrics import round_label, same_label
 from fae.ablation.population import is_nei
 from fae.ablation.runio import BEFORE_ARMS, CLAIMS, RunData, load_run
@@ -375,35 +376,43 @@ class _PairedColumns:
 
 
 class _ArmColumns:
-    """Per-claim columns of the control arm and the gold-only pools of both runs (SPEC §6,
-    :mod:`fae.ablation.control`), on the claims both runs share, and their statistic (x100).
+    """Per-claim columns of the control arm and the sufficiency pools of both runs (SPEC §6,
+    :mod:`fae.ablation.control`, :mod:`fae.ablation.sufficiency`), on the claims both runs share, and their
+    statistic (x100).
 
     Control: the claims with a round-1 control in both runs (a claim is left out of a run's control when
     it has too few lines neither cited nor gold, which depends on what that run cited); per run the
     columns [claim, right at round 0, right at round 1, right on the round-1 control], whence
     IS = 1 - a_1/a_0, IS_ctrl = 1 - a_1^ctrl/a_0 and IS - IS_ctrl = (a_1^ctrl - a_1)/a_0 as in
-    :func:`control_metrics` (whose values on these claims are the point estimates; checked). Gold-only:
-    the claims with a gold-only answer in both runs; per run [claim, right, NOT_ENOUGH_INFO], whence
-    the accuracy and NOT_ENOUGH_INFO share of :func:`gold_only_metrics`.
+    :func:`control_metrics` (whose values on these claims are the point estimates; checked). Each
+    sufficiency pool (gold-only, cited-only, the size sweep): the claims asked it in both runs; per run
+    [claim, right, NOT_ENOUGH_INFO] (for the sweep: the claim's share of its pools right and answered
+    NOT_ENOUGH_INFO), whence the accuracy and NOT_ENOUGH_INFO share of :mod:`fae.ablation.sufficiency`.
     """
 
     CONTROL = ("IS", "IS_ctrl", "IS_minus_IS_ctrl")
-    GOLD = ("label_accuracy", "nei_answer_rate")
+    # arm, its two statistics (keys of its metrics block), what a run without it was made with
+    POOLS = (("gold_only", ("label_accuracy", "nei_answer_rate"), "--no-gold-only"),
+             ("cited_only", ("label_accuracy", "nei_answer_rate"), "--no-cited-only"),
+             ("size_sweep", ("sweep_accuracy", "sweep_nei_share"), "--no-size-sweep"))
 
     def __init__(self, claims_a: list[dict], claims_b: list[dict], order: list[str], notes: list[str]):
         n = len(order)
         self.claims_a, self.claims_b, self.order = claims_a, claims_b, order
         self.with_control = all(map(has_control, claims_a)) and all(map(has_control, claims_b))
-        self.with_gold = all(c.get("gold_only") is not None for c in claims_a + claims_b)
+        self.pool_on = {arm: all(c.get(arm) is not None for c in claims_a + claims_b) for arm, _, _ in self.POOLS}
         self.missing = {}
-        for arm, a_has, b_has in (("control", all(map(has_control, claims_a)), all(map(has_control, claims_b))),
-                                  ("gold_only", all(c.get("gold_only") is not None for c in claims_a),
-                                   all(c.get("gold_only") is not None for c in claims_b))):
+        flags = {"control": "--control none", **{arm: flag for arm, _, flag in self.POOLS}}
+        for arm in flags:
+            a_has = all(map(has_control, claims_a)) if arm == "control" else all(c.get(arm) is not None
+                                                                                 for c in claims_a)
+            b_has = all(map(has_control, claims_b)) if arm == "control" else all(c.get(arm) is not None
+                                                                                 for c in claims_b)
             if not (a_has and b_has):
                 who = [w for w, has in (("A", a_has), ("B", b_has)) if not has]
-                self.missing[arm] = (f"{arm.replace('_', '-')} not compared: run {' and '.join(who)} has no "
-                                     f"{arm.replace('_', '-')} data (fae run --control none / --no-gold-only, or a "
-                                     "run made before them)")
+                name = arm.replace("_", "-")
+                self.missing[arm] = (f"{name} not compared: run {' and '.join(who)} has no {name} data "
+                                     f"(fae run {flags[arm]}, or a run made before it)")
                 notes.append(self.missing[arm])
         cols = [np.zeros((n, 0))]
         self.ctrl_ids: list[str] = []
@@ -414,14 +423,16 @@ class _ArmColumns:
             cols += [np.array([ra[c] for c in order], float) * both, np.array([rb[c] for c in order], float) * both]
             notes.append(f"IS, IS_ctrl, IS_minus_IS_ctrl: over the {len(self.ctrl_ids)} of {n} claims with a round-1 "
                          "control in both runs (the control arm, SPEC §6)")
-        self.gold_ids: list[str] = []
-        if self.with_gold:
-            ga, gb = self._gold_rows(claims_a), self._gold_rows(claims_b)
+        self.pool_ids: dict[str, list[str]] = {}
+        for arm, names, _ in self.POOLS:
+            if not self.pool_on[arm]:
+                continue
+            ga, gb = self._pool_rows(claims_a, arm), self._pool_rows(claims_b, arm)
             both = np.array([ga[k][0] * gb[k][0] for k in range(n)], float)[:, None]
-            self.gold_ids = [c for c, m in zip(order, both[:, 0]) if m]
+            self.pool_ids[arm] = [c for c, m in zip(order, both[:, 0]) if m]
             cols += [np.array(ga, float) * both, np.array(gb, float) * both]
-            notes.append(f"gold-only label_accuracy, nei_answer_rate: over the {len(self.gold_ids)} of {n} claims "
-                         "with a gold-only answer in both runs")
+            notes.append(f"{arm.replace('_', '-')} {', '.join(names)}: over the {len(self.pool_ids[arm])} of {n} "
+                         "claims asked it in both runs")
         self.columns = np.hstack(cols)
 
     @staticmethod
@@ -435,15 +446,18 @@ class _ArmColumns:
         return out
 
     @staticmethod
-    def _gold_rows(claims: list[dict]) -> list[tuple[int, int, int]]:
-        """Per claim: (asked on its gold sentences, right there, answered NOT_ENOUGH_INFO there)."""
+    def _pool_rows(claims: list[dict], arm: str) -> list[tuple[float, float, float]]:
+        """Per claim: (asked the arm's pool, right there, answered NOT_ENOUGH_INFO there); for the size sweep
+        the shares over the claim's pools."""
         out = []
         for c in claims:
-            g = c["gold_only"]
-            if "skipped" in g:
+            rounds = sweep_rounds(c) if arm == "size_sweep" else ([] if "skipped" in c[arm] else [c[arm]])
+            if not rounds:
                 out.append((0, 0, 0))
-            else:
-                out.append((1, int(same_label(round_label(g), c["gold_label"])), int(is_nei(round_label(g)))))
+                continue
+            n = len(rounds)
+            out.append((1, sum(same_label(round_label(rd), c["gold_label"]) for rd in rounds) / n,
+                        sum(is_nei(round_label(rd)) for rd in rounds) / n))
         return out
 
     def statistic(self, sums):
@@ -457,23 +471,26 @@ class _ArmColumns:
                 stats.append(np.stack([immediate_sensitivity(a0, a1), immediate_sensitivity(a0, c1),
                                        evidence_specific_sensitivity(a0, a1, c1)], axis=-1))
             parts += [100 * stats[0], 100 * stats[1], 100 * (stats[1] - stats[0])]
-        if self.with_gold:
+        for arm, _, _ in self.POOLS:
+            if not self.pool_on[arm]:
+                continue
             ga, gb = sums[..., k:k + 3], sums[..., k + 3:k + 6]
+            k += 6
             stats = [np.stack([safe_ratio(g[..., 1], g[..., 0]), safe_ratio(g[..., 2], g[..., 0])], axis=-1)
                      for g in (ga, gb)]
             parts += [100 * stats[0], 100 * stats[1], 100 * (stats[1] - stats[0])]
         return np.concatenate(parts, axis=-1)
 
     def report(self, res, start: int, *, n_resamples: int, seed: int) -> dict:
-        """compare.json's ``control`` and ``gold_only`` blocks (None where a run lacks the arm), the point
-        estimates checked against :func:`control_metrics` / :func:`gold_only_metrics` on the same claims."""
-        out: dict = {"control": None, "gold_only": None}
+        """compare.json's ``control``, ``gold_only``, ``cited_only`` and ``size_sweep`` blocks (None where a run
+        lacks the arm), the point estimates checked against the arms' metrics on the same claims."""
+        out: dict = {"control": None, **{arm: None for arm, _, _ in self.POOLS}}
         draws = {"bootstrap": n_resamples, "seed": seed,
                  "resampling": "the draws of every other interval in this file (paired over claims)"}
         i = start
-        for arm, names, ids, on, check in (
-                ("control", self.CONTROL, self.ctrl_ids, self.with_control, self._check_control),
-                ("gold_only", self.GOLD, self.gold_ids, self.with_gold, self._check_gold)):
+        arms = [("control", self.CONTROL, self.ctrl_ids, self.with_control)]
+        arms += [(arm, names, self.pool_ids.get(arm, []), self.pool_on[arm]) for arm, names, _ in self.POOLS]
+        for arm, names, ids, on in arms:
             if not on:
                 continue
             m = len(names)
@@ -481,7 +498,7 @@ class _ArmColumns:
             for j, name in enumerate(names):
                 block[name] = {"A": _interval(res, i + j), "B": _interval(res, i + m + j),
                                "difference": _interval(res, i + 2 * m + j)}
-            check(ids, block)
+            self._check(arm, names, ids, block)
             out[arm] = block
             i += 3 * m
         return out
@@ -490,17 +507,14 @@ class _ArmColumns:
         keep = set(ids)
         return [c for c in claims if str(c["id"]) in keep]
 
-    def _check_control(self, ids: list[str], block: dict) -> None:
+    def _check(self, arm: str, names, ids: list[str], block: dict) -> None:
+        metrics = {"control": lambda cl: control_metrics(cl, n_resamples=1), "gold_only": gold_only_metrics,
+                   "cited_only": cited_only_metrics, "size_sweep": size_sweep_metrics}[arm]
         for who, claims in (("A", self.claims_a), ("B", self.claims_b)):
-            ref = control_metrics(self._subset(claims, ids), n_resamples=1) if ids else None
-            for name in self.CONTROL:
-                _same(block[name][who]["estimate"], None if ref is None else ref[name], f"control {name} of {who}")
-
-    def _check_gold(self, ids: list[str], block: dict) -> None:
-        for who, claims in (("A", self.claims_a), ("B", self.claims_b)):
-            ref = gold_only_metrics(self._subset(claims, ids)) if ids else None
-            for name in self.GOLD:
-                _same(block[name][who]["estimate"], None if ref is None else ref[name], f"gold-only {name} of {who}")
+            ref = metrics(self._subset(claims, ids)) if ids else None
+            for name in names:
+                _same(block[name][who]["estimate"], None if ref is None else ref[name],
+                      f"{arm.replace('_', '-')} {name} of {who}")
 
 
 def _same(estimate, reference, what: str) -> None:
@@ -686,12 +700,14 @@ def _md_warning(res: dict) -> list[str]:
 
 
 def _md_arms(res: dict, pct: int) -> list[str]:
-    """The control arm and gold-only pools of both runs, paired on the same draws (SPEC §6)."""
+    """The control arm and the sufficiency pools of both runs, paired on the same draws (SPEC §6)."""
     ctrl, gold = res.get("control"), res.get("gold_only")
-    lines = ["", "## Control arm and gold-only pools (paired)", ""]
-    if not ctrl and not gold:
-        return lines + ["Not compared: both runs need the control arm or the gold-only pools "
-                        "(runs made with `--control none` / `--no-gold-only`, or before they existed, lack them)."]
+    cited, sweep = res.get("cited_only"), res.get("size_sweep")
+    lines = ["", "## Control arm and sufficiency pools (paired)", ""]
+    if not any((ctrl, gold, cited, sweep)):
+        return lines + ["Not compared: both runs need the control arm or a sufficiency pool (runs made with "
+                        "`--control none` / `--no-gold-only` / `--no-cited-only` / `--no-size-sweep`, or before "
+                        "they existed, lack them)."]
     lines += [
         "IS − IS_ctrl is the part of IS that is evidence: the accuracy lost when the cited lines go, beyond what "
         "the control (as many lines removed, none cited or gold) loses. Per metric, over the claims both runs "
@@ -702,7 +718,9 @@ def _md_arms(res: dict, pct: int) -> list[str]:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for block, names, label in ((ctrl, ("IS_minus_IS_ctrl", "IS_ctrl", "IS"), "control"),
-                                (gold, ("label_accuracy", "nei_answer_rate"), "gold-only")):
+                                (gold, ("label_accuracy", "nei_answer_rate"), "gold-only"),
+                                (cited, ("label_accuracy", "nei_answer_rate"), "cited-only"),
+                                (sweep, ("sweep_accuracy", "sweep_nei_share"), "size sweep")):
         if not block:
             lines.append(f"| {label}: not compared (a run lacks it) | | | | | |")
             continue
@@ -756,10 +774,13 @@ def run(config: CompareConfig) -> CommandResult:
         d = ctrl["IS_minus_IS_ctrl"]["difference"]
         print(f"IS - IS_ctrl, B - A = {_fmt(d['estimate'])} {_ci(d)}  ({ctrl['n_claims']} claims with a "
               "round-1 control in both runs)")
-    gold = res.get("gold_only")
-    if gold:
-        d = gold["label_accuracy"]["difference"]
-        print(f"gold-only accuracy, B - A = {_fmt(d['estimate'])} {_ci(d)}  ({gold['n_claims']} claims)")
+    for arm, name, label in (("gold_only", "label_accuracy", "gold-only accuracy"),
+                             ("cited_only", "label_accuracy", "cited-only accuracy"),
+                             ("size_sweep", "sweep_accuracy", "size-sweep accuracy")):
+        block = res.get(arm)
+        if block:
+            d = block[name]["difference"]
+            print(f"{label}, B - A = {_fmt(d['estimate'])} {_ci(d)}  ({block['n_claims']} claims)")
     print(f"wrote {out / 'compare.json'} and {out / 'compare.md'}")
     return CommandResult(outputs={"json": str(out / "compare.json"), "markdown": str(out / "compare.md")},
                          summary=res)
