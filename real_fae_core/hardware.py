@@ -11,15 +11,39 @@ from typing import Mapping
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def native_bf16_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
-    """The CPU's native bf16 instruction sets (x86: avx512_bf16, amx_bf16); empty where bf16 is emulated
-    (there a bf16 matmul is far slower than fp32) or where /proc/cpuinfo is not there to say."""
+def _cpuinfo_field(cpuinfo: str, key: str) -> str:
+    """The first ``key : value`` of /proc/cpuinfo ("" where the file or the key is missing)."""
     try:
         text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                 if line.split(":", 1)[0].strip() == key), "")
+
+
+def native_bf16_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The CPU's native bf16 instruction sets (x86: avx512_bf16, amx_bf16); empty where bf16 is emulated
+    (there a bf16 matmul is far slower than fp32) or where /proc/cpuinfo is not there to say."""
+    flags = _cpuinfo_field(cpuinfo, "flags").split()
     return [f for f in NATIVE_BF16_FLAGS if f in flags]
+
+
+def cpu_family(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU family whose floating-point kernels give the same bits (``amd-avx512-bf16``,
+    ``intel-amx``, ``intel-avx512``, ...): oneDNN and MKL pick their kernels by vendor and instruction set,
+    so two machines of one family train the demo to the same adapters and two of different families
+    differ in near ties. ``unknown`` where /proc/cpuinfo cannot say."""
+    import platform
+
+    vendor = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}.get(_cpuinfo_field(cpuinfo, "vendor_id"))
+    flags = set(_cpuinfo_field(cpuinfo, "flags").split())
+    if vendor is None:
+        return platform.machine().lower() or "unknown"
+    for flag, name in (("amx_tile", "amx"), ("avx512_bf16", "avx512-bf16"), ("avx512f", "avx512"),
+                       ("avx2", "avx2")):
+        if flag in flags:
+            return f"{vendor}-{name}"
+    return vendor
 
 
 def cpu_model_name(cpuinfo: str = "/proc/cpuinfo") -> str:

@@ -132,6 +132,8 @@ def control_metrics(claims: Sequence[Mapping], *, n_resamples: int = 2000, confi
     pop, right, ctrl = control_rows(pop_all)
     R = len(right[0]) - 1
     out: dict[str, Any] = {"rounds": R, "n_claims": len(pop)}
+    # how the control drew its lines: "matched" on the gap (entries carry gap_matched) or "random"
+    out["draw"] = "matched" if any(rd and "gap_matched" in rd for c in pop for rd in c["control"]) else "random"
     left_out = [sum(row[r] is None for row in ctrl) for r in range(1, R + 1)]
     out["n_left_out"] = left_out  # per round 1..R: claims with too few lines neither cited nor gold
     acc_ctrl, nei_ctrl, a0_at = [], [], []

@@ -1,4 +1,5 @@
-"""Is my demo run the committed one? Its headline numbers against the committed summary, and the Table-2 pattern.
+"""Is my demo run the committed one? Its headline numbers against the committed summary of its CPU family,
+and the Table-2 pattern.
 
 On one machine the demo is bitwise deterministic; across CPUs it is not. fp32
 matrix products sum in a different order on another instruction set (AVX-512
@@ -13,6 +14,16 @@ headline number of the four Table-2 variants (no_ablation's strict accuracy,
 test claims for a rate; the claims right at round 0 for IS/ER/IO, which divide
 by a_0; the control claims for the control). A number that moved further is a
 change of code or data, not of host.
+
+Gold-only and size-sweep pools are where near ties live (one short pool, a
+verifier half way between answering and abstaining), and other CPU families
+moved more there: one run on an AMX Xeon and one on an AVX-512 EPYC differed
+by 22 claims on no_enhancement's gold-only NOT_ENOUGH_INFO share. So the
+demo keeps one committed summary per CPU family it was measured on
+(:data:`REFERENCE_DIR`, named by :func:`real_fae_core.hardware.cpu_family`)
+and compares a run with its own family's, at the tolerance above; on a family
+without one it compares with another family's and says "another CPU" for
+every number that moved, which is then not evidence of a change of code.
 
 The Table-2 pattern is what the demo claims, each as one statement that can
 fail (:func:`table2_pattern`); the CI test asserts the same statements.
@@ -30,6 +41,9 @@ RATES = ("label_accuracy", "strict_accuracy", "evidence_f1")
 RATIOS = ("IS", "ER", "IO")  # 1 - a_r / a_0: their denominator is the claims right at round 0
 CONTROL_RATIOS = ("IS_ctrl", "IS_minus_IS_ctrl")
 GOLD_ONLY_RATES = ("label_accuracy", "nei_answer_rate")
+SUFFICIENCY_RATES = (("cited_only", "label_accuracy"), ("size_sweep", "sweep_accuracy"),
+                     ("size_sweep", "min_accuracy"))
+REFERENCE_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "demo_reference"
 
 
 def headline_numbers(summary: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
@@ -45,14 +59,52 @@ def headline_numbers(summary: Mapping[str, Any]) -> dict[str, tuple[float, float
             if m.get(key) is not None:
                 out[f"{variant}.{key}"] = (m[key], n * a0)
         ctrl = m.get("control") or {}
+        draw = ctrl.get("draw", "random")  # a matched control's numbers are compared with a matched one's only
         for key in CONTROL_RATIOS:
             if ctrl.get(key) is not None:
-                out[f"{variant}.control.{key}"] = (ctrl[key], (ctrl.get("n_control_claims") or 0) * a0)
+                out[f"{variant}.control({draw}).{key}"] = (ctrl[key], (ctrl.get("n_control_claims") or 0) * a0)
         gold = m.get("gold_only") or {}
         for key in GOLD_ONLY_RATES:
             if gold.get(key) is not None:
                 out[f"{variant}.gold_only.{key}"] = (gold[key], gold.get("n_claims") or 0)
+        for block, key in SUFFICIENCY_RATES:
+            b = m.get(block) or {}
+            if b.get(key) is not None:
+                out[f"{variant}.{block}.{key}"] = (b[key], b.get("n_claims") or 0)
     return out
+
+
+# What the demo's necessary-and-sufficient variant shows (SPEC §4 real_sufficient): the thresholds of the
+# issue that asked for it, each a statement; the reduced CI demo asserts its own, measured, margins.
+SUFFICIENT_TARGETS = {"round0_accuracy": 0.98, "is_minus_is_ctrl": 0.75, "is_ctrl": 0.05, "gold_only": 0.95,
+                      "cited_only": 0.95, "sweep_every_k": 0.95}
+
+
+def sufficiency_pattern(m: Mapping[str, Any], targets: Mapping[str, float] = SUFFICIENT_TARGETS,
+                        name: str = "real_sufficient") -> list[tuple[str, bool]]:
+    """The necessary-and-sufficient statements for one variant's metrics: round-0 accuracy, the paired
+    evidence-specific IS (fae.ablation.control.paired_sensitivity), IS_ctrl, and the gold-only, cited-only
+    and every-k size-sweep accuracies, each against ``targets``."""
+    from fae.ablation.control import paired_sensitivity
+
+    paired = paired_sensitivity(m) or {}
+    sweep = m.get("size_sweep") or {}
+    per_k = [row["label_accuracy"] for row in sweep.get("per_k") or [] if row["label_accuracy"] is not None]
+    t = targets
+    return [
+        (f"{name} reads the full pool: round-0 Acc >= {t['round0_accuracy']:.2f}",
+         (m.get("label_accuracy") or 0) >= t["round0_accuracy"]),
+        (f"{name} needs its evidence: IS - IS_ctrl (paired) >= {t['is_minus_is_ctrl']:.2f}",
+         (paired.get("IS_minus_IS_ctrl") or 0) >= t["is_minus_is_ctrl"]),
+        (f"{name} ignores other removals: IS_ctrl <= {t['is_ctrl']:.2f}",
+         paired.get("IS_ctrl") is not None and paired["IS_ctrl"] <= t["is_ctrl"]),
+        (f"{name} answers on the gold lines alone: gold-only Acc >= {t['gold_only']:.2f}",
+         ((m.get("gold_only") or {}).get("label_accuracy") or 0) >= t["gold_only"]),
+        (f"{name} answers on its own rationale: cited-only Acc >= {t['cited_only']:.2f}",
+         ((m.get("cited_only") or {}).get("label_accuracy") or 0) >= t["cited_only"]),
+        (f"{name} answers at every pool size: size-sweep Acc >= {t['sweep_every_k']:.2f} at every k",
+         bool(per_k) and min(per_k) >= t["sweep_every_k"]),
+    ]
 
 
 def table2_pattern(summary: Mapping[str, Any]) -> list[tuple[str, bool]]:
@@ -91,11 +143,28 @@ def compare_with_reference(summary: Mapping[str, Any], reference: Mapping[str, A
             "only_here": sorted(set(ours) - set(theirs)), "only_in_reference": sorted(set(theirs) - set(ours))}
 
 
-def drift_report(summary: Mapping[str, Any], reference_path: Path | None) -> dict[str, Any]:
-    """The pattern, and the comparison with ``reference_path`` where it exists and was made at the same size."""
+def reference_for(family: str, reference_dir: Path = REFERENCE_DIR) -> tuple[Path | None, bool]:
+    """(the committed summary to compare with, whether it is this CPU family's own): this family's where one
+    was measured, else another family's (the first by name), else None."""
+    own = reference_dir / f"{family}.json"
+    if own.is_file():
+        return own, True
+    others = sorted(reference_dir.glob("*.json")) if reference_dir.is_dir() else []
+    return (others[0], False) if others else (None, False)
+
+
+def drift_report(summary: Mapping[str, Any], reference_path: Path | None, *, same_family: bool = True,
+                 family: str | None = None) -> dict[str, Any]:
+    """The pattern, and the comparison with ``reference_path`` where it exists and was made at the same size.
+    ``same_family``: the reference was measured on this run's CPU family (else a moved number is reported
+    as "another CPU", not as a change of code)."""
     pattern = [{"statement": s, "held": held} for s, held in table2_pattern(summary)]
+    if "real_sufficient" in (summary.get("variants") or {}):
+        pattern += [{"statement": s, "held": held}
+                    for s, held in sufficiency_pattern(summary["variants"]["real_sufficient"])]
     report: dict[str, Any] = {"pattern": pattern, "pattern_held": all(p["held"] for p in pattern),
-                              "reference": None if reference_path is None else str(reference_path)}
+                              "reference": None if reference_path is None else str(reference_path),
+                              "cpu_family": family, "same_cpu_family": same_family}
     if reference_path is None or not reference_path.is_file():
         report["skipped"] = "no committed summary to compare with"
         return report
@@ -115,9 +184,15 @@ def drift_lines(report: Mapping[str, Any]) -> list[str]:
     if report.get("skipped"):
         return lines + [f"Against {report['reference']}: not compared ({report['skipped']})"]
     moved = report["moved"]
+    if report.get("same_cpu_family", True):
+        why = "a few near ties may flip; more is a change of code or data"
+    else:
+        why = (f"another CPU: no summary of this CPU family ({report.get('cpu_family')}) is committed, so this one "
+               "was made on another, whose kernels flip other near ties; a moved number here is not evidence of "
+               "a change of code")
     lines.append(f"Against {report['reference']}: {report['compared']} headline numbers compared, "
-                 f"{len(moved)} moved by more than {report['tolerance_claims']} claims' worth "
-                 "(another CPU flips a few near-tie answers; more is a change of code or data)")
+                 f"{len(moved)} moved by more than {report['tolerance_claims']} claims' worth ({why})")
+    tag = "" if report.get("same_cpu_family", True) else " (another CPU)"
     lines += [f"  {m['number']}: {100 * m['reference']:.1f} -> {100 * m['this_run']:.1f} "
-              f"(allowed ±{100 * m['allowed']:.1f})" for m in moved]
+              f"(allowed ±{100 * m['allowed']:.1f}){tag}" for m in moved]
     return lines
