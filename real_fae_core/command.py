@@ -37,7 +37,7 @@ from real_fae_core.config import (
     value_problem,
 )
 from real_fae_core.errors import EXIT_OK, UserError
-from real_fae_core.flags import deprecated_alias
+from real_fae_core.flags import ListFlag, deprecated_alias
 
 C = TypeVar("C", bound="CommandConfig")
 
@@ -139,7 +139,8 @@ def exit_code_of(result: Any) -> int:
 # ---------------------------------------------------------------------------
 
 # What a field's metadata may say about its option (beside the loader's ranges: min, max, above, below).
-ARGUMENT_KEYS = ("help", "metavar", "choices", "positional", "flag", "aliases", "action", "deprecated", "exclusive")
+ARGUMENT_KEYS = ("help", "metavar", "choices", "positional", "flag", "aliases", "action", "deprecated", "exclusive",
+                 "repeat")
 
 
 def option(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
@@ -163,11 +164,16 @@ def add_config_arguments(parser, config: type, names: Iterable[str] | None = Non
       spellings of the same option (``-o``), ``positional`` True a positional argument (its ``metavar`` the
       name shown);
     - a field without a default is required; the default is the field's (``default_factory`` called);
-    - ``int``/``float`` (``| None`` too) are the argparse type; ``list[T]`` takes ``nargs="+"`` of T;
+    - ``int``/``float`` (``| None`` too) are the argparse type; ``list[T]`` takes ``nargs="+"`` of T
+      (metadata ``action="append"``: one T per flag), and a list flag given again APPENDS its values, on
+      every command (:class:`~real_fae_core.flags.ListFlag`: ``--budgets 100 200 --budgets 300`` is
+      [100, 200, 300]); its first use replaces the default, never adds to it. Metadata ``repeat=False``
+      refuses a second use (one usage error, exit 2) where appending would be wrong for the field;
       a ``Literal`` gives its values as choices, metadata ``choices`` names others;
     - a bool is ``store_true`` (default False) or ``store_false`` (default True, flag ``--no-field-name``),
       unless its metadata names an ``action`` (``argparse.BooleanOptionalAction``: ``--x`` / ``--no-x``);
-    - metadata ``help``, ``metavar``, ``action`` (``"append"``, an Action class) go to argparse as they are;
+    - metadata ``help``, ``metavar``, ``action`` (an Action class; a list's a subclass of ``ListFlag``) go
+      to argparse as they are;
       ``deprecated`` lists old spellings, accepted with a warning (:func:`real_fae_core.flags.deprecated_alias`);
       fields with the same ``exclusive`` name are a required mutually exclusive group (exactly one is given).
     """
@@ -204,7 +210,9 @@ def argument_of(f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any
     else:
         if typing.get_origin(base) is list:
             base = typing.get_args(base)[0]
-            if kwargs.get("action") != "append":
+            if not meta.get("positional"):  # a flag: repeated, it appends (or, repeat=False, is refused)
+                list_flag(kwargs, once=meta.get("repeat", True) is False)
+            else:
                 kwargs["nargs"] = "+"
         if typing.get_origin(base) is Literal and "choices" not in kwargs:
             kwargs["choices"] = list(typing.get_args(base))
@@ -222,3 +230,21 @@ def argument_of(f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any
     if flag[2:].replace("-", "_") != f.name:
         kwargs["dest"] = f.name
     return [flag, *meta.get("aliases", ())], kwargs
+
+
+def list_flag(kwargs: dict[str, Any], once: bool = False) -> None:
+    """The ``add_argument`` keywords of a list flag made a :class:`~real_fae_core.flags.ListFlag`: ``nargs="+"``,
+    or one value per flag for metadata ``action="append"``; an Action class of its own must be a ListFlag (its
+    repetitions append as every list flag's do)."""
+    action = kwargs.get("action")
+    if action == "append":
+        kwargs["nargs"] = None
+        action = None
+    if action is None:
+        action = ListFlag
+    elif not (isinstance(action, type) and issubclass(action, ListFlag)):
+        raise TypeError(f"a list option's action must be a ListFlag (repeated, it appends), not {action!r}")
+    kwargs["action"] = action
+    kwargs.setdefault("nargs", "+")
+    if once:
+        kwargs["once"] = True

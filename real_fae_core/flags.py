@@ -5,15 +5,22 @@ it is hidden from ``--help`` and prints one line on stderr when used::
 
     real-data convert: warning: --keep-nei is deprecated; use --include-nei (accepted until 0.2)
 
-List flags take space-separated values (``nargs="+"``); :class:`SpacedList`
-also splits a comma list, with the same kind of warning, for the same release.
-Light: argparse only, so importing it never slows ``--help``.
+List flags take space-separated values (``nargs="+"``), and a list flag given again appends its values
+(:class:`ListFlag`: ``--budgets 100 200 --budgets 300`` is [100, 200, 300]) on every command; the first
+use replaces the default (a field's, or a YAML file's). ``KEY=VALUE,...`` flags join their pairs
+(:class:`KeyValueFlag`), and an option whose one string stands for several values is refused when given
+twice (:class:`OnceFlag`): no list option silently keeps only its last value. :class:`SpacedList` also
+splits a comma list, with the same kind of warning, for the same release. Light: the standard library
+only, so importing it never slows ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import types
+import typing
 
 UNTIL = "0.2"
 
@@ -95,11 +102,102 @@ def _as_positionals(parser: argparse.ArgumentParser, args: list[str]) -> list[st
     return moved + kept
 
 
-class SpacedList(argparse.Action):
-    """``--flag a b`` (``nargs="+"``); a comma list ``--flag a,b`` is split, with a deprecation warning."""
+def _first_use(action: argparse.Action, namespace: argparse.Namespace) -> bool:
+    """True while ``action`` has not been used on this command line: the namespace still holds its default
+    (the very object: a field's default, or a YAML value the parser took as its default)."""
+    current = getattr(namespace, action.dest, None)
+    return current is None or current is action.default
 
-    def __init__(self, option_strings, dest, nargs="+", **kwargs):
+
+def _given_twice(parser: argparse.ArgumentParser, action: argparse.Action, how: str) -> None:
+    flag = max(action.option_strings, key=lambda s: (len(s), s.count("-")))
+    parser.error(f"argument {flag}: given twice; {how}")
+
+
+class ListFlag(argparse._StoreAction):
+    """A list option whose repetitions append: ``--budgets 100 200 --budgets 300`` is [100, 200, 300].
+
+    The first use on a command line replaces the default, whether the field's or one a YAML file set as
+    the parser's default (defaults < YAML < command line: a list on the command line is never added to
+    the YAML's). ``nargs="+"`` (the default) takes several values per flag, ``nargs=None`` one (a flag
+    repeated per value, ``--tokenizer A --tokenizer B``). ``once=True`` refuses a second use with one
+    usage error (exit 2), for a list that must be given in one piece.
+    """
+
+    def __init__(self, option_strings, dest, nargs="+", once: bool = False, **kwargs):
         super().__init__(option_strings, dest, nargs=nargs, **kwargs)
+        self.once = once
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        values = [values] if self.nargs is None else list(values)
+        if _first_use(self, namespace):
+            setattr(namespace, self.dest, values)
+        elif self.once:
+            _given_twice(parser, self, "give its values once (" + max(self.option_strings, key=len) + " A B ...)")
+        else:
+            setattr(namespace, self.dest, [*getattr(namespace, self.dest), *values])
+
+
+class OnceFlag(argparse._StoreAction):
+    """An option of one value that stands for several (a JSON mapping, a comma list: transformers'
+    ``--deepspeed``, ``--report-to``): a second use would silently replace the first, so it is refused
+    with one usage error (exit 2)."""
+
+    once = True
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if not _first_use(self, namespace):
+            _given_twice(parser, self, "give it once")
+        setattr(namespace, self.dest, values)
+
+
+def key_value_pairs(text: str) -> list[tuple[str, str]]:
+    """(KEY, VALUE) of each item of ``KEY=VALUE,KEY=VALUE`` (an item without ``=``: (item, ""))."""
+    return [(k.strip(), v.strip()) for k, _eq, v in (item.partition("=") for item in text.split(",") if item.strip())]
+
+
+class KeyValueFlag(argparse.Action):
+    """``--flag KEY=VALUE,...`` (``fae run --backend-args``, ``real-train --fae-eval``): given again, its
+    pairs are added to the earlier ones (``--x a=1 --x b=2`` is ``a=1,b=2``); a KEY given twice with two
+    VALUEs is one usage error (exit 2). The first use replaces the default (a YAML file's mapping)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        text = values if _first_use(self, namespace) else f"{getattr(namespace, self.dest)},{values}"
+        seen: dict[str, str] = {}
+        for key, value in key_value_pairs(text):
+            if seen.setdefault(key, value) != value:
+                flag = max(self.option_strings, key=lambda s: (len(s), s.count("-")))
+                parser.error(f"argument {flag}: {key} given twice ({key}={seen[key]}, {key}={value})")
+        setattr(namespace, self.dest, text)
+
+
+def appending_lists(parser: argparse.ArgumentParser, dataclass_types=()) -> argparse.ArgumentParser:
+    """``parser`` (built by another generator: transformers' ``HfArgumentParser``, TRL's ``TrlParser``) with
+    each plain list option (``nargs="+"`` or ``"*"``) a :class:`ListFlag` (given twice, it appends), and each
+    option of ``dataclass_types`` typed a list or a mapping that takes one string (``dict | str``, ``str |
+    list[str]``) an :class:`OnceFlag` (given twice, it is refused): none keeps only its last value."""
+    several = set()
+    for cls in dataclass_types:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            parts = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+            if any(p in (list, dict) or typing.get_origin(p) in (list, dict) for p in parts):
+                several.add(f.name)
+    for action in parser._actions:
+        if type(action) is not argparse._StoreAction:
+            continue
+        if action.nargs in ("+", "*"):
+            action.__class__ = ListFlag  # a subclass with the same attributes: only __call__ differs
+            action.once = False
+        elif action.dest in several:
+            action.__class__ = OnceFlag
+    return parser
+
+
+class SpacedList(ListFlag):
+    """``--flag a b`` (``nargs="+"``), appending when repeated (:class:`ListFlag`); a comma list
+    ``--flag a,b`` is split, with a deprecation warning."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         values = list(values)
@@ -108,4 +206,4 @@ class SpacedList(argparse.Action):
             spaced = " ".join(s for v in values for s in v.split(",") if s.strip())
             warn_deprecated(parser.prog, f"a comma list after {flag}", f"spaces ({flag} {spaced})")
             values = [s.strip() for v in values for s in v.split(",") if s.strip()]
-        setattr(namespace, self.dest, values)
+        super().__call__(parser, namespace, values, option_string)

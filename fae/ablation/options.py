@@ -25,6 +25,7 @@ from typing import Any
 from real_fae_core.command import CommandConfig, check_fields
 from real_fae_core.config import RangeError, check_ranges, load_config, spelled_like_a_flag, without_range_keys
 from real_fae_core.errors import UserError
+from real_fae_core.flags import KeyValueFlag, appending_lists
 from real_fae_core.yamlio import load_yaml_located
 from fae.backends import get_backend
 from fae.backends.hf import HFOptions
@@ -61,8 +62,9 @@ class RunFields:
         "help": "--executor ray: number of shards (Ray tasks)", "metavar": "N", "min": 1})
     backend_args: dict | str | None = field(default=None, metadata={
         "help": "options of a registered (third-party) backend that fae run has no flag for: KEY=VALUE,KEY=VALUE "
-                "on the command line, a mapping in YAML; checked against the backend's options class",
-        "metavar": "KEY=VALUE,..."})
+                "on the command line (given again, its pairs are added; a KEY given twice with two values is an "
+                "error), a mapping in YAML; checked against the backend's options class",
+        "metavar": "KEY=VALUE,...", "action": KeyValueFlag})
     ray_gpus_per_shard: float = field(default=0.0, metadata={
         "help": "--executor ray: GPUs each shard's task asks Ray for (0: CPU only)", "min": 0})
     control: str = field(default="matched", metadata={
@@ -121,7 +123,7 @@ def make_parser(prog: str = "fae run"):
     parser = Parser(FaeRunArguments, prog=prog, description=DESCRIPTION, allow_abbrev=False)
     parser.add_argument("--config", metavar="YAML", help="options from a YAML file (keys named like the flags); "
                                                          "flags given on the command line win")
-    return parser
+    return appending_lists(parser)  # a list flag given twice appends, as on every command
 
 
 def load_yaml_options(path: str) -> dict[str, Any]:

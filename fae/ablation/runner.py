@@ -300,6 +300,9 @@ def backend_args(value, backend_cls) -> dict:
         bad = [p[0] for p in pairs if len(p) != 2 or not p[0].strip()]
         if bad:
             raise UserError(f"--backend-args: {bad[0]!r} is not KEY=VALUE (give KEY=VALUE,KEY=VALUE)")
+        twice = sorted({k.strip() for k, v in pairs for k2, v2 in pairs if k.strip() == k2.strip() and v != v2})
+        if twice:
+            raise UserError(f"--backend-args: {twice[0]} given twice with two values (give it once)")
         value = {k.strip(): yaml.safe_load(v) if v.strip() else "" for k, v in pairs}
     fields = {f.name for f in dataclasses.fields(backend_cls.options_class)}
     own = {f.name for f in dataclasses.fields(FaeRunArguments)}

@@ -19,6 +19,7 @@ from pathlib import Path
 from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
 from real_fae_core.errors import UserError
+from real_fae_core.flags import KeyValueFlag, appending_lists
 from real_fae_core.hardware import native_bf16_cpu_flags  # noqa: F401 - also imported from here by tests
 from data_prep.pairs.build import VARIANTS
 from real.training import recipe_checks
@@ -84,7 +85,9 @@ class RealScriptArguments(ScriptArguments):
         metadata={"help": "`fae run` options of the FAE at each save, spelled as `fae run` spells them: "
                   "limit (default 20), rounds (2), max_new_tokens (64), batch_size (8), constrained_decoding, "
                   "label_probs (false). A mapping in YAML, KEY=VALUE,... on the command line; checked against "
-                  "`fae run`'s options (real.training.fae_callback.EVAL_OPTIONS)."},
+                  "`fae run`'s options (real.training.fae_callback.EVAL_OPTIONS). Given again on the command "
+                  "line, its pairs are added (a KEY given twice with two values is an error).",
+                  "action": KeyValueFlag},
     )
     # Deprecated spellings of fae_eval's keys, accepted until 0.2 with a warning (real.training.fae_callback).
     fae_eval_limit: int | None = field(default=None, metadata={"help": "deprecated: fae_eval: {limit: N}"})
@@ -144,7 +147,10 @@ DATACLASSES = (RealScriptArguments, RealSFTConfig, ModelConfig)
 
 
 def make_parser():
-    parser = TrlParser(DATACLASSES, prog="real-train", allow_abbrev=False)
+    # a list flag given twice appends (--lora-target-modules q_proj --lora-target-modules v_proj), as on
+    # every command, and given once replaces the recipe's list; transformers' options of one string that
+    # stands for several (--deepspeed JSON, --report-to a,b) are refused given twice
+    parser = appending_lists(TrlParser(DATACLASSES, prog="real-train", allow_abbrev=False), DATACLASSES)
 
     def error(message: str):  # argparse would print the whole (huge) usage first
         raise UserError(message)

@@ -129,7 +129,9 @@ def parse_pairs(value) -> dict:
         key, eq, raw = item.partition("=")
         if not eq or not key.strip():
             raise UserError(f"fae_eval: {item!r} is not KEY=VALUE (give KEY=VALUE,KEY=VALUE)")
-        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        if out.setdefault(key.strip(), value) != value:
+            raise UserError(f"fae_eval: {key.strip()} given twice with two values (give it once)")
     return out
 
 

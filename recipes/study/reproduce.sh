@@ -86,6 +86,7 @@ for m in $MODELS; do
 done
 
 step "fae study-report"
+# both families files are read: a list flag given again appends (tests/test_list_flags.py)
 fae study-report "${studies[@]}" --families "$WORK/families/scifact-dev.jsonl" \
     --families "$WORK/families/check-covid-test.jsonl" --output "$WORK/report"
 step "done in $(( $(date +%s) - started )) s: $WORK/report/study_report.md"
