@@ -21,7 +21,7 @@ SETTINGS_KEYS = ["records", "output", "backend", "model", "adapter", "rounds", "
                  "api_key_env", "concurrency", "request_timeout", "max_retries", "backoff_base", "seed",
                  "routing_header", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
                  "shard", "executor", "shards", "backend_args", "ray_gpus_per_shard", "control", "control_seed",
-                 "gold_only", "line_ids"]
+                 "gold_only", "cited_only", "size_sweep", "sweep_seed", "line_ids"]
 
 
 def yaml_file(tmp_path, text, name="eval.yaml"):
