@@ -5,10 +5,10 @@ Llama-3.1-8B-Instruct: records (with incomplete gold) → ``real-data enhance``
 against three simulated annotators (``real.demo.annotators``: a local
 OpenAI-compatible server; real client, majority vote and cache) →
 ``real-data pairs`` for the four variants of SPEC §4 (sft, no_ablation,
-no_enhancement, real) and REAL with shortcut-breaking positives (real_matched)
-→ ``accelerate launch -m real.train`` with ``recipes/demo/*.yaml`` and
-``accelerate_configs/cpu.yaml`` → ``fae run`` (R = 4, with the control arm and
-gold-only pools) → ``fae probe`` → ``fae report``, ``fae probe-report`` and
+no_enhancement, real) and REAL with shortcut-breaking and sufficiency pairs
+(real_sufficient) → ``accelerate launch -m real.train`` with ``recipes/demo/*.yaml`` and
+``accelerate_configs/cpu.yaml`` → ``fae run`` (R = 4, with the matched control arm and
+the gold-only, cited-only and size-sweep pools) → ``fae probe`` → ``fae report``, ``fae probe-report`` and
 ``fae compare`` (sft vs real), the incomplete-gold subset table, then
 ``fae pave`` on a few test claims with the world's counter-entity and
 counter-semantic evidence (the SFT vs REAL arbitration profile). The base
@@ -35,7 +35,7 @@ from types import SimpleNamespace
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
-from real_fae_core.hardware import cpu_allocator_env
+from real_fae_core.hardware import cpu_allocator_env, cpu_family, cpu_model_name
 from real_fae_core.runlock import LOCK_NAME, RunLock
 from data_prep.enhance.options import EnhanceConfig
 from data_prep.enhance.runner import run as real_data_enhance
@@ -62,16 +62,19 @@ from fae.pave.io import SAMPLES, jsd_condition, read_samples
 from fae.probes.knowledge import shares_text
 from fae.probes.report import load_probe, markdown_table
 
-from .drift import drift_lines, drift_report
+from .drift import drift_lines, drift_report, reference_for
 from .annotators import AnnotatorServer, enhancement_quality, write_annotators_yaml
 from .world import add_counterfactuals, add_incomplete_gold, build_world, make_split, train_test_facts
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 BASE_DIR = PACKAGE_DIR / "base"
 REPO_DIR = PACKAGE_DIR.parents[1]
-# SPEC §4: the paper's Table 2 rows, then REAL with shortcut-breaking positives (a positive whose pool lost as
-# many lines outside the evidence as the negative's did): neither a hole nor a smaller pool predicts NEI there
-VARIANTS = ("sft", "no_ablation", "no_enhancement", "real", "real_matched")
+# SPEC §4: the paper's Table 2 rows, then REAL with shortcut-breaking and sufficiency pairs (real_sufficient:
+# real_matched's rows, whose matched positives break the hole cue, plus positives on the evidence alone and on
+# shorter pools that hold it and negatives at every pool size): neither a hole, nor a pool's size, nor where a
+# line went predicts NEI there. real_matched itself is no longer trained by the demo (its pairs are a subset of
+# real_sufficient's; docs/demo.md has its numbers).
+VARIANTS = ("sft", "no_ablation", "no_enhancement", "real", "real_sufficient")
 PAVE_VARIANTS = ("sft", "real")  # the arbitration profile: standard SFT vs REAL
 # The demo's tiny model is evaluated in fp32 everywhere: its committed numbers
 # (benchmarks/results/demo_cpu_summary.json) were measured so, and `--dtype auto` is bf16 on a CPU with
@@ -95,11 +98,12 @@ class DemoSize:
 # What a demo run writes in its output directory; a rerun replaces all of it.
 OUTPUT_DIRS = ("data", "models", "runs", "probes", "compare", "logs", "pave", "view")
 OUTPUT_FILES = ("summary.json", "drift.json", "report.md", "trajectory.png", "soft_trajectory.png",
-                "reliability.png",
+                "reliability.png", "sufficiency.png",
                 "dirk.png", "dirk.md")
 MARKER = ".real-demo"  # written first: this directory is a demo output, safe to replace
-# the committed full demo (seed 0, default size, fp32): every run says which headline numbers moved from it
-REFERENCE_SUMMARY = REPO_DIR / "benchmarks" / "results" / "demo_cpu_summary_amx.json"
+# the committed full demo (seed 0, default size, fp32) per CPU family: every run says which headline numbers
+# moved from its own family's, or from another family's ("another CPU") where its own was never measured
+REFERENCE_DIR = REPO_DIR / "benchmarks" / "results" / "demo_reference"
 
 
 def claim_output(out: Path) -> RunLock:
@@ -549,13 +553,17 @@ def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerat
     summary = {
         "wall_seconds": round(time.time() - t0, 1),
         "size": {**asdict(size), "seed": seed},
+        "dtype": DEMO_DTYPE,  # every model call of the demo, training and evaluation alike
+        "cpu_family": cpu_family(),
+        "cpu": cpu_model_name(),
         "variants": {v: json.loads((out / "runs" / v / "metrics.json").read_text()) for v in VARIANTS},
         "incomplete_gold": subsets,
         "enhancement": enhancement,
         "pave": pave,
     }
     atomic_write_json(out / "summary.json", summary)
-    drift = drift_report(summary, REFERENCE_SUMMARY)
+    reference, same_family = reference_for(summary["cpu_family"], REFERENCE_DIR)
+    drift = drift_report(summary, reference, same_family=same_family, family=summary["cpu_family"])
     atomic_write_json(out / "drift.json", drift)
     _stage("done", t0)
     print()
