@@ -13,7 +13,9 @@ claim, so the arms' codes, counts and filters tell claims apart:
 The index and the shards are checked against claims.jsonl and metrics.json; view.js itself runs under
 node with the minimal DOM of tests/test_view.py (skipped without node): the run table's cells and the
 claims behind each link, the two filters, the chips, and the claim page's cited-only and sweep panels
-(struck lines, labels, lines added) and the control's gap-matched note.
+(struck lines, labels, lines added) and the control's gap-matched note. One slow test opens a claim page
+in headless Chromium (tests/test_view_browser.py's fixtures: skipped without it): every sweep pool is on
+the page, the lines not in it struck through (computed style).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from control_helpers import ENV, KEY, PROOF, answer, records, run_with
 from helpers import make_record_dict
 from openai_server import claim_of, pool_lines
 from test_view import render
+from test_view_browser import chromium, screens  # noqa: F401  (fixtures: the browser, where screenshots go)
 
 from data_prep.records import ClaimRecord, save_records
 from fae.ablation.engine import removal_gap
@@ -188,3 +191,43 @@ def test_the_page_shows_the_sufficiency_arms_in_the_table_filters_chips_and_clai
     assert [a["k"] for a in c02["arms"] if a["arm"] == "sweep"] == [0, 1, 2, 3, 4]
     sw = [a for a in only["arms"] if a["arm"] == "sweep"]
     assert len(sw) == 1 and sw[0]["label"] == "left out" and "only gold sentences" in sw[0]["text"]
+
+
+SWEEP_PANELS = """(() => [...document.querySelectorAll('.arm[data-run="0"][data-arm]')].map(div => {
+  const lis = [...div.querySelectorAll('ol.pool li')];
+  const struck = lis.filter(li => { const s = li.querySelector('s');
+    return s && getComputedStyle(s).textDecorationLine.includes('line-through'); });
+  const label = div.querySelector('.arm-label');
+  return {arm: div.dataset.arm, k: div.dataset.k === undefined ? null : +div.dataset.k,
+          label: label ? label.textContent : null, shown: lis.map(li => +li.dataset.sid),
+          struck: struck.map(li => +li.dataset.sid), visible: div.getBoundingClientRect().height > 0};
+}))()"""
+
+
+@pytest.mark.slow
+def test_a_claim_page_in_chromium_shows_each_sweep_pool_with_the_lines_not_in_it_struck(runs, tmp_path, chromium,
+                                                                                        screens):
+    from fae.view.browser import Chromium
+
+    tmp, _, claims = runs
+    site = tmp_path / "site"
+    assert fae(["view", str(tmp / "suff"), str(tmp / "plain"), "--output", str(site), "--names", "suff", "plain"]) == 0
+    c = claims[0]
+    full = c["rounds"][0]["pool_ids"]
+    with Chromium(chromium, width=1400, height=1000) as b:
+        b.open((site / "index.html").as_uri())
+        b.wait_for("document.body.dataset.state === 'ready'")
+        hash_ = "#claim=c00&run=0&r=1"
+        b.evaluate(f"location.hash = {json.dumps(hash_)}")
+        b.wait_for(f"document.body.dataset.state === 'ready' && document.body.dataset.route === {json.dumps(hash_)}")
+        panels = b.evaluate(SWEEP_PANELS)
+        b.screenshot(screens / "claim-sufficiency.png")
+        assert b.page_errors() == []
+    sweep = [p for p in panels if p["arm"] == "sweep"]
+    assert [p["k"] for p in sweep] == [rd["k"] for rd in c["size_sweep"]["rounds"]] == [0, 1, 2, 3, 4]
+    for p, rd in zip(sweep, c["size_sweep"]["rounds"]):
+        assert p["visible"] and p["shown"] == full and p["label"] == rd["label"]
+        assert p["struck"] == [i for i in full if i not in rd["pool_ids"]]
+    [cited] = [p for p in panels if p["arm"] == "cited-only"]
+    assert cited["struck"] == [i for i in full if i not in c["cited_only"]["pool_ids"]]
+    assert cited["label"] == c["cited_only"]["label"] == "NOT_ENOUGH_INFO"
