@@ -318,7 +318,8 @@ def test_the_index_holds_the_control_and_gold_only_answers_the_metrics_count(arm
     assert A["ctrl"] == [".SS", ".N-", ".RR", ".SS"] * 3 and A["gold_only"] == ["S", "N", "N", "R"] * 3
     assert B["ctrl"] == B["gold_only"] == [""] * 12
     ra, rb = index["runs"]
-    assert ra["arms"] == {"control": True, "gold_only": True} and rb["arms"] == {"control": False, "gold_only": False}
+    assert ra["arms"] == {"control": True, "gold_only": True, "cited_only": False, "size_sweep": False}
+    assert rb["arms"] == dict.fromkeys(("control", "gold_only", "cited_only", "size_sweep"), False)
     assert ra["metrics"]["control"] == json.loads((arms / "metrics.json").read_text())["control"] == ctrl
     assert rb["metrics"]["control"] is None and rb["metrics"]["gold_only"] is None
     c2 = list(shards)[0][1]
@@ -391,7 +392,12 @@ for (const h of hashes) {
       label: (walk(n, x => cls(x).includes(" arm-label "))[0] || {textContent: null}).textContent,
       struck: walk(n, x => x.tag === "li" && cls(x).includes(" removed ")).map(x => +x.dataset.sid),
       cited: walk(n, x => x.tag === "li" && cls(x).includes(" cited ")).map(x => +x.dataset.sid),
-      shown: walk(n, x => x.tag === "li").map(x => +x.dataset.sid)})),
+      shown: walk(n, x => x.tag === "li").map(x => +x.dataset.sid),
+      arm: n.dataset.arm || null, k: n.dataset.k === undefined ? null : +n.dataset.k})),
+    chips: Object.fromEntries(walk(app, n => n.tag === "tr" && n.dataset.claim !== undefined).map(tr =>
+      [tr.dataset.claim, tr.children.slice(3).map(td => walk(td, x => cls(x).includes(" chip "))
+        .map(x => x.className + ":" + x.textContent))])),
+    pools: walk(app, n => n.tag === "select" && n.attrs.id === "f-pool").flatMap(n => n.children.map(o => o.attrs.value)),
     select: vm.runInContext("FAE_VIEW.select(" + JSON.stringify(h) + ")", ctx),
   });
 }

@@ -3,8 +3,8 @@
 The index holds one short summary per claim (id, text, gold label, dataset,
 and per run the label of every round plus per-round bit masks: correct,
 invalid, cut off, hallucinated ids, reused; flipped; strict; P(gold) per
-round; the control arm's label per round and the gold-only label, when the
-run asked them) — enough to filter, sort and count tens of thousands of
+round; the control arm's label per round, the gold-only and cited-only labels and the size
+sweep's label per k, when the run asked them) — enough to filter, sort and count tens of thousands of
 claims in the browser without touching the details. Everything else (pool sentences, raw
 answers, cited ids, probabilities) goes to shards of ``shard_size`` claims
 that the page loads only when a claim is opened.
@@ -12,10 +12,12 @@ that the page loads only when a claim is opened.
 Correctness, flips and strictness come from :mod:`fae.ablation.metrics`
 (``same_label``, ``round_label``, ``is_flip``, ``cites_gold``), so the counts
 the viewer shows are the counts behind ``metrics.json``. The control arm's and
-the gold-only pool's metrics (IS_ctrl, IS − IS_ctrl, gold-only accuracy and
-NOT_ENOUGH_INFO share) are the run's ``metrics.json`` values, or
-:func:`fae.ablation.control.control_metrics` / ``gold_only_metrics`` for a
-metrics.json written before they existed; the viewer never recomputes them.
+the sufficiency arms' metrics (IS_ctrl, IS − IS_ctrl, gold-only and cited-only
+accuracy and NOT_ENOUGH_INFO share, the size sweep's accuracy per k) are the
+run's ``metrics.json`` values, or :func:`fae.ablation.control.control_metrics`
+/ :mod:`fae.ablation.sufficiency`'s ``gold_only_metrics``,
+``cited_only_metrics`` and ``size_sweep_metrics`` for a metrics.json written
+before they existed; the viewer never recomputes them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from real_fae_core.labels import NOT_ENOUGH_INFO, REFUTE, SUPPORT
 from data_prep.records import load_records_or_fail
 from fae.ablation.control import control_metrics
-from fae.ablation.sufficiency import gold_only_metrics
+from fae.ablation.sufficiency import cited_only_metrics, gold_only_metrics, size_sweep_metrics
 from fae.ablation.metrics import cites_gold, is_flip, is_valid, round_label, same_label
 from fae.ablation.population import is_nei
 from fae.ablation.report import load_reported
@@ -39,12 +41,16 @@ DEFAULT_SHARD_SIZE = 100
 LABEL_CODES = {SUPPORT: "S", REFUTE: "R", NOT_ENOUGH_INFO: "N"}
 INVALID_CODE, OTHER_CODE = "x", "?"
 MASKS = ("correct", "invalid", "truncated", "hallucinated", "reused")
-# The control arm and the gold-only pool in the index: one character per control round
-# (position r for round r; position 0 is NO_ROUND_CODE), the label codes above, LEFT_OUT_CODE
-# where the claim was left out ("skipped"). "" where the run did not ask it (--control none,
-# --no-gold-only, runs made before the arms existed).
+# The arms beside the ablation in the index, in the label codes above: ``ctrl`` one character per
+# control round (position r for round r; position 0 is NO_ROUND_CODE); ``gold_only`` and
+# ``cited_only`` one character; ``sweep`` one per size-sweep pool k = 0, 1, ... (position k).
+# LEFT_OUT_CODE where the claim was left out ("skipped": the whole sweep is then one "-"); ""
+# where the run did not ask the arm (--control none, --no-gold-only, --no-cited-only,
+# --no-size-sweep, runs made before the arms existed).
 NO_ROUND_CODE, LEFT_OUT_CODE = ".", "-"
-ARM_KEYS = ("ctrl", "gold_only")
+ARM_KEYS = ("ctrl", "gold_only", "cited_only", "sweep")
+# run_entry's ``arms`` flags: the claims.jsonl keys of the arms
+ARM_CLAIM_KEYS = ("control", "gold_only", "cited_only", "size_sweep")
 
 
 def label_code(rnd: Mapping) -> str:
@@ -64,12 +70,24 @@ def arm_code(rnd: Mapping | None) -> str:
     return label_code(rnd)
 
 
+def sweep_code(sweep: Mapping | None) -> str:
+    """The size sweep's codes: one per pool k = 0, 1, ... in k order; ``-`` when the claim was left out of
+    it; "" when it was not asked."""
+    if sweep is None:
+        return ""
+    if not isinstance(sweep, Mapping) or "skipped" in sweep:
+        return LEFT_OUT_CODE
+    return "".join(arm_code(rnd) for rnd in sweep.get("rounds") or []) or LEFT_OUT_CODE
+
+
 def arm_summary(claim: Mapping) -> dict[str, str]:
-    """``ctrl``: ``.`` then one code per control round r = 1..R; ``gold_only``: one code (module constants)."""
+    """``ctrl``: ``.`` then one code per control round r = 1..R; ``gold_only`` and ``cited_only``: one code;
+    ``sweep``: one code per size-sweep pool k (module constants)."""
     control = claim.get("control")
     ctrl = "" if control is None else NO_ROUND_CODE + "".join(arm_code(rnd) for rnd in control)
     gold = "" if claim.get("gold_only") is None else arm_code(claim["gold_only"])
-    return {"ctrl": ctrl, "gold_only": gold}
+    cited = "" if claim.get("cited_only") is None else arm_code(claim["cited_only"])
+    return {"ctrl": ctrl, "gold_only": gold, "cited_only": cited, "sweep": sweep_code(claim.get("size_sweep"))}
 
 
 def round_bits(rounds: Sequence[Mapping], hit) -> int:
@@ -175,12 +193,16 @@ def build_view(runs: Sequence[ViewRun], shard_size: int = DEFAULT_SHARD_SIZE,
     return index, _shards(ids, runs, by_id, shard_size)
 
 
+ARM_METRICS = (("control", control_metrics), ("gold_only", gold_only_metrics),
+               ("cited_only", cited_only_metrics), ("size_sweep", size_sweep_metrics))
+
+
 def arm_metrics(metrics: Mapping, claims: Sequence[Mapping]) -> dict:
-    """``metrics`` with ``control`` and ``gold_only`` (SPEC §6): metrics.json's own, or, for a metrics.json
-    written before they existed, :func:`control_metrics` / :func:`gold_only_metrics` of the claims
-    (None for a run without them)."""
+    """``metrics`` with ``control``, ``gold_only``, ``cited_only`` and ``size_sweep`` (SPEC §6): metrics.json's
+    own, or, for a metrics.json written before they existed, :func:`control_metrics` and
+    :mod:`fae.ablation.sufficiency`'s functions of the claims (None for a run without them)."""
     out = dict(metrics)
-    for key, compute in (("control", control_metrics), ("gold_only", gold_only_metrics)):
+    for key, compute in ARM_METRICS:
         if key not in out:
             try:
                 out[key] = compute(claims)
@@ -191,19 +213,20 @@ def arm_metrics(metrics: Mapping, claims: Sequence[Mapping]) -> dict:
 
 def run_entry(run: ViewRun) -> dict:
     """The run table's row: where the run came from, its metrics (metrics.json, hide nothing) and which
-    arms beside the ablation it asked (``arms``: control, gold_only; line_ids: how prompts numbered lines)."""
+    arms beside the ablation it asked (``arms``: control, gold_only, cited_only, size_sweep; line_ids: how
+    prompts numbered lines)."""
     c = run.config
     return {"name": run.name, "dir": run.dir, "backend": c.get("backend"), "model": c.get("model"),
             "adapter": c.get("adapter"), "records": c.get("records"), "rounds": run.metrics.get("rounds"),
             "line_ids": c.get("line_ids") or "original",
-            "arms": {"control": any(cl.get("control") is not None for cl in run.claims),
-                     "gold_only": any(cl.get("gold_only") is not None for cl in run.claims)},
+            "arms": {arm: any(cl.get(arm) is not None for cl in run.claims) for arm in ARM_CLAIM_KEYS},
             "metrics": arm_metrics(run.metrics, run.claims)}
 
 
 def claim_detail(cid: str, runs: Sequence[ViewRun], by_id: Sequence[Mapping[str, dict]]) -> dict:
     """Everything the claim page shows: the record (claim, pool, gold) and each run's rounds as written,
-    with, per run, its control rounds (rounds 1..R) and gold-only answer as written (None: not asked)."""
+    with, per run, its control rounds (rounds 1..R), gold-only and cited-only answers and size sweep
+    (``order`` and one round per k) as written (None: not asked)."""
     rec = _record_of(cid, runs)
     first = next((c[cid] for c in by_id if cid in c), None)
     return {
@@ -216,6 +239,8 @@ def claim_detail(cid: str, runs: Sequence[ViewRun], by_id: Sequence[Mapping[str,
         "runs": [c[cid]["rounds"] if cid in c else None for c in by_id],
         "control": [c[cid].get("control") if cid in c else None for c in by_id],
         "gold_only": [c[cid].get("gold_only") if cid in c else None for c in by_id],
+        "cited_only": [c[cid].get("cited_only") if cid in c else None for c in by_id],
+        "size_sweep": [c[cid].get("size_sweep") if cid in c else None for c in by_id],
     }
 
 

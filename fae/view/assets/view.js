@@ -7,7 +7,10 @@
  * #claim=ID. Text from the runs is only ever set as textContent, never parsed as HTML.
  * Beside the ablation a run may have asked a control arm (rounds 1..R: the full pool minus as many
  * lines as the ablation removed, none of them cited or gold) and a gold-only pool (SPEC §6): the claim
- * page shows them in a column beside each run's rounds; runs without them show only the rounds.
+ * page shows them in a column beside each run's rounds; runs without them show only the rounds. The
+ * sufficiency arms, a cited-only pool (round 0's cited lines alone) and a size sweep (the gold lines plus
+ * k other lines, k = 0, 1, ...), follow the rounds, one panel per pool. The answer filter reads the
+ * ablation's round r, or one arm's pool (#pool=gold, pool=cited, pool=k3: the sweep's pool k = 3).
  */
 (function () {
   "use strict";
@@ -24,8 +27,14 @@
     ["flipped", "flipped SUPPORT\u2194REFUTE"], ["invalid", "invalid answer (any round)"],
     ["truncated", "cut off (any round)"], ["hallucinated", "hallucinated ids (any round)"],
     ["strict", "strict at round 0"], ["disagree", "runs disagree at round r"],
-    ["ctrl_nei1", "abstained on the control at round 1"], ["gold_nei", "abstained on gold-only"]];
-  var ARM_FLAGS = {ctrl_nei1: "control", gold_nei: "gold_only"};   // shown when some run asked that arm
+    ["ctrl_nei1", "abstained on the control at round 1"], ["gold_nei", "abstained on gold-only"],
+    ["cited_nei", "abstained on cited-only"], ["sweep_nei", "abstained somewhere in the size sweep"]];
+  // shown when some run asked that arm
+  var ARM_FLAGS = {ctrl_nei1: "control", gold_nei: "gold_only", cited_nei: "cited_only", sweep_nei: "size_sweep"};
+  // the answers the filter can read on an arm's pool (the index holds its label code only)
+  var POOL_ANSWERS = {any: 1, correct: 1, lost: "lost the gold label (correct at round 0, not on this pool)",
+                      wrong: 1, S: 1, R: 1, N: 1, invalid: 1};
+  var GOLD_CODE = {SUPPORT: "S", REFUTE: "R", NOT_ENOUGH_INFO: "N"};
   var CODE_NAME = {S: "SUPPORT", R: "REFUTE", N: "NOT_ENOUGH_INFO", x: "invalid", "?": "other", "-": "left out"};
   var timing = {};
 
@@ -52,6 +61,20 @@
   }
   function pct(x) { return x === null || x === undefined ? "n/a" : (100 * x).toFixed(2); }
   function hasArm(arm) { return IX.runs.some(function (run) { return run.arms && run.arms[arm]; }); }
+  var widest = null;
+  function sweepWidth() {   // the most size-sweep pools any claim of any run has
+    if (widest === null) {
+      widest = 0;
+      IX.answers.forEach(function (A) { (A.sweep || []).forEach(function (s) {
+        if (s && s !== "-" && s.length > widest) widest = s.length;
+      }); });
+    }
+    return widest;
+  }
+  function poolName(pool) {
+    return pool === "gold" ? "the gold-only pool" : pool === "cited" ? "the cited-only pool"
+      : "the size sweep's pool k = " + pool.slice(1);
+  }
 
   // ---------------------------------------------------------------- state in the hash
   function parseHash() {
@@ -67,6 +90,7 @@
       run: Math.min(Math.max(parseInt(s.run || "0", 10) || 0, 0), IX.runs.length - 1),
       r: Math.min(Math.max(parseInt(s.r === undefined ? (R >= 1 ? "1" : "0") : s.r, 10) || 0, 0), R),
       ans: s.ans || "any",
+      pool: /^(gold|cited|k\d+)$/.test(s.pool || "") ? s.pool : "",
       flags: (s.flags || "").split(",").filter(Boolean),
       set: s.set || "evaluated",
       ds: s.ds === undefined ? "" : s.ds,
@@ -83,6 +107,7 @@
     var parts = [];
     if (o.claim !== null && o.claim !== undefined) parts.push("claim=" + encodeURIComponent(o.claim));
     parts.push("run=" + o.run, "r=" + o.r);
+    if (o.pool) parts.push("pool=" + o.pool);
     if (o.ans !== "any") parts.push("ans=" + o.ans);
     if (o.flags.length) parts.push("flags=" + o.flags.join(","));
     if (o.set !== "evaluated") parts.push("set=" + o.set);
@@ -108,6 +133,25 @@
       case "lost": return bit(A.correct[i], 0) === 1 && bit(A.correct[i], r) === 0;
       case "invalid": case "truncated": case "hallucinated": case "reused": return bit(A[ans][i], r) === 1;
       default: return code === ans;
+    }
+  }
+  /* The label code of claim i's answer on an arm's pool ("gold", "cited", "kK"); "" where it has none. */
+  function poolCode(A, i, pool) {
+    var s = (pool === "gold" ? A.gold_only : pool === "cited" ? A.cited_only : A.sweep) || [];
+    var c = pool.charAt(0) === "k" ? (s[i] || "").charAt(+pool.slice(1)) : (s[i] || "");
+    return c === "-" ? "" : c;
+  }
+  function answerOn(A, i, pool, ans) {
+    var c = poolCode(A, i, pool), g = GOLD_CODE[IX.labels[IX.claims.gold[i]]];
+    if (!c) return false;
+    switch (ans) {
+      case "any": return true;
+      case "correct": return c === g;
+      case "wrong": return c !== g;
+      case "lost": return bit(A.correct[i], 0) === 1 && c !== g;
+      case "invalid": return c === "x";
+      case "S": case "R": case "N": return c === ans;
+      default: return false;
     }
   }
   function drop(A, i, r) {
@@ -140,7 +184,8 @@
       if (st.set === "excluded" && (!excluded || !A.known[i])) continue;
       if (ds >= 0 && C.dataset[i] !== ds) continue;
       if (gold >= 0 && C.gold[i] !== gold) continue;
-      if (st.ans !== "any" && !answerAt(A, i, st.r, st.ans)) continue;
+      if (st.pool) { if (!answerOn(A, i, st.pool, st.ans)) continue; }
+      else if (st.ans !== "any" && !answerAt(A, i, st.r, st.ans)) continue;
       if (f.flipped && !A.flipped[i]) continue;
       if (f.strict && !A.strict[i]) continue;
       if (f.invalid && !A.invalid[i]) continue;
@@ -149,6 +194,8 @@
       if (f.disagree && !disagree(i, st.r)) continue;
       if (f.ctrl_nei1 && (!A.ctrl || A.ctrl[i].charAt(1) !== "N")) continue;
       if (f.gold_nei && (!A.gold_only || A.gold_only[i] !== "N")) continue;
+      if (f.cited_nei && (!A.cited_only || A.cited_only[i] !== "N")) continue;
+      if (f.sweep_nei && (!A.sweep || A.sweep[i].indexOf("N") < 0)) continue;
       if (words.length) {
         var t = lowerText[i], ok = true;
         for (var w = 0; w < words.length; w++) if (t.indexOf(words[w]) < 0) { ok = false; break; }
@@ -175,7 +222,7 @@
     var target = {}, k;
     for (k in st) target[k] = st[k];
     target.claim = null; target.page = 0; target.flags = []; target.ans = "any"; target.set = "evaluated";
-    target.q = ""; target.ds = ""; target.gold = ""; target.sort = "order";
+    target.q = ""; target.ds = ""; target.gold = ""; target.sort = "order"; target.pool = "";
     for (k in over) target[k] = over[k];
     var n = select(target).length;
     return el("a", {href: listHash(target), title: n + " claims: " + what, "data-count": n,
@@ -196,7 +243,8 @@
   }
   function buildRunTable(st) {
     var head = ["run", "claims", "Prec", "Rec", "F1", "Acc", "Strict", "IS", "ER", "IO", "IS_ctrl [95%]",
-                "IS \u2212 IS_ctrl [95%]", "NEI on control r1", "gold-only Acc", "gold-only NEI", "a_r (r = 0 / 1 / \u2026)",
+                "IS \u2212 IS_ctrl [95%]", "NEI on control r1", "gold-only Acc", "gold-only NEI", "cited-only Acc", "cited-only NEI",
+                "sweep lowest Acc", "sweep Acc by k (k = 0 / 1 / \u2026)", "a_r (r = 0 / 1 / \u2026)",
                 "any flip", "invalid", "NOT_ENOUGH_INFO answers", "cut off", "halluc. ids r0", "soft IS",
                 "P(gold)", "NEI-gold excluded"];
     var tbody = el("tbody");
@@ -261,6 +309,11 @@
       if (noIv) over += "; no interval: " + noIv;
       else if (ivs.method) over += "; " + Math.round(100 * (ivs.confidence_level || 0.95)) + "% " + ivs.method +
         " (" + ivs.n_resamples + " resamples, seed " + ivs.seed + ")";
+      var gap = ctrl.gap, gm = ctrl.gap_matched;
+      if (gap && gap.n_unmatched && gap.n_unmatched.length) over += "; " + gap.n_unmatched[0] +
+        " round-1 controls could not leave the ablation's gap in the numbering";
+      if (gm) over += "; over the " + gm.n_claims + " gap-matched claims IS \u2212 IS_ctrl " +
+        pct(gm.IS_minus_IS_ctrl) + interval(gm, "IS_minus_IS_ctrl");
       var why = ctrl.IS_ctrl_reason;
       cells.push(why ? na(why, "is-ctrl") : el("td", {cls: "is-ctrl", title: over,
                                                      text: pct(ctrl.IS_ctrl) + interval(ctrl, "IS_ctrl")}));
@@ -275,9 +328,47 @@
     else {
       var note = "over the " + gold.n_claims + " claims with gold sentences (" + gold.n_skipped + " left out); " +
         "round 0 on the same claims " + pct(gold.round0_label_accuracy);
-      cells.push(el("td", {cls: "gold-acc", title: note, text: pct(gold.label_accuracy)}));
+      cells.push(el("td", {cls: "gold-acc", title: note}, [countLink(st, {run: k, r: 0, pool: "gold", ans: "correct"},
+        pct(gold.label_accuracy), "gold label on the gold sentences alone (" + note + ")")]));
       cells.push(el("td", {cls: "gold-nei"}, [countLink(st, {run: k, r: 0, flags: ["gold_nei"]}, pct(gold.nei_answer_rate),
         "abstained (NOT_ENOUGH_INFO) on the gold sentences alone (" + note + ")")]));
+    }
+    var cited = m.cited_only, sweep = m.size_sweep;
+    var noCited = "no cited-only pools in this run (fae run --no-cited-only, or a run made before they existed)";
+    var noSweep = "no size sweep in this run (fae run --no-size-sweep, or a run made before it existed)";
+    if (!cited) cells.push(na(noCited, "cited-acc"), na(noCited, "cited-nei"));
+    else {
+      var why = "over the " + cited.n_claims + " claims asked on the lines their round-0 answer cited, alone (" +
+        cited.n_skipped + " left out: an invalid round 0 or no line cited); round 0 on the same claims " +
+        pct(cited.round0_label_accuracy) + "; of the " + cited.n_round0_right + " right at round 0, " +
+        pct(cited.kept_rate) + " still right";
+      cells.push(el("td", {cls: "cited-acc", title: why}, [countLink(st, {run: k, r: 0, pool: "cited", ans: "correct"},
+        pct(cited.label_accuracy), "gold label on the lines round 0 cited, alone (" + why + ")")]));
+      cells.push(el("td", {cls: "cited-nei", title: why}, [countLink(st, {run: k, r: 0, flags: ["cited_nei"]},
+        pct(cited.nei_answer_rate), "abstained (NOT_ENOUGH_INFO) on the lines round 0 cited, alone (" + why + ")")]));
+    }
+    if (!sweep) cells.push(na(noSweep, "sweep-min"), na(noSweep, "sweep-acc"));
+    else {
+      var rows = sweep.per_k || [], low = null;
+      rows.forEach(function (row) {
+        if (row.label_accuracy !== null && row.label_accuracy !== undefined &&
+            (low === null || row.label_accuracy < low.label_accuracy)) low = row;
+      });
+      var about = "the gold lines plus k other lines, over the " + sweep.n_claims + " claims with a sweep (" +
+        sweep.n_skipped + " left out); round 0 on the same claims " + pct(sweep.round0_label_accuracy) +
+        "; per claim, accuracy over its k " + pct(sweep.sweep_accuracy) + ", NOT_ENOUGH_INFO share " +
+        pct(sweep.sweep_nei_share);
+      cells.push(low === null ? na("no claim has a size-sweep pool", "sweep-min") :
+        el("td", {cls: "sweep-min", title: about}, [countLink(st, {run: k, r: 0, pool: "k" + low.k, ans: "correct"},
+          pct(sweep.min_accuracy), "gold label on the size sweep's pool k = " + low.k + ", its lowest accuracy (" +
+          low.n_claims + " claims; " + about + ")")]));
+      var parts = [];
+      rows.forEach(function (row, j) {
+        if (j) parts.push(" / ");
+        parts.push(countLink(st, {run: k, r: 0, pool: "k" + row.k, ans: "correct"}, pct(row.label_accuracy),
+          "gold label on the size sweep's pool k = " + row.k + " (" + row.n_claims + " claims with one)"));
+      });
+      cells.push(el("td", {cls: "sweep-acc", title: about}, parts.length ? parts : ["n/a"]));
     }
     return cells;
   }
@@ -297,8 +388,21 @@
     var rounds = []; for (var r = 0; r <= IX.rounds; r++) rounds.push(option(r, "round " + r, r === st.r));
     var rSel = el("select", {id: "f-round"}, rounds);
     rSel.onchange = set({r: function (t) { return +t.value; }});
-    var aSel = el("select", {id: "f-answer"}, ANSWERS.map(function (a) { return option(a[0], a[1], a[0] === st.ans); }));
+    var aSel = el("select", {id: "f-answer"}, ANSWERS.filter(function (a) { return !st.pool || POOL_ANSWERS[a[0]]; })
+      .map(function (a) {
+        var text = st.pool && typeof POOL_ANSWERS[a[0]] === "string" ? POOL_ANSWERS[a[0]] : a[1];
+        return option(a[0], text, a[0] === st.ans);
+      }));
     aSel.onchange = set({ans: function (t) { return t.value; }});
+    // where the answer filter reads: the ablation's round r, or one arm's pool (when some run asked it)
+    var pools = [option("", "round r (the ablation)", st.pool === "")];
+    if (hasArm("gold_only")) pools.push(option("gold", "the gold-only pool", st.pool === "gold"));
+    if (hasArm("cited_only")) pools.push(option("cited", "the cited-only pool", st.pool === "cited"));
+    for (var kk = 0; kk < sweepWidth(); kk++) pools.push(option("k" + kk, "size sweep k = " + kk, st.pool === "k" + kk));
+    if (st.pool && !pools.some(function (o) { return o.selected; })) pools.push(option(st.pool, poolName(st.pool), true));
+    var pSel = pools.length > 1 ? el("select", {id: "f-pool"}, pools) : null;
+    if (pSel) pSel.onchange = set({pool: function (t) { return t.value; },
+                                   ans: function (t) { return t.value && !POOL_ANSWERS[st.ans] ? "any" : st.ans; }});
     var sSel = el("select", {id: "f-set"}, [option("evaluated", "evaluated claims", st.set === "evaluated"),
       option("excluded", "NEI-gold (excluded)", st.set === "excluded"), option("all", "all", st.set === "all")]);
     sSel.onchange = set({set: function (t) { return t.value; }});
@@ -328,7 +432,8 @@
     });
     return el("div", {cls: "controls"}, [
       el("div", {}, [el("label", {}, ["filter on ", runSel]), el("label", {}, [" at ", rSel]),
-                     el("label", {}, [" answer: ", aSel]), el("label", {}, [" claims: ", sSel]),
+                     el("label", {}, [" answer: ", aSel]),
+                     pSel ? el("label", {}, [" on ", pSel]) : null, el("label", {}, [" claims: ", sSel]),
                      " ", dSel, " ", gSel]),
       el("div", {cls: "flags"}, flags),
       el("div", {}, [q, " ", el("label", {}, ["sort: ", oSel])])
@@ -343,16 +448,29 @@
                            title: "round " + r + ": " + CODE_NAME[c] + (ok ? " (gold)" : ""), text: c}));
     }
     var ctrl = (A.ctrl || [])[i] || "", gold = (A.gold_only || [])[i] || "";
-    if (ctrl || gold) {
-      var arms = [], gl = {SUPPORT: "S", REFUTE: "R", NOT_ENOUGH_INFO: "N"}[IX.labels[IX.claims.gold[i]]];
-      var armChip = function (kind, c, what) {
-        var hit = c === gl;
-        return el("span", {cls: "chip " + kind + " c-" + (c === "?" ? "other" : c === "-" ? "left" : c) + (hit ? " ok" : ""),
-                           title: what + ": " + CODE_NAME[c] + (hit ? " (gold)" : ""), text: c});
-      };
+    var cited = (A.cited_only || [])[i] || "", sweep = (A.sweep || [])[i] || "";
+    var gl = GOLD_CODE[IX.labels[IX.claims.gold[i]]];
+    var armChip = function (kind, c, what, pool) {
+      var hit = c === gl;
+      return el("span", {cls: "chip " + kind + " c-" + (c === "?" ? "other" : c === "-" ? "left" : c) + (hit ? " ok" : "") +
+                         (pool && pool === st.pool ? " at" : ""),
+                         title: what + ": " + CODE_NAME[c] + (hit ? " (gold)" : ""), text: c});
+    };
+    if (ctrl || gold || cited) {
+      var arms = [], parts = [];
+      if (ctrl) parts.push("control rounds 1\u2026R");
+      if (gold) parts.push("gold-only");
+      if (cited) parts.push("cited-only");
       for (var q = 1; q < ctrl.length; q++) arms.push(armChip("ctrl", ctrl.charAt(q), "control at round " + q));
-      if (gold) arms.push(armChip("gold-only", gold, "gold-only"));
-      out.push(el("span", {cls: "arms", title: "control rounds 1\u2026R, then gold-only"}, arms));
+      if (gold) arms.push(armChip("gold-only", gold, "gold-only", "gold"));
+      if (cited) arms.push(armChip("cited-only", cited, "cited-only", "cited"));
+      out.push(el("span", {cls: "arms", title: parts.join(", then ")}, arms));
+    }
+    if (sweep) {
+      var sw = sweep === "-" ? [armChip("sweep", "-", "size sweep")] : sweep.split("").map(function (c, j) {
+        return armChip("sweep", c, "size sweep k = " + j, "k" + j);
+      });
+      out.push(el("span", {cls: "arms sweep-chips", title: "size sweep, k = 0, 1, \u2026 other lines beside the gold"}, sw));
     }
     var d = drop(A, i, st.r);
     if (d !== null) out.push(el("span", {cls: "drop", title: "P(gold) round 0 \u2212 round " + st.r,
@@ -479,36 +597,98 @@
         rd.error ? el("dt", {text: "error"}) : null, rd.error ? el("dd", {cls: "error", text: rd.error}) : null])
     ]);
   }
+  /* Where the lines of `full` missing from `pool` lie in reading order (fae.ablation.engine.removal_gap). */
+  function removalGap(full, pool) {
+    var keep = {}, kept = [];
+    (pool || []).forEach(function (i) { keep[i] = true; });
+    full.forEach(function (i, k) { if (keep[i]) kept.push(k); });
+    if (kept.length === full.length) return [];
+    if (!kept.length) return ["leading", "interior", "trailing"];
+    var lo = kept[0], hi = kept[kept.length - 1], kinds = [];
+    if (lo > 0) kinds.push("leading");
+    if (hi - lo + 1 > kept.length) kinds.push("interior");
+    if (hi < full.length - 1) kinds.push("trailing");
+    return kinds;
+  }
+  var GAP_MATCH = {kind: "yes: the same kind of gap as the ablation",
+                   shown: "yes: a gap the prompt shows exactly when the ablation's shows"};
+  /* Whether the control of round r was matched on the gap the ablation left (its gap_matched), and both gaps. */
+  function gapNote(d, k, r, rd) {
+    var rounds = (d.runs || [])[k] || [], full = (rounds[0] || {}).pool_ids, abl = (rounds[r] || {}).pool_ids;
+    var gaps = full && abl ? " (control: " + (removalGap(full, rd.pool_ids).join(", ") || "no gap") + "; ablation: " +
+      (removalGap(full, abl).join(", ") || "no gap") + ")" : "";
+    if (!("gap_matched" in rd)) return "not matched (a random control, or a run made before matching)" + gaps;
+    var how = rd.gap_matched;
+    return (how === null ? "no: no draw could leave the ablation's gap" : GAP_MATCH[how] || String(how)) + gaps;
+  }
+  function answerLabel(rd, gold) {
+    var valid = rd.valid !== undefined ? rd.valid : rd.label !== null && rd.label !== undefined;
+    var label = valid && rd.label !== null && rd.label !== undefined ? rd.label : "invalid";
+    return {label: label, ok: valid && rd.label === gold};
+  }
+  function armNote(attrs, text) { return el("div", attrs, [el("h4", {text: text})]); }
+  function armLeftOut(attrs, name, reason) {
+    attrs.cls += " left-out";
+    return el("div", attrs, [el("h4", {}, [name + " \u00b7 ", el("span", {cls: "arm-label", text: "left out"})]),
+                             el("p", {cls: "left-out-reason", text: "left out: " + reason})]);
+  }
+  /* One answered arm pool: its label, the pool (lines not in it struck: `gone` on hover), the raw answer and ids. */
+  function armAnswer(d, attrs, title, name, rd, gone, extra) {
+    var lab = answerLabel(rd, d.gold_label);
+    var tags = [rd.reused ? "reused" : null, rd.truncated ? "cut off" : null].filter(Boolean);
+    return el("div", attrs, [
+      el("h4", {}, [title + " \u00b7 ",
+                    el("span", {cls: "arm-label parsed-label l-" + lab.label + (lab.ok ? " ok" : ""), text: lab.label}),
+                    tags.length ? " \u00b7 " : "", tags.length ? el("span", {cls: "arm-tags", text: tags.join(", ")}) : null]),
+      poolList(d, rd, gone),
+      el("pre", {cls: "raw", title: name + " raw answer", text: rd.raw_output === null || rd.raw_output === undefined
+                                                              ? "" : String(rd.raw_output)}),
+      el("dl", {}, (extra || []).concat([
+        el("dt", {text: "parsed label"}), el("dd", {cls: "label-value", text: lab.label}),
+        el("dt", {text: "cited"}), el("dd", {cls: "cited-ids", text: idsText(rd.cited)}),
+        el("dt", {text: "hallucinated"}), el("dd", {text: idsText(rd.hallucinated)}),
+        rd.error ? el("dt", {text: "error"}) : null, rd.error ? el("dd", {cls: "error", text: rd.error}) : null]))
+    ]);
+  }
   /* The control pool of round r (r >= 1) or the gold-only pool (r = 0) of run k, beside its round r. */
   function armCell(d, k, r) {
     var attrs = {cls: "arm " + (r ? "control" : "gold-only"), "data-run": k, "data-arm-round": r};
     var name = r ? "control" : "gold-only";
     var rd = r ? ((d.control || [])[k] || [])[r - 1] : (d.gold_only || [])[k];
-    if (rd === null || rd === undefined) return el("div", attrs, [el("h4", {text: name + ": not asked"})]);
-    if (rd.skipped !== undefined) {
-      attrs.cls += " left-out";
-      return el("div", attrs, [el("h4", {}, [name + " \u00b7 ", el("span", {cls: "arm-label", text: "left out"})]),
-                               el("p", {cls: "left-out-reason", text: "left out: " + rd.skipped})]);
+    if (rd === null || rd === undefined) return armNote(attrs, name + ": not asked");
+    if (rd.skipped !== undefined) return armLeftOut(attrs, name, rd.skipped);
+    if (r && rd.gap_matched === null) attrs.cls += " gap-unmatched";
+    return armAnswer(d, attrs, name + (r ? " " + r : ""), name, rd,
+      r ? "removed by the control (neither cited before nor gold)" : "not gold: not in the gold-only pool",
+      r ? [el("dt", {text: "control removed"}), el("dd", {cls: "ctrl-removed", text: idsText(rd.removed || [])}),
+           el("dt", {text: "gap matched"}), el("dd", {cls: "gap-matched", text: gapNote(d, k, r, rd)})] : []);
+  }
+  /* The sufficiency panels of run k below its rounds: the cited-only pool, then each size-sweep pool k. */
+  function sufficiencyCells(d, k) {
+    var run = IX.runs[k], out = [], arms = run.arms || {};
+    if (arms.cited_only) {
+      var attrs = {cls: "arm cited-only", "data-run": k, "data-arm": "cited-only"}, rd = (d.cited_only || [])[k];
+      if (rd === null || rd === undefined) out.push(armNote(attrs, "cited-only: not asked"));
+      else if (rd.skipped !== undefined) out.push(armLeftOut(attrs, "cited-only", rd.skipped));
+      else out.push(armAnswer(d, attrs, "cited-only", "cited-only", rd,
+        "not cited at round 0: not in the cited-only pool",
+        [el("dt", {text: "round 0 cited"}), el("dd", {text: idsText(((d.runs[k] || [])[0] || {}).cited)})]));
     }
-    var valid = rd.valid !== undefined ? rd.valid : rd.label !== null && rd.label !== undefined;
-    var label = valid && rd.label !== null && rd.label !== undefined ? rd.label : "invalid";
-    var ok = valid && (rd.label === d.gold_label);
-    var tags = [rd.reused ? "reused" : null, rd.truncated ? "cut off" : null].filter(Boolean);
-    var removed = r ? (rd.removed || []) : null;
-    return el("div", attrs, [
-      el("h4", {}, [name + (r ? " " + r : "") + " \u00b7 ",
-                    el("span", {cls: "arm-label parsed-label l-" + label + (ok ? " ok" : ""), text: label}),
-                    tags.length ? " \u00b7 " : "", tags.length ? el("span", {cls: "arm-tags", text: tags.join(", ")}) : null]),
-      poolList(d, rd, r ? "removed by the control (neither cited before nor gold)" : "not gold: not in the gold-only pool"),
-      el("pre", {cls: "raw", title: name + " raw answer", text: rd.raw_output === null || rd.raw_output === undefined
-                                                              ? "" : String(rd.raw_output)}),
-      el("dl", {}, [
-        r ? el("dt", {text: "control removed"}) : null, r ? el("dd", {cls: "ctrl-removed", text: idsText(removed)}) : null,
-        el("dt", {text: "parsed label"}), el("dd", {cls: "label-value", text: label}),
-        el("dt", {text: "cited"}), el("dd", {cls: "cited-ids", text: idsText(rd.cited)}),
-        el("dt", {text: "hallucinated"}), el("dd", {text: idsText(rd.hallucinated)}),
-        rd.error ? el("dt", {text: "error"}) : null, rd.error ? el("dd", {cls: "error", text: rd.error}) : null])
-    ]);
+    if (arms.size_sweep) {
+      var sw = (d.size_sweep || [])[k], base = {cls: "arm sweep", "data-run": k, "data-arm": "sweep"};
+      if (sw === null || sw === undefined) out.push(armNote(base, "size sweep: not asked"));
+      else if (sw.skipped !== undefined) out.push(armLeftOut(base, "size sweep", sw.skipped));
+      else (sw.rounds || []).forEach(function (rd, j) {
+        var kk = rd && rd.k !== undefined ? rd.k : j, attrs = {cls: base.cls, "data-run": k, "data-arm": "sweep", "data-k": kk};
+        if (!rd) return out.push(armNote(attrs, "size sweep k = " + kk + ": not answered"));
+        var added = (sw.order || []).slice(0, kk);
+        out.push(armAnswer(d, attrs, "size sweep k = " + kk, "size sweep", rd,
+          "not in the pool at k = " + kk + " (neither gold nor among the first " + kk + " lines of the sweep's order)",
+          [el("dt", {text: "added"}), el("dd", {cls: "sweep-added", text: idsText(added)}),
+           el("dt", {text: "pool size"}), el("dd", {text: String((rd.pool_ids || []).length)})]));
+      });
+    }
+    return out;
   }
   function renderClaim(st) {
     var i = IX.claims.id.indexOf(st.claim);
@@ -561,6 +741,16 @@
       for (var r = 0; r <= R; r++) d.runs.forEach(function (rounds, k2) {
         grid.appendChild(rounds ? roundCell(d, rounds, k2, r) : el("div", {cls: "round none"}));
         if (arms[k2]) grid.appendChild(rounds ? armCell(d, k2, r) : el("div", {cls: "arm none"}));
+      });
+      // below the rounds, the sufficiency pools of each run, filling its columns left to right
+      var suff = d.runs.map(function (rounds, k2) { return rounds ? sufficiencyCells(d, k2) : []; });
+      var width = arms.map(function (a) { return a ? 2 : 1; });
+      var rows = Math.max.apply(null, [0].concat(suff.map(function (c, k2) { return Math.ceil(c.length / width[k2]); })));
+      if (rows) grid.appendChild(el("h3", {cls: "suff-head", style: "grid-column: 1 / -1", text:
+        "Sufficiency: the lines round 0 cited, alone (cited-only), and the size sweep (the gold lines plus k other " +
+        "lines, added in a seeded order); lines not in a pool are struck through"}));
+      for (var j = 0; j < rows; j++) suff.forEach(function (cells, k2) {
+        for (var c = 0; c < width[k2]; c++) grid.appendChild(cells[j * width[k2] + c] || el("div", {cls: "arm none"}));
       });
       app.replaceChildren(nav, head, grid);
       document.getElementById("where").textContent = " \u203a " + d.id;
