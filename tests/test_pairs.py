@@ -78,10 +78,15 @@ def test_counts_and_targets_per_variant(records, variant):
         if row["kind"] == "positive":
             assert row["pool_ids"] == rec.pool_ids
             assert answer == format_answer(rec.label, sorted(e_train))
-        elif row["kind"] == "matched_positive":  # *_matched variants (tests/test_pairs_shortcut.py)
+        elif row["kind"] in ("matched_positive", "evidence_positive", "sufficient_positive"):
+            # *_matched and *_sufficient variants (tests/test_pairs_shortcut.py, tests/test_pairs_sufficiency.py)
             assert v.matched and set(rec.pool_ids) - set(row["pool_ids"]) == set(row["removed_ids"])
             assert not set(row["removed_ids"]) & (set(e_train) | set(rec.gold_ids))
             assert answer == format_answer(rec.label, sorted(e_train))
+        elif row["kind"] == "short_negative":
+            assert v.sufficient and set(rec.pool_ids) - set(row["pool_ids"]) == set(row["removed_ids"])
+            assert not set(row["pool_ids"]) & (set(e_train) | set(rec.gold_ids)) and row["pool_ids"]
+            assert answer == format_answer("NOT_ENOUGH_INFO", [])
         else:
             # ablated pool: E_train removed, survivors keep their ids and order
             assert row["pool_ids"] == [i for i in rec.pool_ids if i not in set(e_train)]

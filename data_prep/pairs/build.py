@@ -13,6 +13,7 @@ variant                       positives  negatives  matched   E_train
 ``real``                      yes        yes        no        enhanced
 ``no_enhancement_matched``    yes        yes        yes       gold E*
 ``real_matched``              yes        yes        yes       enhanced
+``no_enhancement_sufficient`` yes        yes        yes       gold E*
 ``real_sufficient``           yes        yes        yes       enhanced
 ============================  =========  =========  ========  ==========
 
@@ -34,8 +35,8 @@ keeps the positive's target: the same hole and the same size, the opposite
 answer. ``--line-ids renumbered`` removes the hole itself (lines 0..n-1 shown);
 the pool size is still a cue there, which the matched positive removes too.
 
-Sufficiency pairs (``real_sufficient``: real_matched's rows plus three per
-record) break the cue a matched variant still leaves: its positives are never
+Sufficiency pairs (``real_sufficient`` / ``no_enhancement_sufficient``: the
+matched variant's rows plus three per record) break the cue a matched variant still leaves: its positives are never
 shorter than its negatives, so "one line left" still means NOT_ENOUGH_INFO and
 the verifier abstains on a pool that holds exactly the proof. Added per record,
 each drawn from its own seeded stream (seed, record id, kind):
@@ -89,6 +90,8 @@ VARIANTS: dict[str, Variant] = {
     "real": Variant("real", negatives=True, enhanced=True),
     "no_enhancement_matched": Variant("no_enhancement_matched", negatives=True, enhanced=False, matched=True),
     "real_matched": Variant("real_matched", negatives=True, enhanced=True, matched=True),
+    "no_enhancement_sufficient": Variant("no_enhancement_sufficient", negatives=True, enhanced=False, matched=True,
+                                         sufficient=True),
     "real_sufficient": Variant("real_sufficient", negatives=True, enhanced=True, matched=True, sufficient=True),
 }
 

@@ -40,8 +40,8 @@ class PairsConfig(CommandConfig):
     records: str = option(help="claim records JSONL (e.g. FEVER train)")
     variant: str = option(choices=list(VARIANTS),  # a name in VARIANTS
                           help="sft | no_ablation | no_enhancement | real | no_enhancement_matched | real_matched "
-                               "| real_sufficient (SPEC §4; *_matched add, per negative, a positive whose pool lost "
-                               "as many lines outside the evidence; real_sufficient adds positives on the evidence "
+                               "| no_enhancement_sufficient | real_sufficient (SPEC §4; *_matched add, per negative, a positive whose pool lost "
+                               "as many lines outside the evidence; *_sufficient add positives on the evidence "
                                "alone and on shorter pools that hold it, and negatives at every pool size)")
     output: str = option(help="output directory (HF dataset + pairs.jsonl + stats.json)")
     seed: int = option(42, help="shuffling seed (default 42)")
