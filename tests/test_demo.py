@@ -237,7 +237,8 @@ def test_reduced_demo_on_the_shipped_base_shows_the_effect(tmp_path, capsys):
         assert f"| {v} |" in report and f"| {v} (incomplete gold) |" in report
     assert "## Evidence enhancement" in report and "## PAVE: arbitration profile" in report
     assert "| Model | IS | soft IS | NEI area | ECE r0 |" in report
-    assert "## Control arm and gold-only pools: is IS evidence?" in report and "| real_matched |" in report
+    assert "## Control arm and gold-only pools: is IS evidence?" in report and "| real_sufficient |" in report
+    assert "## Sufficiency: does it answer on the evidence alone?" in report and (out / "sufficiency.png").is_file()
     for v in ("sft", "real"):
         assert set(on_disk["pave"][v]) == {"entity", "semantic"}
     printed = capsys.readouterr().out

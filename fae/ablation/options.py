@@ -27,6 +27,7 @@ from real_fae_core.config import RangeError, check_ranges, load_config, spelled_
 from real_fae_core.errors import UserError
 from real_fae_core.flags import KeyValueFlag, appending_lists
 from real_fae_core.yamlio import load_yaml_located
+from fae.ablation.engine import ARM_FIELDS, Arms
 from fae.backends import get_backend
 from fae.backends.hf import HFOptions
 from fae.backends.openai_backend import OpenAIOptions
@@ -258,3 +259,12 @@ def parse_options(argv: list[str], prog: str = "fae run") -> tuple[FaeRunArgumen
     except RangeError as exc:  # YAML values are checked already: this one is a flag's
         parser.error(f"argument {flag(exc.key)}: {exc.problem}")
     return options, config
+
+
+def arms_of(opts: FaeRunArguments) -> Arms:
+    """The arms (control, gold-only, cited-only, size sweep) and line numbering of a run; an unknown value is
+    one line."""
+    try:
+        return Arms(**{name: getattr(opts, name) for name in ARM_FIELDS})
+    except ValueError as exc:
+        raise UserError(str(exc)) from None

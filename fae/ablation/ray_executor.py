@@ -37,7 +37,7 @@ from real_fae_core.secrets import scrub
 from fae.ablation import runio
 from fae.ablation.results import write_results
 from fae.ablation.engine import ABLATION_ONLY, Arms, run_ablation
-from fae.ablation.runner import arms_of
+from fae.ablation.options import arms_of
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.shards import merge, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend

@@ -30,11 +30,12 @@ from real_fae_core.secrets import scrub
 from data_prep.prompts import PROMPT_FORMAT_VERSION
 from data_prep.records import RecordError, load_records
 from fae.ablation import runio
-from fae.ablation.engine import ARM_FIELDS, CALL_COUNTS, Arms, call_counts_of, run_ablation
+from fae.ablation.engine import CALL_COUNTS, call_counts_of, run_ablation
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.metrics import nei_exclusion_note
 from fae.ablation.population import fae_claims
-from fae.ablation.options import EXECUTORS, FaeRunArguments, check_backend_values, located_in_yaml, require
+from fae.ablation.options import (EXECUTORS, FaeRunArguments, arms_of, check_backend_values, located_in_yaml,
+                                  require)
 from fae.ablation.results import write_results
 from fae.ablation.shards import merge as merge_shards, parse_shard, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend
@@ -112,15 +113,6 @@ def check_paths_and_values(opts: FaeRunArguments) -> None:
     adapter = opts.adapter
     if adapter and Path(adapter).is_dir() and not (Path(adapter) / "adapter_config.json").is_file():
         raise UserError(f"--adapter {adapter}: no adapter_config.json; is it a PEFT adapter directory?")
-
-
-def arms_of(opts: FaeRunArguments) -> Arms:
-    """The arms (control, gold-only, cited-only, size sweep) and line numbering of a run; an unknown value is
-    one line."""
-    try:
-        return Arms(**{name: getattr(opts, name) for name in ARM_FIELDS})
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
 
 
 def adapter_base(adapter: str | None) -> str | None:

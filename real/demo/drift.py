@@ -35,6 +35,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from fae.ablation.control import paired_sensitivity
+
 # at most 5 of 200 claims moved between two CPUs (module docstring), plus one of margin
 FLIP_TOLERANCE_CLAIMS = 6
 RATES = ("label_accuracy", "strict_accuracy", "evidence_f1")
@@ -85,8 +87,6 @@ def sufficiency_pattern(m: Mapping[str, Any], targets: Mapping[str, float] = SUF
     """The necessary-and-sufficient statements for one variant's metrics: round-0 accuracy, the paired
     evidence-specific IS (fae.ablation.control.paired_sensitivity), IS_ctrl, and the gold-only, cited-only
     and every-k size-sweep accuracies, each against ``targets``."""
-    from fae.ablation.control import paired_sensitivity
-
     paired = paired_sensitivity(m) or {}
     sweep = m.get("size_sweep") or {}
     per_k = [row["label_accuracy"] for row in sweep.get("per_k") or [] if row["label_accuracy"] is not None]
