@@ -23,6 +23,7 @@ writes it, with the command's name and the files it wrote, so a later run
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import os
 from pathlib import Path
@@ -84,6 +85,22 @@ def any_of(*names: str) -> Legacy:
     """A ``legacy`` test: at least one of ``names`` is in the folder (a run directory that can resume)."""
     def test(_folder: Path, found: Sequence[str]) -> bool:
         return any(n in found for n in names)
+
+    return test
+
+
+_MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "*.bin",
+                "*.bin.index.json", "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*",
+                "merges.txt", "chat_template.*", "README.md", "import_info.json")
+
+
+def model_folder(extra: Iterable[str] = ()) -> Legacy:
+    """A ``legacy`` test for a saved model (``save_pretrained``): ``config.json`` and model, tokenizer and
+    card files only (``extra``: more names the command writes)."""
+    patterns = (*_MODEL_FILES, *extra)
+
+    def test(_folder: Path, found: Sequence[str]) -> bool:
+        return "config.json" in found and all(any(fnmatch.fnmatch(n, p) for p in patterns) for n in found)
 
     return test
 
@@ -157,7 +174,8 @@ def claim_dir(output: str | os.PathLike, command: str, *, inputs: Iterable[str |
                         f"give a new or empty folder (nothing was deleted)")
     if overwrite is not None and found:
         if not overwrite:
-            raise UserError(f"{flag} {output}: holds an earlier output of {command} (pass --overwrite to replace it)")
+            raise UserError(f"{flag} {output}: is not empty (pass --overwrite to replace it; it holds an earlier "
+                                f"output of {command})")
         if marker is not None:
             foreign = [n for n in found if n not in marker["files"]]
             if foreign:

@@ -199,3 +199,88 @@ def test_fae_run_marks_its_run_and_an_earlier_versions_run_still_resumes(tmp_pat
     _fae_run(records, old)
     assert "did not write" not in capsys.readouterr().err
     assert read_marker(old)["command"] == "fae run"
+
+
+# ---------------------------------------------------------------- every command that writes
+
+def _runs(tmp: Path) -> tuple[Path, Path]:
+    from fae_helpers import write_run
+
+    return write_run(tmp / "runs" / "a", 0), write_run(tmp / "runs" / "b", 1)
+
+
+def _case(name: str, tmp: Path) -> tuple[list[str], str, Path]:
+    """(argv, what the error says, the folder whose files must all survive) for one refused command line."""
+    records = _records(tmp / "in" / "records.jsonl")
+    if name == "pairs: output containing its records, --overwrite":
+        return (["real-data", "pairs", "--records", str(records), "--variant", "real", "--output", str(tmp / "in"),
+                 "--overwrite"], f"contains the input {records}", tmp / "in")
+    if name == "convert: output is its corpus":
+        corpus = tmp / "in" / "corpus.jsonl"
+        corpus.write_bytes((SCIFACT / "corpus_cited.jsonl").read_bytes())
+        claims = tmp / "in" / "claims.jsonl"
+        claims.write_bytes((SCIFACT / "claims_dev.jsonl").read_bytes())
+        return (["real-data", "convert", "--dataset", "scifact", "--claims", str(claims), "--corpus", str(corpus),
+                 "--output", str(corpus)], f"is the input {corpus}", tmp / "in")
+    if name == "counterfactual-audit: output containing its records":
+        return (["real-data", "counterfactual-audit", "--records", str(records), "--output", str(tmp / "in")],
+                f"contains the input {records}", tmp / "in")
+    a, b = _runs(tmp)
+    foreign = tmp / "mine"
+    foreign.mkdir()
+    (foreign / "report.md").write_text("# my own report\n")
+    (foreign / "compare.md").write_text("# my own comparison\n")
+    if name == "report: output is a run":
+        return ["fae", "report", str(a), str(b), "--output", str(a)], f"is the input {a}", tmp / "runs"
+    if name == "report: a foreign folder":
+        return (["fae", "report", str(a), str(b), "--output", str(foreign)],
+                "is a non-empty folder that fae report did not write", foreign)
+    if name == "report: the current directory":
+        return (["fae", "report", str(a), str(b), "--output", "."], "is the current directory", foreign)
+    if name == "compare: output containing its runs":
+        return (["fae", "compare", str(a), str(b), "--output", str(tmp / "runs")],
+                f"contains the input {a}", tmp / "runs")
+    if name == "compare: a foreign folder":
+        return (["fae", "compare", str(a), str(b), "--output", str(foreign)],
+                "is a non-empty folder that fae compare did not write", foreign)
+    if name == "view: the current directory":
+        empty = tmp / "empty"
+        empty.mkdir()
+        return ["fae", "view", str(a), "--output", str(empty / ".")], "is the current directory", tmp
+    if name == "probe: output is its run":
+        return (["fae", "probe", str(a), "--model", str(tmp / "no-model"), "--output", str(a)],
+                f"is the input {a}", tmp / "runs")
+    if name == "probe-report: a foreign folder":
+        return (["fae", "probe-report", str(a), "--output", str(foreign)],
+                "is a non-empty folder that fae probe-report did not write", foreign)
+    if name == "neurons: output containing its records":
+        return (["fae", "neurons", "--records", str(records), "--model", str(tmp / "no-model"),
+                 "--output", str(tmp / "in")], f"contains the input {records}", tmp / "in")
+    if name == "study-report: output inside a study":
+        return (["fae", "study-report", str(a), "--output", str(a / "report")], f"is inside the input {a}",
+                tmp / "runs")
+    raise AssertionError(name)
+
+
+CASES = ["pairs: output containing its records, --overwrite", "convert: output is its corpus",
+         "counterfactual-audit: output containing its records", "report: output is a run",
+         "report: a foreign folder", "report: the current directory", "compare: output containing its runs",
+         "compare: a foreign folder", "view: the current directory", "probe: output is its run",
+         "probe-report: a foreign folder", "neurons: output containing its records",
+         "study-report: output inside a study"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_writing_command_refuses_in_one_line_and_deletes_nothing(tmp_path, capsys, monkeypatch, name):
+    argv, says, kept = _case(name, tmp_path)
+    if name == "report: the current directory":
+        monkeypatch.chdir(kept)
+    if name == "view: the current directory":
+        monkeypatch.chdir(tmp_path / "empty")
+    before = _snapshot(kept)
+    capsys.readouterr()
+    main = real_data if argv[0] == "real-data" else fae
+    assert main(argv[1:]) == 2
+    assert says in _error(capsys)
+    assert _snapshot(kept) == before
+    assert not [p for p in tmp_path.rglob(".*.old")]  # no stray folder of a failed swap
