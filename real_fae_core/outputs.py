@@ -36,6 +36,8 @@ MARKER = ".real-fae-output"
 _LOCK = ".lock"
 
 Legacy = Callable[[Path, Sequence[str]], bool]
+# Folders an outer command claimed (real-demo) and whose own stages write into them (fae report, probe-report).
+_DELEGATED: set[Path] = set()
 
 
 def _resolved(path: str | os.PathLike) -> Path:
@@ -105,6 +107,12 @@ def model_folder(extra: Iterable[str] = ()) -> Legacy:
     return test
 
 
+def delegate(folder: str | os.PathLike) -> None:
+    """Let the commands an outer command runs write their files into ``folder`` itself, which the outer command
+    already claimed (``real-demo``: its ``fae report`` goes beside the runs it reads); they leave no marker there."""
+    _DELEGATED.add(_resolved(folder))
+
+
 def check_inputs(output: str | os.PathLike, inputs: Iterable[str | os.PathLike | None], *,
                  flag: str = "--output", allow_inside: bool = False) -> None:
     """Refuse an output that is the current directory or one of its parents, equal to an input, containing
@@ -134,6 +142,7 @@ class Output:
     command: str
     earlier: bool = False  # an earlier output of the command is there (marked, or an earlier version's)
     files: tuple[str, ...] = ()  # what the marker says the command wrote (empty for an earlier version's)
+    delegated: bool = False  # a folder an outer command claimed (:func:`delegate`): no marker of ours
 
     def mark(self, folder: str | os.PathLike | None = None, files: Iterable[str] | None = None) -> None:
         """Write the marker into ``folder`` (default the output; a temporary folder that becomes it): the
@@ -142,6 +151,8 @@ class Output:
 
         folder = Path(self.path if folder is None else folder)
         folder.mkdir(parents=True, exist_ok=True)
+        if self.delegated:
+            return
         names = set(entries(folder) if files is None else files)
         if folder == self.path:
             names |= set(self.files)
@@ -159,8 +170,10 @@ def claim_dir(output: str | os.PathLike, command: str, *, inputs: Iterable[str |
     with ``--overwrite``. ``legacy(folder, entries)`` says whether an unmarked folder is this command's
     output from before the marker existed.
     """
-    check_inputs(output, inputs, flag=flag, allow_inside=allow_inside)
     path = Path(output)
+    if _resolved(path) in _DELEGATED and overwrite is None:
+        return Output(path=path, command=command, earlier=True, delegated=True)
+    check_inputs(output, inputs, flag=flag, allow_inside=allow_inside)
     if path.exists() and not path.is_dir():
         raise UserError(f"{flag} {output}: is a file; give a folder")
     found = entries(path)

@@ -175,16 +175,19 @@ def test_fae_run_into_a_folder_that_was_never_a_run_overwrites_nothing(tmp_path,
     assert _snapshot(m) == before
 
 
-@pytest.mark.parametrize("case", ["equal", "contains", "cwd"])
+@pytest.mark.parametrize("case", ["adapter", "contains", "cwd"])
 def test_fae_run_onto_its_input_or_the_current_directory_is_refused(tmp_path, capsys, monkeypatch, case):
     records = _records(tmp_path / "records.jsonl")
-    out = {"equal": records, "contains": tmp_path, "cwd": "."}[case]
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}\n")
+    out = {"adapter": adapter, "contains": tmp_path, "cwd": "."}[case]
     if case == "cwd":
         monkeypatch.chdir(tmp_path)
     before = _snapshot(tmp_path)
-    assert _fae_run(records, out) == 2
-    assert {"equal": "is a file", "contains": "contains the input", "cwd": "is the current directory"}[case] \
-        in _error(capsys)
+    assert _fae_run(records, out, "--adapter", str(adapter)) == 2
+    assert {"adapter": f"is the input {adapter}", "contains": "contains the input",
+            "cwd": "is the current directory"}[case] in _error(capsys)
     assert _snapshot(tmp_path) == before
 
 
