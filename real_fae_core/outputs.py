@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from real_fae_core.atomicio import atomic_write_json
 from real_fae_core.errors import UserError
 
 MARKER = ".real-fae-output"
@@ -147,8 +148,6 @@ class Output:
     def mark(self, folder: str | os.PathLike | None = None, files: Iterable[str] | None = None) -> None:
         """Write the marker into ``folder`` (default the output; a temporary folder that becomes it): the
         command and the files it wrote (default every entry there now, plus those marked before)."""
-        from real_fae_core.atomicio import atomic_write_json
-
         folder = Path(self.path if folder is None else folder)
         folder.mkdir(parents=True, exist_ok=True)
         if self.delegated:
