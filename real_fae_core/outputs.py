@@ -178,8 +178,12 @@ def claim_dir(output: str | os.PathLike, command: str, *, inputs: Iterable[str |
     found = entries(path)
     marker = read_marker(path) if path.is_dir() else None
     if marker is not None and marker["command"] != command:
-        other = marker["command"] or "an unknown command"
-        raise UserError(f"{flag} {output}: is an output of {other}, not of {command}; give a new or empty folder")
+        if not found:  # another command's marker on an empty folder (it stopped before writing): free
+            marker = None
+        else:
+            other = marker["command"] or "an unknown command"
+            raise UserError(f"{flag} {output}: is an output of {other}, not of {command}; "
+                            f"give a new or empty folder")
     earlier = marker is not None or (bool(found) and legacy is not None and legacy(path, found))
     if found and not earlier:
         raise UserError(f"{flag} {output}: is a non-empty folder that {command} did not write (no {MARKER}); "
@@ -187,7 +191,7 @@ def claim_dir(output: str | os.PathLike, command: str, *, inputs: Iterable[str |
     if overwrite is not None and found:
         if not overwrite:
             raise UserError(f"{flag} {output}: is not empty (pass --overwrite to replace it; it holds an earlier "
-                                f"output of {command})")
+                            f"output of {command})")
         if marker is not None:
             foreign = [n for n in found if n not in marker["files"]]
             if foreign:

@@ -287,3 +287,19 @@ def test_every_writing_command_refuses_in_one_line_and_deletes_nothing(tmp_path,
     assert says in _error(capsys)
     assert _snapshot(kept) == before
     assert not [p for p in tmp_path.rglob(".*.old")]  # no stray folder of a failed swap
+
+
+def test_a_folder_marked_by_another_command_is_refused_unless_empty(tmp_path, capsys):
+    a, b = _runs(tmp_path)
+    out = tmp_path / "out"
+    assert fae(["compare", str(a), str(b), "--output", str(out)]) == 0
+    assert read_marker(out)["command"] == "fae compare"
+    capsys.readouterr()
+    assert fae(["report", str(a), str(b), "--output", str(out)]) == 2
+    assert f"--output {out}: is an output of fae compare, not of fae report" in _error(capsys)
+    assert fae(["compare", str(a), str(b), "--output", str(out)]) == 0  # its own: rewritten
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / MARKER).write_text('{"command": "fae compare", "files": []}\n')  # it stopped before writing
+    assert fae(["report", str(a), str(b), "--output", str(empty)]) == 0
+    assert read_marker(empty)["command"] == "fae report"
