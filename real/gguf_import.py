@@ -25,6 +25,7 @@ from real_fae_core.atomicio import atomic_dir
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_dir, model_folder
 
 logger = logging.getLogger("real.gguf_import")
 GGUF_MAGIC = b"GGUF"
@@ -177,8 +178,7 @@ def import_gguf(gguf: str | Path, output: str | Path, *, dtype: str = "float32",
     out = Path(output).expanduser()
     if out.exists() and not out.is_dir():
         raise UserError(f"output {str(out)!r} is a file; give a directory for the model")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"output directory {str(out)!r} is not empty (pass --overwrite to replace it)")
+    guard = claim_dir(out, "real-import-gguf", inputs=[src], overwrite=overwrite, legacy=model_folder())
     template_text = None
     if chat_template:
         tp = Path(chat_template)
@@ -233,6 +233,7 @@ def import_gguf(gguf: str | Path, output: str | Path, *, dtype: str = "float32",
             info["verify_tolerance"] = verify_tolerance(reference, dtype)
             info["verify_threads"] = VERIFY_THREADS
         (tmp / "import_info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        guard.mark(tmp)
     return info
 
 

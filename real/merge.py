@@ -19,6 +19,7 @@ from real_fae_core.atomicio import atomic_dir, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_dir, model_folder
 
 logger = logging.getLogger("real.merge")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -56,8 +57,8 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
     out = Path(output)
     if out.exists() and not out.is_dir():
         raise UserError(f"output {output!r} is a file; give a directory for the merged model")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UserError(f"output directory {output!r} is not empty (pass --overwrite to replace it)")
+    guard = claim_dir(out, "real-merge", inputs=[adapter, base if base and Path(base).exists() else None],
+                      overwrite=overwrite, legacy=model_folder())
     base = base or json.loads(cfg_path.read_text()).get("base_model_name_or_path")
     if not base:
         raise UserError(f"{cfg_path} names no base model; pass --base")
@@ -90,6 +91,7 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
             text = card.read_text(encoding="utf-8")
             atomic_write_text(tmp / "README.md", text.replace("library_name: peft", "library_name: transformers")
                               + f"\nMerged from adapter `{ad.resolve()}` into `{base}` with `real-merge`.\n")
+        guard.mark(tmp)
     return out
 
 

@@ -116,7 +116,12 @@ def atomic_dir(path: str | os.PathLike, *, replace: bool = False) -> Iterator[Pa
             if not replace:
                 raise FileExistsError(17, "directory is not empty", str(path))
             old = Path(tempfile.mkdtemp(dir=parent, prefix=_temp_name(path), suffix=".old"))
-            os.replace(path, old)
+            try:
+                os.replace(path, old)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    old.rmdir()
+                raise
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
         else:

@@ -136,18 +136,18 @@ def test_neurons_with_lora_on_down_proj(tiny_llama, tmp_path):
                                    for i, n in enumerate(names))
     recs = make_records(3)
     path = write_jsonl(tmp_path / "eval.jsonl", recs)
-    for name, extra in (("base", []), ("lora", ["--adapter", str(adapter)])):
+    for name, extra in (("base", []), ("lora_out", ["--adapter", str(adapter)])):
         assert main(["neurons", "--records", str(path), "--model", str(tiny_llama),
                      "--output", str(tmp_path / name), "--dtype", "fp32", *extra]) == 0
     base = load_file(str(tmp_path / "base" / "neuron_stats.safetensors"))
-    lora = load_file(str(tmp_path / "lora" / "neuron_stats.safetensors"))
+    lora = load_file(str(tmp_path / "lora_out" / "neuron_stats.safetensors"))
     # LoRA on q_proj of layer 0 changes what layer 1's MLP sees; layer 0's MLP input is
     # unchanged only if attention was untouched, which it is not.
     assert not torch.allclose(base["mean_abs_evidence"], lora["mean_abs_evidence"])
     means, per_layer, _, _ = _brute_force(tiny_llama, [ClaimRecord.from_dict(r) for r in recs],
                                           0.9, adapter)
     np.testing.assert_allclose(lora["mean_abs_evidence"].numpy(), means["evidence"], rtol=1e-4)
-    assert math.isclose(json.loads((tmp_path / "lora" / "neurons.json").read_text())
+    assert math.isclose(json.loads((tmp_path / "lora_out" / "neurons.json").read_text())
                         ["coverage"], 0.9)
 
 

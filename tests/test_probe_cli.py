@@ -49,7 +49,8 @@ def test_fae_run_then_probe_then_report(tiny_llama, tmp_path, capsys):
     lora = _probe(run_dir, tiny_llama, tmp_path / "p_lora", "--adapter", str(adapter))
     out = tmp_path / "p_base"
     assert {p.name for p in out.iterdir()} == {"dirk.json", "dirk_claims.jsonl",
-                                              "states.safetensors", ".lock"}  # .lock: the writer lock
+                                              "states.safetensors", ".lock",  # .lock: the writer lock
+                                              ".real-fae-output"}  # the output guard's marker
 
     # Summary: rounds 1..3; the silent claim c4 never changes its pool -> undefined.
     assert [r["round"] for r in base["rounds"]] == [1, 2, 3]
@@ -165,7 +166,8 @@ def test_probe_checks_records_and_pools(run_dir, tiny_qwen, tmp_path, capsys):
 
 
 def test_probe_report_rejects_bad_input(tmp_path, capsys):
-    assert main(["probe-report", str(tmp_path), "--output", str(tmp_path / "r")]) == 2
+    (tmp_path / "p").mkdir()
+    assert main(["probe-report", str(tmp_path / "p"), "--output", str(tmp_path / "r")]) == 2
     assert "dirk.json: not found" in capsys.readouterr().err
 
 

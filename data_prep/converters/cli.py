@@ -19,6 +19,7 @@ from typing import Iterator
 from real_fae_core.atomicio import atomic_write_json
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_file
 from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
 
 from . import CONVERTERS
@@ -77,6 +78,7 @@ def _inputs(config: ConvertConfig) -> ConvertInputs:
             raise UserError(f"{path}: no such file or directory")
     if Path(config.output).is_dir():
         raise UserError(f"--output {config.output}: is a directory; give the records file to write")
+    claim_file(config.output, "real-data convert", inputs=[*claims, *needed.values(), config.tokenizer])
     if (config.max_pool_tokens is None) != (config.tokenizer is None):
         raise UserError("--max-pool-tokens and --tokenizer go together")
     if config.tokenizer is not None and not Path(config.tokenizer).is_dir():

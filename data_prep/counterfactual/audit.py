@@ -30,6 +30,7 @@ from typing import Sequence
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import Output, any_of, claim_dir
 from data_prep.records import load_records_or_fail
 
 from .rewrite import OPPOSITE
@@ -49,6 +50,7 @@ COLUMNS = INFO_COLUMNS + tuple(c for c, _ in CRITERIA) + ("comment",)
 _YES = {"1", "y", "yes", "true", "pass", "x"}
 _NO = {"0", "n", "no", "false", "fail"}
 SAMPLE_FILE = "audit.json"
+AUDIT = "real-data counterfactual-audit"
 
 
 # ---------------------------------------------------------------------------
@@ -199,7 +201,7 @@ def score_markdown(result: dict) -> str:
 # ---------------------------------------------------------------------------
 
 def write_sheets(out: Path, sample: list[dict], raters: int, settings: dict) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    Output(out, AUDIT).mark(files=())
     atomic_write_json(out / SAMPLE_FILE, {**settings, "criteria": dict(CRITERIA), "sample": sample},
                       ensure_ascii=False)
     paths = []
@@ -301,6 +303,7 @@ def add_arguments(p) -> None:
 
 
 def run(config: AuditConfig) -> CommandResult:
+    claim_dir(config.output, AUDIT, inputs=[config.records], legacy=any_of(SAMPLE_FILE))
     records = _read_records(Path(config.records))
     instances = audit_instances(records)
     if not instances:

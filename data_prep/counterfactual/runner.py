@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_file
 from data_prep.enhance.cache import OK, AnswerCache, CachedAnswer, request_key
 from data_prep.enhance.client import AnnotatorClient, AnnotatorStats
 from data_prep.enhance.config import ConfigError, load_annotators
@@ -123,6 +124,7 @@ def _job(config: CounterfactualConfig) -> CounterfactualJob:
         raise UserError(f"--kinds: unknown kind {bad[0] if bad else '(none)'!r}; choose from {', '.join(KINDS)}")
     if Path(config.records).resolve() == Path(config.output).resolve():
         raise UserError("--output must differ from --records")
+    claim_file(config.output, "real-data counterfactual", inputs=[config.records, config.annotators])
     job = CounterfactualJob(records=Path(config.records), output=Path(config.output), kinds=kinds,
                             entity_method=config.entity_method, annotators=_path(config.annotators),
                             annotator=config.annotator, judge=config.judge, cache=_path(config.cache),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from real_fae_core.command import CommandConfig, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_file
 
 
 @dataclasses.dataclass
@@ -55,3 +56,4 @@ def check_options(config: EnhanceConfig) -> None:
         raise UserError("--annotators is required (unless --revote)")
     if Path(config.records).resolve() == Path(config.output).resolve():
         raise UserError("--output must differ from --records")
+    claim_file(config.output, "real-data enhance", inputs=[config.records, config.annotators])

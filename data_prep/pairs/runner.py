@@ -31,6 +31,9 @@ from data_prep.pairs.build import (
 )
 from data_prep.prompts import DEFAULT_LINE_IDS, LINE_IDS, check_line_ids
 from data_prep.records import load_records_or_fail
+from real_fae_core.outputs import Output, claim_dir, only_names
+
+COMMAND = "real-data pairs"
 
 
 @dataclasses.dataclass
@@ -92,9 +95,8 @@ def _check(config: PairsConfig) -> Path:
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {str(out)!r} is a file; give a directory for the dataset")
-    if out.exists() and any(out.iterdir()) and not config.overwrite:
-        raise UserError(f"output directory {str(out)!r} is not empty (pass --overwrite to replace it)")
-    return out
+    earlier = only_names("train", "dataset_dict.json", "pairs.jsonl", "stats.json", needs=["stats.json"])
+    return claim_dir(out, COMMAND, inputs=[config.records], overwrite=config.overwrite, legacy=earlier).path
 
 
 def run(config: PairsConfig) -> CommandResult:
@@ -123,6 +125,7 @@ def run(config: PairsConfig) -> CommandResult:
     stats.update({"variant": config.variant, "records_file": os.path.abspath(config.records),
                   "seed": seed, "keep_pairs_together": config.keep_pairs_together, "line_ids": config.line_ids})
     write_dataset(out, rows, stats, overwrite=config.overwrite)
+    Output(out, COMMAND).mark()
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats["by_kind"].items()))
     dropped = ", ".join(f"{k} {n}" for k, n in stats["dropped"].items())
     print(f"{out}: {len(rows)} pairs ({kinds}); dropped: {dropped}")

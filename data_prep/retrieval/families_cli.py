@@ -29,6 +29,7 @@ from pathlib import Path
 from real_fae_core.atomicio import atomic_open
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_file
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from data_prep.records import ClaimRecord, load_records_or_fail
 from data_prep.retrieval.families import (
@@ -84,6 +85,7 @@ def check_config(config: FamiliesConfig) -> FamilyOptions:
         raise UserError(f"--output {config.output!r} is the records file; give another path")
     if Path(config.output).is_dir():
         raise UserError(f"--output {config.output!r} is a directory; give a file path")
+    claim_file(config.output, "real-data families", inputs=[config.records])
     return FamilyOptions(exact=not config.no_exact, numeric=not config.no_numeric, negation=not config.no_negation,
                          shared_docs=config.shared_docs, near_duplicates=not config.no_near_duplicates,
                          neighbours=config.neighbours, jaccard=config.jaccard,

@@ -63,6 +63,22 @@ def corpus_fingerprint(path: str | Path, fmt: str) -> str:
     return digest.hexdigest()
 
 
+def is_index(path: str | Path) -> bool:
+    """Whether ``path`` is an index `real-data index` wrote (an SQLite file with its ``meta`` table)."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(16) != b"SQLite format 3\x00":
+                return False
+        con = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        try:
+            keys = {k for (k,) in con.execute("SELECT key FROM meta")}
+        finally:
+            con.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return {"schema", "format", "corpus_sha256"} <= keys
+
+
 def build_index(corpus: str | Path, fmt: str, output: str | Path) -> dict:
     """Index the corpus into ``output`` (written beside it and renamed when complete); returns the counts."""
     start = time.perf_counter()

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_file
 from data_prep.retrieval.corpus import FORMATS
-from data_prep.retrieval.index import build_index
+from data_prep.retrieval.index import build_index, is_index
 
 
 @dataclasses.dataclass
@@ -46,8 +47,7 @@ def run(config: IndexConfig) -> CommandResult:
         raise UserError(f"--corpus {config.corpus}: no such file or directory")
     if out.is_dir():
         raise UserError(f"--output {config.output}: is a directory; give the index file's name")
-    if out.exists() and not config.overwrite:
-        raise UserError(f"--output {config.output}: exists (pass --overwrite to replace it)")
+    claim_file(out, "real-data index", inputs=[corpus], overwrite=config.overwrite, owned=is_index)
     out.parent.mkdir(parents=True, exist_ok=True)
     counts = build_index(corpus, config.format, out)
     print(f"{out}: {counts['documents']} documents, {counts['units']} units indexed in {counts['seconds']} s")

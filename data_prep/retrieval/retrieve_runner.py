@@ -20,6 +20,7 @@ from typing import Literal
 from real_fae_core.atomicio import atomic_dir, atomic_write_json
 from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import Output, claim_dir, only_names
 from data_prep.records import save_records
 from data_prep.retrieval.build import Options, retrieve_all, summary
 from data_prep.retrieval.claims import DATASETS, check_unique_ids, read_claims
@@ -62,7 +63,7 @@ class RetrieveConfig(CommandConfig):
                                          "budget under every tokenizer")
     overwrite: bool = option(False, help="replace an existing output directory")
 
-def _check(config: RetrieveConfig) -> Path:
+def _check(config: RetrieveConfig) -> Output:
     if config.dataset not in DATASETS:
         raise UserError(f"--dataset {config.dataset!r}: unknown; choose from {', '.join(DATASETS)}")
     for path in [*config.claims, config.corpus, config.index]:
@@ -72,14 +73,14 @@ def _check(config: RetrieveConfig) -> Path:
         raise UserError(f"--reranker-kind {config.reranker_kind} names the kind of --reranker, which is not given")
     if bool(config.budgets) != bool(config.tokenizer):
         raise UserError("--budgets and --tokenizer go together: a budget is counted in a tokenizer's tokens")
-    out = Path(config.output)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
-        raise UserError(f"--output {config.output}: exists and is not empty (pass --overwrite to replace it)")
-    return out
+    return claim_dir(config.output, "real-data retrieve", inputs=[*config.claims, config.corpus, config.index],
+                     overwrite=config.overwrite, legacy=only_names("records.jsonl", "misses.jsonl", "summary.json",
+                                                                   needs=["summary.json"]))
 
 
 def run(config: RetrieveConfig) -> CommandResult:
-    out = _check(config)
+    guard = _check(config)
+    out = guard.path
     budgets = check_budgets(config.budgets or [])
     index = Index(config.index)
     try:
@@ -104,6 +105,7 @@ def run(config: RetrieveConfig) -> CommandResult:
         with open(tmp / "misses.jsonl", "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(m, ensure_ascii=False) + "\n" for m in misses)
         atomic_write_json(tmp / "summary.json", stats, ensure_ascii=False)
+        guard.mark(tmp)
     print(f"{out}: {len(records)} records from {len(read.claims)} claims; {len(misses)} with gold missed; "
           f"gold doc recall@{opts.pages} {stats['gold_doc_recall_at_k'].get(str(opts.pages))}")
     return CommandResult(outputs={"records": str(out / "records.jsonl"), "misses": str(out / "misses.jsonl"),

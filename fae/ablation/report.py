@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from real_fae_core.atomicio import atomic_file, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_dir, only_names
 from fae.ablation.metrics import compute_metrics, truncation_note, undefined_reason
 from fae.ablation.population import evidence_claims
 from fae.ablation.runio import load_run
@@ -67,6 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(config: ReportConfig) -> CommandResult:
     if config.names and len(config.names) != len(config.runs):
         raise UserError(f"--names has {len(config.names)} names for {len(config.runs)} runs")
+    claim_dir(config.output, "fae report", inputs=config.runs, legacy=only_names("report.md", "trajectory.png")).mark()
     md, png = write_report(config.runs, config.output, names=config.names)
     print(f"fae report: wrote {md} and {png}")
     return CommandResult(outputs={"report": str(md), "plot": str(png)})

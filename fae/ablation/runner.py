@@ -25,6 +25,7 @@ from real_fae_core.config import options_from
 from real_fae_core.entry import set_interrupt_note
 from real_fae_core.errors import RunFailure, Terminated, UserError
 from real_fae_core.hashing import sha256_file
+from real_fae_core.outputs import Output, any_of, claim_dir
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 from data_prep.prompts import PROMPT_FORMAT_VERSION
@@ -98,7 +99,7 @@ def _dist_state():
 _DEVICE = re.compile(r"auto|(cpu|mps|cuda|xpu)(:\d+)?")
 
 
-def check_paths_and_values(opts: FaeRunArguments) -> None:
+def check_paths_and_values(opts: FaeRunArguments) -> Output:
     """Bad --records/--output/--adapter/--device values as one line each, before anything loads."""
     records, output = Path(opts.records), Path(opts.output)
     if records.is_dir():
@@ -107,12 +108,16 @@ def check_paths_and_values(opts: FaeRunArguments) -> None:
         raise UserError(f"records file {records} not found")
     if output.exists() and not output.is_dir():
         raise UserError(f"--output {output} is a file; give a run directory (created if missing)")
+    adapter = opts.adapter if opts.adapter and Path(opts.adapter).exists() else None
+    guard = claim_dir(output, "fae run", inputs=[records, adapter],
+                      legacy=any_of(runio.CONFIG, runio.CLAIMS, runio.RUNS_LOG, runio.SHARDS_DIR))
     if opts.backend == "hf" and not _DEVICE.fullmatch(opts.device):
         raise UserError(f"--device {opts.device!r} is not a device: use auto, cpu, cuda, cuda:N, mps or xpu")
     arms_of(opts)
     adapter = opts.adapter
     if adapter and Path(adapter).is_dir() and not (Path(adapter) / "adapter_config.json").is_file():
         raise UserError(f"--adapter {adapter}: no adapter_config.json; is it a PEFT adapter directory?")
+    return guard
 
 
 def adapter_base(adapter: str | None) -> str | None:
@@ -242,8 +247,10 @@ def run_request(request: RunRequest) -> int:
         request = dataclasses.replace(request, options=dataclasses.replace(opts, device=dist_device))
         opts = request.options
         shard = (rank, world)
-    check_paths_and_values(opts)
+    guard = check_paths_and_values(opts)
     records, n_nei = read_claim_records(opts, announce=rank == 0)
+    if rank == 0:
+        guard.mark(files=())  # a run directory of fae run: a later run resumes it, no other command writes it
     run_dir = Path(opts.output)
     if opts.executor == "ray":
         if shard is not None:

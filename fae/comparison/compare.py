@@ -33,6 +33,7 @@ import numpy as np
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_dir, only_names
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from fae.ablation.control import control_metrics, control_rows, has_control
 from fae.ablation.sufficiency import (cited_only_metrics, gold_only_metrics, size_sweep_metrics,
@@ -748,6 +749,8 @@ def run(config: CompareConfig) -> CommandResult:
         raise UserError("--bootstrap must be at least 1")
     if not 0 < config.confidence < 1:
         raise UserError("--confidence must be between 0 and 1")
+    guard = claim_dir(config.output, "fae compare", inputs=[config.run_a, config.run_b, config.families],
+                      legacy=only_names("compare.json", "compare.md"))
     a, b = load_compared(config.run_a), load_compared(config.run_b)
     check_same_decoding(a, b, config.allow_mixed_decoding)
     for mixed in (check_same_line_ids(a, b, config.allow_mixed_line_ids),  # refused here, before any bootstrap
@@ -763,7 +766,7 @@ def run(config: CompareConfig) -> CommandResult:
     except ValueError as exc:  # e.g. fewer than 2 resampling units
         raise UserError(str(exc)) from None
     out = Path(config.output)
-    out.mkdir(parents=True, exist_ok=True)
+    guard.mark()
     atomic_write_json(out / "compare.json", res)
     atomic_write_text(out / "compare.md", render_markdown(res))
     g = res["G"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import any_of, claim_dir
 from fae.ablation.control import control_summary_line
 
 
@@ -47,6 +48,7 @@ def run(config: FromInspectConfig) -> CommandResult:
         raise
     command = shlex.join(["fae", "from-inspect", config.log, "--output", config.output]
                          + (["--skip-incomplete"] if config.skip_incomplete else []))
+    claim_dir(config.output, "fae from-inspect", inputs=[config.log], legacy=any_of("config.json", "claims.jsonl"))
     metrics = log_to_run(config.log, config.output, command=command, skip_incomplete=config.skip_incomplete)
     summary = {k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",
                                         "IS", "ER", "IO", "model_calls", "reused_calls")}

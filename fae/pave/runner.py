@@ -43,6 +43,7 @@ from pathlib import Path
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import RunFailure, UserError
+from real_fae_core.outputs import Output, any_of, claim_dir
 from real_fae_core.hashing import sha256_file
 from real_fae_core.labels import REFUTE, SUPPORT
 from real_fae_core.runlock import RunLock
@@ -196,6 +197,8 @@ def run(config: PaveConfig) -> CommandResult:
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
+    claim_dir(out, "fae pave", inputs=[config.records, config.check_run],
+              legacy=any_of("config.json", "samples.jsonl", "pave.json"))
     with RunLock(out, "fae pave", is_dir=True):  # one writer for the command's lifetime
         return _pave(config, records, out, fae_run)
 
@@ -224,7 +227,7 @@ def sampling_dtype(config: PaveConfig) -> str | None:
 
 
 def _pave(config: PaveConfig, records: list, out: Path, fae_run=None) -> CommandResult:
-    out.mkdir(parents=True, exist_ok=True)
+    Output(out, "fae pave").mark(files=())
     cfg = {"records": str(config.records), "records_sha256": sha256_file(config.records),
            "backend": config.backend, "model": config.model, "adapter": config.adapter,
            "adapter_sha256": adapter_sha256(config.adapter),

@@ -31,6 +31,7 @@ from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.config import add_option_flags
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import Output, claim_dir, only_names
 from real_fae_core.labels import NOT_ENOUGH_INFO
 from real_fae_core.runlock import RunLock
 from data_prep.records import ClaimRecord, RecordError, iter_records
@@ -85,6 +86,9 @@ def run(config: NeuronsConfig) -> CommandResult:
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
+    claim_dir(out, "fae neurons", inputs=[config.records, config.adapter,
+                                           config.model if Path(config.model).exists() else None],
+              legacy=only_names("neurons.json", "neurons.md", "neurons_venn.png", "neuron_stats.safetensors"))
     with RunLock(out, "fae neurons", is_dir=True):  # one writer for the command's lifetime
         return _neurons(config, out)
 
@@ -113,7 +117,7 @@ def _neurons(config: NeuronsConfig, out: Path) -> CommandResult:
     result = analyse(mean_ev, mean_kn, acc.layers, config.coverage)
     masks = result.pop("_masks")
 
-    out.mkdir(parents=True, exist_ok=True)
+    Output(out, "fae neurons").mark()
     meta = {
         "model": str(config.model),
         "adapter": None if config.adapter is None else str(config.adapter),

@@ -20,6 +20,7 @@ from pathlib import Path
 from real_fae_core.atomicio import atomic_file, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_dir, only_names
 from fae.probes.dirk import bootstrap_ci
 from fae.probes.knowledge import shares_text
 
@@ -180,10 +181,12 @@ def run(config: ProbeReportConfig) -> CommandResult:
     labels = config.names or [Path(d).resolve().name for d in config.dirs]
     if len(labels) != len(config.dirs):
         raise UserError(f"--names has {len(labels)} names for {len(config.dirs)} directories")
+    guard = claim_dir(config.output, "fae probe-report", inputs=config.dirs,
+                      legacy=only_names("dirk.png", "dirk.md", "dirk_common.json"))
     probes = [load_probe(d) for d in config.dirs]
     layers = {p.get("layer") for p in probes}
     out = Path(config.output)
-    out.mkdir(parents=True, exist_ok=True)
+    guard.mark()
     plot(labels, probes, out / "dirk.png", config.title)
     outputs = {"plot": str(out / "dirk.png"), "report": str(out / "dirk.md")}
     md = "# DirK per round: mean [95% bootstrap CI]\n\n" + markdown_table(labels, probes)

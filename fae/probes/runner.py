@@ -32,6 +32,7 @@ import numpy as np
 from real_fae_core.atomicio import atomic_file, atomic_open, atomic_write_text
 from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import Output, claim_dir, only_names
 from real_fae_core.runlock import RunLock
 from data_prep.prompts import DEFAULT_LINE_IDS, parse_answer, render_evidence_prompt, render_knowledge_prompt
 from data_prep.records import RecordError, load_records
@@ -195,6 +196,9 @@ def run(config: ProbeConfig) -> CommandResult:
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
+    claim_dir(out, "fae probe", inputs=[config.run_dir, config.records, config.adapter,
+                                        config.model if Path(config.model).exists() else None],
+              legacy=only_names("dirk.json", "dirk_claims.jsonl", "states.safetensors"))
     with RunLock(out, "fae probe", is_dir=True):
         return _probe(config, data, out)
 
@@ -213,7 +217,7 @@ def _probe(config: ProbeConfig, data: RunData, out: Path) -> CommandResult:
     table = dirk_table(hK, hr, mask)
     rounds = summarize_rounds(table, hr.shape[1] - 1, n_resamples=config.bootstrap, seed=config.seed)
 
-    out.mkdir(parents=True, exist_ok=True)
+    Output(out, "fae probe").mark()
     meta = {
         "run": str(run_dir),
         "model": str(config.model),

@@ -20,6 +20,7 @@ import numpy as np
 from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_dir, only_names
 from fae.comparison.compare import load_families
 from fae.intervals import MAX_DRAWS
 from fae.study import analysis as an
@@ -194,6 +195,8 @@ def run(config: StudyReportConfig) -> CommandResult:
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
+    guard = claim_dir(out, "fae study-report", inputs=[*config.studies, config.families],
+                      legacy=only_names(REPORT_JSON, REPORT_MD, FIGURE))
     studies = [load_study(p) for p in config.studies]
     check_together(studies)
     family_of, _ = family_mapper(config.families)
@@ -207,7 +210,7 @@ def run(config: StudyReportConfig) -> CommandResult:
     report = {"panels": results, "primary_contrasts": k, "decision": an.decision(results),
               "bootstrap": {"draws": config.draws, "generator": "PCG64", "seed": config.seed,
                             "bonferroni_k": k, "tail": an.ALPHA / (2 * max(k, 1))}}
-    out.mkdir(parents=True, exist_ok=True)
+    guard.mark()
     atomic_write_json(out / REPORT_JSON, report)
     atomic_write_text(out / REPORT_MD, render_markdown(report))
     write_figure(report, out / FIGURE)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import RunFailure, UserError
+from real_fae_core.outputs import any_of, claim_dir
 from real_fae_core.hashing import sha256_file
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
@@ -212,6 +213,8 @@ def run(config: StudyConfig) -> CommandResult:
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
+    guard = claim_dir(out, "fae study", inputs=[config.pools, config.adapter],
+                      legacy=any_of(rio.STUDY, rio.RESPONSES, rio.UNITS, rio.SHARDS))
     fp = study_fingerprint(config, pools, budgets, formats)
     conditions, chosen = plan(pools, config, budgets, formats)
     if shard is not None:
@@ -219,6 +222,7 @@ def run(config: StudyConfig) -> CommandResult:
         conditions = [c for c in conditions if c.unit in mine]
         fp = {**fp, "shard": {"index": shard[0], "count": shard[1]}}
     where = out / rio.SHARDS / f"{shard[0]}-of-{shard[1]}" if shard else out
+    guard.mark(files=())
     with RunLock(where, "fae study", is_dir=True):
         return _study(config, pools, fp, conditions, chosen, where, budgets)
 

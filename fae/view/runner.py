@@ -9,6 +9,7 @@ import dataclasses
 
 from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import check_inputs
 from fae.view.data import DEFAULT_SHARD_SIZE, build_view, load_view_runs
 from fae.view.site import write_site
 
@@ -35,6 +36,7 @@ def run(config: ViewConfig) -> CommandResult:
     shard_size = DEFAULT_SHARD_SIZE if config.shard_size is None else config.shard_size
     if shard_size < 1:
         raise UserError(f"--shard-size {config.shard_size}: must be at least 1")
+    check_inputs(config.output, [*config.runs, config.records])  # the viewer's own marker guards the rest
     runs = load_view_runs(config.runs, config.names, config.records)
     index, shards = build_view(runs, shard_size=shard_size, title=config.title)
     page = write_site(index, shards, config.output)

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
+from real_fae_core.outputs import delegate
 from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.hardware import cpu_allocator_env, cpu_family, cpu_model_name
@@ -125,6 +126,7 @@ def claim_output(out: Path) -> RunLock:
         raise UserError(f"{out} is not empty and not a real-demo output (holds {shown}); a demo run "
                         "replaces its output directory: pass a new or empty --output")
     atomic_write_text(out / MARKER, "written by real-demo; the directory is replaced by each demo run\n")
+    delegate(out)  # its fae report and fae probe-report write report.md, dirk.md ... into it
     for sub in OUTPUT_DIRS:
         shutil.rmtree(out / sub, ignore_errors=True)
     for name in OUTPUT_FILES:
