@@ -148,6 +148,7 @@ def test_pools_of_two_datasets_are_refused(pools, server, tmp_path, capsys):
     first = json.loads(lines[0])
     first["dataset"] = "check-covid"
     (mixed / "records.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    (mixed / "misses.jsonl").write_bytes((pools / "misses.jsonl").read_bytes())
     assert fae_main(args(mixed, tmp_path / "o", server.base_url)) == 2
     assert "mixes datasets check-covid, scifact" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

@@ -117,7 +117,9 @@ def claim_lines(inputs: ConvertInputs, stats: ConvertStats, id_field: str,
             stats.claims_read += 1
             cid = get_field(obj, id_field, id_kind, path, lineno)
             claim = get_field(obj, "claim", str, path, lineno, nonempty=True)
+            stats.current_id = cid
             yield path, lineno, obj, cid, claim
+        stats.current_id = None
 
 
 def load_abstract_corpus(path, id_field: str, id_kind: type | tuple[type, ...],
@@ -147,14 +149,18 @@ class ConvertStats:
     dropped: Counter = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)  # converter-specific figures for the summary
+    current_id: Any = None  # the source id of the claim line being converted (set by claim_lines)
+    # every dropped claim line: (reason, source id or None, "file:line: field: detail"), uncapped
+    dropped_claims: list[tuple[str, Any, str]] = field(default_factory=list)
 
     def drop(self, reason: str, path, line: int | None = None, field_name: str | None = None,
              detail: str | None = None) -> None:
         self.dropped[reason] += 1
+        loc = where(path, line, field_name) + (f": {detail}" if detail else "")
+        self.dropped_claims.append((reason, self.current_id, loc))
         ex = self.examples.setdefault(reason, [])
         if len(ex) < MAX_EXAMPLES:
-            loc = where(path, line, field_name)
-            ex.append(loc + (f": {detail}" if detail else ""))
+            ex.append(loc)
 
 
 @dataclass

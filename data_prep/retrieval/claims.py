@@ -51,6 +51,8 @@ class ClaimsRead:
     claims: list[ClaimGold] = field(default_factory=list)
     read: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    # per reason, each dropped claim: its record id and where ("file:line: field: detail")
+    dropped_claims: dict[str, list[dict]] = field(default_factory=dict)
 
 
 def read_claims(dataset: str, claim_files: list[str], corpus: str) -> ClaimsRead:
@@ -67,6 +69,10 @@ def read_claims(dataset: str, claim_files: list[str], corpus: str) -> ClaimsRead
                                     gold_in_corpus(record, abstracts), str(path), line, pool_docs(record)))
     out.read = stats.claims_read
     out.dropped = dict(sorted(stats.dropped.items()))
+    for reason, cid, at in stats.dropped_claims:
+        out.dropped_claims.setdefault(reason, []).append({"id": None if cid is None else f"{dataset}-{cid}",
+                                                          "at": at})
+    out.dropped_claims = dict(sorted(out.dropped_claims.items()))
     return out
 
 

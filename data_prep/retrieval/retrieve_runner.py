@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -23,7 +24,7 @@ from real_fae_core.errors import UserError
 from real_fae_core.outputs import Output, claim_dir, only_names
 from data_prep.records import save_records
 from data_prep.retrieval.build import Options, retrieve_all, summary
-from data_prep.retrieval.claims import DATASETS, check_unique_ids, read_claims
+from data_prep.retrieval.claims import DATASETS, ClaimsRead, check_unique_ids, read_claims
 from data_prep.retrieval.index import Index
 from data_prep.retrieval.pack import check_budgets, load_tokenizers
 from data_prep.retrieval.rerank import CROSS_ENCODER, KINDS, make_reranker
@@ -78,6 +79,27 @@ def _check(config: RetrieveConfig) -> Output:
                                                                    needs=["summary.json"]))
 
 
+def check_claims_read(claim_files: list[str], read: ClaimsRead) -> None:
+    """An empty claims file, or claims files of which no claim is left, would write empty pools: one line."""
+    for path in claim_files:
+        p = Path(path)
+        if p.is_file() and not p.read_bytes().strip():
+            raise UserError(f"{path}: --claims: the file is empty (no claim to retrieve for)")
+    if not read.claims:
+        why = f"; every one dropped ({dropped_line(read)})" if read.dropped else ""
+        raise UserError(f"{' '.join(claim_files)}: --claims: no claim to retrieve for ({read.read} read{why})")
+
+
+def dropped_line(read: ClaimsRead, limit: int = 10) -> str:
+    """The dropped claims as one line: reason, count and ids (the first ``limit`` per reason)."""
+    parts = []
+    for reason, rows in read.dropped_claims.items():
+        ids = [r["id"] or r["at"] for r in rows]
+        more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+        parts.append(f"{reason}: {len(rows)} ({', '.join(ids[:limit])}{more})")
+    return "; ".join(parts)
+
+
 def run(config: RetrieveConfig) -> CommandResult:
     guard = _check(config)
     out = guard.path
@@ -86,6 +108,7 @@ def run(config: RetrieveConfig) -> CommandResult:
     try:
         index.check_corpus(config.corpus, CORPUS_FORMAT[config.dataset])
         read = read_claims(config.dataset, config.claims, config.corpus)
+        check_claims_read(config.claims, read)
         check_unique_ids(read.claims)
         opts = Options(pages=config.pages or DEFAULT_PAGES.get(config.dataset, DEFAULT_PAGES_OTHER),
                        max_units=config.max_units, budgets=budgets,
@@ -97,7 +120,7 @@ def run(config: RetrieveConfig) -> CommandResult:
         index.close()
     stats = {"dataset": config.dataset, "claims_files": [os.path.basename(p) for p in config.claims],
              "corpus_sha256": index.meta["corpus_sha256"], "claims_read": read.read, "claims": len(read.claims),
-             "dropped_by_converter": read.dropped, "pages": opts.pages, "max_units": opts.max_units,
+             "dropped_by_converter": read.dropped, "dropped_claims": read.dropped_claims, "pages": opts.pages, "max_units": opts.max_units,
              "budgets": budgets, "tokenizers": list(config.tokenizer or []),
              **summary(tally, records, misses, opts)}
     with atomic_dir(out, replace=config.overwrite) as tmp:
@@ -106,6 +129,9 @@ def run(config: RetrieveConfig) -> CommandResult:
             fh.writelines(json.dumps(m, ensure_ascii=False) + "\n" for m in misses)
         atomic_write_json(tmp / "summary.json", stats, ensure_ascii=False)
         guard.mark(tmp)
+    if read.dropped_claims:
+        print(f"real-data retrieve: dropped {sum(read.dropped.values())} claims ({dropped_line(read)}); "
+              f"listed under dropped_claims in {out / 'summary.json'}", file=sys.stderr)
     print(f"{out}: {len(records)} records from {len(read.claims)} claims; {len(misses)} with gold missed; "
           f"gold doc recall@{opts.pages} {stats['gold_doc_recall_at_k'].get(str(opts.pages))}")
     return CommandResult(outputs={"records": str(out / "records.jsonl"), "misses": str(out / "misses.jsonl"),

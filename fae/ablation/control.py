@@ -44,7 +44,6 @@ from fae.ablation.scores import (
     immediate_sensitivity,
     n_rounds,
     round_label,
-    same_label,
     undefined_reason,
 )
 from fae.ablation.sufficiency import asked
@@ -127,8 +126,6 @@ def control_metrics(claims: Sequence[Mapping], *, n_resamples: int = 2000, confi
     pop_all = evidence_claims(claims)
     if not pop_all or not all(has_control(c) for c in pop_all):
         return None
-    import numpy as np
-
     pop, right, ctrl = control_rows(pop_all)
     R = len(right[0]) - 1
     out: dict[str, Any] = {"rounds": R, "n_claims": len(pop)}

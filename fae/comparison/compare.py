@@ -22,7 +22,6 @@ paper's Table 3 layout).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
-from real_fae_core.jsonl import RecordError, iter_jsonl_lines
+from fae.comparison.families_file import read_families
 from fae.ablation.control import control_metrics, control_rows, has_control
 from fae.ablation.sufficiency import (cited_only_metrics, gold_only_metrics, size_sweep_metrics,
                                        sweep_rounds)
@@ -148,25 +147,9 @@ def load_compared(path: str | Path) -> Run:
 
 
 def load_families(path: str | Path) -> dict[str, str]:
-    """Family map from a JSON object ``{id: family}`` or JSONL ``{"id": ..., "family": ...}`` lines."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: families file not found")
-    try:
-        whole = json.loads(path.read_bytes())
-    except (ValueError, RecursionError):
-        whole = None
-    if isinstance(whole, dict) and not {"id", "family"} & set(whole):  # else one JSONL line
-        return {str(k): str(v) for k, v in whole.items()}
-    fams: dict[str, str] = {}
-    for line_no, obj in iter_jsonl_lines(path):
-        if isinstance(obj, RecordError):
-            raise UserError(f"{path}:{line_no}: {obj.reason}; expected a JSON object "
-                            "{id: family} or JSONL lines {\"id\": ..., \"family\": ...}")
-        if not isinstance(obj, dict) or "id" not in obj or "family" not in obj:
-            raise UserError(f"{path}:{line_no}: expected an object with 'id' and 'family' fields")
-        fams[str(obj["id"])] = str(obj["family"])
-    return fams
+    """Family map from a JSON object ``{id: family}`` or JSONL ``{"id": ..., "family": ...}`` lines (strict:
+    :mod:`fae.comparison.families_file`)."""
+    return {fid: fam for fid, (fam, _) in read_families(path).items()}
 
 
 def check_same_claims(a: Run, b: Run) -> list[str]:

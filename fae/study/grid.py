@@ -102,7 +102,8 @@ def _lines(path: Path) -> Iterator[tuple[int, Any]]:
 def load_pools(directory: str | Path) -> Pools:
     """The units of ``directory`` (records.jsonl, then the pools of misses.jsonl), checked as one study.
 
-    Bad input, one line each: no records file, a unit without budgets, pools of two datasets (one study
+    Bad input, one line each: no records file, no misses file (the missed gold would go uncounted), a unit
+    without budgets, pools of two datasets (one study
     run is one dataset: one corpus, one metric), a budget or ordering some units lack, a dataset
     without label strings.
     """
@@ -110,13 +111,18 @@ def load_pools(directory: str | Path) -> Pools:
     records, misses = directory / RECORDS, directory / MISSES
     if not records.is_file():
         raise UserError(f"--pools {directory}: no {RECORDS} (give an output directory of `real-data retrieve`)")
+    if not misses.is_file():  # retrieve always writes it (empty when nothing was missed)
+        raise UserError(f"--pools {directory}: no {MISSES} beside {RECORDS}: without it the missed gold (pools "
+                        "without a complete gold group, gold abstracts no pool holds) would go uncounted and recall "
+                        "would look better; give the whole output directory of `real-data retrieve`")
     units = [_unit(obj, f"{records}:{n}", False) for n, obj in _lines(records)]
     missed_relevant: dict[str, int] = {}
-    if misses.is_file():
-        for n, obj in _lines(misses):
-            units += [_unit(p, f"{misses}:{n}", True) for p in obj.get("pools") or []]
-            if obj.get("missed_docs"):
-                missed_relevant[str(obj["claim_id"])] = len(obj["missed_docs"])
+    for n, obj in _lines(misses):
+        if not isinstance(obj, dict):
+            raise UserError(f"{misses}:{n}: not a line of `real-data retrieve`'s misses (a JSON object)")
+        units += [_unit(p, f"{misses}:{n}", True) for p in obj.get("pools") or []]
+        if obj.get("missed_docs"):
+            missed_relevant[str(obj["claim_id"])] = len(obj["missed_docs"])
     units.sort(key=lambda u: _unit_order(u))
     if not units:
         raise UserError(f"{records}: no pools")
@@ -133,7 +139,7 @@ def load_pools(directory: str | Path) -> Pools:
         if len(u.orderings) != n_sources:
             raise UserError(f"--pools {directory}: unit {u.id} has {len(u.orderings)} orderings, "
                             f"unit {units[0].id} {n_sources} (retrieve every pool with the same --reranker)")
-    sha = sha256_text(sha256_file(records) + (sha256_file(misses) if misses.is_file() else ""))
+    sha = sha256_text(sha256_file(records) + sha256_file(misses))
     notes = [] if n_sources > 1 else ["no reranker ordering in the pools: source 1 skipped, no S_ab table"]
     return Pools(datasets[0], units, budgets, n_sources, missed_relevant, sha, str(directory), notes)
 

@@ -21,10 +21,11 @@ from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
-from fae.comparison.compare import load_families
+from fae.comparison.families_file import check_known, read_families
 from fae.intervals import MAX_DRAWS
 from fae.study import analysis as an
 from fae.study import responses as rio
+from fae.study.grid import control_conditions, key_of, primary_conditions
 from fae.study.interfaces import INVALID
 
 REPORT_JSON, REPORT_MD, FIGURE = "study_report.json", "study_report.md", "contrasts.png"
@@ -69,12 +70,72 @@ def load_study(path: str | Path) -> dict:
         raise UserError(f"{path} is one shard of a study; run `fae study` without --shard on the study "
                         "directory to join the shards")
     units = [json.loads(x) for x in (path / rio.UNITS).read_text(encoding="utf-8").splitlines() if x.strip()]
-    lines = rio.read_responses(path / rio.RESPONSES)
+    numbered = rio.read_responses(path / rio.RESPONSES, numbered=True)
+    check_planned(path / rio.RESPONSES, cfg, units, numbered)
+    lines = [x for _, x in numbered]
     an.metric_of(cfg.get("dataset", "?"))
     models = sorted({str(cfg.get("model"))} | {str(x["model"]) for x in lines if "model" in x})
     if len(models) > 1:
         raise UserError(f"{path} mixes models {', '.join(models)}: one study directory is one model")
     return {"path": str(path), "config": cfg, "units": units, "lines": lines}
+
+
+class _Unit:
+    def __init__(self, uid: str):
+        self.id = uid
+
+
+def describe(key: tuple) -> str:
+    """A condition key as the errors name it: ``unit u0 source 0 budget 256 format codes replicate 0``."""
+    unit, kind, source, budget, fmt, replicate, control, variant = key
+    parts = [f"unit {unit}"] + ([f"control {control}"] if kind == "control" else [])
+    parts += [f"{name} {v}" for name, v in (("source", source), ("budget", budget), ("format", fmt),
+                                             ("replicate", replicate), ("variant", variant)) if v is not None]
+    return " ".join(parts)
+
+
+def check_planned(path: Path, cfg: dict, units: list[dict], numbered: list[tuple[int, dict]]) -> None:
+    """Every planned prompt (primary and control: study.json's grid over units.jsonl) answered exactly once.
+
+    A responses file cut short (a study not finished, or a file truncated by hand) would make a report with
+    fewer cells, and a duplicated line would count a prompt twice: each is one line naming the count and the
+    first prompt."""
+    try:
+        sources, budgets, formats = cfg["sources"], cfg["budgets"], cfg["formats"]
+        replicates = list(range(1 + len(cfg["seeds"])))
+    except (KeyError, TypeError) as exc:
+        raise UserError(f"{path.parent / rio.STUDY}: field {exc}: missing or malformed; not a `fae study` "
+                        "directory") from None
+    planned: list[tuple] = []
+    for u in units:
+        planned += [c.key for c in primary_conditions(_Unit(u["id"]), sources, budgets, formats, replicates)]
+    for u in units:
+        if u.get("control"):
+            planned += [c.key for c in control_conditions(_Unit(u["id"]), sources, budgets, formats)]
+    plan = set(planned)
+    first_line: dict[tuple, int] = {}
+    duplicated: list[tuple[int, tuple]] = []
+    for lineno, x in numbered:
+        try:
+            key = key_of(x)
+        except KeyError as exc:
+            raise UserError(f"{path}:{lineno}: field {exc}: missing; not a study response") from None
+        if key not in plan:
+            raise UserError(f"{path}:{lineno}: a prompt outside this study's plan ({describe(key)}); the file "
+                            "belongs to another study or was edited")
+        if key in first_line:
+            duplicated.append((lineno, key))
+        else:
+            first_line[key] = lineno
+    if duplicated:
+        lineno, key = duplicated[0]
+        raise UserError(f"{path}:{lineno}: {len(duplicated)} duplicated responses, the first {describe(key)} "
+                        f"(also on line {first_line[key]}): each prompt is answered once; rerun `fae study` on "
+                        "the study to rewrite the file")
+    missing = [k for k in planned if k not in first_line]
+    if missing:
+        raise UserError(f"{path}: missing condition: {describe(missing[0])} ({len(missing)} of {len(planned)} "
+                        "planned prompts missing; finish the study: rerun `fae study`)")
 
 
 def check_together(studies: list[dict]) -> None:
@@ -103,11 +164,32 @@ def model_label(model: str) -> str:
     return Path(model).name if model.startswith(("/", ".", "~")) else model
 
 
-def family_mapper(files: list[str] | None):
-    """unit -> family: the family file's entry for the unit id, else of another unit of its claim, else the claim."""
+def known_units(studies: list[dict]) -> tuple[set[str], bool]:
+    """The unit ids a families file may name: every pool's of the studies (study.json ``pool_units``; for an
+    older study without it, its own units), and whether that is every pool's (False when such a study asked
+    a subset: ``--sample`` or ``--limit``)."""
+    known: set[str] = set()
+    whole = True
+    for s in studies:
+        c = s["config"]
+        known.update(c.get("pool_units") or [u["id"] for u in s["units"]])
+        whole = whole and bool(c.get("pool_units") or not (c.get("sample") or c.get("limit")))
+    return known, whole
+
+
+def family_mapper(files: list[str] | None, studies: list[dict] | None = None):
+    """unit -> family: the family file's entry for the unit id, else of another unit of its claim, else the claim.
+
+    With ``studies`` each file's ids are checked against their pools' units: a file of another dataset or other
+    pools is refused at its first foreign id."""
     fams: dict[str, str] = {}
     for f in files or []:
-        fams.update(load_families(f))
+        read = read_families(f)
+        if studies is not None:
+            known, whole = known_units(studies)
+            if whole or not known.intersection(read):  # a subset of older studies: the file must name one unit
+                check_known(f, read, known, "the pools of the studies given")
+        fams.update({fid: fam for fid, (fam, _) in read.items()})
 
     claim_family: dict[str, str] = {}
 
@@ -199,7 +281,7 @@ def run(config: StudyReportConfig) -> CommandResult:
                       legacy=only_names(REPORT_JSON, REPORT_MD, FIGURE))
     studies = [load_study(p) for p in config.studies]
     check_together(studies)
-    family_of, _ = family_mapper(config.families)
+    family_of, _ = family_mapper(config.families, studies)
     panels = [panel_of(s, family_of) for s in studies]
     k = sum(len(an.primary_names(p)) for p in panels)
     results = [an.analyse_panel(p, k, config.draws, config.seed) for p in panels]

@@ -30,15 +30,16 @@ FINGERPRINT = ("pools_sha256", "dataset", "backend", "model", "adapter", "adapte
                "scheme")
 
 
-def read_responses(path: str | os.PathLike, *, repair: bool = False) -> list[dict]:
-    """The complete lines of a responses file (none when it is missing); a bad line is one located error."""
+def read_responses(path: str | os.PathLike, *, repair: bool = False, numbered: bool = False) -> list:
+    """The complete lines of a responses file (none when it is missing); a bad line is one located error.
+    ``numbered``: ``(line number, line)`` pairs."""
     out = []
     for lineno, obj in read_appended(path, repair=repair):
         if isinstance(obj, RecordError):
             raise obj.located(path, lineno)
         if not isinstance(obj, dict) or "unit" not in obj or "answer" not in obj:
             raise UserError(f"{path}:{lineno}: not a study response (needs 'unit' and 'answer')")
-        out.append(obj)
+        out.append((lineno, obj) if numbered else obj)
     return out
 
 

@@ -31,7 +31,7 @@ from data_prep.retrieval.pack import load_tokenizers, token_lengths
 from fae.ablation.runio import adapter_sha256
 from fae.ablation.shards import parse_shard
 from fae.backends import BackendError, backend_options, get_backend
-from fae.comparison.compare import load_families
+from fae.comparison.families_file import check_known, read_families
 from fae.backends.hf import HFOptions
 from fae.pave.runner import sampling_dtype
 from fae.probes.options import HFLoadFields, ServingFields, backend_field
@@ -91,8 +91,10 @@ class StudyConfig(ServingFields, HFLoadFields, StudyHFFields, StudyFields, Comma
     """`fae study`: every condition of the evaluation-choice grid for one model."""
 
 
-def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], formats: list[str]) -> dict:
-    """study.json: what makes these answers these answers (:data:`fae.study.responses.FINGERPRINT`) and more."""
+def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], formats: list[str],
+                      pool_units: list[str] | None = None) -> dict:
+    """study.json: what makes these answers these answers (:data:`fae.study.responses.FINGERPRINT`) and more;
+    ``pool_units`` (every unit of the pools, before --limit/--sample) lets the report check a families file."""
     tokenizers = config.tokenizer or ([config.model] if config.backend == "hf" and config.control_claims else [])
     return {"scheme": SCHEME, "pools": pools.path, "pools_sha256": pools.sha256, "dataset": pools.dataset,
             "backend": config.backend, "model": config.model, "adapter": config.adapter,
@@ -105,7 +107,8 @@ def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], for
             "sample": None if not config.sample else {"claims": config.sample,
                                                       "families_sha256": sha256_file(config.families)
                                                       if config.families else None,
-                                                      "selected_claims": len({u.claim_id for u in pools.units})}}
+                                                      "selected_claims": len({u.claim_id for u in pools.units})},
+            "pool_units": sorted(pool_units if pool_units is not None else [u.id for u in pools.units])}
 
 
 def unit_rows(pools: Pools, budgets: list[int], controls: set[str]) -> list[dict]:
@@ -159,8 +162,12 @@ def limited(pools: Pools, config: StudyConfig) -> Pools:
     if config.families and not config.sample:
         raise UserError("--families chooses whole families for --sample: give --sample N too")
     if config.sample:
-        keep = set(sample_claims(pools.units, config.sample, load_families(config.families) if config.families
-                                 else {}))
+        families = {}
+        if config.families:
+            read = read_families(config.families)
+            check_known(config.families, read, {u.id for u in pools.units}, f"--pools {pools.path}")
+            families = {fid: fam for fid, (fam, _) in read.items()}
+        keep = set(sample_claims(pools.units, config.sample, families))
     elif config.limit:
         keep = set(list(dict.fromkeys(u.claim_id for u in pools.units))[:config.limit])
     else:
@@ -207,7 +214,8 @@ def token_counter(tokenizers: list[str]):
 
 
 def run(config: StudyConfig) -> CommandResult:
-    pools = limited(load_pools(config.pools), config)
+    whole = load_pools(config.pools)
+    pools = limited(whole, config)
     budgets, formats = check_config(config, pools)
     shard = parse_shard(config.shard) if config.shard else None
     out = Path(config.output)
@@ -215,7 +223,7 @@ def run(config: StudyConfig) -> CommandResult:
         raise UserError(f"--output {out} is a file; give a directory")
     guard = claim_dir(out, "fae study", inputs=[config.pools, config.adapter],
                       legacy=any_of(rio.STUDY, rio.RESPONSES, rio.UNITS, rio.SHARDS))
-    fp = study_fingerprint(config, pools, budgets, formats)
+    fp = study_fingerprint(config, pools, budgets, formats, [u.id for u in whole.units])
     conditions, chosen = plan(pools, config, budgets, formats)
     if shard is not None:
         mine = shard_units(pools, *shard)

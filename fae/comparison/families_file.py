@@ -1,0 +1,62 @@
+"""The families file of `real-data families` read strictly: one ``{"id": str, "family": str}`` per line, or one
+JSON object ``{id: family}``. :func:`fae.comparison.compare.load_families` and the study read it here.
+
+Bad input is one line naming the file, the line and the field: an id or family that is not a non-empty string
+(a list, a number), and an id given twice with two families (the same family twice is harmless and kept once).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from real_fae_core.errors import UserError
+from real_fae_core.jsonl import RecordError, iter_jsonl_lines
+
+
+def _text(value, where: str, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise UserError(f"{where}: field '{name}': must be a non-empty string, got {json.dumps(value)[:60]}")
+    return value
+
+
+def read_families(path: str | Path) -> dict[str, tuple[str, int]]:
+    """id -> (family, line number); the JSON-object form has every id on line 1."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: families file not found")
+    try:
+        whole = json.loads(path.read_bytes(), object_pairs_hook=list)
+    except (ValueError, RecursionError):
+        whole = None
+    out: dict[str, tuple[str, int]] = {}
+
+    def add(fid, fam, line: int) -> None:
+        where = f"{path}:{line}"
+        fid, fam = _text(fid, where, "id"), _text(fam, where, "family")
+        if fid in out and out[fid][0] != fam:
+            raise UserError(f"{where}: field 'id': {fid!r} is given family {fam!r} here and {out[fid][0]!r} on "
+                            f"line {out[fid][1]}: one family per id")
+        out.setdefault(fid, (fam, line))
+
+    if isinstance(whole, list) and all(isinstance(p, tuple) for p in whole) \
+            and not {"id", "family"} & {k for k, _ in whole}:  # one JSON object {id: family}, else one JSONL line
+        for k, v in whole:
+            add(k, v, 1)
+        return out
+    for line_no, obj in iter_jsonl_lines(path):
+        if isinstance(obj, RecordError):
+            raise UserError(f"{path}:{line_no}: {obj.reason}; expected a JSON object "
+                            "{id: family} or JSONL lines {\"id\": ..., \"family\": ...}")
+        if not isinstance(obj, dict) or "id" not in obj or "family" not in obj:
+            raise UserError(f"{path}:{line_no}: expected an object with 'id' and 'family' fields")
+        add(obj["id"], obj["family"], line_no)
+    return out
+
+
+def check_known(path: str | Path, families: dict[str, tuple[str, int]], known: set[str], what: str) -> None:
+    """Refuse the first id (in line order) that is not in ``known``: another dataset's or pools' file."""
+    for fid, (_, line) in sorted(families.items(), key=lambda kv: kv[1][1]):
+        if fid not in known:
+            raise UserError(f"{path}:{line}: field 'id': {fid!r} is no unit of {what} (another dataset's or "
+                            "another pools' families file?)")
