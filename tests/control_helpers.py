@@ -3,9 +3,10 @@ control arm's tests (tests/test_fae_control.py) and the real-model summary's (te
 
 import json
 
+import pytest
 from openai_server import LocalOpenAIServer, pool_lines
 
-from data_prep.records import ClaimRecord
+from data_prep.records import ClaimRecord, save_records
 from fae.ablation.runio import read_claims
 from fae.cli import main
 from helpers import make_record_dict
@@ -60,3 +61,17 @@ def run_with(verifier, records_path, out, *extra) -> tuple[dict, list[dict]]:
     with LocalOpenAIServer(responder=verifier, api_key=KEY) as srv:
         assert fae_run(records_path, out, srv.base_url, *extra) == 0
     return json.loads((out / "metrics.json").read_text()), read_claims(out / "claims.jsonl")
+
+
+@pytest.fixture()
+def records_file(tmp_path):
+    """:func:`records` in a claims file."""
+    path = tmp_path / "claims.jsonl"
+    save_records(records(), path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    """The test server's key in the environment variable `fae run --api-key-env` names (autouse where imported)."""
+    monkeypatch.setenv(ENV, KEY)

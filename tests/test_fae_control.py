@@ -14,7 +14,8 @@ import json
 import re
 
 import pytest
-from control_helpers import (ENV, KEY, N_LINES, PROOF, abstains_on_hole, abstains_when_shrunk, fae_run, has_hole,
+from control_helpers import (api_key, records_file,  # noqa: F401 - fixtures
+                             ENV, KEY, N_LINES, PROOF, abstains_on_hole, abstains_when_shrunk, fae_run, has_hole,
                              reads_evidence, records, run_with)
 from helpers import make_record_dict
 from openai_server import LocalOpenAIServer
@@ -22,18 +23,6 @@ from openai_server import LocalOpenAIServer
 from data_prep.records import ClaimRecord, save_records
 from fae.ablation.runio import read_claims
 from fae.cli import main
-
-@pytest.fixture()
-def records_file(tmp_path):
-    path = tmp_path / "claims.jsonl"
-    save_records(records(), path)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def _key(monkeypatch):
-    monkeypatch.setenv(ENV, KEY)
-
 
 def test_a_verifier_that_abstains_whenever_a_line_goes_has_is_ctrl_equal_to_is(records_file, tmp_path):
     m, claims = run_with(abstains_when_shrunk, records_file, tmp_path / "run")

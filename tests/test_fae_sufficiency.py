@@ -13,7 +13,8 @@ import json
 import random
 
 import pytest
-from control_helpers import (ENV, KEY, N_LINES, PROOF, abstains_when_shrunk, answer, fae_run, reads_evidence, records,
+from control_helpers import (api_key, records_file,  # noqa: F401 - fixtures
+                             ENV, KEY, N_LINES, PROOF, abstains_when_shrunk, answer, fae_run, reads_evidence, records,
                              run_with)
 from helpers import make_record_dict
 from openai_server import LocalOpenAIServer, pool_lines
@@ -23,18 +24,6 @@ from fae.ablation.engine import (Arms, ablate, matched_control_removal, removal_
 from fae.ablation.runio import read_claims
 from fae.backends import Generation
 from fae.cli import main
-
-
-@pytest.fixture()
-def records_file(tmp_path):
-    path = tmp_path / "claims.jsonl"
-    save_records(records(), path)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def _key(monkeypatch):
-    monkeypatch.setenv(ENV, KEY)
 
 
 # ---------------------------------------------------------------------------

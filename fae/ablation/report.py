@@ -329,11 +329,7 @@ def sufficiency_figure(runs: Sequence[dict]):
     ax.set_xticks(range(K))
     ax.set_xlabel("k: other lines beside the gold lines")
     ax.set_ylabel("share of claims")
-    ax.set_ylim(-0.03, 1.03)
-    ax.grid(alpha=0.3)
-    _legend_outside(ax)
-    fig.tight_layout()
-    return fig
+    return _finish_share_plot(fig, ax)
 
 
 def has_soft(runs: Sequence[dict]) -> bool:
@@ -511,6 +507,12 @@ def trajectory_figure(runs: Sequence[dict]):
         _plot_series(ax, xs, [acc[r] for r in xs], series_style(k, len(runs)), label=run["name"], zorder=3 + k)
     _round_axis(ax, R, len(runs) > 1)
     ax.set_ylabel("accuracy $a_r$")
+    return _finish_share_plot(fig, ax)
+
+
+def _finish_share_plot(fig, ax):
+    """A plot of shares in [0, 1]: the y range with a margin so points at 0 and 1 show, a light grid, the
+    legend outside the axes."""
     ax.set_ylim(-0.03, 1.03)
     ax.grid(alpha=0.3)
     _legend_outside(ax)
