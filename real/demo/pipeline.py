@@ -452,10 +452,11 @@ def _pave_report_lines(kept: dict, results: dict, test_path: Path, size: DemoSiz
             lines += ["", f"**{variant}: PAVE and FAE disagree by {abs(100 * chk['difference']):.0f} points.** "
                       f"On gold-only pools {variant} answered NOT_ENOUGH_INFO "
                       f"{100 * chk['pave_gold_evidence_abstain_share']:.0f}% of the time; FAE round 0 reads "
-                      "full pools, like every pool it was trained on. The demo never shows a verifier a gold-only "
-                      "pool, so PAVE's CR and wrong-rate rows describe an input FAE never uses, not the "
-                      f"verifier FAE scores. They cannot show how {variant} corrects a wrong prior from evidence "
-                      "it would actually be given."]
+                      f"full pools, like every pool {variant} was trained on. FAE's gold-only and cited-only arms "
+                      "(the sufficiency table above) ask the same short pools and show the same abstention, so "
+                      "PAVE's CR and wrong-rate rows describe a verifier that does not answer on the evidence "
+                      f"alone. They cannot show how {variant} corrects a wrong prior from evidence it would answer "
+                      "on."]
     return lines
 
 
