@@ -124,7 +124,8 @@ def test_a_third_party_backend_gets_its_options_checked_and_used(tmp_path):
     out = tmp_path / "run"
     argv = ["run", "--backend", "test-echo", "--model", "x", "--records", str(records), "--output", str(out),
             "--rounds", "1", "--max-new-tokens", "9", "--no-progress",
-            "--control", "none", "--no-gold-only"]  # one prompt per claim in flight: a call's size is the chunk
+            # the ablation alone: one prompt per claim in flight, so a call's size is the chunk
+            "--control", "none", "--no-gold-only", "--no-cited-only", "--no-size-sweep"]
     EchoBackend.chunks.clear()
     assert main(argv) == 0
     cfg = json.loads((out / "config.json").read_text())

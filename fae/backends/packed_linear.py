@@ -16,6 +16,7 @@ layers' memory doubles: ``REAL_FAE_CPU_PACKED_LINEAR=0`` turns the packing off.
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 
@@ -34,6 +35,19 @@ def packing_available() -> bool:
         torch.ops.mkldnn._reorder_linear_weight  # noqa: B018  (resolved lazily: raises if absent)
         torch.ops.mkldnn._linear_pointwise  # noqa: B018
     except (AttributeError, RuntimeError):
+        return False
+    return _cpu_reorders_bf16()
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_reorders_bf16() -> bool:
+    """Whether oneDNN reorders a bf16 weight on this CPU: it needs avx_ne_convert or AVX-512 (bw, vl, dq) and
+    raises elsewhere (an AVX2-only EPYC, say), where bf16 layers keep plain ``F.linear``. Probed once."""
+    import torch
+
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16), 1)
+    except RuntimeError:
         return False
     return True
 
