@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from real_fae_core.outputs import MARKER, read_marker
 from retrieval_helpers import abstract_corpus, write_jsonl
 
 SCIFACT = Path(__file__).parent / "data" / "scifact"
+DEMO = Path(__file__).resolve().parents[1] / "real" / "demo" / "base"
 
 
 def _error(capsys) -> str:
@@ -233,6 +236,7 @@ def _case(name: str, tmp: Path) -> tuple[list[str], str, Path]:
     foreign.mkdir()
     (foreign / "report.md").write_text("# my own report\n")
     (foreign / "compare.md").write_text("# my own comparison\n")
+    (foreign / "notes.txt").write_text("mine\n")
     if name == "report: output is a run":
         return ["fae", "report", str(a), str(b), "--output", str(a)], f"is the input {a}", tmp / "runs"
     if name == "report: a foreign folder":
@@ -262,7 +266,65 @@ def _case(name: str, tmp: Path) -> tuple[list[str], str, Path]:
     if name == "study-report: output inside a study":
         return (["fae", "study-report", str(a), "--output", str(a / "report")], f"is inside the input {a}",
                 tmp / "runs")
+    # the commands that write one file: a folder is refused, and so is an input (checked before any is read)
+    annotators = tmp / "in" / "annotators.yaml"
+    annotators.write_text("annotators: []\n")
+    if name == "enhance: a foreign folder":
+        return (["real-data", "enhance", "--records", str(records), "--annotators", str(annotators),
+                 "--output", str(foreign)], f"--output {foreign}: is a folder", foreign)
+    if name == "enhance: output is its annotators file":
+        return (["real-data", "enhance", "--records", str(records), "--annotators", str(annotators),
+                 "--output", str(annotators)], f"is the input {annotators}", tmp / "in")
+    if name == "counterfactual: a foreign folder":
+        return (["real-data", "counterfactual", "--records", str(records), "--kinds", "entity",
+                 "--output", str(foreign)], f"--output {foreign}: is a folder", foreign)
+    if name == "counterfactual: output containing its records":
+        return (["real-data", "counterfactual", "--records", str(records), "--kinds", "entity",
+                 "--output", str(tmp / "in")], f"contains the input {records}", tmp / "in")
+    if name == "families: a foreign folder":  # refused by its own check of a folder, before the guard
+        return (["real-data", "families", "--records", str(records), "--output", str(foreign)],
+                "is a directory; give a file path", foreign)
+    if name == "families: output is a link to its records":
+        link = tmp / "in" / "latest.jsonl"
+        link.symlink_to(records)
+        return (["real-data", "families", "--records", str(records), "--output", str(link)],
+                f"is the input {records}", tmp / "in")
+    # the commands that write a folder
+    pave = ["fae", "pave", "--records", str(records), "--backend", "openai", "--model", "m", "--base-url",
+            "http://127.0.0.1:9/v1", "--max-retries", "0", "--no-progress"]
+    if name == "pave: a foreign folder":
+        return [*pave, "--output", str(foreign)], "is a non-empty folder that fae pave did not write", foreign
+    if name == "pave: output inside its check run":
+        return ([*pave, "--check-run", str(a), "--output", str(a / "pave")], f"is inside the input {a}",
+                tmp / "runs")
+    if name.startswith("study:"):
+        pools = _pools(tmp / "study-in")
+        study = ["fae", "study", "--pools", str(pools), "--backend", "openai", "--model", "m", "--base-url",
+                 "http://127.0.0.1:9/v1", "--no-progress"]
+        if name == "study: a foreign folder":
+            return [*study, "--output", str(foreign)], "is a non-empty folder that fae study did not write", foreign
+        if name == "study: output inside its pools":
+            return ([*study, "--output", str(pools / "study")], f"is inside the input {pools}",
+                    tmp / "study-in")
+    if name.startswith("from-inspect:"):
+        pytest.importorskip("inspect_ai", reason="Inspect AI is the optional extra [inspect]")
+        log = tmp / "in" / "log.eval"
+        log.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: the guard refuses before it is read
+        if name == "from-inspect: a foreign folder":
+            return (["fae", "from-inspect", str(log), "--output", str(foreign)],
+                    "is a non-empty folder that fae from-inspect did not write", foreign)
+        if name == "from-inspect: output containing its log":
+            return ["fae", "from-inspect", str(log), "--output", str(tmp / "in")], f"contains the input {log}", \
+                tmp / "in"
     raise AssertionError(name)
+
+
+def _pools(folder: Path) -> Path:
+    """The smallest pools `fae study` reads: `real-data retrieve` of one claim, packed at 128 tokens."""
+    claims, corpus, index = _world(folder)
+    pools = folder / "pools"
+    assert _retrieve(claims, corpus, index, pools, "--budgets", "128", "--tokenizer", str(DEMO)) == 0
+    return pools
 
 
 CASES = ["pairs: output containing its records, --overwrite", "convert: output is its corpus",
@@ -270,7 +332,12 @@ CASES = ["pairs: output containing its records, --overwrite", "convert: output i
          "report: a foreign folder", "report: the current directory", "compare: output containing its runs",
          "compare: a foreign folder", "view: the current directory", "probe: output is its run",
          "probe-report: a foreign folder", "neurons: output containing its records",
-         "study-report: output inside a study"]
+         "study-report: output inside a study",
+         "enhance: a foreign folder", "enhance: output is its annotators file", "counterfactual: a foreign folder",
+         "counterfactual: output containing its records", "families: a foreign folder",
+         "families: output is a link to its records", "pave: a foreign folder", "pave: output inside its check run",
+         "study: a foreign folder", "study: output inside its pools", "from-inspect: a foreign folder",
+         "from-inspect: output containing its log"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -303,3 +370,78 @@ def test_a_folder_marked_by_another_command_is_refused_unless_empty(tmp_path, ca
     (empty / MARKER).write_text('{"command": "fae compare", "files": []}\n')  # it stopped before writing
     assert fae(["report", str(a), str(b), "--output", str(empty)]) == 0
     assert read_marker(empty)["command"] == "fae report"
+
+
+# ---------------------------------------------------------------- real-merge, real-import-gguf
+
+# Only the training tests import the trainer (tests/test_architecture.py): its two commands that write a model
+# run in one child process, each on its own folders, the way their console scripts run them.
+_TRAINER_COMMANDS = """
+import contextlib, io, json, sys
+from real.gguf_import import main as gguf
+from real.merge import main as merge
+results = []
+for prog, argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = {"real-merge": merge, "real-import-gguf": gguf}[prog](argv)
+    results.append([code, err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def _trainer_case(name: str, tmp: Path) -> tuple[list[str], str, Path]:
+    """(argv, what the error says, the folder whose files must all survive), as :func:`_case`."""
+    tmp.mkdir(parents=True)
+    foreign = tmp / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine\n")
+    adapter = tmp / "adapter"  # no base model there: without the guard the command fails on that, not on us
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "./no-base"}\n')
+    gguf = tmp / "in" / "model.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF" + bytes(60))  # the magic only: the guard refuses before the file is read
+    if name == "real-merge: a foreign folder, --overwrite":
+        return (["real-merge", "--adapter", str(adapter), "--output", str(foreign), "--overwrite"],
+                "is a non-empty folder that real-merge did not write", foreign)
+    if name == "real-merge: output inside its adapter":
+        return (["real-merge", "--adapter", str(adapter), "--output", str(adapter / "merged")],
+                f"is inside the input {adapter}", adapter)
+    if name == "real-import-gguf: a foreign folder, --overwrite":
+        return (["real-import-gguf", str(gguf), "--output", str(foreign), "--overwrite"],
+                "is a non-empty folder that real-import-gguf did not write", foreign)
+    if name == "real-import-gguf: output containing its GGUF file":
+        return ["real-import-gguf", str(gguf), "--output", str(gguf.parent)], f"contains the input {gguf}", gguf.parent
+    raise AssertionError(name)
+
+
+TRAINER_CASES = ["real-merge: a foreign folder, --overwrite", "real-merge: output inside its adapter",
+                 "real-import-gguf: a foreign folder, --overwrite", "real-import-gguf: output containing its GGUF file"]
+
+
+@pytest.fixture(scope="module")
+def trainer_refusals(tmp_path_factory) -> dict[str, tuple[int, str, dict, dict, str]]:
+    """Each case of TRAINER_CASES run: (exit code, stderr, its folder's files before, after, what the error
+    must say)."""
+    root = tmp_path_factory.mktemp("trainer")
+    cases = {name: _trainer_case(name, root / str(i)) for i, name in enumerate(TRAINER_CASES)}
+    before = {name: _snapshot(kept) for name, (_, _, kept) in cases.items()}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                                      os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", _TRAINER_COMMANDS,
+                           json.dumps([[argv[0], argv[1:]] for argv, _, _ in cases.values()])],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {name: (code, err, before[name], _snapshot(cases[name][2]), cases[name][1])
+            for (name, (code, err)) in zip(cases, results)}
+
+
+@pytest.mark.parametrize("name", TRAINER_CASES)
+def test_the_trainers_writing_commands_refuse_in_one_line_and_delete_nothing(trainer_refusals, name):
+    code, err, before, after, says = trainer_refusals[name]
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert says in lines[0], err
+    assert after == before
