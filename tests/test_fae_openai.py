@@ -71,8 +71,9 @@ def test_faults_are_retried_nothing_lost_key_never_stored(records_file, tmp_path
     n_faults = sum(o != "ok" for o in outcomes)
     assert stats["retries"] == n_faults and stats["requests"] == len(outcomes)
     assert stats["malformed"] >= 1 and stats["timeout"] >= 1 and stats["429"] >= 1 and stats["5xx"] >= 2
-    m = compute_metrics(claims)  # every question answered once: the rounds, their controls, the gold-only pools
-    assert srv.count(outcome="ok") == m["model_calls"] + sum(call_counts_of(c)["control_calls"] for c in claims)
+    m = compute_metrics(claims)  # every question answered once: the rounds, their controls, the sufficiency pools
+    assert srv.count(outcome="ok") == m["model_calls"] + sum(call_counts_of(c)["control_calls"]
+                                                             + call_counts_of(c)["sufficiency_calls"] for c in claims)
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["settings"]["api_key_env"] == ENV and cfg["backend"] == "openai"
     captured = capfd.readouterr()

@@ -87,14 +87,16 @@ def test_streaming_rounds_equal_run_ablation_one_key_per_claim_bounded(records_f
     got = [c for w in writes for c in w]
     # the control arm and gold-only pools too: the same questions whichever loop asks them
     assert by_id(got) == by_id(barrier) == by_id(expected(records_file, arms=Arms()).values())
-    assert all("control" in c and "gold_only" in c for c in got)
+    assert all("control" in c and "gold_only" in c and "cited_only" in c and "size_sweep" in c for c in got)
     assert [len(w) for w in writes[:-1]] == [3] * (len(writes) - 1) and 1 <= len(writes[-1]) <= 3
     assert max(pulled_ahead) <= 5 + 3  # in flight + finished but not yet flushed
     counts = [call_counts_of(c) for c in got]
     assert stats == {"claims": len(records), "model_calls": sum(n["model_calls"] for n in counts),
                      "reused_calls": sum(rd["reused"] for c in got for rd in c["rounds"]),
-                     "control_calls": sum(n["control_calls"] for n in counts)}
-    assert stats["model_calls"] + stats["control_calls"] == len(log) and stats["control_calls"] > 0
+                     "control_calls": sum(n["control_calls"] for n in counts),
+                     "sufficiency_calls": sum(n["sufficiency_calls"] for n in counts)}
+    assert stats["model_calls"] + stats["control_calls"] + stats["sufficiency_calls"] == len(log)
+    assert stats["control_calls"] > 0 and stats["sufficiency_calls"] > 0
     sessions = defaultdict(set)
     for r in log:
         sessions[r.claim].add(r.session)
@@ -253,14 +255,14 @@ def cached_share(run_dir: Path) -> float:
 def fae_run(records, out: Path, url: str, monkeypatch, *extra) -> int:
     """``fae run --backend openai`` in this process, with streaming ablation under the openai backend.
 
-    The ablation's rounds alone (``--control none --no-gold-only``): these tests measure how a router places
+    The ablation's rounds alone (``--control none`` and no sufficiency arm): these tests measure how a router places
     a claim's rounds and what its prefix cache serves, which the extra questions would blur."""
     from fae.cli import main
 
     return main(["run", "--backend", "openai", "--model", "verifier", "--base-url", f"{url}/v1",
                  "--records", str(records), "--output", str(out), "--rounds", "4", "--concurrency", "8",
                  "--backoff-base", "0.05", "--request-timeout", "5", "--no-progress", "--control", "none",
-                 "--no-gold-only", *extra])
+                 "--no-gold-only", "--no-cited-only", "--no-size-sweep", *extra])
 
 
 @pytest.mark.slow
