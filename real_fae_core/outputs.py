@@ -27,7 +27,7 @@ import fnmatch
 import json
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from real_fae_core.atomicio import atomic_write_json
 from real_fae_core.errors import UserError
@@ -114,6 +114,15 @@ def delegate(folder: str | os.PathLike) -> None:
     _DELEGATED.add(_resolved(folder))
 
 
+def _flat(inputs) -> Iterator:
+    """The paths of ``inputs``, a list option's values (``--families A B``) among them one by one."""
+    for given in inputs:
+        if isinstance(given, (list, tuple)):
+            yield from _flat(given)
+        else:
+            yield given
+
+
 def check_inputs(output: str | os.PathLike, inputs: Iterable[str | os.PathLike | None], *,
                  flag: str = "--output", allow_inside: bool = False) -> None:
     """Refuse an output that is the current directory or one of its parents, equal to an input, containing
@@ -123,7 +132,7 @@ def check_inputs(output: str | os.PathLike, inputs: Iterable[str | os.PathLike |
     if out == cwd or out in cwd.parents:
         what = "the current directory" if out == cwd else "a parent of the current directory"
         raise UserError(f"{flag} {output}: is {what}; give a new folder for the output")
-    for given in inputs:
+    for given in _flat(inputs):
         if given is None or given == "":
             continue
         src = _resolved(given)
