@@ -260,7 +260,7 @@ def test_study_report_reads_every_families_file(tmp_path):
     """recipes/study/reproduce.sh passes --families once per dataset: every file is read (with only the
     last, the first file's units would each be a family of their own)."""
     from fae.cli import main
-    from test_study_report import write_study
+    from study_helpers import write_study
 
     studies = [str(write_study(tmp_path / name, model=name)) for name in ("a", "b")]
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"

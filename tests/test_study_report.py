@@ -14,6 +14,7 @@ from fae.comparison.accounting import paired_bootstrap
 from fae.study import analysis as an
 from fae.study import report as rep
 from fae.study.interfaces import INVALID
+from study_helpers import write_study
 
 S, R, N = "SUPPORT", "REFUTE", "NOT_ENOUGH_INFO"
 
@@ -154,30 +155,6 @@ def test_intervals_near_zero_from_invalid_answers_are_not_stability():
 
 
 # ---------------------------------------------------------------- study directories by hand
-
-
-def write_study(path: Path, *, dataset="fever", model="m", seeds=(1103, 2207), pools="p1", drop=0) -> Path:
-    """A complete study directory of 12 one-claim units whose answers follow a fixed rule."""
-    path.mkdir(parents=True)
-    budgets, formats = [256, 2048], ["codes", "labels"]
-    cfg = {"dataset": dataset, "model": model, "pools_sha256": pools, "seeds": list(seeds), "budgets": budgets,
-           "formats": formats, "sources": [0, 1], "missed_relevant": {}, "notes": []}
-    (path / "study.json").write_text(json.dumps(cfg))
-    units = [{"id": f"u{i}", "claim_id": f"c{i}", "gold_label": S if i % 2 else R, "groups": [[0]],
-              "submitted": {"256": [[0] if i % 3 else [1], [0]], "2048": [[0], [0]]}} for i in range(12)]
-    (path / "units.jsonl").write_text("".join(json.dumps(u) + "\n" for u in units))
-    lines = []
-    for u in units:
-        for s in (0, 1):
-            for b in budgets:
-                for f in formats:
-                    for r in range(len(seeds) + 1):
-                        ans = u["gold_label"] if (int(u["id"][1:]) + r + s) % 4 else INVALID
-                        lines.append({"unit": u["id"], "kind": "primary", "source": s, "budget": b, "format": f,
-                                      "replicate": r, "control": None, "variant": None, "answer": ans})
-    lines = lines[drop:]
-    (path / "responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return path
 
 
 def test_report_of_two_models_writes_json_markdown_and_figure(tmp_path):

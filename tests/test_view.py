@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from fae.cli import main as fae
 from fae.view.data import answer_summary, arm_metrics, build_view, load_view_runs
 from fae.view.site import MARKER
 from fae_helpers import seal_run
+from view_helpers import render
 
 
 def rnd(r, pool, label, cited=(), halluc=(), *, valid=True, truncated=False, reused=False, probs=None):
@@ -330,91 +329,6 @@ def test_the_index_holds_the_control_and_gold_only_answers_the_metrics_count(arm
     assert arm_metrics(old, claims) == {**old, "control": ctrl, "gold_only": gold}
     assert arm_metrics(old, CLAIMS_A) == {**old, "control": None, "gold_only": None}
     assert ctrl["intervals"]["IS_minus_IS_ctrl"]["ci_low"] is not None  # 12 claims: the page shows an interval
-
-
-NODE = shutil.which("node") or shutil.which("nodejs")
-DOM_JS = r"""
-// A minimal DOM for running fae/view/assets/view.js under node (no browser): enough for the run table,
-// the claim list and the claim page. Usage: node dom.js SITE_DIR '["#hash", ...]' -> JSON per hash.
-const fs = require("fs"), path = require("path"), vm = require("vm");
-const site = process.argv[2], hashes = JSON.parse(process.argv[3]);
-const camel = s => s.replace(/-([a-z])/g, (_, c) => c.toUpperCase());
-class N {
-  constructor(tag) { this.tag = tag; this.attrs = {}; this.children = []; this.dataset = {}; this.className = ""; this.style = {}; }
-  appendChild(c) { this.children.push(c); if (this.onappend) this.onappend(c); return c; }
-  replaceChildren(...cs) { this.children = cs; }
-  setAttribute(k, v) { v = String(v); this.attrs[k] = v; if (k === "class") this.className = v;
-                       if (k.startsWith("data-")) this.dataset[camel(k.slice(5))] = v; }
-  getAttribute(k) { return k in this.attrs ? this.attrs[k] : null; }
-  get textContent() { return this.children.map(c => c.textContent).join(""); }
-  set textContent(v) { this.children = [{tag: "#text", textContent: String(v), children: []}]; }
-}
-function walk(n, fn, out) { out = out || []; if (n.tag !== "#text") { if (fn(n)) out.push(n); n.children.forEach(c => walk(c, fn, out)); } return out; }
-const app = new N("main"), where = new N("span"), head = new N("head"), body = new N("body");
-body.children = [where, app];
-let hash = "", listeners = [];
-const location = {get hash() { return hash; }, set hash(v) { v = String(v); hash = v.startsWith("#") ? v : "#" + v; listeners.forEach(f => f()); }};
-head.onappend = s => {
-  const file = path.join(site, s.src);
-  if (fs.existsSync(file)) vm.runInContext(fs.readFileSync(file, "utf8"), ctx); else s.onerror();
-};
-const document = {
-  head, body, title: "",
-  createElement: t => new N(t), createElementNS: (_, t) => new N(t),
-  createTextNode: t => ({tag: "#text", textContent: String(t), children: []}),
-  getElementById: id => id === "app" ? app : id === "where" ? where : walk(app, n => n.attrs.id === id)[0] || null,
-};
-const ctx = vm.createContext({document, location, performance, console,
-  history: {replaceState: (_, __, h) => { hash = h.startsWith("#") ? h : "#" + h; }},
-  addEventListener: (ev, f) => { if (ev === "hashchange") listeners.push(f); }});
-ctx.window = ctx;
-vm.runInContext(fs.readFileSync(path.join(site, "assets/view.js"), "utf8"), ctx);
-vm.runInContext(fs.readFileSync(path.join(site, "data/index.js"), "utf8"), ctx);
-const out = [];
-for (const h of hashes) {
-  location.hash = h;
-  const cls = n => " " + n.className + " ";
-  const table = walk(app, n => n.tag === "table" && n.className === "runs")[0];
-  const runs = table ? walk(table, n => n.tag === "tr" && n.dataset.run !== undefined) : [];
-  const head = table ? walk(table.children[0], n => n.tag === "th").map(n => n.textContent) : null;
-  out.push({
-    hash: h,
-    head,
-    runs: runs.map(tr => ({cells: tr.children.map(td => td.textContent),
-                           titles: tr.children.map(td => td.attrs.title || walk(td, x => x.attrs.title)[0]?.attrs.title || null),
-                           links: walk(tr, a => a.tag === "a").map(a => [a.attrs.href, +a.attrs["data-count"]])})),
-    flags: walk(app, n => n.tag === "input" && (n.attrs.id || "").startsWith("f-flag-")).map(n => n.attrs.id.slice(7)),
-    listed: walk(app, n => n.tag === "tr" && n.dataset.claim !== undefined).map(n => n.dataset.claim),
-    rounds: walk(app, n => cls(n).includes(" round ") && n.dataset.run !== undefined)
-      .map(n => ({run: +n.dataset.run, round: +n.dataset.round})),
-    arms: walk(app, n => cls(n).includes(" arm ") && n.dataset.run !== undefined).map(n => ({
-      run: +n.dataset.run, round: +n.dataset.armRound, cls: n.className, text: n.textContent,
-      label: (walk(n, x => cls(x).includes(" arm-label "))[0] || {textContent: null}).textContent,
-      struck: walk(n, x => x.tag === "li" && cls(x).includes(" removed ")).map(x => +x.dataset.sid),
-      cited: walk(n, x => x.tag === "li" && cls(x).includes(" cited ")).map(x => +x.dataset.sid),
-      shown: walk(n, x => x.tag === "li").map(x => +x.dataset.sid),
-      arm: n.dataset.arm || null, k: n.dataset.k === undefined ? null : +n.dataset.k})),
-    chips: Object.fromEntries(walk(app, n => n.tag === "tr" && n.dataset.claim !== undefined).map(tr =>
-      [tr.dataset.claim, tr.children.slice(3).map(td => walk(td, x => cls(x).includes(" chip "))
-        .map(x => x.className + ":" + x.textContent))])),
-    pools: walk(app, n => n.tag === "select" && n.attrs.id === "f-pool").flatMap(n => n.children.map(o => o.attrs.value)),
-    select: vm.runInContext("FAE_VIEW.select(" + JSON.stringify(h) + ")", ctx),
-  });
-}
-process.stdout.write(JSON.stringify(out));
-"""
-
-
-def render(site: Path, hashes: list[str], tmp_path: Path) -> list[dict]:
-    """What view.js puts on the page for each hash, run under node with a minimal DOM (no browser)."""
-    if NODE is None:
-        pytest.skip("no node to run view.js")
-    harness = tmp_path / "dom.js"
-    harness.write_text(DOM_JS)
-    done = subprocess.run([NODE, str(harness), str(site), json.dumps(hashes)], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def test_the_page_shows_the_control_beside_the_rounds_and_filters_on_abstentions(arm_runs, tmp_path):

@@ -10,55 +10,17 @@ root with apt, the session fixture installs the Debian package; otherwise the te
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from data_prep.records import load_records, save_records
 from fae.ablation.metrics import is_flip, round_label, same_label
 from fae.cli import main as fae
-from fae.view.browser import Chromium, find_chromium
+from fae.view.browser import Chromium
+from view_helpers import chromium, screens  # noqa: F401  (fixtures: the browser, where screenshots go)
 
 pytestmark = pytest.mark.slow
-
-
-def _apt_install_chromium() -> str:
-    """Install the Debian package (root with apt only); what happened, for the skip reason."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return "not root with apt-get"
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "install", "-y", "--no-install-recommends", "chromium"],
-                ["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
-        try:
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"{' '.join(cmd)} failed: {exc}"
-        if cmd[1] == "install" and done.returncode == 0:
-            return "installed"
-    return f"apt-get install chromium failed: {done.stderr.strip().splitlines()[-1:]}"
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    path = find_chromium()
-    if path is None:
-        why = _apt_install_chromium()
-        path = find_chromium()
-        if path is None:
-            pytest.skip(f"no Chromium for the viewer tests ({why}); install the Debian package `chromium`")
-    return path
-
-
-@pytest.fixture(scope="session")
-def screens(tmp_path_factory) -> Path:
-    where = os.environ.get("FAE_VIEW_ARTIFACTS")
-    out = Path(where) if where else tmp_path_factory.mktemp("view-screens")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 N_CLAIMS, ROUNDS = 24, 3

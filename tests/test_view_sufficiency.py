@@ -26,8 +26,7 @@ import pytest
 from control_helpers import ENV, KEY, PROOF, answer, records, run_with
 from helpers import make_record_dict
 from openai_server import claim_of, pool_lines
-from test_view import render
-from test_view_browser import chromium, screens  # noqa: F401  (fixtures: the browser, where screenshots go)
+from view_helpers import chromium, render, screens  # noqa: F401  (fixtures: the browser, where screenshots go)
 
 from data_prep.records import ClaimRecord, save_records
 from fae.ablation.engine import removal_gap
