@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from probe_data import make_lora_adapter, make_records, make_run_dir, write_jsonl
 
@@ -179,15 +180,18 @@ def test_knowledge_reference_base_takes_hK_from_the_model_without_the_adapter(ti
     recs = make_records(4)
     records = write_jsonl(tmp_path / "eval.jsonl", recs)
     run_dir = make_run_dir(tmp_path / "run", records, recs)
-    adapter = make_lora_adapter(tiny_llama, tmp_path / "lora")
+    adapter = make_lora_adapter(tiny_llama, tmp_path / "adapter")  # not a probe's output: its input
     common = [str(run_dir), "--model", str(tiny_llama), "--bootstrap", "0", "--knowledge-max-new-tokens", "4"]
     assert main(["probe", *common, "--output", str(tmp_path / "plain")]) == 0
     assert main(["probe", *common, "--adapter", str(adapter), "--output", str(tmp_path / "lora")]) == 0
     assert main(["probe", *common, "--adapter", str(adapter), "--knowledge-reference", "base",
                  "--output", str(tmp_path / "mixed")]) == 0
     plain, lora, mixed = (load_states(tmp_path / d / "states.safetensors") for d in ("plain", "lora", "mixed"))
-    assert (mixed["hK"] == plain["hK"]).all() and (mixed["hr"] == lora["hr"]).all()
-    assert not (lora["hK"] == plain["hK"]).all()  # the adapter moves h(K): the option changes what DirK measures
+    # the same states up to rounding (another batch of prompts sums in another order on some CPUs: one float16
+    # step of the stored states moved on an AVX2 EPYC)
+    same = lambda a, b: np.allclose(a, b, rtol=0, atol=1e-3)  # noqa: E731 (states are stored in float16)
+    assert same(mixed["hK"], plain["hK"]) and same(mixed["hr"], lora["hr"])
+    assert not same(lora["hK"], plain["hK"])  # the adapter moves h(K): the option changes what DirK measures
     summary = json.loads((tmp_path / "mixed" / "dirk.json").read_text())
     assert summary["knowledge_reference"] == "base" and "parametric knowledge" in summary["knowledge_reference_model"]
     assert set(summary["knowledge_answers"]) == {"decoding", "verifier", "reference"}
@@ -197,7 +201,7 @@ def test_knowledge_reference_base_takes_hK_from_the_model_without_the_adapter(ti
     # h(K), which is the reference of its adapters' base runs, so one probe-report compares them all
     assert main(["probe", *common, "--knowledge-reference", "base", "--output", str(tmp_path / "own")]) == 0
     own = load_states(tmp_path / "own" / "states.safetensors")
-    assert (own["hK"] == plain["hK"]).all() and (own["hK"] == mixed["hK"]).all() and (own["hr"] == plain["hr"]).all()
+    assert same(own["hK"], plain["hK"]) and same(own["hK"], mixed["hK"]) and same(own["hr"], plain["hr"])
     own_summary = json.loads((tmp_path / "own" / "dirk.json").read_text())
     assert own_summary["knowledge_reference"] == "base" and "no adapter" in own_summary["knowledge_reference_model"]
     assert set(own_summary["knowledge_answers"]) == {"decoding", "verifier"}

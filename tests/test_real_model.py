@@ -79,7 +79,7 @@ def test_import_refuses_what_it_cannot_use(tmp_path, smollm2):
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("x")
-    with pytest.raises(UserError, match="not empty"):
+    with pytest.raises(UserError, match="non-empty folder that real-import-gguf did not write"):
         import_gguf(packaged_gguf(GGUF_PACKAGE), busy)
     assert (busy / "keep.txt").read_text() == "x"  # nothing lost
     r = _cli("real-import-gguf", not_gguf, "--output", tmp_path / "m", cwd=tmp_path)

@@ -297,9 +297,10 @@ def test_openai_sends_each_prompt_its_schema_and_a_honouring_server_makes_answer
     free = [r for c in read_claims(tmp_path / "free" / "claims.jsonl") for r in c["rounds"]]
     assert not any(r["valid"] for r in free)
     claims = read_claims(tmp_path / "cd" / "claims.jsonl")
-    # every question asked: the rounds, the controls and the gold-only pools, each with its own pool's schema
+    # every question asked: the rounds, the controls and the sufficiency pools, each with its own pool's schema
     asked = [r for c in claims for r in c["rounds"] + [x for x in c["control"] if "skipped" not in x]
-             + ([c["gold_only"]] if "skipped" not in c["gold_only"] else [])]
+             + [c[k] for k in ("gold_only", "cited_only") if "skipped" not in c[k]]
+             + list(c["size_sweep"].get("rounds") or [])]
     rounds = [r for r in asked if not r["reused"]]
     assert sent and all(f["type"] == "json_schema" for f in sent)
     assert len(sent) == len(rounds)

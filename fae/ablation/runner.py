@@ -249,10 +249,8 @@ def run_request(request: RunRequest) -> int:
         shard = (rank, world)
     guard = check_paths_and_values(opts)
     records, n_nei = read_claim_records(opts, announce=rank == 0)
-    if rank == 0:
-        guard.mark(files=())  # a run directory of fae run: a later run resumes it, no other command writes it
     run_dir = Path(opts.output)
-    if opts.executor == "ray":
+    if opts.executor == "ray":  # a refused executor writes nothing
         if shard is not None:
             raise UserError("--executor ray runs every shard itself: drop --shard")
         if opts.shards is None:
@@ -261,6 +259,9 @@ def run_request(request: RunRequest) -> int:
             from fae.ablation.ray_executor import run_on_ray
         except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'real-fae[ray]'") from None
+    if rank == 0:
+        guard.mark(files=())  # a run directory of fae run: a later run resumes it, no other command writes it
+    if opts.executor == "ray":
         backend_opts, config = run_config(request, backend_cls, records, n_nei)
         return run_on_ray(opts, backend_cls, backend_opts, config, records, run_dir)
     if shard is None:
