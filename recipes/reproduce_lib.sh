@@ -224,9 +224,16 @@ reproduce_main() {
     local train_records="$DATA_DIR/$TRAIN_SET.jsonl"
     local enhanced="$DATA_DIR/$TRAIN_SET.enhanced.jsonl"
     if [[ $ENHANCE == 0 ]]; then
+        # the variants that need no annotator vote, from the one registry (data_prep/pairs/build.py)
+        local plain
+        plain=$("${PYTHON:-python3}" -c 'from data_prep.pairs.build import VARIANTS
+print(" ".join(name for name, v in VARIANTS.items() if not v.enhanced))') || {
+            echo "reproduce: cannot read the variant registry with ${PYTHON:-python3} (is the project installed?)" >&2
+            return 2
+        }
         for variant in $VARIANTS; do
-            case $variant in sft | no_enhancement | no_enhancement_matched) ;; *)
-                echo "reproduce: variant '$variant' trains on enhanced evidence, but ENHANCE=0 (train sft, no_enhancement or no_enhancement_matched)" >&2
+            case " $plain " in *" $variant "*) ;; *)
+                echo "reproduce: variant '$variant' trains on enhanced evidence, but ENHANCE=0 (train one of: $plain)" >&2
                 return 2 ;;
             esac
         done

@@ -45,8 +45,7 @@ class RealScriptArguments(ScriptArguments):
     variant: str | None = field(
         default=None,
         metadata={
-            "help": "Training variant the recipe is for (sft, no_ablation, no_enhancement, real, "
-            "no_enhancement_matched, real_matched); must match the `variant` column of the pairs dataset. Also "
+            "help": "Training variant the recipe is for (one of the pairs variants, SPEC §4); must match the `variant` column of the pairs dataset. Also "
             "written to the model card.",
             "choices": list(VARIANT_NAMES),
         },
