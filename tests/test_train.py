@@ -90,6 +90,13 @@ def test_every_recipe_parses_with_installed_trl(recipe):
         return
     assert sorted(model.lora_target_modules) == ["k_proj", "o_proj", "q_proj", "v_proj"]
     assert str(training.optim.value).startswith("adamw") and training.seed == raw["seed"]
+    if raw.get("trainer") == "grpo":  # on-policy (SPEC §4): GRPOConfig's options, the reward's weights
+        from real.training.onpolicy import REWARD_TERMS
+
+        assert type(training).__name__ == "RealGRPOConfig" and script.trainer == "grpo" and script.records
+        assert len(training.reward_weights) == len(REWARD_TERMS) and training.num_generations >= 2
+        assert training.max_completion_length >= 16
+        return
     if recipe.parent.name == "demo":
         # the toy demo base has 512 positions and documents its learning rate (recipes/demo/README.md)
         assert training.learning_rate == 3e-3 and training.max_length == 512

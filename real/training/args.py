@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl import ModelConfig, ScriptArguments, SFTConfig, TrlParser
+from trl import GRPOConfig, ModelConfig, ScriptArguments, SFTConfig, TrlParser
 
 from real_fae_core.errors import UserError
 from real_fae_core.flags import KeyValueFlag, appending_lists
@@ -49,6 +49,24 @@ class RealScriptArguments(ScriptArguments):
             "written to the model card.",
             "choices": list(VARIANT_NAMES),
         },
+    )
+    trainer: str = field(
+        default="sft",
+        metadata={"help": "How the verifier learns: `sft` (TRL's SFTTrainer on the pairs' target answers) or `grpo` "
+                  "(on-policy evidence ablation, SPEC §4: TRL's GRPOTrainer samples answers to the pairs' prompts "
+                  "and rewards them with the verifier's own ablations, real.training.onpolicy; needs `records`). "
+                  "Decides which training options exist (GRPOConfig's with grpo).",
+                  "choices": ["sft", "grpo"]},
+    )
+    records: str | None = field(
+        default=None,
+        metadata={"help": "trainer grpo: the claim records (.jsonl) the pairs were built from; the reward renders "
+                  "each answer's ablated pools from their sentences."},
+    )
+    init_adapter: str | None = field(
+        default=None,
+        metadata={"help": "Start from this LoRA adapter (a real-train output, e.g. the sft or real_sufficient "
+                  "model) and train it further, instead of a new adapter from the recipe's lora_* settings."},
     )
     drop_overlong: bool = field(
         default=False,
@@ -98,7 +116,9 @@ class RealScriptArguments(ScriptArguments):
 
 
 @dataclass
-class RealSFTConfig(SFTConfig):
+class _CpuPrecision:
+    """The CPU options both trainers share; their one precision rule (:meth:`_cpu_precision`)."""
+
     global_batch_size: int | None = field(
         default=None,
         metadata={
@@ -122,7 +142,7 @@ class RealSFTConfig(SFTConfig):
                   "choices": ["labelled", "all"]},
     )
 
-    def __post_init__(self):
+    def _cpu_precision(self):
         # TRL turns bf16 on by default; without a GPU TrainingArguments refuses it, and bf16
         # matmuls on a CPU without native bf16 are ~100x slower. Fall back to fp32 on CPU
         # unless cpu_bf16 asks for autocast on a CPU that has native bf16.
@@ -139,17 +159,77 @@ class RealSFTConfig(SFTConfig):
             self.bf16 = False
             self.fp16 = False
             self.use_cpu = True
+
+
+@dataclass
+class RealSFTConfig(_CpuPrecision, SFTConfig):
+    def __post_init__(self):
+        self._cpu_precision()
+        super().__post_init__()
+
+
+@dataclass
+class RealGRPOConfig(_CpuPrecision, GRPOConfig):
+    """GRPOConfig plus the options of the on-policy reward (real.training.onpolicy). ``reward_weights``
+    (TRL's) weigh the terms format, label, necessity, sufficiency, control, precision, in that order."""
+
+    max_length: int | None = field(
+        default=1024,
+        metadata={"help": "Longest prompt plus its target answer, in tokens: longer rows are refused "
+                  "(drop_overlong: dropped), as in SFT."},
+    )
+    judge_batch_size: int = field(
+        default=32,
+        metadata={"help": "Pools per forward when the reward asks the current policy for its label on an "
+                  "answer's ablated pools."},
+    )
+    control_seed: int = field(
+        default=0,
+        metadata={"help": "Seed of the control's draws (per record and citation, as FAE's matched control)."},
+    )
+
+    def __post_init__(self):
+        from real.training.onpolicy import check_weights
+
+        self._cpu_precision()
+        self.reward_weights = list(check_weights(self.reward_weights))
         super().__post_init__()
 
 
 DATACLASSES = (RealScriptArguments, RealSFTConfig, ModelConfig)
+GRPO_DATACLASSES = (RealScriptArguments, RealGRPOConfig, ModelConfig)
+TRAINERS = {"sft": DATACLASSES, "grpo": GRPO_DATACLASSES}
 
 
-def make_parser():
+def trainer_kind(argv: list[str], recipe: str | None) -> str:
+    """The ``trainer`` a launch asks for (command line over recipe, default sft), read before parsing:
+    it decides which options exist."""
+    kind = None
+    for i, a in enumerate(argv):
+        if a == "--trainer" and i + 1 < len(argv):
+            kind = argv[i + 1]
+        elif a.startswith("--trainer="):
+            kind = a.split("=", 1)[1]
+    if kind is None and recipe:
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(recipe).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            data = None  # the strict loader says what is wrong
+        if isinstance(data, dict) and isinstance(data.get("trainer"), str):
+            kind = data["trainer"]
+    kind = kind or "sft"
+    if kind not in TRAINERS:
+        raise UserError(f"trainer {kind!r}: choose {' or '.join(TRAINERS)}")
+    return kind
+
+
+def make_parser(dataclasses=DATACLASSES):
     # a list flag given twice appends (--lora-target-modules q_proj --lora-target-modules v_proj), as on
     # every command, and given once replaces the recipe's list; transformers' options of one string that
     # stands for several (--deepspeed JSON, --report-to a,b) are refused given twice
-    parser = appending_lists(TrlParser(DATACLASSES, prog="real-train", allow_abbrev=False), DATACLASSES)
+    parser = appending_lists(TrlParser(dataclasses, prog="real-train", allow_abbrev=False), dataclasses)
 
     def error(message: str):  # argparse would print the whole (huge) usage first
         raise UserError(message)
@@ -165,7 +245,6 @@ def parse_args(argv: list[str] | None = None):
     ``TrlParser.parse_args_and_config`` does; its ``env`` mapping is exported.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = make_parser()
     recipe, recipe_lines, rest = None, {}, argv
     if "--config" in argv:
         i = argv.index("--config")
@@ -174,7 +253,10 @@ def parse_args(argv: list[str] | None = None):
         recipe, rest = argv[i + 1], argv[:i] + argv[i + 2:]
         if "--config" in rest:
             raise UserError("--config is given twice; pass one recipe and override values with --name value")
-        config, recipe_lines = recipe_checks.load_recipe(recipe, DATACLASSES)
+    dataclasses = TRAINERS[trainer_kind(rest, recipe)]
+    parser = make_parser(dataclasses)
+    if recipe is not None:
+        config, recipe_lines = recipe_checks.load_recipe(recipe, dataclasses)
         for key, value in (config.pop("env", None) or {}).items():
             os.environ[str(key)] = str(value)
         parser.set_defaults_with_config(**config)

@@ -44,6 +44,11 @@ def run_definition(*, script_args, training_args, model_args, data_sha: str, glo
         "seed": t.seed,
         "use_peft": bool(m.use_peft),
     }
+    if getattr(script_args, "trainer", "sft") != "sft":  # the on-policy objective's own settings
+        d.update(trainer=script_args.trainer, init_adapter=script_args.init_adapter,
+                 records=script_args.records, num_generations=t.num_generations,
+                 max_completion_length=t.max_completion_length, temperature=t.temperature, beta=t.beta,
+                 reward_weights=list(t.reward_weights or []), control_seed=t.control_seed)
     if m.use_peft:
         targets = m.lora_target_modules
         d.update(lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,

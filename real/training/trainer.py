@@ -151,7 +151,16 @@ def plan_run(script_args, training_args, model_args) -> Plan:
     checkpoints.check_start_flags(script_args, training_args)
     ds = load_pairs(script_args.dataset_name, script_args.dataset_train_split)
     data_info = check_variant(ds, script_args.variant, script_args.dataset_name)
-    train_ds = ds.select_columns(["prompt", "completion"])
+    columns = ["prompt", "completion"]
+    if getattr(script_args, "trainer", "sft") == "grpo":  # the reward reads each prompt's pool and target
+        from real.training.onpolicy import PROMPT_COLUMNS
+
+        missing = [c for c in PROMPT_COLUMNS if c not in ds.column_names]
+        if missing:
+            raise UserError(f"dataset {script_args.dataset_name!r} has no {', '.join(missing)} column(s), which "
+                            "trainer grpo needs: build it with `real-data pairs` (any variant)")
+        columns = list(dict.fromkeys([*columns, *PROMPT_COLUMNS]))
+    train_ds = ds.select_columns(columns)
 
     world_size = training_args.world_size
     if training_args.global_batch_size:
@@ -263,7 +272,10 @@ def _train_locked(script_args, training_args, model_args, argv) -> dict:
         set_interrupt_note(None)
         return done
     set_stage("loading the tokenizer and the model")
-    run = build_trainer(script_args, training_args, model_args, callbacks=[note, StageCallback()], plan=plan)
+    build = build_trainer
+    if getattr(script_args, "trainer", "sft") == "grpo":
+        from real.training.onpolicy_trainer import build_grpo_trainer as build
+    run = build(script_args, training_args, model_args, callbacks=[note, StageCallback()], plan=plan)
     trainer, resume = run.trainer, run.resume
     acc = trainer.accelerator
     acc.print(
