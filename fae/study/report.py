@@ -21,7 +21,7 @@ from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
-from fae.comparison.families_file import check_known, read_families
+from fae.comparison.families_file import check_covers, check_known, read_families
 from fae.intervals import MAX_DRAWS
 from fae.study import analysis as an
 from fae.study import responses as rio
@@ -39,7 +39,8 @@ class StudyReportConfig(CommandConfig):
                                 "models, any datasets; one directory per dataset x model)")
     output: str = option(help="directory for study_report.json, study_report.md, contrasts.png")
     families: list[str] | None = option(None, metavar="FILE", help="family files of `real-data families` ({id, "
-                                        "family} lines); units not listed are grouped by claim")
+                                        "family} lines), together covering every studied unit, each claim in one "
+                                        "family (without: each claim is its own)")
     draws: int = option(an.DRAWS, min=1, max=MAX_DRAWS,
                         help=f"bootstrap draws, 1 to {MAX_DRAWS} (default {an.DRAWS}, the paper's)")
     seed: int = option(an.BOOTSTRAP_SEED, min=0, help=f"NumPy PCG64 seed of the bootstrap (default {an.BOOTSTRAP_SEED}, "
@@ -181,8 +182,10 @@ def family_mapper(files: list[str] | None, studies: list[dict] | None = None):
     """unit -> family: the family file's entry for the unit id, else of another unit of its claim, else the claim.
 
     With ``studies`` each file's ids are checked against their pools' units: a file of another dataset or other
-    pools is refused at its first foreign id."""
+    pools is refused at its first foreign id; and the files together must put every studied unit in a family
+    and each claim in one (:func:`~fae.comparison.families_file.check_covers`)."""
     fams: dict[str, str] = {}
+    where: dict[str, tuple[str, str, int]] = {}
     for f in files or []:
         read = read_families(f)
         if studies is not None:
@@ -190,6 +193,9 @@ def family_mapper(files: list[str] | None, studies: list[dict] | None = None):
             if whole or not known.intersection(read):  # a subset of older studies: the file must name one unit
                 check_known(f, read, known, "the pools of the studies given")
         fams.update({fid: fam for fid, (fam, _) in read.items()})
+        where.update({fid: (fam, str(f), line) for fid, (fam, line) in read.items()})
+    if files and studies is not None:
+        check_covers(where, [(u["id"], u["claim_id"], s["path"]) for s in studies for u in s["units"]], files)
 
     claim_family: dict[str, str] = {}
 

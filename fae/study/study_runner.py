@@ -31,7 +31,7 @@ from data_prep.retrieval.pack import load_tokenizers, token_lengths
 from fae.ablation.runio import adapter_sha256
 from fae.ablation.shards import parse_shard
 from fae.backends import BackendError, backend_options, get_backend
-from fae.comparison.families_file import check_known, read_families
+from fae.comparison.families_file import check_covers, check_known, read_families
 from fae.backends.hf import HFOptions
 from fae.pave.runner import sampling_dtype
 from fae.probes.options import HFLoadFields, ServingFields, backend_field
@@ -166,6 +166,8 @@ def limited(pools: Pools, config: StudyConfig) -> Pools:
         if config.families:
             read = read_families(config.families)
             check_known(config.families, read, {u.id for u in pools.units}, f"--pools {pools.path}")
+            check_covers({fid: (fam, config.families, line) for fid, (fam, line) in read.items()},
+                         [(u.id, u.claim_id, f"--pools {pools.path}") for u in pools.units], [config.families])
             families = {fid: fam for fid, (fam, _) in read.items()}
         keep = set(sample_claims(pools.units, config.sample, families))
     elif config.limit:
