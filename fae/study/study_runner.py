@@ -127,6 +127,10 @@ def check_config(config: StudyConfig, pools: Pools) -> tuple[list[int], list[str
     """(budgets, formats) after the checks a parser cannot make, one line each."""
     if config.backend not in BACKENDS:
         raise UserError(f"fae study supports --backend {', '.join(BACKENDS)}, not {config.backend!r}")
+    if pools.n_sources < 2:
+        raise UserError(f"--pools {pools.path}: the pools have one ordering only (retrieved without --reranker): the "
+                        "study compares two orderings and `fae study-report` refuses one; retrieve again with "
+                        "--reranker")
     formats = check_formats(config.formats)
     budgets = sorted(config.budgets) if config.budgets else pools.budgets
     unknown = [b for b in budgets if b not in pools.budgets]
@@ -198,13 +202,27 @@ def swap_partners(pools: Pools, chosen: set[str]) -> dict[str, str]:
     return out
 
 
-def open_backend(config: StudyConfig):
-    """The backend, its answer cap the study's 16 tokens and no label probabilities (the study reads text)."""
+def backend_of(config: StudyConfig):
+    """(the backend's class, its options): its answer cap the study's 16 tokens and no label probabilities (the
+    study reads text)."""
     cls = get_backend(config.backend)
     names = {f.name for f in dataclasses.fields(cls.options_class)}
     values = {k: v for k, v in dataclasses.asdict(config).items() if k in names}
     values.update(max_new_tokens=ANSWER_TOKENS, label_probs=False)
-    return cls(backend_options(cls, values))
+    return cls, backend_options(cls, values)
+
+
+def check_backend(config: StudyConfig) -> None:
+    """Refuse a backend that cannot load here (vLLM not installed, no CUDA device) before the output is created:
+    found only when the first prompt is asked, it would leave a study.json of that backend behind, and a rerun
+    of the same --output with another backend would be refused as another study."""
+    cls, options = backend_of(config)
+    cls.check_ready(options)
+
+
+def open_backend(config: StudyConfig):
+    cls, options = backend_of(config)
+    return cls(options)
 
 
 def token_counter(tokenizers: list[str]):
@@ -219,6 +237,7 @@ def run(config: StudyConfig) -> CommandResult:
     whole = load_pools(config.pools)
     pools = limited(whole, config)
     budgets, formats = check_config(config, pools)
+    check_backend(config)
     shard = parse_shard(config.shard) if config.shard else None
     out = Path(config.output)
     if out.exists() and not out.is_dir():
