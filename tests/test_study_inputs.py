@@ -218,3 +218,24 @@ def test_a_claim_dropped_for_bad_evidence_is_named(index, tmp_path, capsys):
     assert row["id"] == "scifact-3" and row["at"].startswith(f"{claims}:2: field 'evidence'")
     err = capsys.readouterr().err
     assert f"dropped 1 claims ({reason}: 1 (scifact-3))" in err
+
+
+# ---------------------------------------------------------------- 5. a study kept gzipped, models named portably
+
+
+def test_a_gzipped_study_reads_as_committed_and_names_its_model_portably(tmp_path):
+    """benchmarks/results/study keeps responses.jsonl.gz: the report reads it as it is; the model is named by
+    study.json's model_name (a machine's path is not a name); both files at once are refused."""
+    import gzip
+
+    study, _ = write_study(tmp_path / "s")
+    cfg = json.loads((study / "study.json").read_text())
+    (study / "study.json").write_text(json.dumps({**cfg, "model": "/tmp/x/models/tiny", "model_name": "tiny"}))
+    plain = (study / "responses.jsonl").read_bytes()
+    (study / "responses.jsonl.gz").write_bytes(gzip.compress(plain))
+    with pytest.raises(UserError, match="holds both responses.jsonl and responses.jsonl.gz: keep one"):
+        _report(tmp_path, [study])
+    (study / "responses.jsonl").unlink()
+    res = _report(tmp_path, [study])
+    assert res.summary["panels"][0]["model"] == "tiny"
+    assert "/tmp/x" not in (tmp_path / "out" / "study_report.json").read_text()

@@ -64,20 +64,24 @@ def _json(path: Path) -> dict:
 
 
 def load_study(path: str | Path) -> dict:
-    """study.json, units and responses of a study directory; incomplete or unfinished ones are refused."""
+    """study.json, units and responses (``responses.jsonl``, or gzipped as committed) of a study directory;
+    incomplete or unfinished ones are refused. The model is named portably (study.json's ``model_name``, else
+    :func:`model_label`), so a report says which model, not where it sat on one machine."""
     path = Path(path)
     cfg = _json(path / rio.STUDY)
     if "shard" in cfg:
         raise UserError(f"{path} is one shard of a study; run `fae study` without --shard on the study "
                         "directory to join the shards")
     units = [json.loads(x) for x in (path / rio.UNITS).read_text(encoding="utf-8").splitlines() if x.strip()]
-    numbered = rio.read_responses(path / rio.RESPONSES, numbered=True)
-    check_planned(path / rio.RESPONSES, cfg, units, numbered)
+    responses = rio.finished_responses(path)
+    numbered = rio.read_responses(responses, numbered=True)
+    check_planned(responses, cfg, units, numbered)
     lines = [x for _, x in numbered]
     an.metric_of(cfg.get("dataset", "?"))
     models = sorted({str(cfg.get("model"))} | {str(x["model"]) for x in lines if "model" in x})
     if len(models) > 1:
         raise UserError(f"{path} mixes models {', '.join(models)}: one study directory is one model")
+    cfg = {**cfg, "model": str(cfg.get("model_name") or model_label(str(cfg.get("model"))))}
     return {"path": str(path), "config": cfg, "units": units, "lines": lines}
 
 

@@ -97,7 +97,8 @@ def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], for
     ``pool_units`` (every unit of the pools, before --limit/--sample) lets the report check a families file."""
     tokenizers = config.tokenizer or ([config.model] if config.backend == "hf" and config.control_claims else [])
     return {"scheme": SCHEME, "pools": pools.path, "pools_sha256": pools.sha256, "dataset": pools.dataset,
-            "backend": config.backend, "model": config.model, "adapter": config.adapter,
+            "backend": config.backend, "model": config.model, "model_name": model_name(config.model),
+            "adapter": config.adapter,
             "adapter_sha256": adapter_sha256(config.adapter), "dtype": sampling_dtype(config),
             "formats": formats, "budgets": budgets, "sources": list(range(pools.n_sources)),
             "seeds": list(config.seeds), "sampling": {"temperature": config.temperature, "top_p": config.top_p,
@@ -109,6 +110,12 @@ def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], for
                                                       if config.families else None,
                                                       "selected_claims": len({u.claim_id for u in pools.units})},
             "pool_units": sorted(pool_units if pool_units is not None else [u.id for u in pools.units])}
+
+
+def model_name(model: str) -> str:
+    """The model as a report names it: a local directory by its name (``models/gemma3-270m`` -> ``gemma3-270m``),
+    a hub id or served name as given; ``model`` itself stays the path (the resume check compares it)."""
+    return Path(model).expanduser().name if Path(model).expanduser().exists() else model
 
 
 def unit_rows(pools: Pools, budgets: list[int], controls: set[str]) -> list[dict]:
