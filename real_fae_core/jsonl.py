@@ -13,6 +13,7 @@ bad input, exit 2.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -244,12 +245,20 @@ def read_appended(path: str | os.PathLike, *, repair: bool = False) -> list[tupl
     last line without its newline. That line is skipped, and cut from the file
     when ``repair`` (only the process that appends to the file may repair it).
     A missing file has no lines. Bad complete lines come back as located-less
-    :class:`RecordError` values for the caller to word and raise.
+    :class:`RecordError` values for the caller to word and raise. A finished file
+    kept gzipped (``.gz``: a committed study's responses) is read as it is; it is
+    never appended to, so never repaired.
     """
     path = Path(path)
     if not path.is_file():
         return []
     data = path.read_bytes()
+    if path.suffix == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as exc:
+            raise RecordFileError(f"not a readable gzip file ({exc})", path=path) from None
+        repair = False
     end = data.rfind(b"\n") + 1
     if end < len(data) and repair:
         with path.open("r+b") as fh:

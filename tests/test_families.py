@@ -438,3 +438,58 @@ def test_retrieved_claims_citing_one_abstract_are_one_family(tmp_path):
         by_claim.setdefault(row["id"].rsplit(":", 1)[0], set()).add(row["family"])
     assert all(len(f) == 1 for f in by_claim.values())
     assert by_claim["scifact-1"] == by_claim["scifact-2"] != by_claim["scifact-3"]
+
+
+# ---------------------------------------------------------------- missed pools of `real-data retrieve`
+
+
+def retrieved_pools(root: Path) -> Path:
+    """records.jsonl and misses.jsonl as `real-data retrieve` writes them: Check-COVID-like claims cc-1_0 (missed:
+    no complete gold group, so only in the misses file) and its twin cc-1_1 citing the same article, an unrelated
+    cc-2_0, and SciFact-like units of claim sf-3 (abstract 5 retrieved without its rationale, so missed)."""
+    def pool(rid, claim, cited, claim_id=None, gold=True):
+        rec = record(rid, claim, docs=(cited,)).to_dict()
+        if not gold:
+            rec["evidence"] = []
+        rec.update(claim_id=claim_id or rid, cited_docs=[cited],
+                   retrieval={"pages": [{"doc": cited, "rank": 0}], "orderings": [[0]], "gold_missed": []})
+        return rec
+    root.mkdir()
+    records = [pool("cc-1_1", "Masks cut transmission in schools.", "a1"),
+               pool("cc-2_0", "Zinc cures colds.", "a2"), pool("sf-3:4", "Statins lower LDL.", "d4", "sf-3")]
+    missed = [pool("cc-1_0", "Face coverings reduce spread among pupils.", "a1", gold=False),
+              pool("sf-3:5", "Statins lower LDL.", "d5", "sf-3", gold=False)]
+    (root / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (root / "misses.jsonl").write_text("".join(json.dumps({"claim_id": p["claim_id"], "pools": [p]}) + "\n"
+                                               for p in missed))
+    return root
+
+
+def test_missed_pools_get_their_claims_family(tmp_path, capsys):
+    """`fae study` asks the pools of misses.jsonl too: each gets the family of its twins and of its claim's other
+    pools (built from records.jsonl alone, cc-1_0 and sf-3:5 were in no family at all)."""
+    pools = retrieved_pools(tmp_path / "pools")
+    out = tmp_path / "fam.jsonl"
+    assert real_data(["families", "--records", str(pools / "records.jsonl"), "--output", str(out)]) == 0
+    fams = {row["id"]: row["family"] for row in map(json.loads, out.read_text().splitlines())}
+    assert set(fams) == {"cc-1_0", "cc-1_1", "cc-2_0", "sf-3:4", "sf-3:5"}
+    assert fams["cc-1_0"] == fams["cc-1_1"] != fams["cc-2_0"] and fams["sf-3:4"] == fams["sf-3:5"]
+    summary = json.loads((tmp_path / "fam.jsonl.summary.json").read_text())
+    assert summary["n_missed_pools"] == 2 and summary["misses_file"] == str(pools / "misses.jsonl")
+    assert "5 records (with 2 missed pools) in 3 families" in capsys.readouterr().out
+    moved = tmp_path / "moved.jsonl"  # --misses names the file when the records are elsewhere
+    moved.write_bytes((pools / "records.jsonl").read_bytes())
+    again = tmp_path / "again.jsonl"
+    assert real_data(["families", "--records", str(moved), "--misses", str(pools / "misses.jsonl"),
+                      "--output", str(again)]) == 0
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_retrieved_records_without_their_misses_are_refused(tmp_path, capsys):
+    pools = retrieved_pools(tmp_path / "pools")
+    (pools / "misses.jsonl").unlink()
+    out = tmp_path / "fam.jsonl"
+    assert real_data(["families", "--records", str(pools / "records.jsonl"), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "without misses.jsonl beside them" in err and "--misses" in err
+    assert not out.exists()

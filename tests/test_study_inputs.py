@@ -165,6 +165,32 @@ def test_a_families_file_of_the_whole_pools_serves_a_sampled_study(tmp_path):
     assert (tmp_path / "out" / "study_report.json").is_file()
 
 
+COVER_CASES = {
+    "a unit outside": ([("u0", "a"), ("u1", "a"), ("u2", "b")],
+                       "unit 'u3' of {study} is in no family: a families file must cover every pool the study asks"),
+    "a claim split": ([("u0", "a"), ("u1", "a"), ("u2", "b"), ("u3", "c")],
+                      ":4: field 'family': unit 'u3' of claim 'c2' is in family 'c', its unit 'u2' ({fam}:3) in 'b'"),
+}
+
+
+@pytest.mark.parametrize("case", list(COVER_CASES))
+def test_families_that_leave_a_unit_out_or_split_a_claim_are_refused(tmp_path, case):
+    """A studied unit no file names (a missed pool of a file built from records.jsonl alone) would be resampled
+    on its own, and a claim split across families in pieces: one line, nothing written."""
+    rows, fragment = COVER_CASES[case]
+    fam = tmp_path / "fam.jsonl"
+    fam.write_text("".join(json.dumps({"id": i, "family": f}) + "\n" for i, f in rows))
+    study, _ = write_study(tmp_path / "s", pool_units=["u0", "u1", "u2", "u3"])
+    if case == "a claim split":  # u2 and u3: two pools of claim c2
+        units = [json.loads(x) for x in (study / "units.jsonl").read_text().splitlines()]
+        units[3]["claim_id"] = "c2"
+        (study / "units.jsonl").write_text("".join(json.dumps(u) + "\n" for u in units))
+    with pytest.raises(UserError) as err:
+        _report(tmp_path, [study], [str(fam)])
+    assert fragment.format(study=study, fam=fam) in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------- 4. an empty claims file
 
 
@@ -192,3 +218,24 @@ def test_a_claim_dropped_for_bad_evidence_is_named(index, tmp_path, capsys):
     assert row["id"] == "scifact-3" and row["at"].startswith(f"{claims}:2: field 'evidence'")
     err = capsys.readouterr().err
     assert f"dropped 1 claims ({reason}: 1 (scifact-3))" in err
+
+
+# ---------------------------------------------------------------- 5. a study kept gzipped, models named portably
+
+
+def test_a_gzipped_study_reads_as_committed_and_names_its_model_portably(tmp_path):
+    """benchmarks/results/study keeps responses.jsonl.gz: the report reads it as it is; the model is named by
+    study.json's model_name (a machine's path is not a name); both files at once are refused."""
+    import gzip
+
+    study, _ = write_study(tmp_path / "s")
+    cfg = json.loads((study / "study.json").read_text())
+    (study / "study.json").write_text(json.dumps({**cfg, "model": "/tmp/x/models/tiny", "model_name": "tiny"}))
+    plain = (study / "responses.jsonl").read_bytes()
+    (study / "responses.jsonl.gz").write_bytes(gzip.compress(plain))
+    with pytest.raises(UserError, match="holds both responses.jsonl and responses.jsonl.gz: keep one"):
+        _report(tmp_path, [study])
+    (study / "responses.jsonl").unlink()
+    res = _report(tmp_path, [study])
+    assert res.summary["panels"][0]["model"] == "tiny"
+    assert "/tmp/x" not in (tmp_path / "out" / "study_report.json").read_text()

@@ -76,3 +76,13 @@ def test_limit_and_sample_together_and_families_alone_are_refused(tmp_path):
     with pytest.raises(UserError, match="families file not found"):
         limited(pools, _config(sample=1, families=str(tmp_path / "missing.jsonl")))
     assert limited(pools, dataclasses.replace(_config(), limit=None)) is pools
+
+
+def test_a_families_file_leaving_a_pool_out_is_refused_before_sampling(tmp_path):
+    """A families file built from records.jsonl alone names no missed pool: the sample would take such a pool as
+    a family of its own apart from its twins, so the file is refused, naming the pool."""
+    units = _units(3)
+    fam = tmp_path / "families.jsonl"
+    fam.write_text("".join(json.dumps({"id": u.id, "family": "f"}) + "\n" for u in units[:-1]))
+    with pytest.raises(UserError, match=r"unit 'scifact-2:1' of --pools pools is in no family"):
+        limited(_pools(units), _config(sample=1, families=str(fam)))

@@ -9,13 +9,21 @@ or with a ``claim_id`` field: SciFact's abstracts of one claim). The rules are
 in :mod:`data_prep.retrieval.families`; each can be switched off here to see
 what it contributes.
 
+Records of `real-data retrieve` come with a misses file (``misses.jsonl``
+beside them, or ``--misses``): its pools (SUPPORT/REFUTE pools without a
+complete gold group) are not valid records, yet `fae study` asks them as units
+like the records, so they get families too, by the same rules. Without them a
+claim's missed pool would be a family of its own apart from its twins, and a
+bootstrap over a study would resample it independently of them.
+
 Writes ``FAMILIES.jsonl``, one ``{"id": record id, "family": family id}`` line
 per record in record-id order (the family id is its smallest record id), the
 form ``fae compare --families`` reads whatever the ids are, and beside it
 ``FAMILIES.jsonl.summary.json``: the number of families, their size
 distribution, and per kind of link the record pairs it links and the merges it
 made. Both files appear only when complete; rerunning on the same records, in
-any line order, writes the same bytes.
+any line order, writes the same bytes. Records of `real-data retrieve` without their misses
+file are refused (one line), as `fae study` refuses pools without it.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_file
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
 from data_prep.records import ClaimRecord, load_records_or_fail
+from real_fae_core.labels import NOT_ENOUGH_INFO
 from data_prep.retrieval.families import (
     EDGE_KINDS,
     SHARED_DOCS,
@@ -50,6 +59,9 @@ class FamiliesConfig(CommandConfig):
     records: str = option(help="claim records JSONL (from real-data convert or retrieve)")
     output: str = option(help="families JSONL to write ({\"id\", \"family\"} lines; a summary beside it as "
                               "OUTPUT.summary.json)")
+    misses: str | None = option(None, help="misses file of `real-data retrieve`, whose pools `fae study` asks "
+                                           "too (default: misses.jsonl beside --records when the records are "
+                                           "retrieve's)")
     no_exact: bool = option(False, help="do not join normalized exact matches")
     no_numeric: bool = option(False, help="do not join claims that differ only in numbers")
     no_negation: bool = option(False, help="do not join claims that differ only in negation words (not, no, never, "
@@ -85,7 +97,7 @@ def check_config(config: FamiliesConfig) -> FamilyOptions:
         raise UserError(f"--output {config.output!r} is the records file; give another path")
     if Path(config.output).is_dir():
         raise UserError(f"--output {config.output!r} is a directory; give a file path")
-    claim_file(config.output, "real-data families", inputs=[config.records])
+    claim_file(config.output, "real-data families", inputs=[config.records, config.misses])
     return FamilyOptions(exact=not config.no_exact, numeric=not config.no_numeric, negation=not config.no_negation,
                          shared_docs=config.shared_docs, near_duplicates=not config.no_near_duplicates,
                          neighbours=config.neighbours, jaccard=config.jaccard,
@@ -128,10 +140,60 @@ def load(path: str) -> list[ClaimRecord]:
     return records
 
 
-def summary_of(result: FamilyResult, config: FamiliesConfig, options: FamilyOptions) -> dict:
+def misses_path(config: FamiliesConfig, records: list[ClaimRecord]) -> str | None:
+    """The misses file to read: ``--misses``, else ``misses.jsonl`` beside records of `real-data retrieve`
+    (None for other records). Retrieve's records without it are refused: their missed pools, which the study
+    asks, would each fall outside every family."""
+    if config.misses:
+        if not Path(config.misses).is_file():
+            raise UserError(f"--misses {config.misses}: file not found")
+        return config.misses
+    if not any(isinstance(r.extra.get("retrieval"), dict) for r in records):
+        return None
+    beside = Path(config.records).parent / "misses.jsonl"
+    if not beside.is_file():
+        raise UserError(f"--records {config.records}: records of `real-data retrieve` without misses.jsonl beside "
+                        "them: the missed pools `fae study` asks would have no family; give --misses FILE")
+    return str(beside)
+
+
+def load_missed_pools(path: str, known: set[str]) -> list[ClaimRecord]:
+    """The pools of a misses file as records (bad input: one line naming file, line and field).
+
+    A missed pool is a SUPPORT/REFUTE pool without a complete gold group, so it is no valid record as it stands;
+    the rules read neither its label nor (it has none) its evidence, only its id, claim, ``claim_id``,
+    ``cited_docs`` and ``retrieval.gold_missed``, so it is read with the label NOT_ENOUGH_INFO."""
+    out: list[ClaimRecord] = []
+    for lineno, obj in iter_jsonl_lines(path):
+        if isinstance(obj, RecordError):
+            raise obj.located(path, lineno)
+        pools = obj.get("pools", []) if isinstance(obj, dict) else None
+        if not isinstance(pools, list):
+            raise RecordError("must be a list of pools", field="pools", path=path, line=lineno)
+        for pool in pools:
+            try:
+                rec = ClaimRecord.from_dict({**pool, "label": NOT_ENOUGH_INFO} if isinstance(pool, dict)
+                                            and not pool.get("evidence") else pool)
+            except RecordError as exc:
+                raise exc.located(path, lineno) from None
+            problem = link_field_problem(rec)
+            if problem:
+                raise RecordError(problem[1], field=problem[0], path=path, line=lineno, record_id=rec.id)
+            if rec.id in known:
+                raise RecordError(f"duplicate id {rec.id!r} (a record or another missed pool has it)", field="id",
+                                  path=path, line=lineno, record_id=rec.id)
+            known.add(rec.id)
+            out.append(rec)
+    return out
+
+
+def summary_of(result: FamilyResult, config: FamiliesConfig, options: FamilyOptions,
+               misses: str | None = None, n_missed: int = 0) -> dict:
     sizes = size_distribution(result.families)
     return {
         "records_file": os.path.abspath(config.records),
+        "misses_file": os.path.abspath(misses) if misses else None,
+        "n_missed_pools": n_missed,
         "n_records": len(result.families),
         "n_families": len(set(result.families.values())),
         "largest_family": max(int(s) for s in sizes),
@@ -155,11 +217,14 @@ def write(output: str, families: dict[str, str], summary: dict) -> None:
 def run(config: FamiliesConfig) -> CommandResult:
     options = check_config(config)
     records = load(config.records)
-    result = build_families(records, options)
-    summary = summary_of(result, config, options)
+    misses = misses_path(config, records)
+    missed = load_missed_pools(misses, {r.id for r in records}) if misses else []
+    result = build_families(records + missed, options)
+    summary = summary_of(result, config, options, misses, len(missed))
     write(config.output, result.families, summary)
     links = ", ".join(f"{k} {v['merges']}" for k, v in summary["links"].items())
-    print(f"{config.output}: {summary['n_records']} records in {summary['n_families']} families "
+    pools = f" (with {len(missed)} missed pools)" if misses else ""
+    print(f"{config.output}: {summary['n_records']} records{pools} in {summary['n_families']} families "
           f"(largest {summary['largest_family']}); merges by link: {links}")
     print(f"  summary: {config.output}.summary.json")
     return CommandResult(outputs={"families": config.output, "summary": config.output + ".summary.json"},

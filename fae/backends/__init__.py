@@ -192,6 +192,11 @@ class Backend:
         return {"greedy": True, "max_new_tokens": options.max_new_tokens}
 
     @classmethod
+    def check_ready(cls, options: BackendOptions) -> None:
+        """Refuse, as one :class:`UserError` line, what would make loading fail whatever the prompts (a package
+        not installed, no GPU), so a command can check before it writes anything; nothing is loaded."""
+
+    @classmethod
     def default_chunk_size(cls, options: BackendOptions) -> int:
         """Claims in flight when ``--chunk-size`` is not given: one backend batch (what a kill may cost)."""
         return 256

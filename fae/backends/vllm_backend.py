@@ -60,6 +60,13 @@ def _import_vllm():
     return vllm, LoRARequest
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (vLLM's offline engine needs one)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 @dataclass
 class VLLMOptions(BackendOptions):
     """``--backend vllm``: offline ``vllm.LLM`` (its ``EngineArgs`` of the same names)."""
@@ -105,6 +112,15 @@ class VLLMBackend(Backend):
                                           logprobs=5 if self.label_probs else None)
         self.stats = {"prompts": 0}
         self.constrained = o.constrained_decoding
+
+    @classmethod
+    def check_ready(cls, options: VLLMOptions) -> None:
+        """vLLM importable and a CUDA device present: without them the engine fails at load, after a command
+        would have written its output folder."""
+        _import_vllm()
+        if not cuda_available():
+            raise UserError("the vllm backend needs vLLM on a CUDA machine: torch sees no CUDA device here "
+                            "(use --backend hf, or run on a GPU machine)")
 
     @classmethod
     def decoding_of(cls, options: VLLMOptions):

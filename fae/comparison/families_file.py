@@ -3,12 +3,14 @@ JSON object ``{id: family}``. :func:`fae.comparison.compare.load_families` and t
 
 Bad input is one line naming the file, the line and the field: an id or family that is not a non-empty string
 (a list, a number), and an id given twice with two families (the same family twice is harmless and kept once).
+A study's families must also cover it (:func:`check_covers`): every unit in a family, each claim in one.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterable, Sequence
 
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
@@ -60,3 +62,27 @@ def check_known(path: str | Path, families: dict[str, tuple[str, int]], known: s
         if fid not in known:
             raise UserError(f"{path}:{line}: field 'id': {fid!r} is no unit of {what} (another dataset's or "
                             "another pools' families file?)")
+
+
+def check_covers(families: dict[str, tuple[str, str, int]], units: Iterable[tuple[str, str, str]],
+                 files: Sequence[str | Path]) -> None:
+    """Refuse families that leave a unit out or split one claim's units (its pools) across families.
+
+    ``families``: id -> (family, file, line), the files merged; ``units``: (unit id, claim id, where it is
+    asked), every unit of the study. A unit no file names would be resampled on its own, apart from the twins
+    and the other pools of its claim it is correlated with (a missed pool of `real-data retrieve` is one when
+    the file was built from the records alone), and a claim split across families would be resampled in
+    pieces: either narrows the intervals, so each is one line naming the file, the line and the unit."""
+    first: dict[str, tuple[str, str]] = {}
+    for uid, claim, where in units:
+        if uid not in families:
+            raise UserError(f"{', '.join(map(str, files))}: unit {uid!r} of {where} is in no family: a families "
+                            "file must cover every pool the study asks (build it with `real-data families` over "
+                            "the pools' records.jsonl, whose misses.jsonl it reads too)")
+        fam, path, line = families[uid]
+        other = first.setdefault(claim, (uid, fam))
+        if other[1] != fam:
+            o_fam, o_path, o_line = families[other[0]]
+            raise UserError(f"{path}:{line}: field 'family': unit {uid!r} of claim {claim!r} is in family {fam!r}, "
+                            f"its unit {other[0]!r} ({o_path}:{o_line}) in {o_fam!r}: a claim's pools are one "
+                            "family")

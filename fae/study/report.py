@@ -21,7 +21,7 @@ from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
-from fae.comparison.families_file import check_known, read_families
+from fae.comparison.families_file import check_covers, check_known, read_families
 from fae.intervals import MAX_DRAWS
 from fae.study import analysis as an
 from fae.study import responses as rio
@@ -39,7 +39,8 @@ class StudyReportConfig(CommandConfig):
                                 "models, any datasets; one directory per dataset x model)")
     output: str = option(help="directory for study_report.json, study_report.md, contrasts.png")
     families: list[str] | None = option(None, metavar="FILE", help="family files of `real-data families` ({id, "
-                                        "family} lines); units not listed are grouped by claim")
+                                        "family} lines), together covering every studied unit, each claim in one "
+                                        "family (without: each claim is its own)")
     draws: int = option(an.DRAWS, min=1, max=MAX_DRAWS,
                         help=f"bootstrap draws, 1 to {MAX_DRAWS} (default {an.DRAWS}, the paper's)")
     seed: int = option(an.BOOTSTRAP_SEED, min=0, help=f"NumPy PCG64 seed of the bootstrap (default {an.BOOTSTRAP_SEED}, "
@@ -63,20 +64,24 @@ def _json(path: Path) -> dict:
 
 
 def load_study(path: str | Path) -> dict:
-    """study.json, units and responses of a study directory; incomplete or unfinished ones are refused."""
+    """study.json, units and responses (``responses.jsonl``, or gzipped as committed) of a study directory;
+    incomplete or unfinished ones are refused. The model is named portably (study.json's ``model_name``, else
+    :func:`model_label`), so a report says which model, not where it sat on one machine."""
     path = Path(path)
     cfg = _json(path / rio.STUDY)
     if "shard" in cfg:
         raise UserError(f"{path} is one shard of a study; run `fae study` without --shard on the study "
                         "directory to join the shards")
     units = [json.loads(x) for x in (path / rio.UNITS).read_text(encoding="utf-8").splitlines() if x.strip()]
-    numbered = rio.read_responses(path / rio.RESPONSES, numbered=True)
-    check_planned(path / rio.RESPONSES, cfg, units, numbered)
+    responses = rio.finished_responses(path)
+    numbered = rio.read_responses(responses, numbered=True)
+    check_planned(responses, cfg, units, numbered)
     lines = [x for _, x in numbered]
     an.metric_of(cfg.get("dataset", "?"))
     models = sorted({str(cfg.get("model"))} | {str(x["model"]) for x in lines if "model" in x})
     if len(models) > 1:
         raise UserError(f"{path} mixes models {', '.join(models)}: one study directory is one model")
+    cfg = {**cfg, "model": str(cfg.get("model_name") or model_label(str(cfg.get("model"))))}
     return {"path": str(path), "config": cfg, "units": units, "lines": lines}
 
 
@@ -181,8 +186,10 @@ def family_mapper(files: list[str] | None, studies: list[dict] | None = None):
     """unit -> family: the family file's entry for the unit id, else of another unit of its claim, else the claim.
 
     With ``studies`` each file's ids are checked against their pools' units: a file of another dataset or other
-    pools is refused at its first foreign id."""
+    pools is refused at its first foreign id; and the files together must put every studied unit in a family
+    and each claim in one (:func:`~fae.comparison.families_file.check_covers`)."""
     fams: dict[str, str] = {}
+    where: dict[str, tuple[str, str, int]] = {}
     for f in files or []:
         read = read_families(f)
         if studies is not None:
@@ -190,6 +197,9 @@ def family_mapper(files: list[str] | None, studies: list[dict] | None = None):
             if whole or not known.intersection(read):  # a subset of older studies: the file must name one unit
                 check_known(f, read, known, "the pools of the studies given")
         fams.update({fid: fam for fid, (fam, _) in read.items()})
+        where.update({fid: (fam, str(f), line) for fid, (fam, line) in read.items()})
+    if files and studies is not None:
+        check_covers(where, [(u["id"], u["claim_id"], s["path"]) for s in studies for u in s["units"]], files)
 
     claim_family: dict[str, str] = {}
 

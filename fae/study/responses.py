@@ -21,6 +21,7 @@ from real_fae_core.errors import UserError
 from real_fae_core.jsonl import DurableAppender, RecordError, read_appended
 
 RESPONSES = "responses.jsonl"
+RESPONSES_GZ = RESPONSES + ".gz"  # a finished study kept gzipped (the committed ones): read as it is
 UNITS = "units.jsonl"
 STUDY = "study.json"
 SHARDS = "shards"
@@ -41,6 +42,15 @@ def read_responses(path: str | os.PathLike, *, repair: bool = False, numbered: b
             raise UserError(f"{path}:{lineno}: not a study response (needs 'unit' and 'answer')")
         out.append((lineno, obj) if numbered else obj)
     return out
+
+
+def finished_responses(directory: Path) -> Path:
+    """The responses file of a finished study: ``responses.jsonl``, else ``responses.jsonl.gz`` (a study kept
+    compressed, as committed, reads without unpacking it); both at once would be two answers files, refused."""
+    plain, packed = directory / RESPONSES, directory / RESPONSES_GZ
+    if packed.is_file() and plain.is_file():
+        raise UserError(f"{directory} holds both {RESPONSES} and {RESPONSES_GZ}: keep one")
+    return packed if packed.is_file() else plain
 
 
 class ResponseWriter(DurableAppender):

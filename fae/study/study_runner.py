@@ -31,7 +31,7 @@ from data_prep.retrieval.pack import load_tokenizers, token_lengths
 from fae.ablation.runio import adapter_sha256
 from fae.ablation.shards import parse_shard
 from fae.backends import BackendError, backend_options, get_backend
-from fae.comparison.families_file import check_known, read_families
+from fae.comparison.families_file import check_covers, check_known, read_families
 from fae.backends.hf import HFOptions
 from fae.pave.runner import sampling_dtype
 from fae.probes.options import HFLoadFields, ServingFields, backend_field
@@ -97,7 +97,8 @@ def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], for
     ``pool_units`` (every unit of the pools, before --limit/--sample) lets the report check a families file."""
     tokenizers = config.tokenizer or ([config.model] if config.backend == "hf" and config.control_claims else [])
     return {"scheme": SCHEME, "pools": pools.path, "pools_sha256": pools.sha256, "dataset": pools.dataset,
-            "backend": config.backend, "model": config.model, "adapter": config.adapter,
+            "backend": config.backend, "model": config.model, "model_name": model_name(config.model),
+            "adapter": config.adapter,
             "adapter_sha256": adapter_sha256(config.adapter), "dtype": sampling_dtype(config),
             "formats": formats, "budgets": budgets, "sources": list(range(pools.n_sources)),
             "seeds": list(config.seeds), "sampling": {"temperature": config.temperature, "top_p": config.top_p,
@@ -109,6 +110,12 @@ def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], for
                                                       if config.families else None,
                                                       "selected_claims": len({u.claim_id for u in pools.units})},
             "pool_units": sorted(pool_units if pool_units is not None else [u.id for u in pools.units])}
+
+
+def model_name(model: str) -> str:
+    """The model as a report names it: a local directory by its name (``models/gemma3-270m`` -> ``gemma3-270m``),
+    a hub id or served name as given; ``model`` itself stays the path (the resume check compares it)."""
+    return Path(model).expanduser().name if Path(model).expanduser().exists() else model
 
 
 def unit_rows(pools: Pools, budgets: list[int], controls: set[str]) -> list[dict]:
@@ -127,6 +134,10 @@ def check_config(config: StudyConfig, pools: Pools) -> tuple[list[int], list[str
     """(budgets, formats) after the checks a parser cannot make, one line each."""
     if config.backend not in BACKENDS:
         raise UserError(f"fae study supports --backend {', '.join(BACKENDS)}, not {config.backend!r}")
+    if pools.n_sources < 2:
+        raise UserError(f"--pools {pools.path}: the pools have one ordering only (retrieved without --reranker): the "
+                        "study compares two orderings and `fae study-report` refuses one; retrieve again with "
+                        "--reranker")
     formats = check_formats(config.formats)
     budgets = sorted(config.budgets) if config.budgets else pools.budgets
     unknown = [b for b in budgets if b not in pools.budgets]
@@ -166,6 +177,8 @@ def limited(pools: Pools, config: StudyConfig) -> Pools:
         if config.families:
             read = read_families(config.families)
             check_known(config.families, read, {u.id for u in pools.units}, f"--pools {pools.path}")
+            check_covers({fid: (fam, config.families, line) for fid, (fam, line) in read.items()},
+                         [(u.id, u.claim_id, f"--pools {pools.path}") for u in pools.units], [config.families])
             families = {fid: fam for fid, (fam, _) in read.items()}
         keep = set(sample_claims(pools.units, config.sample, families))
     elif config.limit:
@@ -196,13 +209,27 @@ def swap_partners(pools: Pools, chosen: set[str]) -> dict[str, str]:
     return out
 
 
-def open_backend(config: StudyConfig):
-    """The backend, its answer cap the study's 16 tokens and no label probabilities (the study reads text)."""
+def backend_of(config: StudyConfig):
+    """(the backend's class, its options): its answer cap the study's 16 tokens and no label probabilities (the
+    study reads text)."""
     cls = get_backend(config.backend)
     names = {f.name for f in dataclasses.fields(cls.options_class)}
     values = {k: v for k, v in dataclasses.asdict(config).items() if k in names}
     values.update(max_new_tokens=ANSWER_TOKENS, label_probs=False)
-    return cls(backend_options(cls, values))
+    return cls, backend_options(cls, values)
+
+
+def check_backend(config: StudyConfig) -> None:
+    """Refuse a backend that cannot load here (vLLM not installed, no CUDA device) before the output is created:
+    found only when the first prompt is asked, it would leave a study.json of that backend behind, and a rerun
+    of the same --output with another backend would be refused as another study."""
+    cls, options = backend_of(config)
+    cls.check_ready(options)
+
+
+def open_backend(config: StudyConfig):
+    cls, options = backend_of(config)
+    return cls(options)
 
 
 def token_counter(tokenizers: list[str]):
@@ -217,6 +244,7 @@ def run(config: StudyConfig) -> CommandResult:
     whole = load_pools(config.pools)
     pools = limited(whole, config)
     budgets, formats = check_config(config, pools)
+    check_backend(config)
     shard = parse_shard(config.shard) if config.shard else None
     out = Path(config.output)
     if out.exists() and not out.is_dir():

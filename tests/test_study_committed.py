@@ -1,0 +1,50 @@
+"""The committed real study (benchmarks/results/study, recipes/study/reproduce.sh) read as committed: its
+gzipped responses and both families files give the committed report's numbers again, and its JSON names
+models and inputs without one machine's paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fae.cli import main as fae
+
+STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "study"
+STUDIES = [f"studies/{d}-{m}" for m in ("smollm2-135m-instruct", "gemma3-270m")
+           for d in ("scifact-dev", "check-covid-test")]  # reproduce.sh's order: models, then datasets
+POINT = ("estimate", "greedy", "per_seed", "seed_signs_agreeing")
+
+
+def test_the_committed_report_is_regenerated_from_the_committed_studies(tmp_path, monkeypatch):
+    """recipes/study/reproduce.sh's report command on the committed files, with the paper's 50,000 draws (about
+    15 s): the committed JSON and markdown again, byte for byte; every point estimate, diagnostic and control,
+    and the intervals of both families files (SciFact 16 families, not its 21 claims)."""
+    monkeypatch.chdir(STUDY)  # the committed report names its studies relative to the study folder
+    out = tmp_path / "report"
+    assert fae(["study-report", *STUDIES, "--families", "families/scifact-dev.jsonl",
+                "--families", "families/check-covid-test.jsonl", "--output", str(out)]) == 0
+    new = json.loads((out / "study_report.json").read_text())
+    old = json.loads((STUDY / "report" / "study_report.json").read_text())
+    assert [(p["dataset"], p["model"], p["families"]) for p in new["panels"]] == [
+        ("scifact", "smollm2-135m-instruct", 16), ("check-covid", "smollm2-135m-instruct", 4),
+        ("scifact", "gemma3-270m", 16), ("check-covid", "gemma3-270m", 4)]
+    for a, b in zip(new["panels"], old["panels"]):
+        for name, v in a["values"].items():
+            assert {k: v[k] for k in POINT} == {k: b["values"][name][k] for k in POINT}, name
+    assert new == old
+    assert (out / "study_report.md").read_text() == (STUDY / "report" / "study_report.md").read_text()
+
+
+@pytest.mark.parametrize("pattern", ["studies/*/study.json", "report/*.json", "pools/*/summary.json",
+                                     "families/*.summary.json"])
+def test_the_committed_json_holds_no_machine_paths(pattern):
+    files = sorted(STUDY.glob(pattern))
+    assert files
+    for path in files:
+        text = path.read_text()
+        assert "/tmp/" not in text and "/root/" not in text and "/home/" not in text, path
+    if pattern == "report/*.json":
+        (report,) = [json.loads(p.read_text()) for p in files]
+        assert {p["model"] for p in report["panels"]} == {"smollm2-135m-instruct", "gemma3-270m"}
