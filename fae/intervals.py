@@ -206,6 +206,7 @@ def paired_bootstrap(
     confidence: float = 0.95,
     max_batch_elements: int = 4_000_000,
     keep_distribution: bool = False,
+    batch_draws: int | None = None,
 ) -> BootstrapResult:
     """Percentile bootstrap over units, every output computed on the same draws.
 
@@ -218,6 +219,10 @@ def paired_bootstrap(
 
     ``sums`` (n_units, n_seeds, k): also n_seeds seed indices drawn independently (SPEC §10); ``statistic``
     gets the drawn seeds' sums (..., n_seeds, k) and averages over them itself.
+
+    Draws are computed ``max_batch_elements // (n_units x n_seeds)`` at a time, or ``batch_draws`` at a time
+    when given (a caller bounding its memory by the columns too). With seeds the batch size is part of the
+    draw (scipy draws each batch's units, then its seeds), so a caller keeps its batch size fixed.
     """
     sums = np.asarray(sums, float)
     n_units = sums.shape[0]
@@ -229,37 +234,43 @@ def paired_bootstrap(
         return np.moveaxis(np.asarray(statistic(resample_counts(idx, n_units) @ sums), float), -1, 0)
 
     def boot_stat_seeds(idx, seed_idx):  # one draw's units serving every drawn seed
-        per_seed = np.einsum("...u,usk->...sk", resample_counts(idx, n_units), sums)
+        # one matrix product over (seed, column) pairs: einsum's loop was the bootstrap's slowest step
+        counts = resample_counts(idx, n_units).astype(float)
+        per_seed = (counts @ flat).reshape(counts.shape[:-1] + sums.shape[1:])
         drawn = np.take_along_axis(per_seed, seed_idx[..., None].astype(np.int64), axis=-2)
         return np.moveaxis(np.asarray(statistic(drawn), float), -1, 0)
 
     n_seeds = sums.shape[1] if sums.ndim == 3 else 0  # (units, seeds, columns): seeds resampled too
-    batch = max(1, int(max_batch_elements // max(n_units * (n_seeds or 1), 1)))
+    flat = sums.reshape(n_units, -1)
+    batch = batch_draws or max(1, int(max_batch_elements // max(n_units * (n_seeds or 1), 1)))
     return unit_bootstrap(boot_stat_seeds if n_seeds else boot_stat, n_units, estimate, n_seeds=n_seeds,
                           n_resamples=n_resamples, seed=seed, confidence=confidence, batch=batch,
                           keep_distribution=keep_distribution)
 
 
 def pooled_paired_bootstrap(sums: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], *,
-                            batches: Sequence[tuple[int, int]], confidence: float = 0.95) -> BootstrapResult:
+                            batches: Sequence[tuple[int, int]], confidence: float = 0.95,
+                            batch_draws: int | None = None) -> BootstrapResult:
     """:func:`paired_bootstrap` run as independently seeded batches of draws, their draws pooled.
 
     ``batches``: (draws, seed) per batch. One batch is :func:`paired_bootstrap` itself. Several: each batch's
     draws are computed (in the same bounded compute batches) and copied into one (q, total) array, and the
     percentile rule is applied to the pool, as the paper pools four 250,000-draw batches into its million-draw
     secondary intervals (Appendix K). Memory: the pool (8 bytes x q x total) and one batch's scipy copies;
-    the statistic should compute only the quantities whose intervals are wanted."""
+    the statistic should compute only the quantities whose intervals are wanted. ``batch_draws``: as
+    :func:`paired_bootstrap`'s, for the several-batch case."""
     batches = [(int(n), seed) for n, seed in batches]
     if len(batches) == 1:
         n, seed = batches[0]
-        return paired_bootstrap(sums, statistic, n_resamples=n, seed=seed, confidence=confidence)
+        return paired_bootstrap(sums, statistic, n_resamples=n, seed=seed, confidence=confidence,
+                                batch_draws=batch_draws)
     total = sum(n for n, _ in batches)
     pool = None
     at = 0
     first = None
     for n, seed in batches:
         res = paired_bootstrap(sums, statistic, n_resamples=n, seed=seed, confidence=confidence,
-                               keep_distribution=True)
+                               keep_distribution=True, batch_draws=batch_draws)
         if pool is None:
             first = res
             pool = np.empty((res.distribution.shape[0], total))

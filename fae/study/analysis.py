@@ -57,6 +57,10 @@ QUANTITY = {"E0": "E0", "E1": "E1", "E_avg": "E_shapley", "S00": "S00", "S11": "
 # Each secondary batch's seed is drawn from --seed by NumPy's SeedSequence, spawn key (family stream, batch):
 # the families' draws are independent of each other and of the primary draw, and reproducible from one seed.
 FAMILY_STREAM = {"exploratory": 1, "post_hoc": 2}
+# A secondary family computes its draws this many (seed x column) sums at a time (32 MB a batch array), so a
+# million draws of a wide panel never sit in memory at once; with the seed axis the compute batch is part of
+# the draw (fae.intervals.paired_bootstrap), so it is fixed here, not tuned per machine.
+SECONDARY_COMPUTE_ELEMENTS = 4_000_000
 
 
 def metric_of(dataset: str) -> str:
@@ -279,10 +283,11 @@ def family_statistic(panel: Panel, names: Sequence[str]) -> Callable[[np.ndarray
     """Sums (..., seeds, columns) -> the named comparisons (..., q): only these are drawn, so a family's
     million draws hold q outputs, not every output of the panel."""
     w = width(panel.metric)
+    crossed = any(n.startswith("crossing/") for n in names)  # else only the blocks with u = v are read
+    used = [(i, blk) for i, blk in enumerate(panel.blocks) if crossed or blk[1] == blk[2]]
 
     def stat(x: np.ndarray) -> np.ndarray:
-        per = {blk: block_outputs(x[..., i * w:(i + 1) * w], panel.metric).mean(axis=-2)
-               for i, blk in enumerate(panel.blocks)}
+        per = {blk: block_outputs(x[..., i * w:(i + 1) * w], panel.metric).mean(axis=-2) for i, blk in used}
         return np.stack([contrast(panel, per, n) for n in names], axis=-1)
 
     return stat
@@ -307,9 +312,18 @@ def family_level(k: int) -> dict:
             "bounds": [ALPHA / (2 * k), 1 - ALPHA / (2 * k)]}
 
 
-def _bootstrap(panel: Panel, stat, n_outputs: int, k: int, batches: list[tuple[int, int]], option: str):
+def secondary_compute_batch(panel: Panel) -> int:
+    """Draws a secondary family computes at a time: ``SECONDARY_COMPUTE_ELEMENTS`` over the wider of a draw's
+    unit counts and its (seed x column) sums."""
+    _, n_seeds, n_cols = panel.sums[:, 1:, :].shape
+    return max(1, SECONDARY_COMPUTE_ELEMENTS // max(panel.sums.shape[0], n_seeds * n_cols, 1))
+
+
+def _bootstrap(panel: Panel, stat, n_outputs: int, k: int, batches: list[tuple[int, int]], option: str,
+               compute_batch: int | None = None):
     """The family x seed bootstrap of ``stat`` at the level of ``k`` comparisons (None without draws, seeds
-    or two families)."""
+    or two families); ``compute_batch`` None keeps :func:`fae.intervals.paired_bootstrap`'s own batching
+    (the primary family's recorded draw)."""
     sampled = panel.sums[:, 1:, :]
     draws = sum(n for n, _ in batches)
     if not (sampled.shape[1] and sampled.shape[0] >= 2 and draws):
@@ -319,7 +333,8 @@ def _bootstrap(panel: Panel, stat, n_outputs: int, k: int, batches: list[tuple[i
         sums, st = sampled, stat
     else:
         sums, st = sampled[:, 0, :], (lambda x: stat(x[..., None, :]))
-    return pooled_paired_bootstrap(sums, st, batches=batches, confidence=family_level(k)["confidence"])
+    return pooled_paired_bootstrap(sums, st, batches=batches, confidence=family_level(k)["confidence"],
+                                   batch_draws=compute_batch)
 
 
 def _values(panel: Panel, names: Sequence[str], stat, res) -> dict:
@@ -361,7 +376,7 @@ def analyse_family(panel: Panel, family: str, k: int, draws: int, seed: int = BO
     names = family_names(panel, family)
     stat = family_statistic(panel, names)
     batches = family_batches(family, draws, seed)
-    res = _bootstrap(panel, stat, len(names), k, batches, option) if names else None
+    res = _bootstrap(panel, stat, len(names), k, batches, option, secondary_compute_batch(panel)) if names else None
     return {"comparisons": names, "draws": draws if res is not None else 0,
             "values": _values(panel, names, stat, res) if names else {}}
 
@@ -452,3 +467,35 @@ def check_complete(units: Sequence[dict], answers: dict, sources, budgets, forma
                         if (u["id"], s, b, f, r) not in answers:
                             raise UserError(f"{where}: missing condition: unit {u['id']} source {s} budget {b} "
                                             f"format {f} replicate {r} (finish the study: rerun `fae study`)")
+
+
+def eligibility_profiles(units: Sequence[dict], metric: str, sources: Sequence[int], budgets: Sequence[int]) -> dict:
+    """Per source x budget, how much submitted evidence is eligible, counted per claim (Figure 2, Appendix J),
+    and per claim how eligibility changes from source 0 to source 1 over the budgets.
+
+    A claim's count is its eligible units: 0 or 1 for FEVER-style datasets (a NOT_ENOUGH_INFO gold is
+    eligible: it needs no evidence), its eligible retrieved abstracts for SciFact (an abstract without a
+    gold rationale is never eligible; gold abstracts retrieval missed are no units and count nothing). A
+    *gain*: source 1's count is higher at one or both budgets and lower at neither; a *loss* the reverse;
+    *mixed* higher at one, lower at another; else *unchanged*. Answers play no part: these describe the
+    evidence the sources submit, the same for every model."""
+    count: dict[str, dict[tuple[int, int], float]] = {}
+    for u in units:
+        row = count.setdefault(u["claim_id"], {(s, b): 0.0 for s in sources for b in budgets})
+        for s in sources:
+            for b in budgets:
+                row[(s, b)] += eligible(u["submitted"][str(b)][s], u["groups"], u["gold_label"], metric)
+    n = len(count)
+    profiles = [{"source": s, "budget": b, "claims": n, "eligible": sum(c[(s, b)] for c in count.values()),
+                 "per_claim": sum(c[(s, b)] for c in count.values()) / n if n else None}
+                for s in sources for b in budgets]
+    changes: dict[str, list[str]] = {"gain": [], "loss": [], "mixed": [], "unchanged": []}
+    if len(sources) >= 2:
+        s0, s1 = sources[0], sources[-1]
+        for claim, c in sorted(count.items()):
+            up = any(c[(s1, b)] > c[(s0, b)] for b in budgets)
+            down = any(c[(s1, b)] < c[(s0, b)] for b in budgets)
+            changes["mixed" if up and down else "gain" if up else "loss" if down else "unchanged"].append(claim)
+    return {"unit": "eligible abstracts per claim" if metric == "f1" else "claims with eligible evidence",
+            "profiles": profiles, "changes": {k: len(v) for k, v in changes.items()},
+            "gain_claims": changes["gain"], "loss_claims": changes["loss"]}
