@@ -23,6 +23,10 @@ The convention (stated here once; docs/architecture.md points here):
 * **Results.** :class:`BootstrapResult` (arrays over a statistic's outputs) from :func:`unit_bootstrap`
   and :func:`paired_bootstrap`; :func:`percentile_interval`'s ``{"ci_low", "ci_high", "defined"}`` is
   the form one quantity takes in a JSON file.
+* **Pooled batches.** :func:`pooled_paired_bootstrap` runs independently seeded batches of draws (the
+  caller derives their seeds) and applies the percentile rule to the pooled draws
+  (:func:`distribution_bounds`, the same rule and undefined-draw handling as above): the study report's
+  million-draw secondary families, as the paper pools four 250,000-draw batches.
 """
 
 from __future__ import annotations
