@@ -8,7 +8,6 @@ abstracts)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
