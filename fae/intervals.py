@@ -23,6 +23,10 @@ The convention (stated here once; docs/architecture.md points here):
 * **Results.** :class:`BootstrapResult` (arrays over a statistic's outputs) from :func:`unit_bootstrap`
   and :func:`paired_bootstrap`; :func:`percentile_interval`'s ``{"ci_low", "ci_high", "defined"}`` is
   the form one quantity takes in a JSON file.
+* **Pooled batches.** :func:`pooled_paired_bootstrap` runs independently seeded batches of draws (the
+  caller derives their seeds) and applies the percentile rule to the pooled draws
+  (:func:`distribution_bounds`, the same rule and undefined-draw handling as above): the study report's
+  million-draw secondary families, as the paper pools four 250,000-draw batches.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class BootstrapResult:
     n_resamples: int
     confidence: float
     undefined_draws: np.ndarray  # per output: draws where it was undefined (e.g. a ratio over 0)
+    distribution: np.ndarray | None = None  # (q, n_resamples) draws, kept only when asked (``keep_distribution``)
 
 
 def draw_units(n_units: int, n_resamples: int, rng: np.random.Generator | int | None) -> np.ndarray:
@@ -143,7 +148,7 @@ def resample_counts(idx: np.ndarray, n_units: int) -> np.ndarray:
 
 def unit_bootstrap(statistic: Callable[..., np.ndarray], n_units: int, estimate, *, n_seeds: int = 0,
                    n_resamples: int = 10_000, seed: int | None = 0, confidence: float = 0.95,
-                   batch: int | None = None) -> BootstrapResult:
+                   batch: int | None = None, keep_distribution: bool = False) -> BootstrapResult:
     """The one bootstrap: ``scipy.stats.bootstrap(method="percentile")`` over unit indices.
 
     ``statistic(idx)`` gets drawn unit indices (..., n_units) and returns outputs (q, ...), one row per
@@ -152,7 +157,8 @@ def unit_bootstrap(statistic: Callable[..., np.ndarray], n_units: int, estimate,
     with ``numpy.random.default_rng(seed)``; ``batch`` draws that many resamples at a time (the same
     stream). Intervals by :func:`percentile_bounds` (``"scipy"``); an output undefined (non-finite) on
     some draws is counted in ``undefined_draws`` and its interval and standard error are taken over the
-    draws where it is defined (``"percent"``).
+    draws where it is defined (``"percent"``). ``keep_distribution``: the draws come back too (to pool
+    independently seeded batches, :func:`pooled_paired_bootstrap`).
     """
     from scipy import stats  # lazy, as above
 
@@ -165,8 +171,23 @@ def unit_bootstrap(statistic: Callable[..., np.ndarray], n_units: int, estimate,
                               n_resamples=n_resamples, batch=batch, confidence_level=confidence,
                               method="percentile", rng=np.random.default_rng(seed))
         dist = np.array(res.bootstrap_distribution, float, ndmin=2)
+        low, high, se, undefined = distribution_bounds(dist, confidence, np.array(res.standard_error, float, ndmin=1))
+    return BootstrapResult(estimate=np.asarray(estimate, float), ci_low=low, ci_high=high, standard_error=se,
+                           n_units=n_units, n_resamples=n_resamples, confidence=confidence,
+                           undefined_draws=undefined, distribution=dist if keep_distribution else None)
+
+
+def distribution_bounds(dist: np.ndarray, confidence: float, se: np.ndarray | None = None):
+    """(low, high, standard error, undefined draws) per output of a (q, draws) bootstrap distribution: the
+    percentile rule (``"scipy"``), and over the defined draws only (``"percent"``) where an output is
+    undefined on some. ``se`` is scipy's where it computed one; else the draws' own (ddof 1)."""
+    from scipy import stats  # lazy, as above
+
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         low, high = (np.array(b, float, ndmin=1) for b in percentile_bounds(dist, confidence, spelling="scipy"))
-    se = np.array(res.standard_error, float, ndmin=1)
+        if se is None:
+            se = np.array(dist.std(axis=-1, ddof=1), float, ndmin=1)
     # A ratio (IS = 1 - a1/a0) is undefined on a draw where its denominator is
     # 0. Such draws are counted and left out of that quantity's interval
     # instead of turning the whole interval into NaN.
@@ -177,9 +198,7 @@ def unit_bootstrap(statistic: Callable[..., np.ndarray], n_units: int, estimate,
         if ok.size:
             low[i], high[i] = percentile_bounds(ok, confidence, spelling="percent")
             se[i] = ok.std(ddof=1) if ok.size > 1 else np.nan
-    return BootstrapResult(estimate=np.asarray(estimate, float), ci_low=low, ci_high=high, standard_error=se,
-                           n_units=n_units, n_resamples=n_resamples, confidence=confidence,
-                           undefined_draws=undefined)
+    return low, high, se, undefined
 
 
 def paired_bootstrap(
@@ -190,6 +209,8 @@ def paired_bootstrap(
     seed: int = 0,
     confidence: float = 0.95,
     max_batch_elements: int = 4_000_000,
+    keep_distribution: bool = False,
+    batch_draws: int | None = None,
 ) -> BootstrapResult:
     """Percentile bootstrap over units, every output computed on the same draws.
 
@@ -202,6 +223,10 @@ def paired_bootstrap(
 
     ``sums`` (n_units, n_seeds, k): also n_seeds seed indices drawn independently (SPEC §10); ``statistic``
     gets the drawn seeds' sums (..., n_seeds, k) and averages over them itself.
+
+    Draws are computed ``max_batch_elements // (n_units x n_seeds)`` at a time, or ``batch_draws`` at a time
+    when given (a caller bounding its memory by the columns too). With seeds the batch size is part of the
+    draw (scipy draws each batch's units, then its seeds), so a caller keeps its batch size fixed.
     """
     sums = np.asarray(sums, float)
     n_units = sums.shape[0]
@@ -213,11 +238,50 @@ def paired_bootstrap(
         return np.moveaxis(np.asarray(statistic(resample_counts(idx, n_units) @ sums), float), -1, 0)
 
     def boot_stat_seeds(idx, seed_idx):  # one draw's units serving every drawn seed
-        per_seed = np.einsum("...u,usk->...sk", resample_counts(idx, n_units), sums)
+        # one matrix product over (seed, column) pairs: einsum's loop was the bootstrap's slowest step
+        counts = resample_counts(idx, n_units).astype(float)
+        per_seed = (counts @ flat).reshape(counts.shape[:-1] + sums.shape[1:])
         drawn = np.take_along_axis(per_seed, seed_idx[..., None].astype(np.int64), axis=-2)
         return np.moveaxis(np.asarray(statistic(drawn), float), -1, 0)
 
     n_seeds = sums.shape[1] if sums.ndim == 3 else 0  # (units, seeds, columns): seeds resampled too
-    batch = max(1, int(max_batch_elements // max(n_units * (n_seeds or 1), 1)))
+    flat = sums.reshape(n_units, -1)
+    batch = batch_draws or max(1, int(max_batch_elements // max(n_units * (n_seeds or 1), 1)))
     return unit_bootstrap(boot_stat_seeds if n_seeds else boot_stat, n_units, estimate, n_seeds=n_seeds,
-                          n_resamples=n_resamples, seed=seed, confidence=confidence, batch=batch)
+                          n_resamples=n_resamples, seed=seed, confidence=confidence, batch=batch,
+                          keep_distribution=keep_distribution)
+
+
+def pooled_paired_bootstrap(sums: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], *,
+                            batches: Sequence[tuple[int, int]], confidence: float = 0.95,
+                            batch_draws: int | None = None) -> BootstrapResult:
+    """:func:`paired_bootstrap` run as independently seeded batches of draws, their draws pooled.
+
+    ``batches``: (draws, seed) per batch. One batch is :func:`paired_bootstrap` itself. Several: each batch's
+    draws are computed (in the same bounded compute batches) and copied into one (q, total) array, and the
+    percentile rule is applied to the pool, as the paper pools four 250,000-draw batches into its million-draw
+    secondary intervals (Appendix K). Memory: the pool (8 bytes x q x total) and one batch's scipy copies;
+    the statistic should compute only the quantities whose intervals are wanted. ``batch_draws``: as
+    :func:`paired_bootstrap`'s, for the several-batch case."""
+    batches = [(int(n), seed) for n, seed in batches]
+    if len(batches) == 1:
+        n, seed = batches[0]
+        return paired_bootstrap(sums, statistic, n_resamples=n, seed=seed, confidence=confidence,
+                                batch_draws=batch_draws)
+    total = sum(n for n, _ in batches)
+    pool = None
+    at = 0
+    first = None
+    for n, seed in batches:
+        res = paired_bootstrap(sums, statistic, n_resamples=n, seed=seed, confidence=confidence,
+                               keep_distribution=True, batch_draws=batch_draws)
+        if pool is None:
+            first = res
+            pool = np.empty((res.distribution.shape[0], total))
+        pool[:, at:at + n] = res.distribution
+        at += n
+        del res
+    low, high, se, undefined = distribution_bounds(pool, confidence)
+    return BootstrapResult(estimate=first.estimate, ci_low=low, ci_high=high, standard_error=se,
+                           n_units=first.n_units, n_resamples=total, confidence=confidence,
+                           undefined_draws=undefined)

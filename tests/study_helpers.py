@@ -32,3 +32,28 @@ def write_study(path: Path, *, dataset="fever", model="m", seeds=(1103, 2207), p
     lines = lines[drop:]
     (path / "responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path
+
+
+def write_grid(path: Path, units: list[dict], raw, *, dataset="fever", model="m", seeds=(1103, 2207),
+               budgets=(256, 2048), formats=("codes", "labels"), missed=None) -> Path:
+    """A study directory of the given units whose raw response texts are ``raw(unit id, source, budget, format,
+    replicate)``; each saved answer is the strict reading of its text, as `fae study` saves it."""
+    from fae.study.interfaces import answer_format
+
+    path.mkdir(parents=True)
+    cfg = {"dataset": dataset, "model": model, "pools_sha256": "p1", "seeds": list(seeds), "budgets": list(budgets),
+           "formats": list(formats), "sources": [0, 1], "missed_relevant": missed or {}, "notes": []}
+    (path / "study.json").write_text(json.dumps(cfg))
+    (path / "units.jsonl").write_text("".join(json.dumps(u) + "\n" for u in units))
+    lines = []
+    for u in units:
+        for s in (0, 1):
+            for b in budgets:
+                for f in formats:
+                    for r in range(len(seeds) + 1):
+                        text = raw(u["id"], s, b, f, r)
+                        lines.append({"unit": u["id"], "kind": "primary", "source": s, "budget": b, "format": f,
+                                      "replicate": r, "control": None, "variant": None, "response": text,
+                                      "answer": answer_format(f).parse(text, dataset)})
+    (path / "responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path

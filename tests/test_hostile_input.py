@@ -231,6 +231,10 @@ ROWS = [
     ("study-report-no-draws", STUDY_REPORT, good, ["--draws", "0"], None, 2, ["--draws: must be >= 1, got 0"], []),
     ("study-report-huge-draws", STUDY_REPORT, good, ["--draws", "999999999999999"], None, 2,
      ["--draws: must be <= 1000000"], []),
+    ("study-report-no-exploratory-draws", STUDY_REPORT, good, ["--exploratory-draws", "0"], None, 2,
+     ["--exploratory-draws: must be >= 1, got 0"], []),
+    ("study-report-huge-post-hoc-draws", STUDY_REPORT, good, ["--post-hoc-draws", "1000001"], None, 2,
+     ["--post-hoc-draws: must be <= 1000000"], []),
     ("compare-negative-seed", COMPARE, good, ["--seed", "-1"], None, 2, ["--seed: must be >= 0, got -1"], []),
     ("families-huge-neighbours", FAMILIES, good, ["--neighbours", "99999999999999999999"], None, 2,
      ["--neighbours: must be <= 1000000"], []),
@@ -440,13 +444,14 @@ def test_every_draw_count_neighbour_count_and_bootstrap_seed_is_ranged():
         if cls is None:
             continue
         for f in dataclasses.fields(cls):
-            if f.name in ("draws", "bootstrap", "neighbours"):
+            if f.name in ("draws", "bootstrap", "neighbours") or f.name.endswith("_draws"):
                 seen.append(f"{prog} {f.name}")
                 assert "min" in f.metadata and "max" in f.metadata, f"{prog} --{f.name}: no declared range"
             if f.name == "seed" and any(f2.name in ("draws", "bootstrap") for f2 in dataclasses.fields(cls)):
                 seen.append(f"{prog} {f.name}")
                 assert f.metadata.get("min") == 0, f"{prog} --seed: a bootstrap seed needs min 0"
-    assert {"fae study-report draws", "fae study-report seed", "real-data families neighbours",
+    assert {"fae study-report draws", "fae study-report exploratory_draws", "fae study-report post_hoc_draws",
+            "fae study-report seed", "real-data families neighbours",
             "fae compare seed"} <= set(seen), seen
 
 

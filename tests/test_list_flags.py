@@ -268,6 +268,7 @@ def test_study_report_reads_every_families_file(tmp_path):
     second.write_text("".join(json.dumps({"id": f"u{i}", "family": "high"}) + "\n" for i in range(6, 12)))
     out = tmp_path / "report"
     assert main(["study-report", *studies, "--families", str(first), "--families", str(second),
-                 "--output", str(out), "--draws", "20"]) == 0
+                 "--output", str(out), "--draws", "20", "--exploratory-draws", "20",
+                 "--post-hoc-draws", "20"]) == 0
     report = json.loads(next(Path(out).glob("*.json")).read_text())
     assert [p["families"] for p in report["panels"]] == [2, 2]

@@ -93,7 +93,8 @@ def write_study(path: Path, *, pool_units: list[str] | None = None) -> tuple[Pat
 
 def _report(tmp_path, studies, families=None):
     return rep.run(rep.StudyReportConfig(studies=[str(s) for s in studies], output=str(tmp_path / "out"),
-                                         families=families, draws=20))
+                                         families=families, draws=20,
+                                         exploratory_draws=20, post_hoc_draws=20))
 
 
 def test_a_whole_study_reports(tmp_path):

@@ -160,7 +160,8 @@ def test_intervals_near_zero_from_invalid_answers_are_not_stability():
 def test_report_of_two_models_writes_json_markdown_and_figure(tmp_path):
     a = write_study(tmp_path / "a", model="a")
     b = write_study(tmp_path / "b", model="b")
-    res = rep.run(rep.StudyReportConfig(studies=[str(a), str(b)], output=str(tmp_path / "out"), draws=100))
+    res = rep.run(rep.StudyReportConfig(studies=[str(a), str(b)], output=str(tmp_path / "out"), draws=100,
+                                          exploratory_draws=100, post_hoc_draws=100))
     assert res.summary["primary_contrasts"] == 4
     assert (tmp_path / "out" / "contrasts.png").stat().st_size > 1000
     md = (tmp_path / "out" / "study_report.md").read_text()

@@ -86,7 +86,8 @@ def test_the_grid_is_asked_and_saved(whole):
 
 
 def test_report_over_the_study(whole, tmp_path):
-    assert fae_main(["study-report", str(whole), "--output", str(tmp_path / "r"), "--draws", "200"]) == 0
+    assert fae_main(["study-report", str(whole), "--output", str(tmp_path / "r"), "--draws", "200",
+                     "--exploratory-draws", "200", "--post-hoc-draws", "200"]) == 0
     report = json.loads((tmp_path / "r" / "study_report.json").read_text())
     (panel,) = report["panels"]
     assert panel["dataset"] == "scifact" and panel["primary"] == ["D_format", "D_context"]
@@ -175,4 +176,5 @@ def test_hf_study_end_to_end_answers_the_same_whatever_the_chunk(pools, tmp_path
     assert len([x for x in lines if x["kind"] == "primary"]) == len(units) * 2 * 2 * 2 * 3
     assert json.loads((big / "study.json").read_text())["sample"]["selected_claims"] == 2
     assert (big / "responses.jsonl").read_bytes() == (one / "responses.jsonl").read_bytes()
-    assert fae_main(["study-report", str(big), "--output", str(tmp_path / "r"), "--draws", "100"]) == 0
+    assert fae_main(["study-report", str(big), "--output", str(tmp_path / "r"), "--draws", "100",
+                     "--exploratory-draws", "100", "--post-hoc-draws", "100"]) == 0

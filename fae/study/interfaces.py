@@ -10,9 +10,14 @@ Two interfaces beside the JSON answer of SPEC §3, both without citations:
   ``SUPPORT`` / ``REFUTE`` / ``NOTENOUGHINFO``, the strings of its released files).
 
 An answer is read strictly, as the paper reads it: surrounding whitespace is stripped and what is left
-must equal one of the three strings, case included (the paper's lenient re-reading, which folds case, is
-a separate sensitivity check). Anything else is :data:`INVALID`: kept with the response and scored wrong,
-never guessed. Answers are at most 16 new tokens (``max_new_tokens``).
+must equal one of the three strings, case included. Anything else is :data:`INVALID`: kept with the
+response and scored wrong, never guessed. Answers are at most 16 new tokens (``max_new_tokens``).
+
+The lenient reader (:meth:`AnswerFormat.parse_lenient`, the paper's alternative parser of Appendix I) is a
+sensitivity check of the report, never the study's reader: it re-reads a saved raw response without
+consulting gold, folding case, spaces/underscores/hyphens, surrounding punctuation, quotes and markdown, an
+``Answer:`` lead, and accepting a leading label or code followed by an explanation only when that
+explanation names no other choice and holds no question, uncertainty or negation marker.
 
 The prompt puts the evidence before the format instruction: the conditions of one unit (two formats,
 six replicates, and the shorter budget's evidence, a prefix of the longer one's) then share the longest
@@ -24,6 +29,7 @@ larger budget can change both what the model reads and what is scored.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
@@ -46,6 +52,19 @@ LABEL_MEANINGS = {
     REFUTE: "the evidence refutes the claim",
     NOT_ENOUGH_INFO: "there is not enough information",
 }
+
+
+# The lenient reader's normalisation (Appendix I): what may surround an answer, an answer lead, and what in an
+# explanation after a leading answer makes it ambiguous (a question, uncertainty, negation, another choice).
+LENIENT_SURROUNDING = " \t\r\n\"'`*_#.,:;!()[]{}<>\u201c\u201d\u2018\u2019"
+LENIENT_LEAD = re.compile(r"^(?:the\s+)?(?:final\s+)?(?:answer|label|verdict)(?:\s+is)?\s*[:=\-]?\s*", re.IGNORECASE)
+LENIENT_AMBIGUOUS = re.compile(r"\?|\b(?:not|no|never|cannot|can't|isn't|doesn't|unsure|uncertain|unclear|maybe|"
+                               r"perhaps|possibly|probably|might|either|neither|or)\b", re.IGNORECASE)
+
+
+def _lenient_key(text: str) -> str:
+    """Case folded, spaces, underscores and hyphens removed: ``Not enough info`` = ``NOT_ENOUGH_INFO``."""
+    return re.sub(r"[\s_\-]+", "", text.casefold())
 
 
 class Unit(Protocol):
@@ -117,6 +136,52 @@ class AnswerFormat:
         """The project's label that ``text`` names after stripping whitespace, else :data:`INVALID`."""
         answers = self.answers(dataset)
         return answers.get(text.strip(), INVALID) if isinstance(text, str) else INVALID
+
+    def parse_lenient(self, text: Any, dataset: str) -> str:
+        """The paper's alternative reading of a raw response (a sensitivity check; :meth:`parse` is the
+        study's reader): what :meth:`parse` reads, else the choice the text names after folding case,
+        spaces/underscores/hyphens, surrounding punctuation, quotes and markdown and an ``Answer:`` lead, else
+        one leading choice followed by an explanation that names no other choice and holds no question,
+        uncertainty or negation marker; anything else stays :data:`INVALID`. Gold is never consulted."""
+        strict = self.parse(text, dataset)
+        if strict != INVALID or not isinstance(text, str):
+            return strict
+        answers = self.answers(dataset)
+        body = LENIENT_LEAD.sub("", text.strip(LENIENT_SURROUNDING), count=1).strip(LENIENT_SURROUNDING)
+        if not body:
+            return INVALID
+        whole = {_lenient_key(choice): label for choice, label in answers.items()}
+        if _lenient_key(body) in whole:
+            return whole[_lenient_key(body)]
+        leading = [(m, label) for choice, label in answers.items()
+                   if (m := re.match(self._leading(choice), body, re.IGNORECASE))]
+        if len({label for _, label in leading}) != 1:
+            return INVALID
+        m, label = leading[0]
+        rest = body[m.end():]
+        others = [choice for choice, other in answers.items() if other != label]
+        if LENIENT_AMBIGUOUS.search(rest) or any(re.search(self._mention(c), rest) for c in others):
+            return INVALID
+        return label
+
+    @staticmethod
+    def _leading(choice: str) -> str:
+        """A choice at the start of a text, its words joined by any spaces/underscores/hyphens, ending at a
+        word boundary; a one-letter code must be followed by the end, a line break or ``.``, ``)``, ``:``,
+        ``,``, ``-`` (so the article in ``A claim ...`` is no code)."""
+        words = r"[\s_\-]*".join(re.escape(w) for w in re.split(r"[\s_]+", choice))
+        if len(choice) == 1:
+            return rf"^{words}(?=\s*$|\s*[.):,\-]|[ \t]*\n)"
+        return rf"^{words}(?![A-Za-z0-9])"
+
+    @staticmethod
+    def _mention(choice: str) -> str:
+        """Another choice named in an explanation: a code as a capital letter standing alone, a label string
+        as words in any case."""
+        if len(choice) == 1:
+            return rf"(?<![A-Za-z0-9]){re.escape(choice)}(?![A-Za-z0-9])"
+        return "(?i)(?<![A-Za-z0-9])" + r"[\s_\-]*".join(re.escape(w) for w in re.split(r"[\s_]+", choice)) + \
+            "(?![A-Za-z0-9])"
 
 
 @dataclass(frozen=True)

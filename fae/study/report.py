@@ -4,7 +4,12 @@ One panel per dataset x model: S_ab, E0 and E1 per condition, D_format and D_con
 family x seed bootstrap intervals (Bonferroni over the primary family of every panel given), seed-sign
 counts, the budget crossing in both orders, the product/covariance split at each budget, the E0 share of
 identical valid answers, answer accuracy and invalid rate, the greedy controls; then the decision rule
-over all panels. The numbers are :mod:`fae.study.analysis`'s; this module reads, checks and writes.
+over all panels. Then the secondary inference of the paper's §6 and appendices, each part marked as such:
+the exploratory family (E1, E_avg, endpoints and source gain under both factors) and the post-hoc family
+(crossed-budget components, the input-scoring interaction, the direct E1 - E0 changes), each at its own
+Bonferroni level with its own draws; the lenient re-reading of every response as a sensitivity table; the
+eligibility profiles of each dataset's sources; the per-claim partition by identical valid answers. The
+numbers are :mod:`fae.study.analysis`'s; this module reads, checks and writes.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from fae.intervals import MAX_DRAWS
 from fae.study import analysis as an
 from fae.study import responses as rio
 from fae.study.grid import control_conditions, key_of, primary_conditions
-from fae.study.interfaces import INVALID
+from fae.study.interfaces import INVALID, answer_format
 
 REPORT_JSON, REPORT_MD, FIGURE = "study_report.json", "study_report.md", "contrasts.png"
 
@@ -44,7 +49,13 @@ class StudyReportConfig(CommandConfig):
     draws: int = option(an.DRAWS, min=1, max=MAX_DRAWS,
                         help=f"bootstrap draws, 1 to {MAX_DRAWS} (default {an.DRAWS}, the paper's)")
     seed: int = option(an.BOOTSTRAP_SEED, min=0, help=f"NumPy PCG64 seed of the bootstrap (default {an.BOOTSTRAP_SEED}, "
-                                               "the paper's)")
+                                               "the paper's); the secondary families' batch seeds derive from it")
+    exploratory_draws: int = option(an.SECONDARY_DRAWS, min=1, max=MAX_DRAWS,
+                                    help=f"draws of the exploratory family (secondary), 1 to {MAX_DRAWS} (default "
+                                    f"{an.SECONDARY_DRAWS}, the paper's), in batches of {an.SECONDARY_BATCH_DRAWS}")
+    post_hoc_draws: int = option(an.SECONDARY_DRAWS, min=1, max=MAX_DRAWS,
+                                 help=f"draws of the post-hoc family (secondary), 1 to {MAX_DRAWS} (default "
+                                 f"{an.SECONDARY_DRAWS}, the paper's), in batches of {an.SECONDARY_BATCH_DRAWS}")
 
 
 CONFIG = StudyReportConfig
@@ -211,11 +222,12 @@ def family_mapper(files: list[str] | None, studies: list[dict] | None = None):
     return family_of, fams
 
 
-def panel_of(study: dict, family_of) -> an.Panel:
-    """The study's answers as an :class:`fae.study.analysis.Panel` (every condition checked present)."""
+def panel_of(study: dict, family_of, reader=None) -> an.Panel:
+    """The study's answers as an :class:`fae.study.analysis.Panel` (every condition checked present);
+    ``reader(line)`` reads each primary line's answer another way (the lenient re-reading), else its saved one."""
     c = study["config"]
     metric = an.metric_of(c["dataset"])
-    answers = {(x["unit"], x["source"], x["budget"], x["format"], x["replicate"]): x["answer"]
+    answers = {(x["unit"], x["source"], x["budget"], x["format"], x["replicate"]): reader(x) if reader else x["answer"]
                for x in study["lines"] if x["kind"] == "primary"}
     replicates = list(range(1 + len(c["seeds"])))
     an.check_complete(study["units"], answers, c["sources"], c["budgets"], c["formats"], replicates, study["path"])
@@ -243,6 +255,75 @@ def diagnostics(study: dict) -> dict:
         acc[k][2] += x["answer"] == INVALID
     return {k: {"n": n, "answer_accuracy": 100.0 * a / n, "invalid_rate": 100.0 * i / n}
             for k, (n, a, i) in sorted(acc.items())}
+
+
+def lenient_reader(dataset: str):
+    """A primary line's answer as the lenient reader reads its raw ``response``; a line without raw text (a
+    study made by hand) keeps its saved answer."""
+    def read(line: dict) -> str:
+        text = line.get("response")
+        return answer_format(line["format"]).parse_lenient(text, dataset) if isinstance(text, str) else line["answer"]
+    return read
+
+
+def lenient_sensitivity(study: dict, family_of, strict: dict) -> dict:
+    """The primary contrasts with every response re-read leniently (point estimates: a sensitivity check, no
+    interval), beside the strict ones, and the invalid rate per format under both readers (every primary
+    response, greedy included)."""
+    c = study["config"]
+    read = lenient_reader(c["dataset"])
+    lenient = an.analyse_panel(panel_of(study, family_of, read), 1, 0)
+    contrasts = {name: {"strict": strict["values"][name]["estimate"], "lenient": lenient["values"][name]["estimate"]}
+                 for name in strict["primary"]}
+    invalid: dict = defaultdict(lambda: {"responses": 0, "strict_invalid": 0, "lenient_invalid": 0, "no_raw_text": 0})
+    for x in study["lines"]:
+        if x["kind"] != "primary":
+            continue
+        row = invalid[x["format"]]
+        row["responses"] += 1
+        row["strict_invalid"] += x["answer"] == INVALID
+        row["lenient_invalid"] += read(x) == INVALID
+        row["no_raw_text"] += not isinstance(x.get("response"), str)
+    rates = {f: {**r, "strict_invalid_rate": 100.0 * r["strict_invalid"] / r["responses"],
+                 "lenient_invalid_rate": 100.0 * r["lenient_invalid"] / r["responses"]}
+             for f, r in sorted(invalid.items())}
+    return {"contrasts": contrasts, "invalid": rates}
+
+
+def partition(result: dict, panel: an.Panel, n_claims: int) -> dict:
+    """The per-claim partition by identical valid answers (Table 20) per format x budget and its mean over
+    them: the share of claims whose every unit has the same valid answer under both sources, and E0 and E1
+    split into those claims' part and the rest (full denominators: the parts sum to the whole)."""
+    v = result["values"]
+    rows = {}
+    for f in panel.formats:
+        for b in panel.budgets:
+            key = f"{f}/{b}"
+            row = {"identical_claims": v[f"{key}/identical_claims"]["estimate"]}
+            for e in ("E0", "E1"):
+                whole, same = v[f"{key}/{e}"]["estimate"], v[f"{key}/{e}_identical_answers"]["estimate"]
+                row[e] = {"identical": same, "changed": None if whole is None or same is None else whole - same,
+                          "total": whole}
+            rows[key] = row
+
+    def mean(get):
+        xs = [get(r) for r in rows.values()]
+        return None if any(x is None for x in xs) or not xs else float(np.mean(xs))
+    rows["mean"] = {"identical_claims": mean(lambda r: r["identical_claims"]),
+                    **{e: {k: mean(lambda r, e=e, k=k: r[e][k]) for k in ("identical", "changed", "total")}
+                       for e in ("E0", "E1")}}
+    return {"claims": n_claims, "conditions": rows}
+
+
+def family_record(family: str, k: int, draws: int, seed: int) -> dict:
+    """What a family's intervals are: its comparisons over every panel (K), the level, the draws and batches."""
+    level = an.family_level(k)
+    batches = an.family_batches(family, draws, seed)
+    return {"comparisons": k, "paper_comparisons": an.PAPER_K[family], "bonferroni_k": level["bonferroni_k"],
+            "confidence": level["confidence"], "tail": level["tail"], "draws": draws, "generator": "PCG64",
+            "seed": seed, "batches": [{"draws": n, "seed": s} for n, s in batches],
+            "seed_derivation": (f"batch b: SeedSequence({seed}, spawn_key=({an.FAMILY_STREAM[family]}, b))"
+                                ".generate_state(1)[0]" if family in an.FAMILY_STREAM else "the seed itself")}
 
 
 def controls(study: dict) -> dict:
@@ -294,14 +375,28 @@ def run(config: StudyReportConfig) -> CommandResult:
     family_of, _ = family_mapper(config.families, studies)
     panels = [panel_of(s, family_of) for s in studies]
     k = sum(len(an.primary_names(p)) for p in panels)
+    k_family = {f: sum(len(an.family_names(p, f)) for p in panels) for f in ("exploratory", "post_hoc")}
+    draws = {"exploratory": config.exploratory_draws, "post_hoc": config.post_hoc_draws}
     results = [an.analyse_panel(p, k, config.draws, config.seed) for p in panels]
-    for r, s in zip(results, studies):
+    for r, s, p in zip(results, studies, panels):
         r["study"] = s["path"]
         r["diagnostics"] = diagnostics(s)
         r["controls"] = controls(s)
+        for family in ("exploratory", "post_hoc"):
+            r[family] = an.analyse_family(p, family, k_family[family], draws[family], config.seed,
+                                          f"--{family.replace('_', '-')}-draws")
+        r["lenient"] = lenient_sensitivity(s, family_of, r)
+        r["partition"] = partition(r, p, len({u["claim_id"] for u in s["units"]}))
+    eligibility = {}
+    for s in studies:
+        c = s["config"]
+        eligibility.setdefault(c["dataset"], an.eligibility_profiles(s["units"], an.metric_of(c["dataset"]),
+                                                                     c["sources"], c["budgets"]))
     report = {"panels": results, "primary_contrasts": k, "decision": an.decision(results),
               "bootstrap": {"draws": config.draws, "generator": "PCG64", "seed": config.seed,
-                            "bonferroni_k": k, "tail": an.ALPHA / (2 * max(k, 1))}}
+                            "bonferroni_k": k, "tail": an.ALPHA / (2 * max(k, 1))},
+              "secondary": {f: family_record(f, k_family[f], draws[f], config.seed) for f in k_family},
+              "eligibility": eligibility}
     guard.mark()
     atomic_write_json(out / REPORT_JSON, report)
     atomic_write_text(out / REPORT_MD, render_markdown(report))
@@ -331,7 +426,9 @@ def unanswered_lines(decision: dict) -> list[str]:
 
 def render_markdown(report: dict) -> str:
     """The paper's tables: primary contrasts (Table 15), scores by budget (Table 6), crossing (Table 28),
-    product/covariance (Table 10), identical answers (Table 20), controls (Table 18), diagnostics."""
+    product/covariance (Table 10), controls (Table 18), diagnostics; then the secondary inference, marked as
+    such: the exploratory family (Table 7), the post-hoc family (Table 24), the lenient re-reading (Table 26),
+    eligibility profiles (Figure 2, Appendix J) and the per-claim identical-answer partition (Table 20)."""
     b = report["bootstrap"]
     lines = ["# Evaluation-choice study", "",
              f"Decision rule: **{report['decision']['label']}**. Intervals: {b['draws']} family x seed draws, "
@@ -355,15 +452,28 @@ def render_markdown(report: dict) -> str:
             cells = " | ".join(_f(v[f"{key}/{q}"]["estimate"]) for q in an.CELL_NAMES)
             lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {budget} | {f} | {cells} | "
                          f"{_f(v[key + '/E0_identical_answers']['estimate'])} |")
-    lines += crossing_table(report) + control_table(report)
+    lines += crossing_table(report) + control_table(report) + secondary_sections(report)
     return "\n".join(lines) + "\n"
 
 
+def _level(family: dict) -> str:
+    """How a secondary family's intervals were made, in one sentence."""
+    return (f"Bonferroni over K = {family['comparisons']} comparisons (the paper's {family['paper_comparisons']} are "
+            f"for 3 datasets x 2 models), percentile bounds at {family['tail']:.6f} and {1 - family['tail']:.6f}, "
+            f"{family['draws']} family x seed draws in {len(family['batches'])} independently seeded batch(es) "
+            f"derived from seed {family['seed']}")
+
+
 def crossing_table(report: dict) -> list[str]:
-    lines = ["", "## Budget crossing and product/covariance", "",
-             "| Dataset | Model | Path order | Input component [CI] | Scoring component [CI] |", "|---|---|---|---|---|"]
+    """Table 28: both orders of the crossed budgets; the intervals are the post-hoc family's (the paper's
+    42-comparison adjustment), not the primary family's."""
+    post = (report.get("secondary") or {}).get("post_hoc")
+    lines = ["", "## Budget crossing and product/covariance" + (" (post hoc)" if post else ""), ""]
+    if post:
+        lines += [f"Post-hoc intervals: {_level(post)}.", ""]
+    lines += ["| Dataset | Model | Path order | Input component [CI] | Scoring component [CI] |", "|---|---|---|---|---|"]
     for p in report["panels"]:
-        v = p["values"]
+        v = p["post_hoc"]["values"] if "post_hoc" in p else p["values"]
         if "crossing/input_first.input" not in v:
             continue
         for order in ("input_first", "scoring_first"):
@@ -421,3 +531,69 @@ def write_figure(report: dict, path: Path) -> None:
     with atomic_file(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
+
+
+def secondary_sections(report: dict) -> list[str]:
+    """The secondary inference, each table marked exploratory, post hoc or sensitivity, with its level."""
+    sec = report.get("secondary")
+    if not sec:
+        return []
+    lines = ["", "## Secondary inference (exploratory and post hoc)", "",
+             "Two families apart from the primary one and from each other, each adjusted over its own "
+             "comparisons: their guarantees do not combine, and none enters the decision rule.", "",
+             "### Exploratory family: E1, E_avg = (E0 + E1)/2, endpoints and source gain", "",
+             f"{_level(sec['exploratory'])}.", "",
+             "| Dataset | Model | Comparison | Effect [adjusted interval] | Seed signs |", "|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for name, v in p["exploratory"]["values"].items():
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_interval(v)} | "
+                         f"{v['seed_signs_agreeing']}/{p['seeds']} |")
+    lines += ["", "### Post-hoc family: input-scoring interaction and the direct E1 - E0 changes", "",
+              f"{_level(sec['post_hoc'])}; the crossed-budget components above belong to this family. "
+              "interaction = T(l,l) - T(l,s) - T(s,l) + T(s,s).", "",
+              "| Dataset | Model | Comparison | Effect [adjusted interval] | Seed signs |", "|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for name, v in p["post_hoc"]["values"].items():
+            if name.startswith("crossing/") and name != "crossing/interaction":
+                continue
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_interval(v)} | "
+                         f"{v['seed_signs_agreeing']}/{p['seeds']} |")
+    lines += ["", "### Lenient re-reading (sensitivity check, point estimates)", "",
+              "Every saved response re-read by the lenient reader (case, spaces/underscores, surrounding "
+              "punctuation, quotes and markdown folded; a leading answer with an unambiguous explanation "
+              "accepted; gold never consulted), the primary contrasts recomputed.", "",
+              "| Dataset | Model | Contrast | Strict | Lenient |", "|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for name, c in p["lenient"]["contrasts"].items():
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_f(c['strict'])} | "
+                         f"{_f(c['lenient'])} |")
+    lines += ["", "| Dataset | Model | Format | Responses | Invalid, strict (%) | Invalid, lenient (%) | "
+              "Without raw text |", "|---|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for fmt, r in p["lenient"]["invalid"].items():
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {fmt} | {r['responses']} | "
+                         f"{_f(r['strict_invalid_rate'])} | {_f(r['lenient_invalid_rate'])} | {r['no_raw_text']} |")
+    lines += ["", "### Evidence eligibility profiles (descriptive; no answers involved)", "",
+              "Per claim: 0/1 for FEVER-style datasets (NOT_ENOUGH_INFO gold is eligible), the number of eligible "
+              "retrieved abstracts for SciFact. Gain: source 1 higher at one or both budgets and lower at "
+              "neither; loss the reverse.", "",
+              "| Dataset | Source | Budget | Claims | Eligible | Per claim |", "|---|---|---|---|---|---|"]
+    for dataset, e in report["eligibility"].items():
+        for r in e["profiles"]:
+            lines.append(f"| {dataset} | {r['source']} | {r['budget']} | {r['claims']} | {r['eligible']:g} | "
+                         f"{_f(r['per_claim'], 3)} |")
+    lines += ["", "| Dataset | Gain | Loss | Mixed | Unchanged |", "|---|---|---|---|---|"]
+    for dataset, e in report["eligibility"].items():
+        c = e["changes"]
+        lines.append(f"| {dataset} | {c['gain']} | {c['loss']} | {c['mixed']} | {c['unchanged']} |")
+    lines += ["", "### Identical valid answers, per claim (post hoc, descriptive)", "",
+              "Claims whose every unit (SciFact: all three abstracts) has the same valid answer under both sources, "
+              "and their part of E0 and E1 on the full denominator (the parts sum to the whole).", "",
+              "| Dataset | Model | Condition | Identical claims (%) | E0 identical | E0 changed | E1 identical | "
+              "E1 changed |", "|---|---|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for cond, r in p["partition"]["conditions"].items():
+            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {cond} | {_f(r['identical_claims'])} | "
+                         f"{_f(r['E0']['identical'])} | {_f(r['E0']['changed'])} | {_f(r['E1']['identical'])} | "
+                         f"{_f(r['E1']['changed'])} |")
+    return lines
