@@ -85,8 +85,10 @@ def test_which_term_catches_which_hack():
     every, nothing, abstain, absent, wrong_line = scores(
         ReadingJudge(), t, format_answer("SUPPORT", range(6)), format_answer("SUPPORT", []),
         format_answer(NEI, []), '{"label": "SUPPORT", "evidence": [2, 9]}', format_answer("SUPPORT", [4]))
-    # every line: necessary and sufficient, but no line is left to remove as a control, and imprecise
-    assert every["necessity"] == every["sufficiency"] == 1.0 and every["control"] == 0.0
+    # every line: necessary and sufficient, no line is left to remove as a control (it repeats necessity),
+    # imprecise: below the minimal citation by precision alone
+    assert every["necessity"] == every["sufficiency"] == every["control"] == 1.0
+    assert every["precision"] == pytest.approx(1 / 6)
     assert every["precision"] == pytest.approx(1 / 6)
     assert nothing["label"] == 1.0 and all(nothing[k] == 0.0 for k in ("necessity", "sufficiency", "control"))
     assert abstain["format"] == 1.0 and abstain["label"] == 0.0 and abstain["total"] == 0.5
@@ -101,6 +103,21 @@ def test_the_control_denies_credit_to_a_verifier_that_abstains_on_any_shorter_po
     assert reader["control"] == 1.0 and cue["control"] == 0.0
     assert cue["necessity"] == 1.0  # necessity alone is fooled by the cue: the control is what tells them apart
     assert cue["total"] < reader["total"]
+
+
+def test_a_short_pool_does_not_pay_for_citing_less_of_the_proof():
+    # the proof is two lines and the pool holds one more: citing both leaves no room for a control (it does
+    # not apply), citing one leaves room; the control must not make the shorter citation pay
+    rec = record(gold=(1, 2), proving=(1, 2))
+    t = Target(rec, (1, 2, 3), "SUPPORT", (1, 2))
+
+    class EitherLine(ReadingJudge):
+        def labels(self, asks):
+            return [r.label if ({1, 2} & set(pool)) else NEI for r, pool in asks]
+
+    one, both = scores(EitherLine(), t, format_answer("SUPPORT", [1]), format_answer("SUPPORT", [1, 2]))
+    assert both["control"] == one["control"] == 1.0  # both's repeats its necessity: no control exists
+    assert both["total"] > one["total"]
 
 
 def test_half_a_duplicated_proof_is_not_necessary():
@@ -143,6 +160,7 @@ def test_the_pools_of_a_batch_are_asked_in_one_call():
     answers = [format_answer("SUPPORT", [2])] * 4 + [format_answer(NEI, [])] * 4
     got = score_answers([t] * 8, answers, judge)
     assert got.judge_asks == 12  # necessity, sufficiency, control for each of 4 verdicts; none for NEI
+    assert got.uncontrolled == 0
     assert len(judge.asked) == 12
 
 

@@ -21,6 +21,9 @@ class DemoConfig(CommandConfig):
     output: str = option("demo_out", help="output directory (default demo_out)")
     seed: int = 0
     base: str | None = option(None, help="base model directory (default: the one shipped in real/demo/base)")
+    on_policy: bool = option(False, help="also train the on-policy variant (GRPO from real_sufficient's adapter, "
+                                         "rewarded by its own ablations; recipes/demo/on_policy.yaml) and report "
+                                         "it beside the others (docs/demo.md: its cost)")
 
 
 CONFIG = DemoConfig
@@ -41,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build-base", help=what, description=what, allow_abbrev=False)
     add_config_arguments(b, base_model.BuildBaseConfig)
     # after add_subparsers, which names the subcommand from the usage: the demo runs without a COMMAND
-    p.usage = ("%(prog)s [-h] [--output OUTPUT] [--seed SEED] [--base BASE]\n"
+    p.usage = ("%(prog)s [-h] [--output OUTPUT] [--seed SEED] [--base BASE] [--on-policy]\n"
                "       %(prog)s build-base [-h] --output OUTPUT ...")
     return p
 
@@ -49,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run(config: DemoConfig) -> CommandResult:
     """The demo as a function; ``summary`` is its summary.json. It fails (exit 1) when the Table-2 pattern it
     exists to show did not hold: numbers that contradict the demo's own claims must not exit 0."""
-    summary = pipeline.run_demo(config.output, seed=config.seed, base=config.base)
+    size = pipeline.DemoSize(on_policy=config.on_policy)
+    summary = pipeline.run_demo(config.output, size=size, seed=config.seed, base=config.base)
     held = all(ok for _, ok in table2_pattern(summary))
     return CommandResult(exit_code=EXIT_OK if held else EXIT_FAILURE, outputs={"output": str(config.output)},
                          summary=summary)

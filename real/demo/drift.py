@@ -80,6 +80,16 @@ def headline_numbers(summary: Mapping[str, Any]) -> dict[str, tuple[float, float
 # issue that asked for it, each a statement; the reduced CI demo asserts its own, measured, margins.
 SUFFICIENT_TARGETS = {"round0_accuracy": 0.98, "is_minus_is_ctrl": 0.75, "is_ctrl": 0.05, "gold_only": 0.95,
                       "cited_only": 0.95, "sweep_every_k": 0.95}
+# The on-policy variant's goals (real-demo --on-policy; SPEC §4 `trainer: grpo`): the same statements, a higher
+# evidence-specific IS (its reward asks for necessity under the control on every prompt).
+ON_POLICY_TARGETS = {**SUFFICIENT_TARGETS, "is_minus_is_ctrl": 0.80}
+# DemoSize fields that add a variant without changing the others: a run with them compares with a reference
+# made without them on the numbers both have.
+ADDED_VARIANT_FIELDS = ("on_policy", "on_policy_steps")
+
+
+def comparable_size(size: Mapping[str, Any] | None) -> dict:
+    return {k: v for k, v in (size or {}).items() if k not in ADDED_VARIANT_FIELDS}
 
 
 def sufficiency_pattern(m: Mapping[str, Any], targets: Mapping[str, float] = SUFFICIENT_TARGETS,
@@ -165,11 +175,14 @@ def drift_report(summary: Mapping[str, Any], reference_path: Path | None, *, sam
     if "real_sufficient" in (summary.get("variants") or {}):  # the goals of the variant, reported, not asserted
         report["sufficiency"] = [{"statement": s, "held": held}
                                  for s, held in sufficiency_pattern(summary["variants"]["real_sufficient"])]
+    if "on_policy" in (summary.get("variants") or {}):
+        report["on_policy"] = [{"statement": s, "held": held} for s, held in
+                               sufficiency_pattern(summary["variants"]["on_policy"], ON_POLICY_TARGETS, "on_policy")]
     if reference_path is None or not reference_path.is_file():
         report["skipped"] = "no committed summary to compare with"
         return report
     reference = json.loads(reference_path.read_text(encoding="utf-8"))
-    if reference.get("size") != summary.get("size"):
+    if comparable_size(reference.get("size")) != comparable_size(summary.get("size")):
         report["skipped"] = f"the committed summary was made at size {reference.get('size')}, this run at " \
                             f"{summary.get('size')}: only the pattern is checked"
         return report
@@ -184,6 +197,9 @@ def drift_lines(report: Mapping[str, Any]) -> list[str]:
     if report.get("sufficiency"):
         lines.append("Necessary and sufficient (real_sufficient's goals):")
         lines += [f"  [{'ok' if p['held'] else 'missed'}] {p['statement']}" for p in report["sufficiency"]]
+    if report.get("on_policy"):
+        lines.append("Necessary and sufficient (on_policy's goals):")
+        lines += [f"  [{'ok' if p['held'] else 'missed'}] {p['statement']}" for p in report["on_policy"]]
     if report.get("skipped"):
         return lines + [f"Against {report['reference']}: not compared ({report['skipped']})"]
     moved = report["moved"]

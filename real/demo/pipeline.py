@@ -77,6 +77,10 @@ REPO_DIR = PACKAGE_DIR.parents[1]
 # real_sufficient's; docs/demo.md has its numbers).
 VARIANTS = ("sft", "no_ablation", "no_enhancement", "real", "real_sufficient")
 PAVE_VARIANTS = ("sft", "real")  # the arbitration profile: standard SFT vs REAL
+# On-policy evidence ablation (SPEC §4, `trainer: grpo`; real-demo --on-policy): GRPO from real_sufficient's
+# adapter on real_sufficient's prompts, rewarded by the verifier's own ablations (recipes/demo/on_policy.yaml).
+ON_POLICY = "on_policy"
+ON_POLICY_START = "real_sufficient"
 # The demo's tiny model is evaluated in fp32 everywhere: its committed numbers
 # (benchmarks/results/demo_cpu_summary.json) were measured so, and `--dtype auto` is bf16 on a CPU with
 # native bf16, whose greedy answers can differ on near ties.
@@ -94,6 +98,13 @@ class DemoSize:
     pave_claims: int = 20  # `fae pave` on the first N test claims, with N = K = pave_samples (~10 s each); 0 = skip
     pave_samples: int = 4
     incomplete_share: float = 0.35  # claims whose gold names one of two proving lines (world.add_incomplete_gold)
+    on_policy: bool = False  # also train ON_POLICY from real_sufficient's adapter (real-demo --on-policy)
+    on_policy_steps: int | None = None  # None = recipes/demo/on_policy.yaml's max_steps
+
+
+def demo_variants(size: "DemoSize") -> tuple[str, ...]:
+    """The variants a demo of ``size`` trains and reports, in report order."""
+    return VARIANTS + ((ON_POLICY,) if size.on_policy else ())
 
 
 # What a demo run writes in its output directory; a rerun replaces all of it.
@@ -269,7 +280,7 @@ def base_reference_dir(variant: str) -> str:
     return f"{variant}-base-hK"
 
 
-def dirk_lines(out: Path) -> list[str]:
+def dirk_lines(out: Path, variants: tuple[str, ...] = VARIANTS) -> list[str]:
     """The report's DirK section: what each variant answers on the claim-only prompt (h(K)'s prompt),
     what DirK then measures, and DirK with h(K) from the base model, from ``probes/*/dirk.json``."""
     lines = ["", "## DirK: what h(K) stands for (`fae probe`)", "",
@@ -278,7 +289,7 @@ def dirk_lines(out: Path) -> list[str]:
              "| Variant | claim-only answers (greedy) | correct (%) | abstaining reference |",
              "| --- | --- | --- | --- |"]
     notes = []
-    for variant in VARIANTS:
+    for variant in variants:
         probe = json.loads((out / "probes" / variant / "dirk.json").read_text())
         answers = probe["knowledge_answers"]["verifier"]
         correct = answers.get("correct")
@@ -287,12 +298,12 @@ def dirk_lines(out: Path) -> list[str]:
         if probe["reference_note"]:
             notes.append(f"- {variant}: {probe['reference_note']}")
     lines += [""] + notes if notes else []
-    based = [out / "probes" / base_reference_dir(v) for v in VARIANTS]
+    based = [out / "probes" / base_reference_dir(v) for v in variants]
     if all((d / "dirk.json").is_file() for d in based):
         lines += ["", "DirK with h(K) from the base model without the adapter (`fae probe --knowledge-reference "
                   "base`): every variant's drift toward the same state, the base model's answer from its "
                   "parametric knowledge; mean [95% bootstrap CI].", "",
-                  *markdown_table(list(VARIANTS), [load_probe(d) for d in based]).splitlines()]
+                  *markdown_table(list(variants), [load_probe(d) for d in based]).splitlines()]
     return lines
 
 
@@ -467,7 +478,7 @@ def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, ba
     if not (base / "config.json").exists():
         raise UserError(f"demo base model not found at {base}; build it with `real-demo build-base --output {base}`")
     accelerate_cfg = _repo_file("accelerate_configs/cpu.yaml")
-    recipes = {v: _repo_file(f"recipes/demo/{v}.yaml") for v in VARIANTS}
+    recipes = {v: _repo_file(f"recipes/demo/{v}.yaml") for v in demo_variants(size)}
     t0 = time.time()
     # A demo run always starts fresh: stale models must never be resumed into new runs.
     lock = claim_output(out)
@@ -486,7 +497,7 @@ def train_variants(out: Path, base: Path, size: DemoSize, seed: int, enhanced_pa
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     lanes, threads = training_lanes(os.cpu_count())
     trainings = []
-    for variant in VARIANTS:
+    for variant in VARIANTS:  # pairs-based trainings; ON_POLICY trains on real_sufficient's prompts below
         pairs = out / "data" / f"pairs-{variant}"
         _stage(f"{variant}: real-data pairs", t0)
         with (logs / f"pairs-{variant}.log").open("w") as fh, contextlib.redirect_stdout(fh), \
@@ -506,6 +517,18 @@ def train_variants(out: Path, base: Path, size: DemoSize, seed: int, enhanced_pa
     # (five trainings on two lanes; the adapters do not depend on the order, each is its own process).
     trainings.sort(key=lambda t: -t[0])
     run_stages([stage for _, stage in trainings], env, lanes=lanes, t0=t0)
+    if size.on_policy:  # it starts from real_sufficient's adapter: after the others, on every core
+        cmd = [accelerate, "launch", "--config_file", str(accelerate_cfg), "--num_cpu_threads_per_process",
+               str(lanes * threads), "-m", "real.train", "--config", str(recipes[ON_POLICY]),
+               "--model_name_or_path", str(base), "--dataset_name", str(out / "data" / f"pairs-{ON_POLICY_START}"),
+               "--records", str(enhanced_path), "--init_adapter", str(out / "models" / ON_POLICY_START),
+               "--output_dir", str(out / "models" / ON_POLICY), "--seed", str(seed)]
+        steps = size.on_policy_steps or (min(size.max_steps, 20) if size.max_steps else None)
+        if steps:
+            cmd += ["--max_steps", str(steps)]
+        run_stages([(cmd, logs / f"train-{ON_POLICY}.log",
+                     f"{ON_POLICY}: GRPO from {ON_POLICY_START}'s adapter, rewarded by its own ablations "
+                     f"(accelerate launch -m real.train, {recipes[ON_POLICY].name})")], env, t0=t0)
 
 
 def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerate_cfg: Path,
@@ -518,8 +541,9 @@ def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerat
     enhanced_path, enhancement = enhance_step(out, train_path, seed, t0)
 
     train_variants(out, base, size, seed, enhanced_path, accelerate_cfg, recipes, t0)
+    variants = demo_variants(size)
 
-    for variant in VARIANTS:
+    for variant in variants:
         _stage(f"{variant}: fae run (R = 4) on the test split", t0)
         run_dir = out / "runs" / variant
         _call(fae_run, FaeRunArguments(records=test_path, output=run_dir, backend="hf", model=base,
@@ -533,25 +557,25 @@ def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerat
                                          batch_size=32, knowledge_reference=reference, dtype=DEMO_DTYPE))
 
     _stage("reports: fae report, fae probe-report, fae compare (sft vs real)", t0)
-    runs = [str(out / "runs" / v) for v in VARIANTS]
-    _call(fae_report, ReportConfig(runs=runs, output=out, names=list(VARIANTS)))
-    _call(fae_probe_report, ProbeReportConfig(dirs=[out / "probes" / v for v in VARIANTS], output=out,
-                                              names=list(VARIANTS)))
-    _append(out / "report.md", dirk_lines(out))
+    runs = [str(out / "runs" / v) for v in variants]
+    _call(fae_report, ReportConfig(runs=runs, output=out, names=list(variants)))
+    _call(fae_probe_report, ProbeReportConfig(dirs=[out / "probes" / v for v in variants], output=out,
+                                              names=list(variants)))
+    _append(out / "report.md", dirk_lines(out, variants))
     _call(fae_compare, CompareConfig(run_a=out / "runs" / "sft", run_b=out / "runs" / "real",
                                      output=out / "compare", metric="strict", bootstrap=size.bootstrap, seed=seed))
 
     test = load_records(test_path)
     incomplete = {r.id for r in test if r.extra.get("incomplete_gold")}
-    subsets = {"incomplete": {v: subset_metrics(out / "runs" / v, incomplete) for v in VARIANTS},
+    subsets = {"incomplete": {v: subset_metrics(out / "runs" / v, incomplete) for v in variants},
                "complete": {v: subset_metrics(out / "runs" / v, {r.id for r in test} - incomplete)
-                            for v in VARIANTS}}
+                            for v in variants}}
     _append(out / "report.md", enhancement_lines(enhancement) + subset_lines(subsets))
 
     pave = _pave_step(out, base, test_path, size, seed, t0) if size.pave_claims else {}
 
-    _stage(f"fae view: per-claim explorer of the {len(VARIANTS)} runs (view/index.html)", t0)
-    _call(fae_view, ViewConfig(runs=runs, output=out / "view", names=list(VARIANTS), title="real-demo: FAE claims"))
+    _stage(f"fae view: per-claim explorer of the {len(variants)} runs (view/index.html)", t0)
+    _call(fae_view, ViewConfig(runs=runs, output=out / "view", names=list(variants), title="real-demo: FAE claims"))
 
     summary = {
         "wall_seconds": round(time.time() - t0, 1),
@@ -559,7 +583,7 @@ def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerat
         "dtype": DEMO_DTYPE,  # every model call of the demo, training and evaluation alike
         "cpu_family": cpu_family(),
         "cpu": cpu_model_name(),
-        "variants": {v: json.loads((out / "runs" / v / "metrics.json").read_text()) for v in VARIANTS},
+        "variants": {v: json.loads((out / "runs" / v / "metrics.json").read_text()) for v in variants},
         "incomplete_gold": subsets,
         "enhancement": enhancement,
         "pave": pave,

@@ -12,7 +12,8 @@ each one TRL reward function, so TRL logs ``rewards/<term>/mean`` beside the los
 ``sufficiency``  it answers ``l`` on ``E`` alone;
 ``control``      it still answers ``l`` when as many lines neither cited nor in the target evidence
                  are removed instead, drawn as FAE's matched control draws them (the same gap kind),
-                 so an answer is not rewarded for a verifier that grows unsure on any shorter pool;
+                 so an answer is not rewarded for a verifier that grows unsure on any shorter pool
+                 (where the pool has too few such lines no control exists: the term repeats necessity);
 ``precision``    the share of ``E`` inside the row's target evidence (enhanced or gold).
 
 The evidence terms (the last four) are earned only by a right answer: citing well never pays for a
@@ -73,6 +74,7 @@ class Scored:
 
     terms: dict[str, list[float]]
     judge_asks: int = 0  # pools the terms needed (before dedup)
+    uncontrolled: int = 0  # answers too long for their pool to draw a control: the control repeated necessity
 
 
 def completion_text(completion) -> str:
@@ -109,6 +111,7 @@ def score_answers(targets: Sequence[Target], texts: Sequence[str], judge: PoolJu
     terms = {t: [0.0] * n for t in REWARD_TERMS}
     asks: list[tuple[ClaimRecord, tuple[int, ...]]] = []
     pending: list[tuple[int, str, int]] = []  # (answer, term, index into asks)
+    uncontrolled: list[int] = []  # answers whose control could not be drawn
     for i, (target, text) in enumerate(zip(targets, texts)):
         shown: ShownPool = number_lines(target.pool, line_ids)
         parsed, _ = parse_shown_answer(text, shown)
@@ -135,14 +138,22 @@ def score_answers(targets: Sequence[Target], texts: Sequence[str], judge: PoolJu
         pending.append((i, "sufficiency", len(asks)))
         asks.append((target.record, alone))
         removed = control_removal(target, cited, line_ids, control_seed)
-        if removed is not None:
+        if removed is None:
+            # Too few other lines to remove as many: no control can challenge the necessity result, so the
+            # term repeats it (marked in ``uncontrolled``). A 0 here would pay a verifier to cite less of a
+            # proof in a short pool, where only a shorter citation leaves room for a control.
+            uncontrolled.append(i)
+            pending.append((i, "control", len(asks)))
+            asks.append((target.record, without))
+        else:
             pending.append((i, "control", len(asks)))
             asks.append((target.record, tuple(j for j in target.pool if j not in set(removed))))
     answers = judge.labels(asks) if asks else []
+    skip = set(uncontrolled)
     for i, term, k in pending:
-        want = NEI if term == "necessity" else targets[i].label
+        want = NEI if term == "necessity" or (term == "control" and i in skip) else targets[i].label
         terms[term][i] = 1.0 if answers[k] == want else 0.0
-    return Scored(terms, judge_asks=len(asks))
+    return Scored(terms, judge_asks=len(asks), uncontrolled=len(skip))
 
 
 def total_reward(terms: Mapping[str, Sequence[float]], weights: Sequence[float] = DEFAULT_REWARD_WEIGHTS
@@ -258,6 +269,7 @@ class OnPolicyReward:
                 if term == REWARD_TERMS[0] and log_metric is not None and hasattr(self.judge, "calls"):
                     log_metric("onpolicy/judge_pools_asked", float(result.judge_asks))
                     log_metric("onpolicy/judge_forwards_total", float(self.judge.calls))
+                    log_metric("onpolicy/uncontrolled_share", result.uncontrolled / max(1, len(result.terms[term])))
                 return result.terms[term]
 
             reward.__name__ = term
