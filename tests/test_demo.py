@@ -18,7 +18,8 @@ from real.demo.base_model import ExampleFactory, build_base, build_word_tokenize
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
 from real.demo import main as real_demo
-from real.demo.pipeline import BASE_DIR, MARKER, VARIANTS, DemoSize, claim_output, run_demo, write_world_records
+from real.training.onpolicy import REWARD_TERMS
+from real.demo.pipeline import BASE_DIR, MARKER, ON_POLICY, VARIANTS, DemoSize, claim_output, run_demo, write_world_records
 from real.demo.world import add_incomplete_gold, build_world, make_split, train_test_facts
 
 
@@ -190,7 +191,8 @@ def test_build_base_resumes(tmp_path):
 
 # The CI demo: the shipped base, reduced so that it runs in ~2-3 min on 2 free cores, and still
 # large enough for the effect (measured in docs/demo.md).
-CI_SIZE = DemoSize(n_train=160, n_test=50, max_steps=60, bootstrap=200, pave_claims=4, pave_samples=2)
+CI_SIZE = DemoSize(n_train=160, n_test=50, max_steps=60, bootstrap=200, pave_claims=4, pave_samples=2, on_policy=True,
+                   on_policy_steps=6)
 
 
 @pytest.mark.slow
@@ -207,7 +209,14 @@ def test_reduced_demo_on_the_shipped_base_shows_the_effect(tmp_path, capsys):
                 "data/train.enhanced.jsonl", "data/annotators.yaml", "soft_trajectory.png", "reliability.png"):
         assert (out / rel).exists(), rel
     on_disk = json.loads((out / "summary.json").read_text())
-    assert on_disk == json.loads(json.dumps(summary)) and set(on_disk["variants"]) == set(VARIANTS)
+    assert on_disk == json.loads(json.dumps(summary)) and set(on_disk["variants"]) == {*VARIANTS, ON_POLICY}
+    # the on-policy variant (real-demo --on-policy): GRPO from real_sufficient's adapter, every reward term
+    # logged, evaluated and reported like the others, its goals stated in drift.json
+    state = json.loads((out / "models" / ON_POLICY / "trainer_state.json").read_text())
+    assert state["global_step"] == CI_SIZE.on_policy_steps
+    assert {f"rewards/{t}/mean" for t in REWARD_TERMS} <= {k for e in state["log_history"] for k in e}
+    assert "GRPOTrainer" in (out / "models" / ON_POLICY / "README.md").read_text()
+    assert on_disk["variants"][ON_POLICY]["n_claims"] == 50 and f"| {ON_POLICY} |" in (out / "report.md").read_text()
     # the effect, with margins a broken pipeline cannot pass: the demo's own Table-2 statements (real.demo.drift),
     # among them that the control arm catches REAL's cue (SPEC §6): it abstains when lines that are neither cited
     # nor gold go (60 steps, matched control: IS_ctrl 0.77 measured, sft 0.0) and on gold-only pools; the full
@@ -226,6 +235,7 @@ def test_reduced_demo_on_the_shipped_base_shows_the_effect(tmp_path, capsys):
         assert ctrl["n_control_claims"] >= 40 and on_disk["variants"][v]["gold_only"]["n_claims"] == 50, v
     drift = json.loads((out / "drift.json").read_text())  # a reduced run is not compared with the full one
     assert drift["pattern_held"] and "size" in drift["skipped"]
+    assert len(drift["on_policy"]) == 6 and "on_policy needs its evidence" in drift["on_policy"][1]["statement"]
     for v in VARIANTS:
         assert on_disk["variants"][v]["n_claims"] == 50 and on_disk["variants"][v]["soft"]["n_with_probs"] == 50
     # enhancement really ran: the real client and vote, answers that beat gold's recall

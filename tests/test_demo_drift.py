@@ -10,6 +10,7 @@ from real_fae_core.errors import EXIT_FAILURE, EXIT_OK
 from real.demo import DemoConfig, pipeline, run
 from real.demo.drift import (
     FLIP_TOLERANCE_CLAIMS,
+    comparable_size,
     compare_with_reference,
     drift_lines,
     drift_report,
@@ -41,7 +42,8 @@ def test_every_committed_reference_is_a_full_run_of_its_cpu_family_that_holds_th
     for path in refs:
         summary = json.loads(path.read_text())
         assert summary["cpu_family"] == path.stem and summary["dtype"] == "fp32"
-        assert summary["size"] == {**json.loads(json.dumps(pipeline.asdict(pipeline.DemoSize()))), "seed": 0}
+        assert comparable_size(summary["size"]) == comparable_size(
+            {**json.loads(json.dumps(pipeline.asdict(pipeline.DemoSize()))), "seed": 0})
         assert set(summary["variants"]) == set(pipeline.VARIANTS)
         assert all(held for _, held in table2_pattern(summary)), path
 
@@ -129,3 +131,22 @@ def test_a_broken_pattern_is_named_and_fails_the_command(monkeypatch, tmp_path):
     for summary, code in ((broken, EXIT_FAILURE), (AMX, EXIT_OK)):
         monkeypatch.setattr(pipeline, "run_demo", lambda *a, s=summary, **k: s)
         assert run(DemoConfig(output=str(tmp_path))).exit_code == code
+
+
+def test_a_run_with_the_on_policy_variant_is_compared_with_a_reference_made_without_it(tmp_path):
+    """--on-policy adds a variant after the others and changes none of theirs: its run is compared with the
+    reference on every number both have, and its own goals are stated."""
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps(AMX))
+    with_op = copy.deepcopy(AMX)
+    with_op["size"] = {**AMX["size"], "on_policy": True, "on_policy_steps": None}
+    with_op["variants"]["on_policy"] = copy.deepcopy(AMX["variants"]["real"])
+    report = drift_report(with_op, ref)
+    assert "skipped" not in report and report["moved"] == [] and "on_policy.IS" in report["only_here"]
+    assert [p["statement"].split(":")[0] for p in report["on_policy"]][:2] == [
+        "on_policy reads the full pool", "on_policy needs its evidence"]
+    assert "IS - IS_ctrl (paired) >= 0.80" in report["on_policy"][1]["statement"]
+    assert any("on_policy's goals" in line for line in drift_lines(report))
+    other = copy.deepcopy(with_op)
+    other["size"]["n_test"] = 100  # a size that changes every variant is still not compared
+    assert "size" in drift_report(other, ref)["skipped"]

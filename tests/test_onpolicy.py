@@ -259,6 +259,8 @@ def test_real_train_grpo_logs_every_term_and_saves_an_adapter(onpolicy_work, tin
     assert "onpolicy/judge_pools_asked" in logged
     definition = json.loads((out / "run_fingerprint.json").read_text())["definition"]
     assert definition["trainer"] == "grpo" and definition["reward_weights"] == list(DEFAULT_REWARD_WEIGHTS)
+    card = (out / "README.md").read_text()
+    assert "GRPOTrainer" in card and "| reward weights | format 0.5, label 1.0, necessity 1.0" in card
 
 
 def test_real_train_grpo_refuses_missing_records_in_one_line(onpolicy_work, tiny_llama, tmp_path):

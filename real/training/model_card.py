@@ -27,6 +27,10 @@ def resolved_config(script_args, training_args, model_args) -> dict:
     return json.loads(json.dumps(out, default=str))
 
 
+def _on_policy(args) -> bool:
+    return hasattr(args, "num_generations")  # GRPOConfig (trainer grpo)
+
+
 def _plain(x):
     return getattr(x, "value", x)
 
@@ -38,13 +42,18 @@ def model_card(*, base_model, variant, data_path, data_info, data_sha, args, mod
         "---",
         f"base_model: {base_model}",
         "library_name: peft" if model_args.use_peft else "library_name: transformers",
-        "tags: [real-fae, fact-verification, trl, sft" + (", lora]" if model_args.use_peft else "]"),
+        f"tags: [real-fae, fact-verification, trl, {'grpo' if _on_policy(args) else 'sft'}"
+        + (", lora]" if model_args.use_peft else "]"),
         "---",
         "",
         f"# Fact-checking verifier: {variant or 'unknown variant'} on {Path(str(base_model)).name}",
         "",
-        f"Trained with `real-train` (TRL SFTTrainer, completion-only loss) on the `{variant}` variant of the "
-        "REAL training pairs (SPEC §4). Answers are one JSON object `{\"label\": ..., \"evidence\": [...]}`.",
+        (f"Trained with `real-train` (TRL SFTTrainer, completion-only loss) on the `{variant}` variant of the "
+         "REAL training pairs (SPEC §4)." if not _on_policy(args) else
+         f"Trained with `real-train` (TRL GRPOTrainer: on-policy evidence ablation, SPEC §4) on the prompts of "
+         f"the `{variant}` pairs, rewarded by its own ablations (terms and weights below)."
+         + (f" Started from the adapter `{data_info['init_adapter']}`." if data_info.get("init_adapter") else ""))
+        + " Answers are one JSON object `{\"label\": ..., \"evidence\": [...]}`.",
         "",
         "## Data",
         "",
@@ -78,6 +87,13 @@ def model_card(*, base_model, variant, data_path, data_info, data_sha, args, mod
         "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
         "seed": args.seed,
     }
+    if _on_policy(args):
+        from real.training.onpolicy import REWARD_TERMS
+
+        hp.update({"generations per prompt": args.num_generations, "max completion tokens": args.max_completion_length,
+                   "temperature": args.temperature, "beta (KL)": args.beta,
+                   "reward weights": ", ".join(f"{t} {w}" for t, w in zip(REWARD_TERMS, args.reward_weights)),
+                   "control seed": args.control_seed, "line ids": data_info.get("line_ids")})
     lines += [f"| {k} | {v} |" for k, v in hp.items()]
     lines += ["", "## Results", ""]
     lines += [f"- {k}: {v}" for k, v in sorted(metrics.items())]
