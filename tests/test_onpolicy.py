@@ -268,3 +268,44 @@ def test_real_train_grpo_refuses_missing_records_in_one_line(onpolicy_work, tiny
     args[args.index("--records") + 1] = str(tmp_path / "nope.jsonl")
     p = subprocess.run(args, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "nope.jsonl" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_grpo_run_resumes_to_the_same_adapter(onpolicy_work, tiny_llama, tmp_path):
+    """SIGKILL after a checkpoint, relaunch: the resumed run ends with the adapter of an uninterrupted one
+    (the sampler's RNG state travels in the checkpoint, so the same answers are drawn after the resume)."""
+    import signal
+    import time
+
+    from safetensors.torch import load_file
+
+    steps = ["--max_steps", "4", "--save_steps", "1", "--save_total_limit", "5"]
+    whole = tmp_path / "whole"
+    p = subprocess.run(_grpo_args(onpolicy_work, tiny_llama, whole, *steps), cwd=REPO, env=ENV,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen(_grpo_args(onpolicy_work, tiny_llama, cut, *steps), cwd=REPO, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not (cut / "checkpoint-2" / "trainer_state.json").exists():
+            assert proc.poll() is None, "training ended before its second checkpoint"
+            assert time.time() < deadline
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    if (cut / "adapter_model.safetensors").exists():
+        pytest.skip("the run finished before it could be killed")
+    p = subprocess.run(_grpo_args(onpolicy_work, tiny_llama, cut, *steps), cwd=REPO, env=ENV,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "resuming from" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    a, b = load_file(str(whole / "adapter_model.safetensors")), load_file(str(cut / "adapter_model.safetensors"))
+    first = load_file(str(whole / "checkpoint-1" / "adapter_model.safetensors"))
+    assert max((a[k] - first[k]).abs().max().item() for k in a) > 1e-5  # the steps after 1 moved it
+    assert a.keys() == b.keys()
+    for k in a:
+        assert (a[k] - b[k]).abs().max().item() <= 1e-6, k
