@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import hashlib
 import re
 import shlex
 import sys
@@ -41,6 +40,7 @@ from tqdm.auto import tqdm
 
 from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
+from real_fae_core.hashing import sha256_seed
 from real_fae_core.outputs import claim_file
 from data_prep.enhance.cache import OK, AnswerCache, CachedAnswer, request_key
 from data_prep.enhance.client import AnnotatorClient, AnnotatorStats
@@ -405,8 +405,7 @@ def _annotator(job: CounterfactualJob, name: str | None, flag: str):
 
 def request_seed(seed: int, record_id: str, sentence_id: int, task: str, attempt: int) -> int:
     """The ``seed`` of one request: a function of what is asked, never of the order of asking."""
-    digest = hashlib.sha256(f"{seed}\0{record_id}\0{sentence_id}\0{task}\0{attempt}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") >> 1  # 31 bits: every server's integer seed accepts it
+    return sha256_seed(seed, record_id, sentence_id, task, attempt, bits=31)  # every server's integer seed accepts 31
 
 
 @dataclass
