@@ -195,6 +195,21 @@ def test_layering(package, forbidden):
     assert not bad, f"{package} must not import {sorted(forbidden)}:\n" + "\n".join(bad)
 
 
+# A layer shared by several subpackages, and those users: the layer never imports them (docs/architecture.md).
+SHARED_LAYERS = {"data_prep.llm": ("data_prep.enhance", "data_prep.counterfactual")}
+
+
+@pytest.mark.parametrize("layer, users", sorted(SHARED_LAYERS.items()))
+def test_a_shared_layer_imports_none_of_its_users(layer, users):
+    modules = project_modules()
+    assert layer in modules and all(u in modules for u in users), "a SHARED_LAYERS entry names no package"
+    bad = [f"{where(p, line)}: {target}" for p in python_files(layer.replace(".", "/"))
+           for line, mod, name in imports(p) if top(mod) in PACKAGES
+           for target in [imported_module(mod, name, modules)]
+           if target and any(target == u or target.startswith(u + ".") for u in users)]
+    assert not bad, f"{layer} must not import {list(users)}:\n" + "\n".join(bad)
+
+
 def test_no_private_names_across_modules():
     bad = []
     for p in python_files(*PACKAGES, "tests", "benchmarks"):
