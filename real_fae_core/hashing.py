@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -32,6 +33,34 @@ def derived_seed(*parts: Any) -> int:
     31 bits: every OpenAI-compatible server (vLLM, llama.cpp) accepts it.
     """
     return int(sha256_json([str(p) for p in parts])[:16], 16) % 2**31
+
+
+# Two older derivations, kept because committed results depend on their exact values (the FAE control and
+# sweep draws, the pairs data, the counterfactual requests and audit, the demo's reference numbers): a
+# change would move every number drawn from them. New code uses derived_seed.
+
+def keyed_rng(*parts: Any, sep: str = ":") -> random.Random:
+    """A generator seeded by the text of its parts joined by ``sep`` (``"fae-control:3:claim-7"``).
+
+    ``random.Random`` hashes a str seed (sha512), so the stream is the same on every run and platform
+    and depends on the parts only. Used by the FAE control and size-sweep orders and the matched control
+    (``fae/ablation/engine.py``), the pairs' removals (``data_prep/pairs/build.py``), the counterfactual
+    audit's strata (``data_prep/counterfactual/audit.py``) and the demo's simulated annotators.
+    """
+    return random.Random(sep.join(str(p) for p in parts))
+
+
+def sha256_seed(*parts: Any, sep: str = "\0", bits: int = 64) -> int:
+    """The first ``bits`` (at most 64) bits of sha256 over the text of the parts joined by ``sep``.
+
+    Used by the counterfactual entity swaps (64 bits, a ``random.Random`` seed) and request seeds
+    (31 bits: every server's integer seed accepts it; ``data_prep/counterfactual``) and PAVE's tuning
+    split (``sep=":"``; divided by 2**64, a uniform draw in [0, 1); ``fae/pave/metrics.py``).
+    """
+    if not 0 < bits <= 64:
+        raise ValueError(f"bits must be in 1..64, not {bits}")
+    digest = hashlib.sha256(sep.join(str(p) for p in parts).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") >> (64 - bits)
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from real_fae_core.atomicio import atomic_write_text  # noqa: E402
-from fae.comparison.compare import compare_runs, load_compared  # noqa: E402
+from fae.comparison.checks import load_compared  # noqa: E402
+from fae.comparison.compare import compare_runs  # noqa: E402
 from fae.ablation.metrics import MIN_INTERVAL_UNITS, chance_comparison, metric_intervals  # noqa: E402
 from fae.ablation.soft_metrics import has_probs, label_token_answers  # noqa: E402
 

@@ -15,11 +15,11 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("real_fae_core", "data_prep", "fae", "real", "real_fae")
 # Tests of training and of the demo may import the trainer; every other test and benchmark may
 # use only the demo's data and shipped model (real.demo), never the trainer.
-# test_checkpoint_fae.py trains (the FAE-at-each-save callback); test_cpu_loss.py tests the trainer's CPU loss switch; command_walk.py (and test_cli_dialect.py) read the parsers of every console script, real-merge's and real-import-gguf's too; test_list_flags.py real-train's too
+# test_checkpoint_fae.py trains (the FAE-at-each-save callback); test_cpu_loss.py tests the trainer's CPU loss switch; command_walk.py (and test_cli_dialect.py) read the parsers of every console script, real-merge's and real-import-gguf's too; test_list_flags.py real-train's too; test_onpolicy.py tests the on-policy trainer's control draws
 TRAINING_TESTS = {"command_walk.py", "test_train.py", "test_train_guards.py", "test_resume_advice.py", "test_demo.py",
                   "test_workflow.py", "test_real_model.py", "test_distributed.py", "cpu_train_step.py",
                   "test_cli_dialect.py", "test_checkpoint_fae.py", "test_cpu_loss.py", "test_gguf_selfcheck.py",
-                  "gguf_selfcheck_load.py", "test_list_flags.py"}
+                  "gguf_selfcheck_load.py", "test_list_flags.py", "test_onpolicy.py"}
 
 
 def python_files(*roots: str) -> list[Path]:
@@ -193,6 +193,21 @@ def test_layering(package, forbidden):
     bad = [f"{where(p, line)}: {mod}" for p in python_files(package)
            for line, mod, _ in imports(p) if top(mod) in forbidden]
     assert not bad, f"{package} must not import {sorted(forbidden)}:\n" + "\n".join(bad)
+
+
+# A layer shared by several subpackages, and those users: the layer never imports them (docs/architecture.md).
+SHARED_LAYERS = {"data_prep.llm": ("data_prep.enhance", "data_prep.counterfactual")}
+
+
+@pytest.mark.parametrize("layer, users", sorted(SHARED_LAYERS.items()))
+def test_a_shared_layer_imports_none_of_its_users(layer, users):
+    modules = project_modules()
+    assert layer in modules and all(u in modules for u in users), "a SHARED_LAYERS entry names no package"
+    bad = [f"{where(p, line)}: {target}" for p in python_files(layer.replace(".", "/"))
+           for line, mod, name in imports(p) if top(mod) in PACKAGES
+           for target in [imported_module(mod, name, modules)]
+           if target and any(target == u or target.startswith(u + ".") for u in users)]
+    assert not bad, f"{layer} must not import {list(users)}:\n" + "\n".join(bad)
 
 
 def test_no_private_names_across_modules():

@@ -133,7 +133,7 @@ def test_console_entry_point(runs, tmp_path):
 
 
 def test_families_file_errors_name_their_line(tmp_path):
-    from fae.comparison.compare import load_families
+    from fae.comparison.families_file import load_families
 
     p = tmp_path / "f.jsonl"
     # one JSONL line is a JSONL file, not a map {"id": ..., "family": ...}
@@ -211,7 +211,8 @@ def add_arms(run: Path, arms: dict, line_ids: str | None = None) -> Path:
 
 def test_compare_pairs_the_control_and_gold_only_differences_on_the_same_draws(runs, tmp_path, capsys, monkeypatch):
     from fae.comparison import accounting
-    from fae.comparison.compare import compare_runs, load_compared
+    from fae.comparison.checks import load_compared
+    from fae.comparison.compare import compare_runs
 
     a, b = add_arms(runs[0], ARMS_A), add_arms(runs[1], ARMS_B)
     out = tmp_path / "cmp"

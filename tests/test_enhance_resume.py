@@ -25,7 +25,7 @@ from helpers import interruptible
 from openai_server import LocalOpenAIServer, body_key
 
 from data_prep.cli import main
-from data_prep.enhance.cache import request_key
+from data_prep.llm.cache import request_key
 from data_prep.enhance.prompt import render_annotator_prompt
 from data_prep.records import ClaimRecord
 

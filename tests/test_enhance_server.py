@@ -28,7 +28,7 @@ from enhance_world import (
 from openai_server import LocalOpenAIServer
 
 from data_prep.cli import main
-from data_prep.enhance.prompt import render_annotator_prompt
+from data_prep.enhance.prompt import annotation_check, render_annotator_prompt
 from data_prep.records import ClaimRecord, load_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -332,8 +332,8 @@ def test_retry_after_is_waited_and_counted_once_in_the_summary(tmp_path, monkeyp
 
 def _annotate(plan, max_retries=2):
     """One claim through an AnnotatorClient: (answer or the TransportFailure, stats, server outcomes)."""
-    from data_prep.enhance.client import AnnotatorClient, TransportFailure
-    from data_prep.enhance.config import AnnotatorConfig
+    from data_prep.llm.client import AnnotatorClient, TransportFailure
+    from data_prep.llm.config import AnnotatorConfig
 
     srv = LocalOpenAIServer(responder=responder, faults=plan, api_key=KEY, echo_auth=True).start()
     cfg = AnnotatorConfig(name="alpha", base_url=srv.base_url, model="ann-a", max_concurrency=1, temperature=0.0,
@@ -344,7 +344,8 @@ def _annotate(plan, max_retries=2):
     async def go():
         client = AnnotatorClient(cfg, KEY)
         try:
-            return await client.annotate(render_annotator_prompt(rec), [s.id for s in rec.sentences]), client.stats
+            pool = [s.id for s in rec.sentences]
+            return await client.annotate(render_annotator_prompt(rec), pool, annotation_check(pool)), client.stats
         except TransportFailure as exc:
             return exc, client.stats
         finally:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from helpers import make_record_dict
 
-from data_prep.enhance.cache import ABSTAIN, OK, AnswerCache, CachedAnswer, request_key
-from data_prep.enhance.config import ConfigError, load_annotators
+from data_prep.llm.cache import ABSTAIN, OK, AnswerCache, CachedAnswer, request_key
+from data_prep.llm.config import ConfigError, load_annotators
 from data_prep.enhance.prompt import parse_annotation, render_annotator_prompt
 from data_prep.enhance.vote import (
     annotator_agreement,
@@ -90,7 +90,7 @@ def test_duplicate_yaml_key_names_both_lines(tmp_path):
 
 
 def test_api_key_env_is_optional_for_keyless_servers(tmp_path, monkeypatch):
-    from data_prep.enhance.config import NO_KEY
+    from data_prep.llm.config import NO_KEY
 
     keyless = ENTRY.format(name="local", model="m-local").replace("    api_key_env: SOME_KEY\n", "")
     anns = load_annotators(_yaml(tmp_path, "annotators:\n" + keyless + ENTRY.format(name="b", model="m-b")))

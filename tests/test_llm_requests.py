@@ -1,4 +1,4 @@
-"""The one cached LLM request (data_prep.llm_requests), through both commands that use it.
+"""The one cached LLM request (data_prep.llm.requests), through both commands that use it.
 
 A real OpenAI-compatible server on 127.0.0.1 answers; ``real-data enhance``
 and ``real-data counterfactual`` run as real subprocesses, are stopped by
@@ -24,10 +24,11 @@ from openai_server import LocalOpenAIServer
 
 from real_fae_core.errors import EXIT_TERMINATED
 from data_prep.cli import main as real_data
-from data_prep.enhance.cache import AnswerCache
-from data_prep.enhance.client import AnnotatorClient
-from data_prep.enhance.config import load_annotators
-from data_prep.llm_requests import RequestTable
+from data_prep.enhance.prompt import annotation_check
+from data_prep.llm.cache import AnswerCache
+from data_prep.llm.client import AnnotatorClient
+from data_prep.llm.config import load_annotators
+from data_prep.llm.requests import RequestTable
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-llm-requests"
@@ -149,7 +150,7 @@ def test_identical_requests_share_one_flight_and_finished_ones_leave_the_table(t
 
             def ask(key, content):
                 msgs = [{"role": "user", "content": content}]
-                return table.ask(key, cfg.model, lambda: client.annotate(msgs, [0]), stats, cfg.name)
+                return table.ask(key, cfg.model, lambda: client.annotate(msgs, [0], annotation_check([0])), stats, cfg.name)
 
             try:
                 tasks = [asyncio.ensure_future(ask("same", "Claim: asked three times")) for _ in range(3)]

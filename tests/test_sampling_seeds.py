@@ -8,9 +8,9 @@ import json
 import urllib.request
 
 from real_fae_core.hashing import derived_seed
-from data_prep.enhance.client import AnnotatorClient
-from data_prep.enhance.config import AnnotatorConfig
-from data_prep.enhance.prompt import render_annotator_prompt
+from data_prep.llm.client import AnnotatorClient
+from data_prep.llm.config import AnnotatorConfig
+from data_prep.enhance.prompt import annotation_check, render_annotator_prompt
 from data_prep.records import ClaimRecord
 from real.demo.annotators import AnnotatorServer
 from enhance_world import make_records
@@ -25,7 +25,8 @@ def _ask(base_url: str, seed: int | None, temperature: float, malformed_retries:
     async def go():
         client = AnnotatorClient(cfg, "NO_KEY")
         try:
-            return await client.annotate(render_annotator_prompt(rec), [s.id for s in rec.sentences])
+            pool = [s.id for s in rec.sentences]
+            return await client.annotate(render_annotator_prompt(rec), pool, annotation_check(pool))
         finally:
             await client.close()
 

@@ -12,7 +12,7 @@ import pytest
 
 from real_fae_core.errors import UserError
 from data_prep.cli import main as data_main
-from fae.comparison.compare import load_families
+from fae.comparison.families_file import load_families
 from fae.study import report as rep
 from fae.study.grid import control_conditions, load_pools, primary_conditions
 

@@ -9,7 +9,7 @@ or by an LLM judge. Records get ``counterfactual_sentences: {"entity":
 [...], "semantic": [...]}`` with the gold sentences' ids. Modules:
 ``entity`` (rule-based swaps, no model), ``rewrite`` (LLM prompts, the topic
 check, the judge's prompt), ``runner`` (the command's run: LLM requests through the
-enhancement client and :mod:`data_prep.llm_requests`), ``config`` (its options), ``cli`` (``real-data
+shared LLM layer, :mod:`data_prep.llm`), ``config`` (its options), ``cli`` (``real-data
 counterfactual``: the parser), ``audit`` (the human validity audit: sheets out, agreement back).
 """
 

@@ -22,7 +22,6 @@ import dataclasses
 import io
 import json
 import os
-import random
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -30,6 +29,7 @@ from typing import Sequence
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
+from real_fae_core.hashing import keyed_rng
 from real_fae_core.outputs import Output, any_of, claim_dir
 from data_prep.records import load_records_or_fail
 
@@ -142,9 +142,9 @@ def stratified_sample(instances: list[dict], m: int, seed: int) -> list[dict]:
     picked = []
     for key in sorted(strata):
         pool = sorted(strata[key], key=lambda x: x["record_id"])
-        rng = random.Random(f"{seed}\0{key}")
+        rng = keyed_rng(seed, key, sep="\0")
         picked += rng.sample(pool, want[key])
-    order = random.Random(f"{seed}\0order")
+    order = keyed_rng(seed, "order", sep="\0")
     order.shuffle(picked)  # annotators see the strata mixed
     return [{"item": k + 1, **inst} for k, inst in enumerate(picked)]
 

@@ -14,13 +14,13 @@ records processed.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from real_fae_core.hashing import sha256_seed
 from real_fae_core.labels import REFUTE, SUPPORT
 
 from .rewrite import content_words
@@ -111,8 +111,7 @@ class SpanCorpus:
 
 
 def _rng(seed: int, record_id: str, sentence_id: int) -> random.Random:
-    digest = hashlib.sha256(f"{seed}\0{record_id}\0{sentence_id}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
+    return random.Random(sha256_seed(seed, record_id, sentence_id))
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ to an LLM judge that sees the claim and the new sentence, and is kept only
 when the judge reads the intended verdict. Dropped sentences are counted by
 reason in the summary.
 
-LLM requests reuse the enhancement machinery: the annotator YAML
-(``data_prep.enhance.config``), the async client with its concurrency limit,
+LLM requests go through the shared LLM layer, :mod:`data_prep.llm`: the annotator YAML
+(``data_prep.llm.config``), the async client with its concurrency limit,
 retries and backoff (``client.AnnotatorClient``, here sending each request a
 seed derived from what it asks when the temperature is above 0), and
-:mod:`data_prep.llm_requests` (locks, the SQLite answer cache so re-runs and
+:mod:`data_prep.llm.requests` (locks, the SQLite answer cache so re-runs and
 resumed runs send nothing twice, de-duplication, token counts, interrupts,
 the atomic summary). Files next to ``--output OUT``: ``OUT`` (every input record, written
 atomically once no request failed), ``OUT.summary.json`` (per-kind counts,
@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import hashlib
 import re
 import shlex
 import sys
@@ -41,12 +40,13 @@ from tqdm.auto import tqdm
 
 from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
+from real_fae_core.hashing import sha256_seed
 from real_fae_core.outputs import claim_file
-from data_prep.enhance.cache import OK, AnswerCache, CachedAnswer, request_key
-from data_prep.enhance.client import AnnotatorClient, AnnotatorStats
-from data_prep.enhance.config import ConfigError, load_annotators
-from data_prep import llm_requests
-from data_prep.llm_requests import summary_path
+from data_prep.llm import requests as llm_requests
+from data_prep.llm.cache import OK, AnswerCache, CachedAnswer, request_key
+from data_prep.llm.client import AnnotatorClient, AnnotatorStats
+from data_prep.llm.config import ConfigError, load_annotators
+from data_prep.llm.requests import summary_path
 from data_prep.records import (
     REFUTE,
     SUPPORT,
@@ -405,8 +405,7 @@ def _annotator(job: CounterfactualJob, name: str | None, flag: str):
 
 def request_seed(seed: int, record_id: str, sentence_id: int, task: str, attempt: int) -> int:
     """The ``seed`` of one request: a function of what is asked, never of the order of asking."""
-    digest = hashlib.sha256(f"{seed}\0{record_id}\0{sentence_id}\0{task}\0{attempt}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") >> 1  # 31 bits: every server's integer seed accepts it
+    return sha256_seed(seed, record_id, sentence_id, task, attempt, bits=31)  # every server's integer seed accepts 31
 
 
 @dataclass
@@ -444,7 +443,7 @@ _ATTEMPT: contextvars.ContextVar[list | None] = contextvars.ContextVar("counterf
 
 
 class SeededClient(AnnotatorClient):
-    """The enhancement client, sending each request the seed of its (record, sentence, task, attempt).
+    """The shared LLM client, sending each request the seed of its (record, sentence, task, attempt).
 
     The seed rides in a context variable of the request's own task, so
     concurrent requests never see each other's; a transport retry resends the

@@ -3,15 +3,15 @@
 Gold evidence in FEVER-style datasets is sufficient, not exhaustive; REAL's
 ablated negatives need every supporting sentence removed, so annotator LLMs
 reached through OpenAI-compatible endpoints add the sentences a strict
-majority of them pick. Modules: ``config`` (annotator YAML), ``prompt``
-(annotator prompt + answer parser), ``client`` (async requests with retries),
-``cache`` (SQLite answer cache for resume), ``vote`` (pure vote and metrics),
-``runner`` (orchestration), ``cli`` (the ``real-data enhance`` subcommand).
-Around each request (locks, cache, de-duplication, counts, interrupts) is
-:mod:`data_prep.llm_requests`, shared with ``real-data counterfactual``.
+majority of them pick. Modules: ``prompt`` (annotator prompt + answer parser),
+``vote`` (pure vote and metrics), ``options`` (the command's options), ``runner``
+(orchestration), ``cli`` (the ``real-data enhance`` subcommand). The annotator YAML,
+the async client with its retries, the SQLite answer cache and everything around
+each request (locks, de-duplication, counts, interrupts) are the shared LLM layer,
+:mod:`data_prep.llm`, which ``real-data counterfactual`` uses too.
 """
 
-from .config import AnnotatorConfig, ConfigError, load_annotators
+from data_prep.llm.config import AnnotatorConfig, ConfigError, load_annotators
 from .vote import enhanced_evidence, majority_picks, votes_needed
 
 __all__ = [

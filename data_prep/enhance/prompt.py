@@ -8,7 +8,7 @@ same sentence ids and a picked id means the same line everywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from real_fae_core.jsonl import short_repr
 from data_prep.prompts import coerce_id, format_pool, one_line, single_answer_object
@@ -74,6 +74,18 @@ def parse_annotation(text: str | None, pool_ids: Iterable[int]) -> Annotation:
         ids=sorted(i for i in ids if i in pool),
         invented=sorted(i for i in ids if i not in pool),
     )
+
+
+def annotation_check(pool_ids: Iterable[int]) -> Callable[[str | None], str | None]:
+    """The client's check of an evidence annotation over ``pool_ids``
+    (:meth:`data_prep.llm.client.AnnotatorClient.annotate`): None for a usable answer, else why not."""
+    pool_ids = list(pool_ids)
+
+    def check(content: str | None) -> str | None:
+        parsed = parse_annotation(content, pool_ids)
+        return None if parsed.valid else parsed.error
+
+    return check
 
 
 def estimate_tokens(messages: list[dict[str, str]]) -> int:

@@ -15,7 +15,7 @@ Files next to ``--output OUT``:
   instead of interleaving two runs.
 
 Locks, cache, de-duplication, counting, interrupts and the summary write are
-:mod:`data_prep.llm_requests` (shared with ``real-data counterfactual``);
+:mod:`data_prep.llm.requests` (shared with ``real-data counterfactual``);
 this module keeps the annotation prompts, the vote and the outputs.
 
 Claim counts (summary and printed line): ``claims_total`` claims are sent to
@@ -41,7 +41,10 @@ from tqdm.auto import tqdm
 
 from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
-from data_prep.llm_requests import (
+from data_prep.llm.cache import ABSTAIN, OK, AnswerCache, request_key
+from data_prep.llm.client import AnnotatorClient, AnnotatorStats
+from data_prep.llm.config import AnnotatorConfig, ConfigError, load_annotators
+from data_prep.llm.requests import (
     RequestTable,
     RequestUsage,
     default_cache_path,
@@ -59,10 +62,7 @@ from data_prep.records import (
     save_records,
 )
 
-from .cache import ABSTAIN, OK, AnswerCache, request_key
-from .client import AnnotatorClient, AnnotatorStats
-from .config import AnnotatorConfig, ConfigError, load_annotators
-from .prompt import estimate_tokens, parse_annotation, render_annotator_prompt
+from .prompt import annotation_check, estimate_tokens, parse_annotation, render_annotator_prompt
 from .vote import enhanced_evidence, vote_summary, votes_needed
 from .options import EnhanceConfig, check_options, resume_command
 
@@ -303,7 +303,7 @@ async def _enhance_async(job, records, annotators, targets, need, cache, keys):
 
     def one(a: AnnotatorConfig, msgs, pool):
         key = request_key(a.model, msgs, a.decoding())
-        return table.ask(key, a.model, lambda: clients[a.name].annotate(msgs, pool), stats[a.name], a.name)
+        return table.ask(key, a.model, lambda: clients[a.name].annotate(msgs, pool, annotation_check(pool)), stats[a.name], a.name)
 
     # OUT.partial is the run's append-only log of finished claims (rewritten whole at the end)
     with part.open("w", encoding="utf-8") as fh, tqdm(

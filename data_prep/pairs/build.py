@@ -61,6 +61,7 @@ import random
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from real_fae_core.hashing import keyed_rng
 from data_prep.prompts import (
     DEFAULT_LINE_IDS,
     check_line_ids,
@@ -234,7 +235,7 @@ def sufficiency_removals(record: ClaimRecord, e_train: Sequence[int], seed: int 
     base = 0 if seed is None else seed
 
     def rng(kind: str) -> random.Random:
-        return random.Random(f"{base}:{record.id}:{kind}")
+        return keyed_rng(base, record.id, kind)
 
     out: dict[str, list[int] | None] = {EVIDENCE_POSITIVE: sorted(others) if evidence and others else None,
                                         SUFFICIENT_POSITIVE: None, SHORT_NEGATIVE: None}
@@ -262,7 +263,7 @@ def matched_removal(record: ClaimRecord, e_train: Sequence[int], seed: int | Non
     candidates = [i for i in record.pool_ids if i not in keep]
     if k > len(candidates):
         return None
-    rng = random.Random(f"{0 if seed is None else seed}:{record.id}")
+    rng = keyed_rng(0 if seed is None else seed, record.id)
     return sorted(rng.sample(candidates, k))
 
 

@@ -8,7 +8,8 @@ the ablation removed by then, drawn from the lines neither cited before nor
 gold (:class:`fae.ablation.engine.ClaimSchedule`). Its metrics:
 
 - ``a_r^ctrl``: label accuracy on the control pool of round r;
-- ``IS_ctrl = 1 - a_1^ctrl / a_0`` and ``ER_ctrl = 1 - a_R^ctrl / a_0``;
+- ``IS_ctrl = 1 - a_1^ctrl / a_0`` and ``ER_ctrl = 1 - a_R^ctrl / a_0``
+  (:func:`fae.ablation.scores.control_sensitivity`, :func:`~fae.ablation.scores.control_retention`);
 - ``IS - IS_ctrl = (a_1^ctrl - a_1) / a_0``: the part of IS that is evidence.
 
 The population is the claims with a control at that round (a claim whose pool
@@ -39,6 +40,8 @@ from fae.intervals import draw_units, percentile_interval
 from fae.ablation.engine import VISIBLE_GAP_KINDS, removal_gap
 from fae.ablation.population import evidence_claims, is_nei
 from fae.ablation.scores import (
+    control_retention,
+    control_sensitivity,
     evidence_specific_sensitivity,
     fae_scores,
     immediate_sensitivity,
@@ -152,7 +155,7 @@ def control_metrics(claims: Sequence[Mapping], *, n_resamples: int = 2000, confi
     out["IS"], out["IS_ctrl"], out["IS_minus_IS_ctrl"] = paired["IS"], paired["IS_ctrl"], paired["IS_minus_IS_ctrl"]
     keepR = [k for k, row in enumerate(ctrl) if R >= 1 and row[R] is not None]
     a0R = sum(right[k][0] for k in keepR) / len(keepR) if keepR else None
-    out["ER_ctrl"] = (1 - acc_ctrl[-1] / a0R) if (R >= 1 and a0R) else None
+    out["ER_ctrl"] = control_retention(a0R, acc_ctrl[-1] if acc_ctrl else None)
     out["IS_ctrl_reason"] = paired["reason"]
     out["intervals"] = paired["intervals"]
     # the same, over the claims whose round-1 control shows its gap as the ablation's does
@@ -177,7 +180,7 @@ def _paired(right, ctrl, keep: Sequence[int], R: int, n_resamples: int, confiden
     is_same = fae_scores(acc_same)["IS"] if keep else None
     reason = undefined_reason(acc_same) if keep else "no claim has a control at round 1"
     out = {"a0": acc_same[0] if keep else None, "IS": is_same, "reason": reason,
-           "IS_ctrl": None if reason else 1 - float(c1.mean()) / acc_same[0]}
+           "IS_ctrl": None if reason else control_sensitivity(acc_same[0], float(c1.mean()))}
     out["IS_minus_IS_ctrl"] = None if reason else is_same - out["IS_ctrl"]
     head = {"method": method, "n_resamples": int(n_resamples), "confidence_level": confidence_level, "seed": seed}
     out["intervals"] = head

@@ -30,6 +30,7 @@ import random
 from dataclasses import dataclass, fields
 from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
 
+from real_fae_core.hashing import keyed_rng
 from data_prep.prompts import (DEFAULT_LINE_IDS, ParsedAnswer, check_line_ids, number_lines, parse_answer,
                                parse_shown_answer, render_evidence_prompt)
 from data_prep.records import ClaimRecord
@@ -263,7 +264,7 @@ def control_order(record: ClaimRecord, seed: int) -> list[int]:
     order of the file, on shards or on the backend.
     """
     order = sorted(record.pool_ids)
-    random.Random(f"fae-control:{seed}:{record.id}").shuffle(order)
+    keyed_rng("fae-control", seed, record.id).shuffle(order)
     return order
 
 
@@ -354,7 +355,7 @@ def sweep_order(record: ClaimRecord, seed: int) -> list[int]:
     Seeded by (seed, claim id) only, as the control's draws are."""
     gold = set(record.gold_ids)
     order = [i for i in record.pool_ids if i not in gold]
-    random.Random(f"fae-sweep:{seed}:{record.id}").shuffle(order)
+    keyed_rng("fae-sweep", seed, record.id).shuffle(order)
     return order
 
 
@@ -443,7 +444,7 @@ class ClaimSchedule:
     def _control(self, r: int, ablated: list[int], reqs: list[Request]) -> None:
         full = self.record.pool_ids
         if self.arms.control == "matched":
-            rng = random.Random(f"fae-control-matched:{self.arms.control_seed}:{self.record.id}:{r}")
+            rng = keyed_rng("fae-control-matched", self.arms.control_seed, self.record.id, r)
             removed, need, have, matched = matched_control_removal(full, ablated, self._gold, rng,
                                                                    self.arms.line_ids)
         else:

@@ -1,4 +1,5 @@
-"""The FAE formulas every metric module shares (SPEC §6): is an answer right, and IS/ER/IO from ``a_0..a_R``.
+"""The FAE formulas every metric module shares (SPEC §6): is an answer right, IS/ER/IO from ``a_0..a_R`` and the
+control arm's IS_ctrl/ER_ctrl.
 
 :mod:`fae.ablation.metrics` (the ablation's metrics) and :mod:`fae.ablation.control` (the control arm's)
 both build on these; one definition, so the control's IS_ctrl is IS's own formula on other pools.
@@ -43,6 +44,20 @@ def evidence_specific_sensitivity(a0, a1, a1_ctrl):
     import numpy as np
 
     return safe_ratio(np.asarray(a1_ctrl, float) - np.asarray(a1, float), a0)
+
+
+# The control arm's point estimates (SPEC §6): IS's and ER's own formulas on the control's pools. Each takes
+# its own a_0, the round-0 accuracy over the claims with a control at that round (round 1 for IS_ctrl, round
+# R for ER_ctrl), so that the ratio is paired; :mod:`fae.ablation.control` reports them.
+
+def control_sensitivity(a0: float | None, a1_ctrl: float | None) -> float | None:
+    """IS_ctrl = ``1 - a_1^ctrl / a_0``; None where ``a_0`` is 0 or undefined or ``a_1^ctrl`` undefined."""
+    return None if not a0 or a1_ctrl is None else float(immediate_sensitivity(a0, a1_ctrl))
+
+
+def control_retention(a0: float | None, aR_ctrl: float | None) -> float | None:
+    """ER_ctrl = ``1 - a_R^ctrl / a_0``; None where ``a_0`` is 0 or undefined or ``a_R^ctrl`` undefined."""
+    return None if not a0 or aR_ctrl is None else float(end_state_retention(a0, aR_ctrl))
 
 
 def same_label(pred: str | None, gold: str) -> bool:

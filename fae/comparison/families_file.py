@@ -1,5 +1,5 @@
 """The families file of `real-data families` read strictly: one ``{"id": str, "family": str}`` per line, or one
-JSON object ``{id: family}``. :func:`fae.comparison.compare.load_families` and the study read it here.
+JSON object ``{id: family}``. `fae compare` (:func:`load_families`) and the study read it here.
 
 Bad input is one line naming the file, the line and the field: an id or family that is not a non-empty string
 (a list, a number), and an id given twice with two families (the same family twice is harmless and kept once).
@@ -86,3 +86,9 @@ def check_covers(families: dict[str, tuple[str, str, int]], units: Iterable[tupl
             raise UserError(f"{path}:{line}: field 'family': unit {uid!r} of claim {claim!r} is in family {fam!r}, "
                             f"its unit {other[0]!r} ({o_path}:{o_line}) in {o_fam!r}: a claim's pools are one "
                             "family")
+
+
+def load_families(path: str | Path) -> dict[str, str]:
+    """Family map from a JSON object ``{id: family}`` or JSONL ``{"id": ..., "family": ...}`` lines (strict:
+    :func:`read_families`)."""
+    return {fid: fam for fid, (fam, _) in read_families(path).items()}

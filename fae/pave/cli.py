@@ -13,7 +13,7 @@ from real_fae_core.config import add_option_flags
 from fae.pave.runner import (HF_FIELDS, OPENAI_FIELDS, VLLM_FIELDS,  # noqa: F401 - the backends' flags, by name
                              PaveConfig, PaveFields, PaveHFFields)
 from fae.pave.runner import run  # noqa: F401 - the command's run(config), for the dispatcher
-from fae.probes.options import HFLoadFields, OpenAIServingFields, VLLMServingFields
+from fae.backends.options import HFLoadFields, OpenAIServingFields, VLLMServingFields
 
 CONFIG = PaveConfig
 

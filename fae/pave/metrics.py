@@ -43,7 +43,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from real_fae_core.hashing import sha256_text
+from real_fae_core.hashing import sha256_seed
 from real_fae_core.labels import REFUTE, SUPPORT
 from fae.ablation.metrics import same_label
 from fae.intervals import draw_units, percentile_interval
@@ -307,7 +307,7 @@ def split_tune(ids: Sequence[str], fraction: float, seed: int = 0) -> np.ndarray
         raise ValueError("tune fraction must be in (0, 1)")
 
     def u(cid: str) -> float:
-        return int(sha256_text(f"{seed}:{cid}")[:16], 16) / 2**64  # the hash's first 8 bytes
+        return sha256_seed(seed, cid, sep=":") / 2**64
 
     return np.array([u(c) < fraction for c in ids], bool)
 

@@ -52,13 +52,14 @@ from data_prep.prompts import LINE_IDS, check_line_ids
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import adapter_sha256, load_run
 from fae.backends import BackendError, BackendOptions
-from fae.backends.hf import HFOptions, resolve_device, resolve_dtype
+from fae.backends.hf import HFOptions
 from fae.pave.analysis import FAE_GAP_POINTS, analyse, fae_round0_check
 from fae.pave.io import SAMPLES, collect, jsd_condition
 from fae.pave.prompts import counterfactual_records
 from fae.pave.report import render_markdown, summary_lines
 from fae.pave.sampling import make_sampler
-from fae.probes.options import HFLoadFields, OpenAIServingFields, ServingFields, VLLMServingFields, backend_field
+from fae.backends.options import (HFLoadFields, OpenAIServingFields, ServingFields, VLLMServingFields, backend_field,
+                                  sampling_dtype)
 
 BACKENDS = ("hf", "openai", "vllm")
 STABILITY = ("auto", "jsd", "vote")
@@ -215,15 +216,6 @@ FINGERPRINT = ("records", "records_sha256", "backend", "model", "adapter", "adap
                "line_ids")
 # Flags a stored config.json may lack (one written without them): absent means off.
 FINGERPRINT_FLAGS = ("constrained_decoding", "prefill_once")
-
-
-def sampling_dtype(config: PaveConfig) -> str | None:
-    """The dtype the samples are made in: what --dtype resolves to on this machine (hf, vllm), None for openai."""
-    if config.backend == "vllm":  # vLLM's auto is bf16
-        return "bfloat16" if config.dtype == "auto" else config.dtype
-    if config.backend == "hf":
-        return str(resolve_dtype(config.dtype, resolve_device(config.device))).replace("torch.", "")
-    return None
 
 
 def _pave(config: PaveConfig, records: list, out: Path, fae_run=None) -> CommandResult:

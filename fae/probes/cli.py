@@ -10,7 +10,7 @@ import argparse
 from real_fae_core.command import CommandResult, add_config_arguments
 from real_fae_core.config import add_option_flags
 from fae.probes.config import ProbeConfig, ProbeFields
-from fae.probes.options import HFLoadFields
+from fae.backends.options import HFLoadFields
 
 CONFIG = ProbeConfig
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from real_fae_core.command import CommandConfig, option
 from fae.intervals import MAX_DRAWS
-from fae.probes.options import HFLoadFields
+from fae.backends.options import HFLoadFields
 
 STATES_DTYPES = ("float16", "float32")
 KNOWLEDGE_REFERENCES = ("verifier", "base")

@@ -38,7 +38,7 @@ from data_prep.records import ClaimRecord, RecordError, iter_records
 from fae.backends.hf import load_hf_model
 from fae.probes.neuron_overlap import analyse
 from fae.probes.neuron_report import markdown, plot_venn
-from fae.probes.options import HFLoadFields
+from fae.backends.options import HFLoadFields
 
 
 @dataclasses.dataclass

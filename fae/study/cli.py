@@ -10,7 +10,7 @@ import argparse
 
 from real_fae_core.command import add_config_arguments
 from real_fae_core.config import add_option_flags
-from fae.probes.options import HFLoadFields, OpenAIServingFields, VLLMServingFields
+from fae.backends.options import HFLoadFields, OpenAIServingFields, VLLMServingFields
 from fae.study.study_runner import StudyConfig, StudyFields, StudyHFFields
 from fae.study.study_runner import run  # noqa: F401 - the command's run(config), for the dispatcher
 

@@ -33,8 +33,7 @@ from fae.ablation.shards import parse_shard
 from fae.backends import BackendError, backend_options, get_backend
 from fae.comparison.families_file import check_covers, check_known, read_families
 from fae.backends.hf import HFOptions
-from fae.pave.runner import sampling_dtype
-from fae.probes.options import HFLoadFields, ServingFields, backend_field
+from fae.backends.options import HFLoadFields, ServingFields, backend_field, sampling_dtype
 from fae.study import responses as rio
 from fae.study.grid import (CONTROL_CLAIMS, Condition, Pools, check_formats, control_claims, control_conditions,
                             key_of, load_pools, primary_conditions, sample_claims)

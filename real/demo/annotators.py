@@ -16,9 +16,7 @@ real majority vote and the real cache run end to end.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import random
 import re
 import threading
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_text
+from real_fae_core.hashing import keyed_rng, sha256_text
 
 _CLAIM = re.compile(r"^Claim: (.*)$", re.MULTILINE)
 _LINE = re.compile(r"^line(\d+): (.*)$", re.MULTILINE)
@@ -66,7 +65,7 @@ def annotate(annotator: SimulatedAnnotator, messages: list[dict], seed: int = 0)
     claim = _CLAIM.search(user)
     lines = {int(i): t for i, t in _LINE.findall(user)}
     key = json.dumps([seed, annotator.model, messages], sort_keys=True)
-    rng = random.Random(hashlib.sha256(key.encode()).hexdigest())
+    rng = keyed_rng(sha256_text(key))
     truth = proving_lines(claim.group(1) if claim else "", lines)
     picks = [i for i in truth if rng.random() >= annotator.miss_rate]
     wrong = sorted(set(lines) - set(truth))

@@ -5,6 +5,8 @@ options on their command line: their configs take the fields with
 :func:`backend_field`, which copies the default, the help and the range from the
 backend's options dataclass, so a default is still written once, and
 ``add_option_flags(parser, HFLoadFields)`` declares the flags of such a group.
+:func:`sampling_dtype` is the dtype such a command's answers are made in, which
+`fae pave` and `fae study` record in their fingerprints.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from fae.backends.hf import HFOptions
+from fae.backends.hf import HFOptions, resolve_device, resolve_dtype
 from fae.backends.openai_backend import OpenAIOptions
 from fae.backends.vllm_backend import VLLMOptions
 
@@ -61,3 +63,14 @@ class OpenAIServingFields:
 class ServingFields(OpenAIServingFields, VLLMServingFields):
     """The vLLM and OpenAI-compatible options a sampling command (`fae pave`, `fae study`) passes on (the vLLM
     ones first); each part is one argument group of its command line."""
+
+
+def sampling_dtype(config: Any) -> str | None:
+    """The dtype a sampling command's answers are made in: what ``--dtype`` resolves to on this machine (hf,
+    vllm), None for openai (the server's). ``config``: a command config with ``backend`` and
+    :class:`HFLoadFields`'s ``device`` and ``dtype`` (`fae pave`, `fae study`)."""
+    if config.backend == "vllm":  # vLLM's auto is bf16
+        return "bfloat16" if config.dtype == "auto" else config.dtype
+    if config.backend == "hf":
+        return str(resolve_dtype(config.dtype, resolve_device(config.device))).replace("torch.", "")
+    return None

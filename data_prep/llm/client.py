@@ -45,7 +45,6 @@ from data_prep.schemas import JSON_OBJECT_FORMAT, annotator_schema, response_for
 
 from .cache import ABSTAIN, OK, CachedAnswer
 from .config import AnnotatorConfig
-from .prompt import parse_annotation
 
 _FATAL_STATUS = {401, 403, 404}
 # the summary's names for the policy's failure kinds (http_<status>, timeout, connection: as they are)
@@ -158,17 +157,15 @@ class AnnotatorClient:
         return "response_format" in text or "json_schema" in text
 
     async def annotate(self, messages: list[dict[str, str]], pool_ids: list[int],
-                       check: Callable[[str | None], str | None] | None = None) -> CachedAnswer:
+                       check: Callable[[str | None], str | None]) -> CachedAnswer:
         """An ``ok`` answer or an ``abstain`` after malformed re-asks; raises TransportFailure.
 
         ``check(content)`` returns None for a usable answer or the reason it is
-        not (default: an evidence annotation over ``pool_ids``), so other
-        LLM tasks (``real-data counterfactual``) share these retries.
+        not: the task's own parser (an evidence annotation over ``pool_ids``:
+        :func:`data_prep.enhance.prompt.annotation_check`; a rewrite or a verdict
+        in ``real-data counterfactual``), so every LLM task shares these retries.
+        ``pool_ids``: the ids a constrained-decoding schema allows (empty: none).
         """
-        if check is None:
-            def check(content):
-                parsed = parse_annotation(content, pool_ids)
-                return None if parsed.valid else parsed.error
         malformed = 0
         pt_sum = ct_sum = 0
         fell_back = False

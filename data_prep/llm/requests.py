@@ -1,13 +1,13 @@
 """The cached, de-duplicated LLM request shared by ``real-data enhance`` and ``real-data counterfactual``.
 
 Both commands ask annotator LLMs many questions through
-:class:`data_prep.enhance.client.AnnotatorClient` and keep only what is their
+:class:`data_prep.llm.client.AnnotatorClient` and keep only what is their
 own (prompts and the vote; swaps and the judge). Everything around a request
 is here, once:
 
 - :func:`run_locks`: one writer per output file and per cache file
   (:class:`real_fae_core.runlock.RunLock`), held for the whole run;
-- :class:`RequestTable`: the SQLite answer cache (:mod:`data_prep.enhance.cache`)
+- :class:`RequestTable`: the SQLite answer cache (:mod:`data_prep.llm.cache`)
   in front of the requests under way: a request already answered (or
   abstained) is served from the cache; an identical request asked while the
   first is in flight waits for it instead of being sent again; a request
@@ -41,8 +41,8 @@ from real_fae_core.errors import Terminated
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 
-from .enhance.cache import OK, AnswerCache, CachedAnswer
-from .enhance.client import AnnotatorStats, TransportFailure
+from .cache import OK, AnswerCache, CachedAnswer
+from .client import AnnotatorStats, TransportFailure
 
 TERMINATED = object()
 
