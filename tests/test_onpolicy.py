@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, make_record_dict, toy_training_records
+from helpers import REPO, make_record_dict
 
 from data_prep.prompts import format_answer
 from data_prep.records import ClaimRecord
@@ -230,26 +230,32 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM
 
 
 @pytest.fixture(scope="module")
-def onpolicy_work(tmp_path_factory, tiny_llama):
+def onpolicy_work(tmp_path_factory):
+    """The demo's world and base model: a small verifier whose sampled answers parse and differ, so the
+    rewards vary within a group and GRPO moves the adapter (a random tiny model's never parse)."""
     from data_prep.cli import main as real_data
+    from real.demo.pipeline import BASE_DIR, DemoSize, write_world_records
 
     d = tmp_path_factory.mktemp("onpolicy")
-    recs = d / "train.jsonl"
-    recs.write_text("".join(json.dumps(r) + "\n" for r in toy_training_records(4)))
-    assert real_data(["pairs", "--records", str(recs), "--variant", "real", "--output", str(d / "pairs"),
-                      "--tokenizer", str(tiny_llama)]) == 0
+    train, _ = write_world_records(d, DemoSize(n_train=24, n_test=2), seed=0)
+    assert real_data(["pairs", "--records", str(train), "--variant", "no_enhancement_sufficient", "--output",
+                      str(d / "pairs"), "--tokenizer", str(BASE_DIR), "--max-length", "512"]) == 0
+    (d / "train.jsonl").write_text(train.read_text())
     return d
 
 
-def _grpo_args(work: Path, model: Path, out: Path, *extra) -> list[str]:
+def _grpo_args(work: Path, out: Path, *extra) -> list[str]:
+    from real.demo.pipeline import BASE_DIR
+
     return [str(Path(sys.executable).with_name("real-train")), "--config", str(REPO / "recipes/tiny/llama-grpo.yaml"),
-            "--model_name_or_path", str(model), "--dataset_name", str(work / "pairs"),
+            "--model_name_or_path", str(BASE_DIR), "--variant", "no_enhancement_sufficient", "--max_length", "512",
+            "--dataset_name", str(work / "pairs"),
             "--records", str(work / "train.jsonl"), "--output_dir", str(out), *map(str, extra)]
 
 
-def test_real_train_grpo_logs_every_term_and_saves_an_adapter(onpolicy_work, tiny_llama, tmp_path):
+def test_real_train_grpo_logs_every_term_and_saves_an_adapter(onpolicy_work, tmp_path):
     out = tmp_path / "grpo"
-    p = subprocess.run(_grpo_args(onpolicy_work, tiny_llama, out), cwd=REPO, env=ENV, capture_output=True,
+    p = subprocess.run(_grpo_args(onpolicy_work, out), cwd=REPO, env=ENV, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
     assert (out / "adapter_model.safetensors").is_file() and (out / "run_fingerprint.json").is_file()
@@ -263,15 +269,15 @@ def test_real_train_grpo_logs_every_term_and_saves_an_adapter(onpolicy_work, tin
     assert "GRPOTrainer" in card and "| reward weights | format 0.5, label 1.0, necessity 1.0" in card
 
 
-def test_real_train_grpo_refuses_missing_records_in_one_line(onpolicy_work, tiny_llama, tmp_path):
-    args = _grpo_args(onpolicy_work, tiny_llama, tmp_path / "x")
+def test_real_train_grpo_refuses_missing_records_in_one_line(onpolicy_work, tmp_path):
+    args = _grpo_args(onpolicy_work, tmp_path / "x")
     args[args.index("--records") + 1] = str(tmp_path / "nope.jsonl")
     p = subprocess.run(args, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "nope.jsonl" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
 @pytest.mark.slow
-def test_a_killed_grpo_run_resumes_to_the_same_adapter(onpolicy_work, tiny_llama, tmp_path):
+def test_a_killed_grpo_run_resumes_to_the_same_adapter(onpolicy_work, tmp_path):
     """SIGKILL after a checkpoint, relaunch: the resumed run ends with the adapter of an uninterrupted one
     (the sampler's RNG state travels in the checkpoint, so the same answers are drawn after the resume)."""
     import signal
@@ -281,11 +287,11 @@ def test_a_killed_grpo_run_resumes_to_the_same_adapter(onpolicy_work, tiny_llama
 
     steps = ["--max_steps", "4", "--save_steps", "1", "--save_total_limit", "5"]
     whole = tmp_path / "whole"
-    p = subprocess.run(_grpo_args(onpolicy_work, tiny_llama, whole, *steps), cwd=REPO, env=ENV,
+    p = subprocess.run(_grpo_args(onpolicy_work, whole, *steps), cwd=REPO, env=ENV,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     cut = tmp_path / "cut"
-    proc = subprocess.Popen(_grpo_args(onpolicy_work, tiny_llama, cut, *steps), cwd=REPO, env=ENV,
+    proc = subprocess.Popen(_grpo_args(onpolicy_work, cut, *steps), cwd=REPO, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 300
@@ -300,7 +306,7 @@ def test_a_killed_grpo_run_resumes_to_the_same_adapter(onpolicy_work, tiny_llama
         proc.wait()
     if (cut / "adapter_model.safetensors").exists():
         pytest.skip("the run finished before it could be killed")
-    p = subprocess.run(_grpo_args(onpolicy_work, tiny_llama, cut, *steps), cwd=REPO, env=ENV,
+    p = subprocess.run(_grpo_args(onpolicy_work, cut, *steps), cwd=REPO, env=ENV,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and "resuming from" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
     a, b = load_file(str(whole / "adapter_model.safetensors")), load_file(str(cut / "adapter_model.safetensors"))

@@ -23,6 +23,7 @@ from real_fae_core.flags import KeyValueFlag, appending_lists
 from real_fae_core.hardware import native_bf16_cpu_flags  # noqa: F401 - also imported from here by tests
 from data_prep.pairs.build import VARIANTS
 from real.training import recipe_checks
+from real.training.onpolicy import check_weights
 
 logger = logging.getLogger("real.train")
 
@@ -189,8 +190,6 @@ class RealGRPOConfig(_CpuPrecision, GRPOConfig):
     )
 
     def __post_init__(self):
-        from real.training.onpolicy import check_weights
-
         self._cpu_precision()
         self.reward_weights = list(check_weights(self.reward_weights))
         super().__post_init__()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from real.training.onpolicy import REWARD_TERMS
 
 # Set per process by the launcher, not by the recipe.
 RUNTIME_FIELDS = {"local_rank"}
@@ -88,8 +89,6 @@ def model_card(*, base_model, variant, data_path, data_info, data_sha, args, mod
         "seed": args.seed,
     }
     if _on_policy(args):
-        from real.training.onpolicy import REWARD_TERMS
-
         hp.update({"generations per prompt": args.num_generations, "max completion tokens": args.max_completion_length,
                    "temperature": args.temperature, "beta (KL)": args.beta,
                    "reward weights": ", ".join(f"{t} {w}" for t, w in zip(REWARD_TERMS, args.reward_weights)),

@@ -38,6 +38,8 @@ from real_fae_core.labels import LABELS
 from data_prep.prompts import DEFAULT_LINE_IDS, ShownPool, encode_chat, number_lines, parse_shown_answer, \
     render_evidence_prompt
 from data_prep.records import ClaimRecord
+from fae.ablation.engine import matched_control_removal
+from fae.backends.label_probs import teacher_forced_label_probs
 
 logger = logging.getLogger("real.train")
 
@@ -90,8 +92,6 @@ def control_removal(target: Target, cited: Sequence[int], line_ids: str, seed: i
     """The lines the control removes for an answer citing ``cited``: as many as it cites, drawn among the
     lines neither cited nor in the target evidence as FAE's matched control draws them (the same gap kind
     where one exists); None when the pool has too few such lines (the citation cannot be controlled)."""
-    from fae.ablation.engine import matched_control_removal
-
     full = list(target.pool)
     ablated = [i for i in full if i not in set(cited)]
     rng = random.Random(derived_seed(seed, target.record.id, "onpolicy-control", tuple(sorted(cited))))
@@ -194,8 +194,6 @@ class PolicyJudge:
 
     def labels(self, asks: Sequence[tuple[ClaimRecord, tuple[int, ...]]]) -> list[str]:
         import torch
-
-        from fae.backends.label_probs import teacher_forced_label_probs
 
         if self.model is None:
             raise RuntimeError("PolicyJudge.bind(model) was not called")
