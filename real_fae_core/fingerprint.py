@@ -80,12 +80,15 @@ Extends = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
 @dataclasses.dataclass(frozen=True)
 class RunFingerprint:
-    """The fingerprint of one command's runs: the keys compared, the file they are stored in, and the keys a
-    resume may change without mixing two runs (``extends``: key -> test; a resume only, never two shards)."""
+    """The fingerprint of one command's runs: the keys compared and the file they are stored in. Two tests may
+    let a key differ: ``equal`` (key -> test on the two records) where another key decides for it (an adapter's
+    path, where its content hash is compared), ``extends`` (a resume only, never two shards of one run) where
+    the new record extends the stored one."""
 
     command: str
     keys: tuple[str, ...]
     file: str = "config.json"
+    equal: Mapping[str, Extends] = dataclasses.field(default_factory=dict)
     extends: Mapping[str, Extends] = dataclasses.field(default_factory=dict)
 
     @property
@@ -110,7 +113,7 @@ class RunFingerprint:
         old_up, new_up = self.upgraded(old), self.upgraded(new)
         out = []
         for k in self.keys:
-            if old_up.get(k) == new_up.get(k):
+            if old_up.get(k) == new_up.get(k) or (k in self.equal and self.equal[k](old_up, new_up)):
                 continue
             if resume and k in self.extends and self.extends[k](old_up, new_up):
                 continue

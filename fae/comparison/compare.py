@@ -39,7 +39,7 @@ from fae.ablation.sufficiency import (cited_only_metrics, gold_only_metrics, siz
                                        sweep_rounds)
 from fae.ablation.metrics import round_label, same_label
 from fae.ablation.population import is_nei
-from fae.ablation.runio import BEFORE_ARMS, CLAIMS, RunData, load_run
+from fae.ablation.runio import CLAIMS, RUN_FINGERPRINT, RunData, load_run
 from fae.ablation.scores import evidence_specific_sensitivity, immediate_sensitivity, safe_ratio
 from fae.ablation.soft_metrics import (
     SOFT_COMPARE_NAMES,
@@ -205,7 +205,7 @@ def _n_rounds(run: Run, order: list[str]) -> tuple[int, str | None]:
 
 def line_ids_of(run: Run) -> str:
     """How the run's prompts numbered the pool lines (SPEC §3); runs made before the choice existed: original."""
-    return run.config.get("line_ids") or BEFORE_ARMS["line_ids"]
+    return run.config.get("line_ids") or RUN_FINGERPRINT.defaults["line_ids"]  # a compatibility default
 
 
 def check_same_line_ids(a: Run, b: Run, allow_mixed: bool) -> str | None:

@@ -17,11 +17,10 @@ the whole file. docs/study.md describes the files.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult, option
+from real_fae_core.command import CommandConfig, CommandResult, command_line, option
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.outputs import any_of, claim_dir
 from real_fae_core.hashing import sha256_file
@@ -271,7 +270,7 @@ def _study(config, pools: Pools, fp: dict, conditions: list, chosen: set[str], w
         for sdir in rio.shard_dirs(where):
             rio.check_fingerprint(sdir, fp, "a shard")
             done_lines += rio.read_responses(sdir / rio.RESPONSES)
-    fp["command"] = shlex.join(["fae", "study", *sys.argv[2:]]) if sys.argv[1:2] == ["study"] else None
+    fp["command"] = command_line("fae study", config)  # the line that resumes it
     rio.write_start(where, fp, unit_rows(pools, budgets, chosen))
     done = {key_of(x) for x in done_lines}
     todo = [c for c in conditions if c.key not in done]
