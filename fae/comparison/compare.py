@@ -47,7 +47,7 @@ from fae.ablation.soft_metrics import (
     soft_columns,
     soft_from_sums,
 )
-from fae.comparison import accounting as acc
+from fae.comparison import accounting
 from fae.intervals import MAX_DRAWS
 
 
@@ -60,8 +60,8 @@ class CompareConfig(CommandConfig):
     run_b: str = option(positional=True, metavar="RUN_B",
                         help="FAE run directory of system 1 (e.g. the REAL verifier)")
     output: str = option(aliases=("-o",), help="directory for compare.json and compare.md")
-    metric: Literal["strict", "fever_score", "label_accuracy"] = option(  # acc.METRICS
-        "strict", choices=acc.METRICS,
+    metric: Literal["strict", "fever_score", "label_accuracy"] = option(  # accounting.METRICS
+        "strict", choices=accounting.METRICS,
         help="joint score: strict (label correct AND >=1 gold sentence cited), fever_score (label correct AND a "
              "complete gold group in the first 5 cited ids) or label_accuracy (no evidence requirement; E0 = E1 = "
              "0). Default: strict")
@@ -186,8 +186,8 @@ def _round0(entry: dict) -> tuple[str | None, list[int]]:
     they take up slots of the FEVER scorer's first five, as in ``fae.ablation.metrics``.
     """
     r0 = entry["rounds"][0]
-    label = acc.round_label(r0)
-    return label, (acc.named_ids(r0) if label is not None else [])
+    label = accounting.round_label(r0)
+    return label, (accounting.named_ids(r0) if label is not None else [])
 
 
 def _n_rounds(run: Run, order: list[str]) -> tuple[int, str | None]:
@@ -258,23 +258,23 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
     line_note = check_same_line_ids(a, b, allow_mixed_line_ids)
     dtype_note = check_same_dtype(a, b, allow_mixed_dtype)
     order = check_same_claims(a, b)
-    order, n_nei = acc.fae_claim_order(order, a.claims)  # SPEC §1: the claim set of metrics.json
+    order, n_nei = accounting.fae_claim_order(order, a.claims)  # SPEC §1: the claim set of metrics.json
     if not order:
         raise UserError(f"{a.path}: no SUPPORT/REFUTE claim to compare (all {n_nei} are NOT_ENOUGH_INFO-gold)")
     gold_labels = [a.claims[c]["gold_label"] for c in order]
     ind = _indicators(a, b, order, metric)
     try:
-        units = acc.unit_index(order, families)
+        units = accounting.unit_index(order, families)
     except KeyError as exc:
         raise UserError(f"--families: {exc.args[0]}") from None
     notes = [n for n in (line_note, dtype_note) if n]
     if n_nei:
         notes.append(f"{n_nei} NOT_ENOUGH_INFO-gold claims of older runs are left out (SPEC §1)")
     table = _PairedColumns(a, b, order, ind, notes)
-    res = acc.paired_bootstrap(acc.unit_sums(table.columns, units), table.statistic, n_resamples=n_resamples,
-                               seed=seed, confidence=confidence)
+    res = accounting.paired_bootstrap(accounting.unit_sums(table.columns, units), table.statistic,
+                                      n_resamples=n_resamples, seed=seed, confidence=confidence)
     decomposition = _accounting(res, ind, gold_labels)
-    out = {q: decomposition.pop(q) for q in acc.QUANTITIES}
+    out = {q: decomposition.pop(q) for q in accounting.QUANTITIES}
     out.update(
         n_claims=len(order), n_units=res.n_units,
         resampling_unit="family" if families is not None else "claim",
@@ -284,7 +284,7 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
         dtype={"A": dtype_of(a), "B": dtype_of(b), "mixed": dtype_note is not None},
         **decomposition,
     )
-    base, m = len(acc.ACCOUNTING_OUTPUTS), len(table.common)
+    base, m = len(accounting.ACCOUNTING_OUTPUTS), len(table.common)
     out["metrics"] = {
         name: {"A": _interval(res, base + j), "B": _interval(res, base + m + j),
                "difference": _interval(res, base + 2 * m + j)}
@@ -304,7 +304,7 @@ def _indicators(a: Run, b: Run, order: list, metric: str):
     """Per-claim correctness of each run's round-0 answer and of each answer under the other's evidence."""
     ans_a = [_round0(a.claims[c]) for c in order]
     ans_b = [_round0(b.claims[c]) for c in order]
-    return acc.indicators_from_answers(
+    return accounting.indicators_from_answers(
         [a.claims[c]["gold_label"] for c in order], [a.claims[c]["gold_groups"] for c in order],
         [x[0] for x in ans_a], [x[1] for x in ans_a],
         [x[0] for x in ans_b], [x[1] for x in ans_b],
@@ -321,12 +321,12 @@ class _PairedColumns:
         rb, note_b = _n_rounds(b, order)
         notes += [n for n in (note_a, note_b) if n]
         claims_a, claims_b = [a.claims[c] for c in order], [b.claims[c] for c in order]
-        cols_a, cols_b = acc.run_metric_columns(claims_a, ra), acc.run_metric_columns(claims_b, rb)
-        names_a, names_b = acc.run_metric_names(ra), acc.run_metric_names(rb)
+        cols_a, cols_b = accounting.run_metric_columns(claims_a, ra), accounting.run_metric_columns(claims_b, rb)
+        names_a, names_b = accounting.run_metric_names(ra), accounting.run_metric_names(rb)
         self.common = [n for n in names_a if n in names_b]
         self.ia = [names_a.index(n) for n in self.common]
         self.ib = [names_b.index(n) for n in self.common]
-        acc_cols = acc.accounting_columns(ind)
+        acc_cols = accounting.accounting_columns(ind)
         self.k0, self.ka, self.kb, self.ra, self.rb = acc_cols.shape[1], cols_a.shape[1], cols_b.shape[1], ra, rb
         # soft FAE: label-probability metrics, paired on the same draws, when both runs have them
         self.soft_r = min(ra, rb)
@@ -347,9 +347,9 @@ class _PairedColumns:
 
     def statistic(self, sums):
         k0, ka, kb = self.k0, self.ka, self.kb
-        out_acc = acc.accounting_from_sums(sums[..., :k0])
-        ma = acc.run_metrics_from_sums(sums[..., k0:k0 + ka], self.ra)[..., self.ia]
-        mb = acc.run_metrics_from_sums(sums[..., k0 + ka:k0 + ka + kb], self.rb)[..., self.ib]
+        out_acc = accounting.accounting_from_sums(sums[..., :k0])
+        ma = accounting.run_metrics_from_sums(sums[..., k0:k0 + ka], self.ra)[..., self.ia]
+        mb = accounting.run_metrics_from_sums(sums[..., k0 + ka:k0 + ka + kb], self.rb)[..., self.ib]
         base, ks = k0 + ka + kb, self.ks
         if self.with_soft:  # x100, like the run metrics
             ma = np.concatenate([ma, 100 * soft_from_sums(sums[..., base:base + ks], self.soft_r)], axis=-1)
@@ -509,7 +509,7 @@ def _same(estimate, reference, what: str) -> None:
 
 
 def _interval(res, i: int) -> dict:
-    d = acc.as_interval_dict(res.estimate[i], res.ci_low[i], res.ci_high[i])
+    d = accounting.as_interval_dict(res.estimate[i], res.ci_low[i], res.ci_high[i])
     if res.undefined_draws[i]:
         d["undefined_draws"] = int(res.undefined_draws[i])
     return d
@@ -517,9 +517,9 @@ def _interval(res, i: int) -> dict:
 
 def _accounting(res, ind, gold_labels) -> dict:
     """The decomposition (Table 3): G and its terms, accuracy and eligibility per run, E0/E1, Shapley."""
-    pos = {n: i for i, n in enumerate(acc.ACCOUNTING_OUTPUTS)}
-    out: dict = {q: _interval(res, pos[q]) for q in acc.QUANTITIES}
-    acc.check_identities({q: res.estimate[pos[q]] for q in acc.QUANTITIES}, tol=1e-6)
+    pos = {n: i for i, n in enumerate(accounting.ACCOUNTING_OUTPUTS)}
+    out: dict = {q: _interval(res, pos[q]) for q in accounting.QUANTITIES}
+    accounting.check_identities({q: res.estimate[pos[q]] for q in accounting.QUANTITIES}, tol=1e-6)
     est = {n: float(res.estimate[i]) for n, i in pos.items()}
     change = est["eligibility1"] - est["eligibility0"]
     out.update(
@@ -532,7 +532,7 @@ def _accounting(res, ind, gold_labels) -> dict:
                    "product": _interval(res, pos["E1_product"]), "covariance": _interval(res, pos["E1_covariance"])},
         },
         shapley={"E": _interval(res, pos["E_shapley"]), "A": _interval(res, pos["A_shapley"])},
-        by_gold_label=acc.per_label_contributions(ind, gold_labels),
+        by_gold_label=accounting.per_label_contributions(ind, gold_labels),
     )
     return out
 
@@ -597,8 +597,8 @@ def _md_scores(res: dict, pct: int) -> list[str]:
         f"| Quantity | Change | Estimate | {pct}% interval |",
         "| --- | --- | --- | --- |",
     ]
-    for q in acc.COMPONENTS:
-        lines.append(f"| {_MD_NAMES[q]} | {acc.DESCRIPTIONS[q]} | {_fmt(res[q]['estimate'])} | {_ci(res[q])} |")
+    for q in accounting.COMPONENTS:
+        lines.append(f"| {_MD_NAMES[q]} | {accounting.DESCRIPTIONS[q]} | {_fmt(res[q]['estimate'])} | {_ci(res[q])} |")
     return lines
 
 
@@ -644,7 +644,7 @@ def _md_by_label(res: dict) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for label, row in res["by_gold_label"].items():
-        lines.append(f"| {label} | {row['n_claims']} | " + " | ".join(_fmt(row[k]) for k in acc.CELLS)
+        lines.append(f"| {label} | {row['n_claims']} | " + " | ".join(_fmt(row[k]) for k in accounting.CELLS)
                      + f" | {_fmt(row['G'])} |")
     return lines
 
