@@ -109,6 +109,8 @@ def percentile_interval(draws, confidence_level: float = 0.95, n_units: int | No
                 "reason": f"{n_units} claims: no interval below {MIN_INTERVAL_UNITS}"}
     if finite.size == 0 or share < 0.5:
         return {"ci_low": None, "ci_high": None, "defined": share}
+    # numpy's spelling: the claim-level intervals of runs already written were computed with it (the other
+    # spellings differ in the last bits, so another would change committed metrics.json numbers)
     lo, hi = percentile_bounds(finite, confidence_level, spelling="numpy")
     return {"ci_low": float(lo), "ci_high": float(hi), "defined": share}
 
@@ -185,6 +187,8 @@ def distribution_bounds(dist: np.ndarray, confidence: float, se: np.ndarray | No
 
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        # scipy's spelling: these intervals came from scipy.stats.bootstrap(method="percentile") before the
+        # implementations became one; another spelling would move the last bits of committed numbers
         low, high = (np.array(b, float, ndmin=1) for b in percentile_bounds(dist, confidence, spelling="scipy"))
         if se is None:
             se = np.array(dist.std(axis=-1, ddof=1), float, ndmin=1)
@@ -196,6 +200,8 @@ def distribution_bounds(dist: np.ndarray, confidence: float, se: np.ndarray | No
     for i in np.flatnonzero(undefined):
         ok = dist[i][finite[i]]
         if ok.size:
+            # numpy.percentile's spelling: how the defined draws' bounds were computed when the committed
+            # reports were made; kept so they reproduce bit for bit
             low[i], high[i] = percentile_bounds(ok, confidence, spelling="percent")
             se[i] = ok.std(ddof=1) if ok.size > 1 else np.nan
     return low, high, se, undefined

@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import types
 import typing
 from typing import Any, Iterable, Literal, Mapping, TypeVar
+from urllib.parse import urlsplit
 
 from real_fae_core.config import (
     check_mapping,
@@ -37,7 +39,8 @@ from real_fae_core.config import (
     value_problem,
 )
 from real_fae_core.errors import EXIT_OK, UserError
-from real_fae_core.flags import ListFlag, deprecated_alias
+from real_fae_core.flags import ListFlag, SpacedList, deprecated_alias
+from real_fae_core.secrets import MASK, scrub
 
 C = TypeVar("C", bound="CommandConfig")
 
@@ -248,3 +251,99 @@ def list_flag(kwargs: dict[str, Any], once: bool = False) -> None:
     kwargs.setdefault("nargs", "+")
     if once:
         kwargs["once"] = True
+
+
+# ---------------------------------------------------------------------------
+# The command line of a config: the generator's inverse
+# ---------------------------------------------------------------------------
+
+
+def command_line(prog: str, config: Any) -> str:
+    """The command that reproduces ``config``: ``prog`` (``"fae study"``) and, for every field whose value is
+    not its default, the option :func:`argument_of` declares for it, spelled so that the same parser gives back
+    an equal config. What a run records to be resumed with, and what a Python caller's run prints.
+
+    - a bool is its flag (``--gold-only``, ``--no-progress``; ``--x`` / ``--no-x`` for a
+      ``BooleanOptionalAction``);
+    - a list is its flag and its items (``--budgets 100 200``), one flag per item for metadata
+      ``action="append"`` and where an item starts with ``-`` (every list flag appends when repeated);
+    - a mapping (``--backend-args``) is ``KEY=VALUE,KEY=VALUE``; any other value is its ``str``, written
+      ``--flag=VALUE`` where it starts with ``-``;
+    - positional arguments come first (after ``--`` at the end where one starts with ``-``).
+
+    Secrets never reach the line: a password in a URL is masked and every registered secret is scrubbed
+    (:mod:`real_fae_core.secrets`; configs name a key's environment variable, never the key). A value the
+    parser cannot give back (an empty list, None for a field whose default is not None) is a ValueError naming
+    the field.
+    """
+    hints = typing.get_type_hints(type(config))
+    positional: list[str] = []
+    words: list[str] = []
+    for f in dataclasses.fields(config):
+        if not f.init:
+            continue
+        value = plain_value(getattr(config, f.name))
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if has_default and value == plain_value(default):
+            continue
+        args, kwargs = argument_of(f, hints[f.name])
+        if f.metadata.get("positional"):
+            if value is None or value == []:
+                raise ValueError(f"{type(config).__name__}: {f.name}: {value!r} has no command line spelling")
+            positional += [_shown(v) for v in (value if isinstance(value, list) else [value])]
+            if "--" in positional:
+                raise ValueError(f"{type(config).__name__}: {f.name}: '--' has no command line spelling")
+            continue
+        words += _option_words(type(config).__name__, f.name, args[0], kwargs, value)
+    if any(p.startswith("-") for p in positional):
+        words += ["--", *positional]
+        positional = []
+    return scrub(shlex.join([*prog.split(), *positional, *words]))
+
+
+def _option_words(owner: str, name: str, flag: str, kwargs: dict[str, Any], value: Any) -> list[str]:
+    """The words of one option whose value is not its default (:func:`command_line`)."""
+    action = kwargs.get("action")
+    if isinstance(value, bool):
+        if action == "store_true" and value:
+            return [flag]
+        if action == "store_false" and not value:
+            return [flag]
+        if action not in ("store_true", "store_false"):  # --x / --no-x (argparse.BooleanOptionalAction)
+            return [flag if value else "--no-" + flag[2:]]
+        raise ValueError(f"{owner}: {name}: {value!r} has no command line spelling ({flag} gives the other value)")
+    if value is None or value == []:
+        raise ValueError(f"{owner}: {name}: {value!r} has no command line spelling")
+    if isinstance(value, dict):
+        return [flag, ",".join(f"{k}={_shown(v)}" for k, v in value.items())]
+    if isinstance(value, list):
+        items = [_shown(v) for v in value]
+        if isinstance(action, type) and issubclass(action, SpacedList) and any("," in v for v in items):
+            raise ValueError(f"{owner}: {name}: {value!r} has no command line spelling ({flag} splits at commas)")
+        if kwargs.get("nargs") is None or any(v.startswith("-") for v in items):
+            if kwargs.get("once") and len(items) > 1:
+                raise ValueError(f"{owner}: {name}: {value!r} has no command line spelling ({flag} is given once)")
+            return [w for v in items for w in _flag_and(flag, v)]  # one item per flag: a repeated list flag appends
+        return [flag, *items]
+    return _flag_and(flag, _shown(value))
+
+
+def _flag_and(flag: str, text: str) -> list[str]:
+    """``[flag, text]``, or ``[flag=text]`` where the value would read as an option (``-3``, ``-x``)."""
+    if text == "--":  # argparse drops it from every option's values
+        raise ValueError(f"{flag}: '--' has no command line spelling")
+    return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
+
+
+def _shown(value: Any) -> str:
+    """A value as a command line word, a URL's password masked."""
+    text = str(value)
+    if "@" in text and "://" in text:
+        try:
+            password = urlsplit(text).password
+        except ValueError:
+            password = None
+        if password:
+            text = text.replace(f":{password}@", f":{MASK}@", 1)
+    return text

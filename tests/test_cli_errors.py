@@ -65,7 +65,7 @@ def fae_pave_args():
             "--no-progress"]
 
 
-RESUME = r"resume with: real-data enhance --records \S+ --annotators \S+ --output \S+out\.jsonl --no-progress"
+RESUME = r"resume with: real-data enhance --records \S+ --output \S+out\.jsonl --annotators \S+ --no-progress"
 ROWS = [
     Row("ctrl-c-enhance", REAL_DATA + enhance_args(), 130,
         [r"^real-data enhance: interrupted; kept (\d+) answers in the cache \S+out\.jsonl\.cache\.sqlite "

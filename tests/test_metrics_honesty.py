@@ -24,7 +24,7 @@ from fae.ablation.engine import call_counts_of
 from fae.ablation.runio import read_claims
 from fae.backends import Backend, Generation, as_generation, register
 from fae.cli import main
-from fae.comparison import accounting as acc
+from fae.comparison import accounting
 
 
 def _run_openai(records, out, base_url, *extra):
@@ -98,11 +98,11 @@ def test_old_run_with_nei_gold_claims_hand_computed():
 
 def test_accounting_uses_the_claim_set_and_label_equality_of_metrics():
     # one definition: the FEVER scorer's NEI spelling is NEI in both (accounting used exact ==)
-    assert acc.label_correct("NOT ENOUGH INFO", NEI) and M.same_label("NOT ENOUGH INFO", NEI)
+    assert accounting.label_correct("NOT ENOUGH INFO", NEI) and M.same_label("NOT ENOUGH INFO", NEI)
     # no case folding in either (look-alike folding is a guess, SPEC §3)
-    assert not acc.label_correct("support", "SUPPORT") and not M.same_label("support", "SUPPORT")
+    assert not accounting.label_correct("support", "SUPPORT") and not M.same_label("support", "SUPPORT")
     nei_claim = claim("N", NEI, [], [rnd(0, [0], NEI), rnd(1, [0], NEI, reused=True)])
-    cols = acc.run_metric_columns([nei_claim], 1)
+    cols = accounting.run_metric_columns([nei_claim], 1)
     assert not cols.any()  # an NEI-gold claim adds nothing to any sum
 
 
@@ -116,7 +116,7 @@ def test_compare_leaves_out_nei_gold_claims_of_old_runs(tmp_path):
     res = json.loads((tmp_path / "c" / "compare.json").read_text())
     ref = json.loads((tmp_path / "rc" / "compare.json").read_text())
     assert res["n_claims"] == 4
-    for q in acc.QUANTITIES:
+    for q in accounting.QUANTITIES:
         assert res[q] == ref[q], q
     assert res["metrics"]["label_accuracy"] == ref["metrics"]["label_accuracy"]
     assert any("1 NOT_ENOUGH_INFO-gold" in n for n in res["notes"])
@@ -339,7 +339,7 @@ def test_nei_gold_claims_never_change_a_number_and_undefined_is_explained(claims
     # accounting (fae compare) agrees on the same claim set
     if m["rounds"] >= 1:
         R = m["rounds"]
-        got = dict(zip(acc.run_metric_names(R), acc.run_metrics_from_sums(acc.run_metric_columns(claims, R).sum(0), R)))
+        got = dict(zip(accounting.run_metric_names(R), accounting.run_metrics_from_sums(accounting.run_metric_columns(claims, R).sum(0), R)))
         for key in ("label_accuracy", "strict_accuracy", "IS", "ER", "IO"):
             if m[key] is None:
                 assert got[key] != got[key], key  # NaN: undefined there too
@@ -361,9 +361,9 @@ def test_an_invalid_round_is_wrong_and_names_nothing_in_metrics_and_accounting()
     m = M.compute_metrics([c])
     assert m["label_accuracy"] == m["strict_accuracy"] == m["fever_score"] == 0.0
     assert m["evidence_precision"] == 0.0 and m["invalid_rate"] == [1.0]
-    cols = acc.run_metric_columns([c], 0)
-    got = acc.run_metrics_from_sums(cols.sum(0), 0) / 100
-    names = acc.run_metric_names(0)
+    cols = accounting.run_metric_columns([c], 0)
+    got = accounting.run_metrics_from_sums(cols.sum(0), 0) / 100
+    names = accounting.run_metric_names(0)
     for key in ("label_accuracy", "strict_accuracy", "fever_score", "evidence_precision"):
         assert got[names.index(key)] == m[key], key
     assert got[names.index("invalid_rate_0")] == 1.0
@@ -377,7 +377,7 @@ def test_an_invalid_round_is_wrong_and_names_nothing_in_metrics_and_accounting()
 def test_accounting_evidence_rules_are_the_metrics_rules(cited, groups):
     rec = {"id": "c", "label": "SUPPORT", "evidence": groups}
     fever = M.fever_score([{"id": "c", "label": "SUPPORT", "evidence": cited}], [rec])["strict"]
-    assert acc.evidence_eligible(cited, groups, "SUPPORT", "fever_score") == (fever == 1.0)
+    assert accounting.evidence_eligible(cited, groups, "SUPPORT", "fever_score") == (fever == 1.0)
     r0 = {"round": 0, "label": "SUPPORT", "cited": cited, "hallucinated": [], "valid": True}
     strict = M.strict_accuracy([claim("c", "SUPPORT", groups, [r0])])
-    assert acc.evidence_eligible(cited, groups, "SUPPORT", "strict") == (strict == 1.0)
+    assert accounting.evidence_eligible(cited, groups, "SUPPORT", "strict") == (strict == 1.0)

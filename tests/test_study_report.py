@@ -11,7 +11,7 @@ import pytest
 
 from real_fae_core.errors import UserError
 from fae.comparison.accounting import paired_bootstrap
-from fae.study import analysis as an
+from fae.study import analysis
 from fae.study import report as rep
 from fae.study.interfaces import INVALID
 from study_helpers import write_study
@@ -35,16 +35,16 @@ def test_scifact_f1_counts_rationales_and_keeps_misses_in_r():
     for uid, ans in (("u1", S), ("u2", S), ("u3", R), ("u4", N), ("u5", R), ("u6", INVALID)):
         for s in (0, 1):
             answers[(uid, s, 256, "labels", 0)] = ans
-    sums, n_fam = an.build_sums(units, answers, [("labels", 256, 256)], [0], "f1", lambda u: u["claim_id"],
+    sums, n_fam = analysis.build_sums(units, answers, [("labels", 256, 256)], [0], "f1", lambda u: u["claim_id"],
                                 {"c5": 1})  # one gold abstract of claim c5 was never retrieved
-    out = an.block_outputs(sums.sum(axis=0)[0], "f1")
+    out = analysis.block_outputs(sums.sum(axis=0)[0], "f1")
     # C00 = 1 (u1), P = 4 (u1, u2, u3, u5), R = 5 (u1, u2, u5, u6, the missed abstract): F1 = 2/9
-    assert out[an.OUT["S00"]] == pytest.approx(200 * 1 / 9)
-    assert out[an.OUT["S01"]] == pytest.approx(0.0)  # source 1 submits u1's rationale incomplete
-    assert out[an.OUT["E0"]] == pytest.approx(-200 / 9)
+    assert out[analysis.OUT["S00"]] == pytest.approx(200 * 1 / 9)
+    assert out[analysis.OUT["S01"]] == pytest.approx(0.0)  # source 1 submits u1's rationale incomplete
+    assert out[analysis.OUT["E0"]] == pytest.approx(-200 / 9)
     assert n_fam == 6  # the missed abstract joined its claim's family
     # product + covariance add up to E0 (the accounting split, scaled by 2n / (P + R))
-    assert out[an.OUT["E0_product"]] + out[an.OUT["E0_covariance"]] == pytest.approx(out[an.OUT["E0"]])
+    assert out[analysis.OUT["E0_product"]] + out[analysis.OUT["E0_covariance"]] == pytest.approx(out[analysis.OUT["E0"]])
 
 
 def crossing_panel(n=10, k_small=3, k_large=7, seeds=2):
@@ -61,13 +61,13 @@ def crossing_panel(n=10, k_small=3, k_large=7, seeds=2):
                     for r in range(seeds + 1):
                         answers[(f"u{i}", s, b, f, r)] = S if i < k else R
     blocks = [(f, u, v) for f in ("codes", "labels") for u in budgets for v in budgets]
-    sums, _ = an.build_sums(units, answers, blocks, list(range(seeds + 1)), "strict", lambda u: u["claim_id"], {})
-    return an.Panel("fever", "m", "strict", ["codes", "labels"], list(budgets), list(range(1, seeds + 1)), blocks,
+    sums, _ = analysis.build_sums(units, answers, blocks, list(range(seeds + 1)), "strict", lambda u: u["claim_id"], {})
+    return analysis.Panel("fever", "m", "strict", ["codes", "labels"], list(budgets), list(range(1, seeds + 1)), blocks,
                     sums, n)
 
 
 def test_d_context_and_the_crossing_split_on_a_known_grid():
-    res = an.analyse_panel(crossing_panel(), n_primary=2, draws=200)
+    res = analysis.analyse_panel(crossing_panel(), n_primary=2, draws=200)
     v = {k: x["estimate"] for k, x in res["values"].items()}
     # F(u, v) = 100 * mean(a0(u) * d1(v)): F(s,s) = F(l,s) = 0, F(s,l) = 30, F(l,l) = 70
     assert v["D_context"] == pytest.approx(70.0)
@@ -91,8 +91,8 @@ def noisy_panel(seed=0):
 
 def test_bonferroni_bound_and_the_recorded_seed():
     panel = noisy_panel()
-    two = an.analyse_panel(panel, n_primary=2, draws=400)
-    twelve = an.analyse_panel(panel, n_primary=12, draws=400)
+    two = analysis.analyse_panel(panel, n_primary=2, draws=400)
+    twelve = analysis.analyse_panel(panel, n_primary=12, draws=400)
     assert twelve["bootstrap"]["bounds"] == [pytest.approx(0.05 / 24), pytest.approx(1 - 0.05 / 24)]
     assert twelve["bootstrap"]["confidence"] == pytest.approx(1 - 0.05 / 12)
     assert twelve["bootstrap"]["seed"] == 20260916 and twelve["bootstrap"]["generator"] == "PCG64"
@@ -100,17 +100,17 @@ def test_bonferroni_bound_and_the_recorded_seed():
     w12 = twelve["values"]["D_context"]["ci_high"] - twelve["values"]["D_context"]["ci_low"]
     assert w12 > w2
     # the adjusted bound is the percentile at 0.05 / (2K) of the same draws
-    direct = paired_bootstrap(panel.sums[:, 1:, :], an.statistic(panel), n_resamples=400, seed=20260916,
+    direct = paired_bootstrap(panel.sums[:, 1:, :], analysis.statistic(panel), n_resamples=400, seed=20260916,
                               confidence=1 - 0.05 / 12)
-    i = an.output_names(panel).index("D_context")
+    i = analysis.output_names(panel).index("D_context")
     assert twelve["values"]["D_context"]["ci_low"] == pytest.approx(direct.ci_low[i])
 
 
 def test_bootstrap_is_reproducible_from_its_seed_and_resamples_seeds():
     panel = noisy_panel(1)
-    a = an.analyse_panel(panel, 2, 300, seed=7)["values"]["D_context"]
-    b = an.analyse_panel(panel, 2, 300, seed=7)["values"]["D_context"]
-    c = an.analyse_panel(panel, 2, 300, seed=8)["values"]["D_context"]
+    a = analysis.analyse_panel(panel, 2, 300, seed=7)["values"]["D_context"]
+    b = analysis.analyse_panel(panel, 2, 300, seed=7)["values"]["D_context"]
+    c = analysis.analyse_panel(panel, 2, 300, seed=8)["values"]["D_context"]
     assert (a["ci_low"], a["ci_high"]) == (b["ci_low"], b["ci_high"])
     assert (a["ci_low"], a["ci_high"]) != (c["ci_low"], c["ci_high"])
     # one family per unit identical, seeds differing: the interval comes from the seed draw alone
@@ -128,11 +128,11 @@ def primary(dataset, model, est, lo, hi, signs=5):
 
 def test_decision_rule():
     rep_ = [primary(d, m, 3.0, 1.0, 5.0) for d in ("scifact", "fever") for m in ("a", "b")]
-    assert an.decision(rep_)["label"] == "replicated dependence"
+    assert analysis.decision(rep_)["label"] == "replicated dependence"
     rep_[0]["values"]["D_context"]["seed_signs_agreeing"] = 3  # one model on SciFact: 3 of 5 signs
-    assert an.decision(rep_)["label"] == "restricted/mixed evidence"
+    assert analysis.decision(rep_)["label"] == "restricted/mixed evidence"
     small = [primary(d, m, 0.5, -1.5, 1.9) for d in ("scifact", "fever") for m in ("a", "b")]
-    assert an.decision(small)["label"] == "bounded stability"
+    assert analysis.decision(small)["label"] == "bounded stability"
 
 
 def test_intervals_near_zero_from_invalid_answers_are_not_stability():
@@ -145,9 +145,9 @@ def test_intervals_near_zero_from_invalid_answers_are_not_stability():
         return panel
 
     answering = [with_invalid(primary(d, "a", 0.0, 0.0, 0.0), 0.0, 40.0) for d in ("scifact", "fever")]
-    assert an.decision(answering)["label"] == "bounded stability"
+    assert analysis.decision(answering)["label"] == "bounded stability"
     silent = answering + [with_invalid(primary("scifact", "g", 0.0, 0.0, 0.0), 100.0, 100.0)]
-    got = an.decision(silent)
+    got = analysis.decision(silent)
     assert got["label"] == "restricted/mixed evidence"
     assert got["unanswered"] == [{"dataset": "scifact", "model": "g", "format": f, "invalid_share": 1.0}
                                  for f in ("codes", "labels")]

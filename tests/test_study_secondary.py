@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fae.intervals import paired_bootstrap, pooled_paired_bootstrap
-from fae.study import analysis as an
+from fae.study import analysis
 from fae.study import report as rep
 from fae.study.interfaces import INVALID
 from study_helpers import write_grid
@@ -179,39 +179,39 @@ def test_each_family_has_its_own_level_draws_and_seed(fever, family, k, stream, 
     seed = int(np.random.SeedSequence(20260916, spawn_key=(stream, 0)).generate_state(1)[0])
     assert rec["batches"] == [{"draws": draws, "seed": seed}]
     panel = rep.panel_of(rep.load_study(fever["dir"]), rep.family_mapper(None)[0])
-    names = an.family_names(panel, family)
-    direct = paired_bootstrap(panel.sums[:, 1:, :], an.family_statistic(panel, names), n_resamples=draws, seed=seed,
-                              confidence=1 - 0.05 / k, batch_draws=an.secondary_compute_batch(panel))
+    names = analysis.family_names(panel, family)
+    direct = paired_bootstrap(panel.sums[:, 1:, :], analysis.family_statistic(panel, names), n_resamples=draws, seed=seed,
+                              confidence=1 - 0.05 / k, batch_draws=analysis.secondary_compute_batch(panel))
     got = fever["json"]["panels"][0][family]["values"]
     widths = [got[n]["ci_high"] - got[n]["ci_low"] for n in names]
     assert any(w > 0 for w in widths)
     for i, n in enumerate(names):
         assert (got[n]["ci_low"], got[n]["ci_high"]) == pytest.approx((direct.ci_low[i], direct.ci_high[i])), n
     # the primary level (K = 2 for one panel) gives narrower intervals than the family's own
-    primary = paired_bootstrap(panel.sums[:, 1:, :], an.family_statistic(panel, names), n_resamples=draws, seed=seed,
-                               confidence=1 - 0.05 / 2, batch_draws=an.secondary_compute_batch(panel))
+    primary = paired_bootstrap(panel.sums[:, 1:, :], analysis.family_statistic(panel, names), n_resamples=draws, seed=seed,
+                               confidence=1 - 0.05 / 2, batch_draws=analysis.secondary_compute_batch(panel))
     assert any(primary.ci_high[i] - primary.ci_low[i] < widths[i] - 1e-9 for i in range(len(names)))
 
 
 def test_a_familys_draws_come_in_independently_seeded_batches_pooled(fever, monkeypatch):
     """Draws beyond one batch are split (the paper: four 250,000-draw batches of its million), each batch seeded
     SeedSequence(seed, spawn_key=(stream, b)), and the percentile taken over the pooled draws."""
-    monkeypatch.setattr(an, "SECONDARY_BATCH_DRAWS", 50)
+    monkeypatch.setattr(analysis, "SECONDARY_BATCH_DRAWS", 50)
     panel = rep.panel_of(rep.load_study(fever["dir"]), rep.family_mapper(None)[0])
-    got = an.analyse_family(panel, "post_hoc", 7, 120, seed=5)
+    got = analysis.analyse_family(panel, "post_hoc", 7, 120, seed=5)
     seeds = [int(np.random.SeedSequence(5, spawn_key=(2, b)).generate_state(1)[0]) for b in range(3)]
-    assert an.family_batches("post_hoc", 120, 5) == list(zip([50, 50, 20], seeds))
-    names = an.family_names(panel, "post_hoc")
-    stat = an.family_statistic(panel, names)
+    assert analysis.family_batches("post_hoc", 120, 5) == list(zip([50, 50, 20], seeds))
+    names = analysis.family_names(panel, "post_hoc")
+    stat = analysis.family_statistic(panel, names)
     pool = np.concatenate([paired_bootstrap(panel.sums[:, 1:, :], stat, n_resamples=n, seed=s, keep_distribution=True,
-                                            batch_draws=an.secondary_compute_batch(panel)).distribution
+                                            batch_draws=analysis.secondary_compute_batch(panel)).distribution
                            for n, s in zip([50, 50, 20], seeds)], axis=1)
     assert pool.shape == (len(names), 120)
     lo, hi = np.quantile(pool, [0.05 / 14, 1 - 0.05 / 14], axis=1)
     for i, n in enumerate(names):
         assert (got["values"][n]["ci_low"], got["values"][n]["ci_high"]) == pytest.approx((lo[i], hi[i])), n
     one = pooled_paired_bootstrap(panel.sums[:, 1:, :], stat, batches=[(120, seeds[0])], confidence=1 - 0.05 / 7,
-                                  batch_draws=an.secondary_compute_batch(panel))
+                                  batch_draws=analysis.secondary_compute_batch(panel))
     assert not np.allclose(one.ci_low, lo) or not np.allclose(one.ci_high, hi)  # pooling is not one long batch
 
 

@@ -29,7 +29,6 @@ import asyncio
 import contextvars
 import dataclasses
 import re
-import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from typing import Callable
 
 from tqdm.auto import tqdm
 
-from real_fae_core.command import CommandResult
+from real_fae_core.command import CommandResult, command_line
 from real_fae_core.errors import UserError
 from real_fae_core.hashing import sha256_seed
 from real_fae_core.outputs import claim_file
@@ -129,7 +128,7 @@ def _job(config: CounterfactualConfig) -> CounterfactualJob:
                             entity_method=config.entity_method, annotators=_path(config.annotators),
                             annotator=config.annotator, judge=config.judge, cache=_path(config.cache),
                             seed=config.seed, min_overlap=config.min_overlap, progress=not config.no_progress)
-    job.resume_command = shlex.join(["real-data", "counterfactual", *_argv(config)])
+    job.resume_command = command_line("real-data counterfactual", config)
     if config.judge and config.annotators is None:
         raise UserError("--judge needs --annotators")
     if job.llm_kinds() and config.annotators is None:
@@ -163,16 +162,6 @@ def run(config: CounterfactualConfig) -> CommandResult:
 
 def _path(value: str | None) -> Path | None:
     return None if value is None else Path(value)
-
-
-def _argv(config: CounterfactualConfig) -> list[str]:
-    words = ["--records", str(config.records), "--output", str(config.output), "--kinds", *config.kinds,
-             "--entity-method", config.entity_method, "--seed", str(config.seed)]
-    for flag, value in (("--annotators", config.annotators), ("--annotator", config.annotator),
-                        ("--judge", config.judge), ("--cache", config.cache), ("--min-overlap", config.min_overlap)):
-        if value is not None:
-            words += [flag, str(value)]
-    return words
 
 
 @dataclass

@@ -4,10 +4,9 @@ command line that resumes a run; light to import (the run itself is :func:`data_
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, option
+from real_fae_core.command import CommandConfig, command_line, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_file
 
@@ -32,20 +31,10 @@ class EnhanceConfig(CommandConfig):
                                        "annotators (each also has max_concurrency)")
     no_progress: bool = option(False, help="no progress bar")
 
+
 def resume_command(config: EnhanceConfig) -> str:
     """The command line that resumes this run (same records, annotators, output, cache, options)."""
-    words = ["real-data", "enhance", "--records", str(config.records), "--annotators", str(config.annotators),
-             "--output", str(config.output)]
-    if config.cache is not None:
-        words += ["--cache", str(config.cache)]
-    if config.min_votes is not None:
-        words += ["--min-votes", str(config.min_votes)]
-    if config.max_in_flight is not None:
-        words += ["--max-in-flight", str(config.max_in_flight)]
-    words += [flag for flag, on in (("--include-nei", config.include_nei),
-                                    ("--retry-abstentions", config.retry_abstentions),
-                                    ("--no-progress", config.no_progress)) if on]
-    return shlex.join(words)
+    return command_line("real-data enhance", config)
 
 
 def check_options(config: EnhanceConfig) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, command_line, option
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
 from fae.ablation import runio
@@ -46,7 +45,7 @@ def run(config: MergeConfig) -> CommandResult:
         raise UserError(f"run directory {run_dir} not found")
     if config.shards is not None and config.shards < 1:
         raise UserError(f"--shards {config.shards}: at least 1")
-    command = shlex.join(["fae", "merge", *sys.argv[2:]]) if sys.argv[1:2] == ["merge"] else f"fae merge {run_dir}"
+    command = command_line("fae merge", config)
     with RunLock(run_dir, "fae merge", is_dir=True):
         merged, claims = merge(run_dir, count=config.shards, command=command)
         write_results(run_dir, claims, merged, prog="fae merge")

@@ -132,7 +132,7 @@ def run_on_ray(opts, backend_cls, backend_opts, config: dict, records, run_dir: 
             if runio.finished_ids_in(sdir / runio.CLAIMS):
                 runio.check_resume(sdir, cfg)
             sdir.mkdir(parents=True, exist_ok=True)
-            runio.write_json_atomic(sdir / runio.CONFIG, cfg)
+            runio.RUN_FINGERPRINT.write(sdir, cfg)
             mine = set(cfg["shard"]["claim_ids"])
             shards.append(_Shard(i, n, sdir, cfg, [r for r in records if r.id in mine]))
         try:

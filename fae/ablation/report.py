@@ -376,6 +376,7 @@ def bootstrap_band(curves: Sequence[Sequence[float | None]], n_resamples: int = 
             mean.append(None), lo.append(None), hi.append(None)
             continue
         draws = xs[draw_units(xs.size, n_resamples, rng)].mean(axis=1)
+        # numpy's spelling: the committed reports' bands were drawn with it (the spellings differ in the last bits)
         low, high = percentile_bounds(draws, confidence, spelling="numpy")
         mean.append(float(xs.mean()))
         lo.append(float(low))

@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.errors import UserError
+from real_fae_core.fingerprint import Difference, RunFingerprint
 from real_fae_core.hashing import sha256_bytes, sha256_file, sha256_text
 from real_fae_core.jsonl import DurableAppender, RecordError, read_appended
 
@@ -36,15 +37,27 @@ RUNS_LOG = "runs.jsonl"
 SHARDS_DIR = "shards"  # shards/I-of-N/: one shard's config.json, claims.jsonl, runs.jsonl
 # Files computed from claims.jsonl: removed when a run starts, rewritten at its end.
 DERIVED = (METRICS, "report.md", "trajectory.png", "sufficiency.png")
-# Settings that change the answers: resuming under different ones would mix two runs.
+# Settings that change the answers: resuming under different ones would mix two runs. ``adapter`` (its path) is
+# compared only where neither run has a local adapter whose content (``adapter_sha256``) decides.
 RESUME_KEYS = ("records_sha256", "backend", "model", "adapter_sha256", "rounds", "decoding",
                "constrained_decoding", "prompt_format_version", "control", "control_seed", "gold_only", "cited_only",
-               "size_sweep", "sweep_seed", "line_ids", "claim_set_sha256")
-# What a run made before an arm existed did, for config.json files without its key: the control arm, the
-# gold-only pools and --line-ids came first, the cited-only pools and the size sweep later; such a run
-# resumes only under the same (absent) arms, and its reports say "n/a" for them.
-BEFORE_ARMS = {"control": "none", "control_seed": None, "gold_only": False, "cited_only": False,
-               "size_sweep": False, "sweep_seed": None, "line_ids": "original"}
+               "size_sweep", "sweep_seed", "line_ids", "claim_set_sha256", "adapter")
+
+
+def _adapter_content_decides(old: dict, new: dict) -> bool:
+    """Two adapter paths of one run: a local adapter's content hash is compared instead (a moved adapter resumes)."""
+    return bool(old.get("adapter_sha256") or new.get("adapter_sha256"))
+
+
+def _claim_set_grows(old: dict, new: dict) -> bool:
+    """A claim set that only grows (a larger --limit) keeps every finished claim valid: the run is extended."""
+    return set(old.get("claim_ids") or ()) <= set(new.get("claim_ids") or ())
+
+
+# The fingerprint in config.json; runs made before a key existed read with the compatibility defaults of
+# `fae run` (real_fae_core.fingerprint.COMPATIBILITY_DEFAULTS: the arms, --constrained-decoding).
+RUN_FINGERPRINT = RunFingerprint("fae run", RESUME_KEYS, CONFIG, equal={"adapter": _adapter_content_decides},
+                                 extends={"claim_set_sha256": _claim_set_grows})
 _ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 _VERSION_PACKAGES = ("real-fae", "torch", "transformers", "peft", "accelerate", "openai", "vllm")
 
@@ -174,54 +187,40 @@ def dtype_hint(key: str, old, new) -> str:
 
 
 def check_resume(run_dir: str | os.PathLike, config: dict) -> dict | None:
-    """The existing config.json, after checking its fingerprint matches ``config``.
+    """The existing config.json (compatibility defaults filled), after checking its fingerprint matches ``config``.
 
-    Raises UserError naming every differing setting (:data:`RESUME_KEYS`):
+    Raises UserError naming every differing setting (:data:`RUN_FINGERPRINT`):
     resuming would mix the answers of two different runs in one claims.jsonl.
     One exception: a claim set that only grows (a larger ``--limit``) keeps
     every finished claim valid, so the run is extended. Call only when the
     directory holds finished claims; answers without a config.json are refused.
     """
-    path = Path(run_dir) / CONFIG
-    if not path.is_file():
+    old = RUN_FINGERPRINT.read(run_dir, advice="use a fresh output directory")
+    if old is None:
         raise UserError(
             f"{run_dir} holds finished claims but no {CONFIG}: their settings are unknown, so they "
             "cannot be resumed; use a fresh --output directory (or delete the claims files)"
         )
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}); use a fresh output directory") from None
-    if not isinstance(old, dict) or "claim_set_sha256" not in old:
-        raise UserError(f"{path} was written by an older `fae run` without a run fingerprint; "
-                        "use a fresh --output directory")
-    old = {**{k: v for k, v in BEFORE_ARMS.items() if k not in old}, **old}
-    config = {**{k: v for k, v in BEFORE_ARMS.items() if k not in config}, **config}
-    diffs = []
-    for k in RESUME_KEYS:
-        if old.get(k) == config.get(k):
-            continue
-        if k == "constrained_decoding" and bool(old.get(k)) == bool(config.get(k)):
-            continue  # runs made before the option existed were unconstrained
-        if k == "claim_set_sha256":
-            if set(old.get("claim_ids") or ()) <= set(config.get("claim_ids") or ()):
-                continue  # the claim set grows: finished claims stay valid
-            diffs.append(f"claim set: {old.get('n_claims')} claims -> {config.get('n_claims')} claims "
-                         "(a different --limit or records; a smaller claim set needs a fresh --output)")
-        elif k == "adapter_sha256":
-            diffs.append(f"adapter content: {old.get('adapter')!r} (sha256 {str(old.get(k))[:12]}) -> "
-                         f"{config.get('adapter')!r} (sha256 {str(config.get(k))[:12]})")
-        else:
-            diffs.append(_show(k, old.get(k), config.get(k)) + dtype_hint(k, old.get(k), config.get(k)))
-    if not config.get("adapter_sha256") and not old.get("adapter_sha256") \
-            and old.get("adapter") != config.get("adapter"):  # adapters not on disk: compare names
-        diffs.append(_show("adapter", old.get("adapter"), config.get("adapter")))
-    if diffs:
-        raise UserError(
-            f"{run_dir} holds a run with different settings ({'; '.join(diffs)}); "
-            "use a fresh --output directory or the original settings to resume"
-        )
-    return old
+    if "claim_set_sha256" not in old:
+        raise UserError(f"{RUN_FINGERPRINT.path(run_dir)} was written by an older `fae run` without a run "
+                        "fingerprint; use a fresh --output directory")
+
+    def refusal(diffs: list[Difference]) -> str:
+        return (f"{run_dir} holds a run with different settings ({'; '.join(_described(d, old, config) for d in diffs)}); "
+                "use a fresh --output directory or the original settings to resume")
+
+    return RUN_FINGERPRINT.check(run_dir, config, refusal, stored=old)
+
+
+def _described(d: Difference, old: dict, new: dict) -> str:
+    """One difference of a refused resume, as the user can act on it."""
+    if d.key == "claim_set_sha256":
+        return (f"claim set: {old.get('n_claims')} claims -> {new.get('n_claims')} claims "
+                "(a different --limit or records; a smaller claim set needs a fresh --output)")
+    if d.key == "adapter_sha256":
+        return (f"adapter content: {old.get('adapter')!r} (sha256 {str(d.old)[:12]}) -> "
+                f"{new.get('adapter')!r} (sha256 {str(d.new)[:12]})")
+    return _show(d.key, d.old, d.new) + dtype_hint(d.key, d.old, d.new)
 
 
 def remove_derived(run_dir: str | os.PathLike) -> None:

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import re
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from real_fae_core.command import CommandResult
+from real_fae_core.command import CommandResult, command_line
 from real_fae_core.config import options_from
 from real_fae_core.entry import set_interrupt_note
 from real_fae_core.errors import RunFailure, Terminated, UserError
@@ -50,27 +49,6 @@ class RunRequest:
     options: FaeRunArguments
     command: str
     config_file: str | None = None
-
-
-def command_line(options: FaeRunArguments) -> str:
-    """The `fae run` line that gives ``options``: every field that differs from its default, as its flag.
-
-    What a Python caller's config.json records (and prints as the line to resume with)."""
-    words = ["fae", "run"]
-    for f in dataclasses.fields(options):
-        value, default = getattr(options, f.name), f.default
-        if f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        if value == default:
-            continue
-        name = "--" + f.name.replace("_", "-")
-        if isinstance(value, bool):
-            words.append(name if value else "--no-" + f.name.replace("_", "-"))
-        elif isinstance(value, dict):
-            words += [name, ",".join(f"{k}={v}" for k, v in value.items())]
-        else:
-            words += [name, str(value)]
-    return shlex.join(words)
 
 
 # ---------------------------------------------------------------------------
@@ -215,7 +193,7 @@ def run(options: FaeRunArguments, *, command: str | None = None, config_file: st
     require(options)
     check_backend_values(options)
     try:
-        code = run_request(RunRequest(options, command or command_line(options), config_file))
+        code = run_request(RunRequest(options, command or command_line("fae run", options), config_file))
     except UserError as exc:  # a value the YAML gave is named by its file and line, not by its flag
         located = located_in_yaml(exc, config_file, command)
         if located is None:
@@ -334,7 +312,7 @@ def run_whole(request: RunRequest, backend_cls, records, n_nei: int, run_dir: Pa
         runio.check_resume(run_dir, config)
     check_earlier_shards(run_dir, config)
     runio.remove_derived(run_dir)  # they describe an earlier state; rewritten at the end
-    runio.write_json_atomic(run_dir / runio.CONFIG, config)
+    runio.RUN_FINGERPRINT.write(run_dir, config)
     todo = [r for r in records if r.id not in done]
     ablate_into(request, backend_cls, opts, config, todo, run_dir, run_dir, total=len(records), done=len(done))
     claims = runio.merge_claims(run_dir, config["claim_ids"])
@@ -356,7 +334,7 @@ def run_shard(request: RunRequest, backend_cls, records, n_nei: int, run_dir: Pa
         top = runio.finished_ids_in(run_dir / runio.CLAIMS)
         if top:  # an earlier single-process pass of the same run: its claims count as done
             runio.check_resume(run_dir, config)
-        runio.write_json_atomic(sdir / runio.CONFIG, config)
+        runio.RUN_FINGERPRINT.write(sdir, config)
         mine = set(config["shard"]["claim_ids"])
         todo = [r for r in records if r.id in mine and r.id not in done and r.id not in top]
         tag = f"[shard {i}/{n}] "

@@ -22,7 +22,7 @@ import heapq
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -130,22 +130,25 @@ def found_shards(run_dir: str | os.PathLike) -> list[tuple[int, int, Path]]:
     return sorted(out)
 
 
+# What must be equal across the shards of one run: the run's fingerprint plus the deal (of :func:`fingerprint`).
+SHARD_FINGERPRINT = replace(runio.RUN_FINGERPRINT, keys=runio.RESUME_KEYS + ("deal_sha256", "count"))
+
+
 def fingerprint(config: dict) -> dict:
-    """What must be equal across the shards of one run: the resume keys plus the deal."""
-    out = {k: config.get(k) for k in runio.RESUME_KEYS}
-    out["deal_sha256"] = (config.get("shard") or {}).get("deal_sha256")
-    out["count"] = (config.get("shard") or {}).get("count")
-    return out
+    """A shard's config.json with its deal (``shard``: deal_sha256, count) at the top, as
+    :data:`SHARD_FINGERPRINT` compares it."""
+    sec = config.get("shard") or {}
+    return {**config, "deal_sha256": sec.get("deal_sha256"), "count": sec.get("count")}
 
 
 def _differences(a: dict, b: dict) -> list[str]:
+    """How shard config ``b`` differs from ``a`` (hashes shortened); none: the same run."""
     out = []
-    for k in a:
-        if a[k] != b.get(k):
-            if k in ("claim_set_sha256", "deal_sha256", "records_sha256", "adapter_sha256"):
-                out.append(f"{k} {str(a[k])[:12]} vs {str(b.get(k))[:12]}")
-            else:
-                out.append(f"{k} {a[k]!r} vs {b.get(k)!r}")
+    for d in SHARD_FINGERPRINT.differences(fingerprint(a), fingerprint(b), resume=False):
+        if d.key in ("claim_set_sha256", "deal_sha256", "records_sha256", "adapter_sha256"):
+            out.append(f"{d.key} {str(d.old)[:12]} vs {str(d.new)[:12]}")
+        else:
+            out.append(f"{d.key} {d.old!r} vs {d.new!r}")
     return out
 
 
@@ -166,19 +169,18 @@ def read_shards(run_dir: str | os.PathLike, count: int | None = None) -> tuple[l
     done = runio.read_claims(run_dir / runio.CLAIMS)
     done_here = {str(c["id"]) for c in done}
     states: list[ShardState] = []
-    first: dict | None = None
+    first: dict | None = None  # shard 0's config.json
     for i in range(n):
         path, config = have[i], configs[i]
         sec = config["shard"]
         if sec.get("index") != i or sec.get("count") != n:
             raise UserError(f"{path / runio.CONFIG}: says shard {sec.get('index')}/{sec.get('count')}, "
                             f"but lies in {path.name}; a copied directory?")
-        fp = fingerprint(config)
         if first is None:
-            first = fp
-        elif fp != first:
+            first = config
+        elif diffs := _differences(first, config):
             raise UserError(f"{path}: {shard_name(i, n)} is from a different run than shard 0/{n} "
-                            f"({'; '.join(_differences(first, fp))}); rerun it with shard 0's settings")
+                            f"({'; '.join(diffs)}); rerun it with shard 0's settings")
         claims = runio.read_claims(path / runio.CLAIMS)
         ids = {str(c["id"]) for c in claims}
         wanted = [str(x) for x in sec.get("claim_ids") or []]
@@ -256,18 +258,11 @@ def merged_config(states: Sequence[ShardState], command: str | None) -> dict:
 
 def check_run_config(run_dir: Path, config: dict) -> None:
     """A run directory whose own config.json is of another run is refused (its claims would mix)."""
-    path = run_dir / runio.CONFIG
-    if not path.is_file():
-        return
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}); use a fresh run directory") from None
-    diffs = [k for k in runio.RESUME_KEYS if isinstance(old, dict) and old.get(k) != config.get(k)
-             and not (k == "claim_set_sha256" and set(old.get("claim_ids") or ()) <= set(config.get("claim_ids") or ()))]
-    if not isinstance(old, dict) or diffs:
-        raise UserError(f"{path} belongs to a different run than its shards (differs in: {', '.join(diffs) or '?'}); "
-                        "merge into the directory the shards were run in")
+    runio.RUN_FINGERPRINT.check(
+        run_dir, config, advice="use a fresh run directory",
+        refusal=lambda diffs: (f"{runio.RUN_FINGERPRINT.path(run_dir)} belongs to a different run than its shards "
+                               f"(differs in: {', '.join(d.key for d in diffs)}); merge into the directory the "
+                               "shards were run in"))
 
 
 def merge(run_dir: str | os.PathLike, count: int | None = None, command: str | None = None
@@ -281,7 +276,7 @@ def merge(run_dir: str | os.PathLike, count: int | None = None, command: str | N
     states, done = read_shards(run_dir, count)
     config = merged_config(states, command)
     check_run_config(run_dir, config)
-    runio.write_json_atomic(run_dir / runio.CONFIG, config)
+    runio.RUN_FINGERPRINT.write(run_dir, config)
     claims = join_claims(run_dir, config["claim_ids"], [done, *(s.claims for s in states)])
     if len(claims) != len(config["claim_ids"]):
         raise UserError(f"{run_dir}: {len(config['claim_ids']) - len(claims)} claims missing after the merge")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from real_fae_core.errors import UserError
-from fae.ablation.runio import BEFORE_ARMS, CLAIMS, RunData, load_run
+from fae.ablation.runio import CLAIMS, RUN_FINGERPRINT, RunData, load_run
 
 
 @dataclass
@@ -99,7 +99,7 @@ def check_same_claims(a: Run, b: Run) -> list[str]:
 
 def line_ids_of(run: Run) -> str:
     """How the run's prompts numbered the pool lines (SPEC §3); runs made before the choice existed: original."""
-    return run.config.get("line_ids") or BEFORE_ARMS["line_ids"]
+    return run.config.get("line_ids") or RUN_FINGERPRINT.defaults["line_ids"]  # a compatibility default
 
 
 def check_same_line_ids(a: Run, b: Run, allow_mixed: bool) -> str | None:

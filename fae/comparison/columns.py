@@ -22,7 +22,7 @@ from fae.ablation.soft_metrics import (
     soft_columns,
     soft_from_sums,
 )
-from fae.comparison import accounting as acc
+from fae.comparison import accounting
 from fae.comparison.checks import Run
 
 
@@ -43,12 +43,12 @@ class PairedColumns:
         rb, note_b = _n_rounds(b, order)
         notes += [n for n in (note_a, note_b) if n]
         claims_a, claims_b = [a.claims[c] for c in order], [b.claims[c] for c in order]
-        cols_a, cols_b = acc.run_metric_columns(claims_a, ra), acc.run_metric_columns(claims_b, rb)
-        names_a, names_b = acc.run_metric_names(ra), acc.run_metric_names(rb)
+        cols_a, cols_b = accounting.run_metric_columns(claims_a, ra), accounting.run_metric_columns(claims_b, rb)
+        names_a, names_b = accounting.run_metric_names(ra), accounting.run_metric_names(rb)
         self.common = [n for n in names_a if n in names_b]
         self.ia = [names_a.index(n) for n in self.common]
         self.ib = [names_b.index(n) for n in self.common]
-        acc_cols = acc.accounting_columns(ind)
+        acc_cols = accounting.accounting_columns(ind)
         self.k0, self.ka, self.kb, self.ra, self.rb = acc_cols.shape[1], cols_a.shape[1], cols_b.shape[1], ra, rb
         # soft FAE: label-probability metrics, paired on the same draws, when both runs have them
         self.soft_r = min(ra, rb)
@@ -69,9 +69,9 @@ class PairedColumns:
 
     def statistic(self, sums):
         k0, ka, kb = self.k0, self.ka, self.kb
-        out_acc = acc.accounting_from_sums(sums[..., :k0])
-        ma = acc.run_metrics_from_sums(sums[..., k0:k0 + ka], self.ra)[..., self.ia]
-        mb = acc.run_metrics_from_sums(sums[..., k0 + ka:k0 + ka + kb], self.rb)[..., self.ib]
+        out_acc = accounting.accounting_from_sums(sums[..., :k0])
+        ma = accounting.run_metrics_from_sums(sums[..., k0:k0 + ka], self.ra)[..., self.ia]
+        mb = accounting.run_metrics_from_sums(sums[..., k0 + ka:k0 + ka + kb], self.rb)[..., self.ib]
         base, ks = k0 + ka + kb, self.ks
         if self.with_soft:  # x100, like the run metrics
             ma = np.concatenate([ma, 100 * soft_from_sums(sums[..., base:base + ks], self.soft_r)], axis=-1)
@@ -230,7 +230,7 @@ def _same(estimate, reference, what: str) -> None:
 
 
 def interval_of(res, i: int) -> dict:
-    d = acc.as_interval_dict(res.estimate[i], res.ci_low[i], res.ci_high[i])
+    d = accounting.as_interval_dict(res.estimate[i], res.ci_low[i], res.ci_high[i])
     if res.undefined_draws[i]:
         d["undefined_draws"] = int(res.undefined_draws[i])
     return d

@@ -37,7 +37,7 @@ from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
-from fae.comparison import accounting as acc
+from fae.comparison import accounting
 from fae.comparison.checks import (Run, check_same_claims, check_same_decoding, check_same_dtype, check_same_line_ids,
                                    dtype_of, line_ids_of, load_compared)
 from fae.comparison.columns import PairedColumns, interval_of
@@ -55,8 +55,8 @@ class CompareConfig(CommandConfig):
     run_b: str = option(positional=True, metavar="RUN_B",
                         help="FAE run directory of system 1 (e.g. the REAL verifier)")
     output: str = option(aliases=("-o",), help="directory for compare.json and compare.md")
-    metric: Literal["strict", "fever_score", "label_accuracy"] = option(  # acc.METRICS
-        "strict", choices=acc.METRICS,
+    metric: Literal["strict", "fever_score", "label_accuracy"] = option(  # accounting.METRICS
+        "strict", choices=accounting.METRICS,
         help="joint score: strict (label correct AND >=1 gold sentence cited), fever_score (label correct AND a "
              "complete gold group in the first 5 cited ids) or label_accuracy (no evidence requirement; E0 = E1 = "
              "0). Default: strict")
@@ -90,8 +90,8 @@ def _round0(entry: dict) -> tuple[str | None, list[int]]:
     they take up slots of the FEVER scorer's first five, as in ``fae.ablation.metrics``.
     """
     r0 = entry["rounds"][0]
-    label = acc.round_label(r0)
-    return label, (acc.named_ids(r0) if label is not None else [])
+    label = accounting.round_label(r0)
+    return label, (accounting.named_ids(r0) if label is not None else [])
 
 
 def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, confidence: float = 0.95,
@@ -101,23 +101,23 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
     line_note = check_same_line_ids(a, b, allow_mixed_line_ids)
     dtype_note = check_same_dtype(a, b, allow_mixed_dtype)
     order = check_same_claims(a, b)
-    order, n_nei = acc.fae_claim_order(order, a.claims)  # SPEC §1: the claim set of metrics.json
+    order, n_nei = accounting.fae_claim_order(order, a.claims)  # SPEC §1: the claim set of metrics.json
     if not order:
         raise UserError(f"{a.path}: no SUPPORT/REFUTE claim to compare (all {n_nei} are NOT_ENOUGH_INFO-gold)")
     gold_labels = [a.claims[c]["gold_label"] for c in order]
     ind = _indicators(a, b, order, metric)
     try:
-        units = acc.unit_index(order, families)
+        units = accounting.unit_index(order, families)
     except KeyError as exc:
         raise UserError(f"--families: {exc.args[0]}") from None
     notes = [n for n in (line_note, dtype_note) if n]
     if n_nei:
         notes.append(f"{n_nei} NOT_ENOUGH_INFO-gold claims of older runs are left out (SPEC §1)")
     table = PairedColumns(a, b, order, ind, notes)
-    res = acc.paired_bootstrap(acc.unit_sums(table.columns, units), table.statistic, n_resamples=n_resamples,
+    res = accounting.paired_bootstrap(accounting.unit_sums(table.columns, units), table.statistic, n_resamples=n_resamples,
                                seed=seed, confidence=confidence)
     decomposition = _accounting(res, ind, gold_labels)
-    out = {q: decomposition.pop(q) for q in acc.QUANTITIES}
+    out = {q: decomposition.pop(q) for q in accounting.QUANTITIES}
     out.update(
         n_claims=len(order), n_units=res.n_units,
         resampling_unit="family" if families is not None else "claim",
@@ -127,7 +127,7 @@ def compare_runs(a: Run, b: Run, *, metric: str, n_resamples: int, seed: int, co
         dtype={"A": dtype_of(a), "B": dtype_of(b), "mixed": dtype_note is not None},
         **decomposition,
     )
-    base, m = len(acc.ACCOUNTING_OUTPUTS), len(table.common)
+    base, m = len(accounting.ACCOUNTING_OUTPUTS), len(table.common)
     out["metrics"] = {
         name: {"A": interval_of(res, base + j), "B": interval_of(res, base + m + j),
                "difference": interval_of(res, base + 2 * m + j)}
@@ -147,7 +147,7 @@ def _indicators(a: Run, b: Run, order: list, metric: str):
     """Per-claim correctness of each run's round-0 answer and of each answer under the other's evidence."""
     ans_a = [_round0(a.claims[c]) for c in order]
     ans_b = [_round0(b.claims[c]) for c in order]
-    return acc.indicators_from_answers(
+    return accounting.indicators_from_answers(
         [a.claims[c]["gold_label"] for c in order], [a.claims[c]["gold_groups"] for c in order],
         [x[0] for x in ans_a], [x[1] for x in ans_a],
         [x[0] for x in ans_b], [x[1] for x in ans_b],
@@ -157,9 +157,9 @@ def _indicators(a: Run, b: Run, order: list, metric: str):
 
 def _accounting(res, ind, gold_labels) -> dict:
     """The decomposition (Table 3): G and its terms, accuracy and eligibility per run, E0/E1, Shapley."""
-    pos = {n: i for i, n in enumerate(acc.ACCOUNTING_OUTPUTS)}
-    out: dict = {q: interval_of(res, pos[q]) for q in acc.QUANTITIES}
-    acc.check_identities({q: res.estimate[pos[q]] for q in acc.QUANTITIES}, tol=1e-6)
+    pos = {n: i for i, n in enumerate(accounting.ACCOUNTING_OUTPUTS)}
+    out: dict = {q: interval_of(res, pos[q]) for q in accounting.QUANTITIES}
+    accounting.check_identities({q: res.estimate[pos[q]] for q in accounting.QUANTITIES}, tol=1e-6)
     est = {n: float(res.estimate[i]) for n, i in pos.items()}
     change = est["eligibility1"] - est["eligibility0"]
     out.update(
@@ -172,7 +172,7 @@ def _accounting(res, ind, gold_labels) -> dict:
                    "product": interval_of(res, pos["E1_product"]), "covariance": interval_of(res, pos["E1_covariance"])},
         },
         shapley={"E": interval_of(res, pos["E_shapley"]), "A": interval_of(res, pos["A_shapley"])},
-        by_gold_label=acc.per_label_contributions(ind, gold_labels),
+        by_gold_label=accounting.per_label_contributions(ind, gold_labels),
     )
     return out
 

@@ -3,7 +3,7 @@ control arm and sufficiency pools, and the notes, rendered from what ``compare.j
 
 from __future__ import annotations
 
-from fae.comparison import accounting as acc
+from fae.comparison import accounting
 
 
 def fmt(x) -> str:
@@ -55,8 +55,8 @@ def _md_scores(res: dict, pct: int) -> list[str]:
         f"| Quantity | Change | Estimate | {pct}% interval |",
         "| --- | --- | --- | --- |",
     ]
-    for q in acc.COMPONENTS:
-        lines.append(f"| {_MD_NAMES[q]} | {acc.DESCRIPTIONS[q]} | {fmt(res[q]['estimate'])} | {ci(res[q])} |")
+    for q in accounting.COMPONENTS:
+        lines.append(f"| {_MD_NAMES[q]} | {accounting.DESCRIPTIONS[q]} | {fmt(res[q]['estimate'])} | {ci(res[q])} |")
     return lines
 
 
@@ -102,7 +102,7 @@ def _md_by_label(res: dict) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for label, row in res["by_gold_label"].items():
-        lines.append(f"| {label} | {row['n_claims']} | " + " | ".join(fmt(row[k]) for k in acc.CELLS)
+        lines.append(f"| {label} | {row['n_claims']} | " + " | ".join(fmt(row[k]) for k in accounting.CELLS)
                      + f" | {fmt(row['G'])} |")
     return lines
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, command_line, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import any_of, claim_dir
 from fae.ablation.control import control_summary_line
@@ -46,8 +45,7 @@ def run(config: FromInspectConfig) -> CommandResult:
         if exc.name and exc.name.split(".")[0] == "inspect_ai":
             raise UserError("reading Inspect logs needs Inspect AI: pip install -e \".[inspect]\"") from None
         raise
-    command = shlex.join(["fae", "from-inspect", config.log, "--output", config.output]
-                         + (["--skip-incomplete"] if config.skip_incomplete else []))
+    command = command_line("fae from-inspect", config)
     claim_dir(config.output, "fae from-inspect", inputs=[config.log], legacy=any_of("config.json", "claims.jsonl"))
     metrics = log_to_run(config.log, config.output, command=command, skip_incomplete=config.skip_incomplete)
     summary = {k: metrics[k] for k in ("n_claims", "label_accuracy", "strict_accuracy",

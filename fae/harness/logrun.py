@@ -29,7 +29,7 @@ from real_fae_core.runlock import RunLock
 from fae.ablation import runio
 from fae.ablation.metrics import compute_metrics
 from fae.ablation.report import write_report
-from fae.ablation.engine import Arms
+from fae.ablation.engine import ARM_FIELDS, Arms
 from fae.harness.inspect_task import CLAIM_KEY, DTYPE_KEY, TASK_NAME, incomplete_reason, stored_rounds
 
 # Generation settings of the log that change the answers (the run's ``decoding``)
@@ -73,10 +73,10 @@ def error_text(message: str | None) -> str:
 
 
 def log_arms(log: EvalLog) -> dict[str, Any]:
-    """The arms the task asked (config.json's arm keys, :data:`fae.ablation.runio.BEFORE_ARMS`); a log of
-    the task before it had an arm did not ask it."""
+    """The arms the task asked (config.json's arm keys); a log of the task before it had an arm did not ask
+    it (the compatibility defaults of `fae run`: :data:`real_fae_core.fingerprint.COMPATIBILITY_DEFAULTS`)."""
     meta = log.eval.metadata or {}
-    rec = {k: meta.get(k, v) for k, v in runio.BEFORE_ARMS.items()}
+    rec = {k: meta.get(k, runio.RUN_FINGERPRINT.defaults[k]) for k in ARM_FIELDS}
     arms_of_record(rec)
     return rec
 
@@ -97,7 +97,7 @@ def sample_claim(sample: Any, rounds: int, arms: Arms | None = None) -> tuple[di
     for score in (sample.scores or {}).values():
         claim = (score.metadata or {}).get(CLAIM_KEY)
         if claim is not None:
-            why = incomplete_reason(claim, rounds, arms or arms_of_record(runio.BEFORE_ARMS))
+            why = incomplete_reason(claim, rounds, arms or arms_of_record(runio.RUN_FINGERPRINT.defaults))
             return (None, why) if why else (claim, None)
     return None, "not scored (no fae_claim in its scores)"
 
@@ -173,7 +173,7 @@ def build_config(log: EvalLog, log_path: Path, command: str, claim_ids: list[str
         "decoding": decoding_of(log, log_dtype(log, claim_ids)),
         "constrained_decoding": False,
         "prompt_format_version": meta["prompt_format_version"],
-        **log_arms(log),  # control, control_seed, gold_only, line_ids (runio.RESUME_KEYS)
+        **log_arms(log),  # control, control_seed, gold_only, ..., line_ids (runio.RESUME_KEYS)
         "limit": log.eval.config.limit,
         **runio.claim_set(claim_ids),
         "n_excluded_nei": int(meta.get("n_excluded_nei") or 0),
@@ -225,7 +225,7 @@ def log_to_run(log_path: str | os.PathLike, run_dir: str | os.PathLike, *, comma
     with RunLock(run_dir, "fae from-inspect", is_dir=True):  # nothing in the directory is read before it
         check_output(run_dir, config["inspect_log"]["sha256"])
         runio.remove_derived(run_dir)
-        runio.write_json_atomic(run_dir / runio.CONFIG, config)
+        runio.RUN_FINGERPRINT.write(run_dir, config)
         atomic_write_text(run_dir / runio.CLAIMS,
                           "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in claims))
         metrics = compute_metrics(claims, n_excluded_nei=config["n_excluded_nei"])

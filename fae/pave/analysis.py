@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from real_fae_core.errors import UserError
-from fae.pave import metrics as pm
+from fae.pave import metrics
 from fae.pave.prompts import PLAIN_LIST_KIND, condition_name, kind_sort_key
 
 
@@ -29,7 +29,7 @@ def choose_variant(conditions: list[dict], mode: str) -> tuple[str, str]:
     whatever the answers, so the rule could only ever pick one source.
     """
     have = all(c.get("probs") and all(p is not None for p in c["probs"]) for c in conditions)
-    identical = have and all(pm.identical_runs(c["probs"]) for c in conditions)
+    identical = have and all(metrics.identical_runs(c["probs"]) for c in conditions)
     if mode == "jsd" and not have:
         raise UserError("--stability jsd needs label probabilities for every run; this backend/endpoint "
                         "returned none (use --stability vote or auto)")
@@ -50,8 +50,8 @@ def choose_variant(conditions: list[dict], mode: str) -> tuple[str, str]:
 def stability(cond: dict, variant: str) -> float:
     """JSD of the runs' label distributions, or the vote-based binary entropy."""
     if variant == "jsd":
-        return pm.jsd(np.array(cond["probs"], float))
-    return pm.vote_entropy(cond["answers"])
+        return metrics.jsd(np.array(cond["probs"], float))
+    return metrics.vote_entropy(cond["answers"])
 
 
 def line_kinds(lines: list[dict]) -> list[str]:
@@ -70,14 +70,14 @@ def line_kinds(lines: list[dict]) -> list[str]:
 
 def refusal_filter(lines: list[dict]) -> tuple[list[dict], dict]:
     """The paper's refusal filtering: keep claims whose claim-only majority is a verdict; count the rest per state."""
-    removed = {st: 0 for st in pm.STATES}
+    removed = {st: 0 for st in metrics.STATES}
     kept = []
     for ln in lines:
         answers = ln["conditions"]["claim_only"]["answers"]
-        if pm.prior_is_definite(answers):
+        if metrics.prior_is_definite(answers):
             kept.append(ln)
         else:
-            removed[pm.knowledge_state(answers, ln["gold_label"])] += 1
+            removed[metrics.knowledge_state(answers, ln["gold_label"])] += 1
     return kept, removed
 
 
@@ -90,7 +90,7 @@ def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, re
     """
     notes = []
     filt = {"on": refusals, "claims_before": len(lines), "removed": 0,
-            "removed_by_state": {st: 0 for st in pm.STATES}}
+            "removed_by_state": {st: 0 for st in metrics.STATES}}
     if refusals:
         lines, removed = refusal_filter(lines)
         filt.update(removed=sum(removed.values()), removed_by_state=removed)
@@ -102,7 +102,7 @@ def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, re
         notes.append(f"no claim is left after refusal filtering: the verifier abstained (NOT_ENOUGH_INFO or "
                      f"invalid majority) on the claim-only prompt of all {filt['claims_before']} claims, so states, "
                      "CR, PR, Margin and the JSD rule are undefined; --keep-refusals analyses them as wrong priors")
-        return pm.json_safe({"n_claims": 0, "refusal_filter": filt, "profile": None, "arbitration": None,
+        return metrics.json_safe({"n_claims": 0, "refusal_filter": filt, "profile": None, "arbitration": None,
                              "primary_kind": None, "kinds": {}, "notes": notes})
     kinds = line_kinds(lines)
     jsd_conds = [ln["conditions"][jsd_condition(name)] for ln in lines for name in ln["conditions"]
@@ -121,7 +121,7 @@ def analyse(lines: list[dict], *, tune_fraction: float, seed: int, mode: str, re
         prefix = f"{kind}: " if kind is not None and len(kinds) > 1 else ""
         notes += [prefix + n for n in kind_notes if prefix + n not in notes]
     first = per_kind[kinds[0] if kinds else None]
-    return pm.json_safe({
+    return metrics.json_safe({
         "n_claims": len(lines),
         "refusal_filter": filt,
         "profile": first["profile"],
@@ -141,16 +141,16 @@ def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, 
     cond_name = condition_name(kind) if kind is not None else None
     cf = [ln["conditions"].get(cond_name) if cond_name else None for ln in lines]
     has_cf = [c is not None for c in cf]
-    states = [pm.knowledge_state(c["answers"], g) for c, g in zip(co, gold)]
-    ge_correct = [pm.correctness_rate(c["answers"], g) for c, g in zip(ge, gold)]
-    cf_correct = [pm.correctness_rate(c["answers"], g) if c is not None else None for c, g in zip(cf, gold)]
-    profile = pm.arbitration_profile(states, ge_correct, cf_correct)
+    states = [metrics.knowledge_state(c["answers"], g) for c, g in zip(co, gold)]
+    ge_correct = [metrics.correctness_rate(c["answers"], g) for c, g in zip(ge, gold)]
+    cf_correct = [metrics.correctness_rate(c["answers"], g) if c is not None else None for c, g in zip(cf, gold)]
+    profile = metrics.arbitration_profile(states, ge_correct, cf_correct)
     # resampled in claim-id order: the intervals do not depend on the order of the records file
     order = sorted(range(len(lines)), key=lambda i: str(lines[i]["id"]))
-    profile["intervals"] = pm.profile_intervals([states[i] for i in order], [ge_correct[i] for i in order],
+    profile["intervals"] = metrics.profile_intervals([states[i] for i in order], [ge_correct[i] for i in order],
                                                 [cf_correct[i] for i in order], seed=seed)
     profile["n_with_counterfactual"] = int(sum(has_cf))
-    profile["gold_evidence_accuracy"] = float(np.mean([pm.correctness_rate(c["answers"], g)
+    profile["gold_evidence_accuracy"] = float(np.mean([metrics.correctness_rate(c["answers"], g)
                                                        for c, g in zip(ge, gold)]))
 
     # JSD arbitration on the rule's own runs: claims with counterfactual evidence get CE and IE; others CE only.
@@ -163,11 +163,11 @@ def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, 
     s_co = np.array([stab(c) for c in co])
     d_ce = s_co - np.array([stab(c) for c in ge])
     d_ie = np.array([s - stab(c) if c is not None else np.nan for s, c in zip(s_co, cf)])
-    maj = lambda c: pm.majority_label(c["answers"])  # noqa: E731
+    maj = lambda c: metrics.majority_label(c["answers"])  # noqa: E731
     a_co = [maj(c) for c in co]
     a_ce = [maj(c) for c in ge]
     a_ie = [maj(c) if c is not None else None for c in cf]
-    tune = pm.split_tune([ln["id"] for ln in lines], tune_fraction, seed)
+    tune = metrics.split_tune([ln["id"] for ln in lines], tune_fraction, seed)
     test = ~tune
     if tune.sum() == 0 or test.sum() == 0:
         notes.append("the tuning or the test split is empty (too few claims for --tune-split); "
@@ -184,12 +184,12 @@ def _analyse_kind(lines: list[dict], kind: str | None, *, tune_fraction: float, 
 
     use_ie = bool(np.any(np.array(has_cf) & tune)) and bool(np.any(np.array(has_cf) & test))
     _, tune_args = part(tune, use_ie)
-    tau, objective = pm.tune_tau(*tune_args)
+    tau, objective = metrics.tune_tau(*tune_args)
     test_idx, test_args = part(test, use_ie)
-    result = pm.ce_ie_oa(tau, *test_args)
+    result = metrics.ce_ie_oa(tau, *test_args)
     baselines = {
-        "claim_only": pm.ce_ie_oa(math.inf, *test_args),  # τ = +inf: never take the evidence answer
-        "evidence_only": pm.ce_ie_oa(-math.inf, *test_args),  # τ = -inf: always take it
+        "claim_only": metrics.ce_ie_oa(math.inf, *test_args),  # τ = +inf: never take the evidence answer
+        "evidence_only": metrics.ce_ie_oa(-math.inf, *test_args),  # τ = -inf: always take it
     }
     if not use_ie:
         notes.append("no counterfactual_sentences on both splits: τ maximises CE only; IE and OA are undefined")
@@ -220,12 +220,12 @@ def fae_round0_check(lines: list[dict], fae_claims: list[dict], *, fae_run: str,
     both = [ln for ln in lines if ln["id"] in fae]
     if not both:
         raise UserError(f"--check-run {fae_run}: no claim id in common with --records")
-    pave_acc = float(np.mean([pm.correctness_rate(ln["conditions"]["gold_evidence"]["answers"], ln["gold_label"])
+    pave_acc = float(np.mean([metrics.correctness_rate(ln["conditions"]["gold_evidence"]["answers"], ln["gold_label"])
                               for ln in both]))
-    fae_acc = float(np.mean([pm.same_label(fae[ln["id"]]["rounds"][0].get("label"), ln["gold_label"])
+    fae_acc = float(np.mean([metrics.same_label(fae[ln["id"]]["rounds"][0].get("label"), ln["gold_label"])
                              for ln in both]))
     answers = [a for ln in both for a in ln["conditions"]["gold_evidence"]["answers"]]
-    abstain = sum(1 for a in answers if a is not None and pm.same_label(a, "NOT_ENOUGH_INFO")) / len(answers)
+    abstain = sum(1 for a in answers if a is not None and metrics.same_label(a, "NOT_ENOUGH_INFO")) / len(answers)
     invalid = sum(1 for a in answers if a is None) / len(answers)
     diff = pave_acc - fae_acc
     out = {"fae_run": fae_run, "n_claims": len(both), "pave_gold_evidence_accuracy": pave_acc,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fae.pave import metrics as pm
+from fae.pave import metrics
 from fae.pave.prompts import PLAIN_LIST_KIND
 
 
@@ -109,7 +109,7 @@ def _kind_sections(pr: dict, arb: dict, suffix: str) -> list[str]:
         "| State | Ratio | Rate | OI | Δ |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for s in pm.STATES:
+    for s in metrics.STATES:
         r = st[s]
         if s[1] == "K":
             lines.append(f"| {r['name']} (persistence) | {_p(r['ratio'])} | PR {_p(r['PR'])} | {_f(r['OI'])} "

@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import RunFailure, UserError
+from real_fae_core.fingerprint import RunFingerprint
 from real_fae_core.outputs import Output, any_of, claim_dir
 from real_fae_core.hashing import sha256_file
 from real_fae_core.labels import REFUTE, SUPPORT
@@ -214,8 +214,10 @@ SAMPLING_SCHEME = "per-prompt-seed-1"
 FINGERPRINT = ("records", "records_sha256", "backend", "model", "adapter", "adapter_sha256", "samples",
                "temperature", "jsd_samples", "jsd_temperature", "max_new_tokens", "seed", "sampling", "dtype",
                "line_ids")
-# Flags a stored config.json may lack (one written without them): absent means off.
+# Flags a stored config.json may lack (one written before them): absent means off, and a missing --line-ids means
+# record ids (the compatibility defaults of `fae pave`, real_fae_core.fingerprint.COMPATIBILITY_DEFAULTS).
 FINGERPRINT_FLAGS = ("constrained_decoding", "prefill_once")
+PAVE_FINGERPRINT = RunFingerprint("fae pave", FINGERPRINT + FINGERPRINT_FLAGS)
 
 
 def _pave(config: PaveConfig, records: list, out: Path, fae_run=None) -> CommandResult:
@@ -232,16 +234,12 @@ def _pave(config: PaveConfig, records: list, out: Path, fae_run=None) -> Command
     dtype = sampling_dtype(config)  # the dtype changes the samples
     if dtype is not None:
         cfg["dtype"] = dtype
-    cfg_path = out / "config.json"
-    if cfg_path.is_file() and (out / SAMPLES).is_file():
-        old = json.loads(cfg_path.read_text())
-        old.setdefault("line_ids", "original")  # samples made before the choice existed showed record ids
-        diff = [k if k in old else f"{k} (not recorded there)" for k in FINGERPRINT if old.get(k) != cfg.get(k)]
-        diff += [k for k in FINGERPRINT_FLAGS if bool(old.get(k)) != cfg[k]]
-        if diff:
-            raise UserError(f"{out} holds samples made with different settings or inputs ({', '.join(diff)}); "
-                            "use another --output")
-    atomic_write_json(cfg_path, cfg)
+    if (out / SAMPLES).is_file():
+        PAVE_FINGERPRINT.check(out, cfg, lambda diffs: (
+            f"{out} holds samples made with different settings or inputs "
+            f"({', '.join(d.key if d.recorded else f'{d.key} (not recorded there)' for d in diffs)}); "
+            "use another --output"), advice="use another --output")
+    PAVE_FINGERPRINT.write(out, cfg)
     for derived in ("pave.json", "pave.md"):  # a stopped run never leaves an earlier run's numbers behind
         (out / derived).unlink(missing_ok=True)
     sampler = make_sampler(config.backend, dataclasses.asdict(config), config.stability)

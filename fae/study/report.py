@@ -28,8 +28,8 @@ from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
 from fae.comparison.families_file import check_covers, check_known, read_families
 from fae.intervals import MAX_DRAWS
-from fae.study import analysis as an
-from fae.study import responses as rio
+from fae.study import analysis
+from fae.study.responses import STUDY, UNITS, finished_responses, read_responses
 from fae.study.grid import control_conditions, key_of, primary_conditions
 from fae.study.interfaces import INVALID, answer_format
 
@@ -46,16 +46,19 @@ class StudyReportConfig(CommandConfig):
     families: list[str] | None = option(None, metavar="FILE", help="family files of `real-data families` ({id, "
                                         "family} lines), together covering every studied unit, each claim in one "
                                         "family (without: each claim is its own)")
-    draws: int = option(an.DRAWS, min=1, max=MAX_DRAWS,
-                        help=f"bootstrap draws, 1 to {MAX_DRAWS} (default {an.DRAWS}, the paper's)")
-    seed: int = option(an.BOOTSTRAP_SEED, min=0, help=f"NumPy PCG64 seed of the bootstrap (default {an.BOOTSTRAP_SEED}, "
-                                               "the paper's); the secondary families' batch seeds derive from it")
-    exploratory_draws: int = option(an.SECONDARY_DRAWS, min=1, max=MAX_DRAWS,
+    draws: int = option(analysis.DRAWS, min=1, max=MAX_DRAWS,
+                        help=f"bootstrap draws, 1 to {MAX_DRAWS} (default {analysis.DRAWS}, the paper's)")
+    seed: int = option(analysis.BOOTSTRAP_SEED, min=0,
+                       help=f"NumPy PCG64 seed of the bootstrap (default {analysis.BOOTSTRAP_SEED}, the paper's); the "
+                            "secondary families' batch seeds derive from it")
+    exploratory_draws: int = option(analysis.SECONDARY_DRAWS, min=1, max=MAX_DRAWS,
                                     help=f"draws of the exploratory family (secondary), 1 to {MAX_DRAWS} (default "
-                                    f"{an.SECONDARY_DRAWS}, the paper's), in batches of {an.SECONDARY_BATCH_DRAWS}")
-    post_hoc_draws: int = option(an.SECONDARY_DRAWS, min=1, max=MAX_DRAWS,
+                                    f"{analysis.SECONDARY_DRAWS}, the paper's), in batches of "
+                                    f"{analysis.SECONDARY_BATCH_DRAWS}")
+    post_hoc_draws: int = option(analysis.SECONDARY_DRAWS, min=1, max=MAX_DRAWS,
                                  help=f"draws of the post-hoc family (secondary), 1 to {MAX_DRAWS} (default "
-                                 f"{an.SECONDARY_DRAWS}, the paper's), in batches of {an.SECONDARY_BATCH_DRAWS}")
+                                 f"{analysis.SECONDARY_DRAWS}, the paper's), in batches of "
+                                 f"{analysis.SECONDARY_BATCH_DRAWS}")
 
 
 CONFIG = StudyReportConfig
@@ -79,16 +82,16 @@ def load_study(path: str | Path) -> dict:
     incomplete or unfinished ones are refused. The model is named portably (study.json's ``model_name``, else
     :func:`model_label`), so a report says which model, not where it sat on one machine."""
     path = Path(path)
-    cfg = _json(path / rio.STUDY)
+    cfg = _json(path / STUDY)
     if "shard" in cfg:
         raise UserError(f"{path} is one shard of a study; run `fae study` without --shard on the study "
                         "directory to join the shards")
-    units = [json.loads(x) for x in (path / rio.UNITS).read_text(encoding="utf-8").splitlines() if x.strip()]
-    responses = rio.finished_responses(path)
-    numbered = rio.read_responses(responses, numbered=True)
+    units = [json.loads(x) for x in (path / UNITS).read_text(encoding="utf-8").splitlines() if x.strip()]
+    responses = finished_responses(path)
+    numbered = read_responses(responses, numbered=True)
     check_planned(responses, cfg, units, numbered)
     lines = [x for _, x in numbered]
-    an.metric_of(cfg.get("dataset", "?"))
+    analysis.metric_of(cfg.get("dataset", "?"))
     models = sorted({str(cfg.get("model"))} | {str(x["model"]) for x in lines if "model" in x})
     if len(models) > 1:
         raise UserError(f"{path} mixes models {', '.join(models)}: one study directory is one model")
@@ -120,7 +123,7 @@ def check_planned(path: Path, cfg: dict, units: list[dict], numbered: list[tuple
         sources, budgets, formats = cfg["sources"], cfg["budgets"], cfg["formats"]
         replicates = list(range(1 + len(cfg["seeds"])))
     except (KeyError, TypeError) as exc:
-        raise UserError(f"{path.parent / rio.STUDY}: field {exc}: missing or malformed; not a `fae study` "
+        raise UserError(f"{path.parent / STUDY}: field {exc}: missing or malformed; not a `fae study` "
                         "directory") from None
     planned: list[tuple] = []
     for u in units:
@@ -222,23 +225,24 @@ def family_mapper(files: list[str] | None, studies: list[dict] | None = None):
     return family_of, fams
 
 
-def panel_of(study: dict, family_of, reader=None) -> an.Panel:
+def panel_of(study: dict, family_of, reader=None) -> analysis.Panel:
     """The study's answers as an :class:`fae.study.analysis.Panel` (every condition checked present);
     ``reader(line)`` reads each primary line's answer another way (the lenient re-reading), else its saved one."""
     c = study["config"]
-    metric = an.metric_of(c["dataset"])
+    metric = analysis.metric_of(c["dataset"])
     answers = {(x["unit"], x["source"], x["budget"], x["format"], x["replicate"]): reader(x) if reader else x["answer"]
                for x in study["lines"] if x["kind"] == "primary"}
     replicates = list(range(1 + len(c["seeds"])))
-    an.check_complete(study["units"], answers, c["sources"], c["budgets"], c["formats"], replicates, study["path"])
+    analysis.check_complete(study["units"], answers, c["sources"], c["budgets"], c["formats"], replicates,
+                            study["path"])
     notes = list(c.get("notes") or [])
     if len(c["sources"]) < 2:
         raise UserError(f"{study['path']}: the pools have one ordering only (no --reranker): there is no second "
                         "source, so no S_ab table")
     blocks = [(f, u, v) for f in c["formats"] for u in c["budgets"] for v in c["budgets"]]
     units = sorted(study["units"], key=lambda u: u["claim_id"])  # claim order for the family cache
-    sums, _ = an.build_sums(units, answers, blocks, replicates, metric, family_of, c.get("missed_relevant") or {})
-    return an.Panel(c["dataset"], c["model"], metric, c["formats"], c["budgets"], replicates[1:], blocks, sums,
+    sums, _ = analysis.build_sums(units, answers, blocks, replicates, metric, family_of, c.get("missed_relevant") or {})
+    return analysis.Panel(c["dataset"], c["model"], metric, c["formats"], c["budgets"], replicates[1:], blocks, sums,
                     len(units), notes)
 
 
@@ -272,7 +276,7 @@ def lenient_sensitivity(study: dict, family_of, strict: dict) -> dict:
     response, greedy included)."""
     c = study["config"]
     read = lenient_reader(c["dataset"])
-    lenient = an.analyse_panel(panel_of(study, family_of, read), 1, 0)
+    lenient = analysis.analyse_panel(panel_of(study, family_of, read), 1, 0)
     contrasts = {name: {"strict": strict["values"][name]["estimate"], "lenient": lenient["values"][name]["estimate"]}
                  for name in strict["primary"]}
     invalid: dict = defaultdict(lambda: {"responses": 0, "strict_invalid": 0, "lenient_invalid": 0, "no_raw_text": 0})
@@ -290,7 +294,7 @@ def lenient_sensitivity(study: dict, family_of, strict: dict) -> dict:
     return {"contrasts": contrasts, "invalid": rates}
 
 
-def partition(result: dict, panel: an.Panel, n_claims: int) -> dict:
+def partition(result: dict, panel: analysis.Panel, n_claims: int) -> dict:
     """The per-claim partition by identical valid answers (Table 20) per format x budget and its mean over
     them: the share of claims whose every unit has the same valid answer under both sources, and E0 and E1
     split into those claims' part and the rest (full denominators: the parts sum to the whole)."""
@@ -317,13 +321,13 @@ def partition(result: dict, panel: an.Panel, n_claims: int) -> dict:
 
 def family_record(family: str, k: int, draws: int, seed: int) -> dict:
     """What a family's intervals are: its comparisons over every panel (K), the level, the draws and batches."""
-    level = an.family_level(k)
-    batches = an.family_batches(family, draws, seed)
-    return {"comparisons": k, "paper_comparisons": an.PAPER_K[family], "bonferroni_k": level["bonferroni_k"],
+    level = analysis.family_level(k)
+    batches = analysis.family_batches(family, draws, seed)
+    return {"comparisons": k, "paper_comparisons": analysis.PAPER_K[family], "bonferroni_k": level["bonferroni_k"],
             "confidence": level["confidence"], "tail": level["tail"], "draws": draws, "generator": "PCG64",
             "seed": seed, "batches": [{"draws": n, "seed": s} for n, s in batches],
-            "seed_derivation": (f"batch b: SeedSequence({seed}, spawn_key=({an.FAMILY_STREAM[family]}, b))"
-                                ".generate_state(1)[0]" if family in an.FAMILY_STREAM else "the seed itself")}
+            "seed_derivation": (f"batch b: SeedSequence({seed}, spawn_key=({analysis.FAMILY_STREAM[family]}, b))"
+                                ".generate_state(1)[0]" if family in analysis.FAMILY_STREAM else "the seed itself")}
 
 
 def controls(study: dict) -> dict:
@@ -374,27 +378,27 @@ def run(config: StudyReportConfig) -> CommandResult:
     check_together(studies)
     family_of, _ = family_mapper(config.families, studies)
     panels = [panel_of(s, family_of) for s in studies]
-    k = sum(len(an.primary_names(p)) for p in panels)
-    k_family = {f: sum(len(an.family_names(p, f)) for p in panels) for f in ("exploratory", "post_hoc")}
+    k = sum(len(analysis.primary_names(p)) for p in panels)
+    k_family = {f: sum(len(analysis.family_names(p, f)) for p in panels) for f in ("exploratory", "post_hoc")}
     draws = {"exploratory": config.exploratory_draws, "post_hoc": config.post_hoc_draws}
-    results = [an.analyse_panel(p, k, config.draws, config.seed) for p in panels]
+    results = [analysis.analyse_panel(p, k, config.draws, config.seed) for p in panels]
     for r, s, p in zip(results, studies, panels):
         r["study"] = s["path"]
         r["diagnostics"] = diagnostics(s)
         r["controls"] = controls(s)
         for family in ("exploratory", "post_hoc"):
-            r[family] = an.analyse_family(p, family, k_family[family], draws[family], config.seed,
+            r[family] = analysis.analyse_family(p, family, k_family[family], draws[family], config.seed,
                                           f"--{family.replace('_', '-')}-draws")
         r["lenient"] = lenient_sensitivity(s, family_of, r)
         r["partition"] = partition(r, p, len({u["claim_id"] for u in s["units"]}))
     eligibility = {}
     for s in studies:
         c = s["config"]
-        eligibility.setdefault(c["dataset"], an.eligibility_profiles(s["units"], an.metric_of(c["dataset"]),
+        eligibility.setdefault(c["dataset"], analysis.eligibility_profiles(s["units"], analysis.metric_of(c["dataset"]),
                                                                      c["sources"], c["budgets"]))
-    report = {"panels": results, "primary_contrasts": k, "decision": an.decision(results),
+    report = {"panels": results, "primary_contrasts": k, "decision": analysis.decision(results),
               "bootstrap": {"draws": config.draws, "generator": "PCG64", "seed": config.seed,
-                            "bonferroni_k": k, "tail": an.ALPHA / (2 * max(k, 1))},
+                            "bonferroni_k": k, "tail": analysis.ALPHA / (2 * max(k, 1))},
               "secondary": {f: family_record(f, k_family[f], draws[f], config.seed) for f in k_family},
               "eligibility": eligibility}
     guard.mark()
@@ -449,7 +453,7 @@ def render_markdown(report: dict) -> str:
         v = p["values"]
         for key in sorted({k.rsplit("/", 1)[0] for k in v if k.count("/") == 2 and not k.startswith("budget")}):
             f, budget = key.split("/")
-            cells = " | ".join(_f(v[f"{key}/{q}"]["estimate"]) for q in an.CELL_NAMES)
+            cells = " | ".join(_f(v[f"{key}/{q}"]["estimate"]) for q in analysis.CELL_NAMES)
             lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {budget} | {f} | {cells} | "
                          f"{_f(v[key + '/E0_identical_answers']['estimate'])} |")
     lines += crossing_table(report) + control_table(report) + secondary_sections(report)

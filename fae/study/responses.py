@@ -16,8 +16,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from real_fae_core.atomicio import atomic_write_json, atomic_write_text
+from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.errors import UserError
+from real_fae_core.fingerprint import RunFingerprint
 from real_fae_core.jsonl import DurableAppender, RecordError, read_appended
 
 RESPONSES = "responses.jsonl"
@@ -29,6 +30,9 @@ SHARDS = "shards"
 FINGERPRINT = ("pools_sha256", "dataset", "backend", "model", "adapter", "adapter_sha256", "dtype", "formats",
                "budgets", "sources", "seeds", "sampling", "max_new_tokens", "control_claims", "tokenizers",
                "scheme")
+# study.json has recorded every key since the first `fae study`: no compatibility defaults
+# (real_fae_core.fingerprint.COMPATIBILITY_DEFAULTS["fae study"] is empty).
+STUDY_FINGERPRINT = RunFingerprint("fae study", FINGERPRINT, STUDY)
 
 
 def read_responses(path: str | os.PathLike, *, repair: bool = False, numbered: bool = False) -> list:
@@ -62,26 +66,21 @@ class ResponseWriter(DurableAppender):
 
 def check_fingerprint(directory: Path, config: dict, what: str = "a study") -> None:
     """Refuse a directory whose study.json was made with other settings or inputs (every difference named)."""
-    path = directory / STUDY
-    if not path.is_file():
+    old = STUDY_FINGERPRINT.read(directory)
+    if old is None:
         if (directory / RESPONSES).is_file() and read_responses(directory / RESPONSES):
             raise UserError(f"{directory} holds responses but no {STUDY}: their settings are unknown; "
                             "use a fresh --output")
         return
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}); use a fresh --output") from None
-    diffs = [f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in FINGERPRINT if old.get(k) != config.get(k)]
-    if diffs:
-        raise UserError(f"{directory} holds {what} made with other settings or inputs ({'; '.join(diffs)}); "
-                        "use a fresh --output or the original settings")
+    STUDY_FINGERPRINT.check(directory, config, lambda diffs: (
+        f"{directory} holds {what} made with other settings or inputs ({'; '.join(map(str, diffs))}); "
+        "use a fresh --output or the original settings"), stored=old)
 
 
 def write_start(directory: Path, config: dict, units: list[dict]) -> None:
     """study.json and units.jsonl, each written whole (both are the same on every resume)."""
     directory.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(directory / STUDY, config, ensure_ascii=False)
+    STUDY_FINGERPRINT.write(directory, config)
     atomic_write_text(directory / UNITS, "".join(json.dumps(u, ensure_ascii=False) + "\n" for u in units))
 
 

@@ -17,11 +17,10 @@ the whole file. docs/study.md describes the files.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult, option
+from real_fae_core.command import CommandConfig, CommandResult, command_line, option
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.outputs import any_of, claim_dir
 from real_fae_core.hashing import sha256_file
@@ -34,7 +33,7 @@ from fae.backends import BackendError, backend_options, get_backend
 from fae.comparison.families_file import check_covers, check_known, read_families
 from fae.backends.hf import HFOptions
 from fae.backends.options import HFLoadFields, ServingFields, backend_field, sampling_dtype
-from fae.study import responses as rio
+from fae.study import responses
 from fae.study.grid import (CONTROL_CLAIMS, Condition, Pools, check_formats, control_claims, control_conditions,
                             key_of, load_pools, primary_conditions, sample_claims)
 from fae.study.interfaces import ANSWER_TOKENS, FORMATS, submitted_evidence
@@ -249,14 +248,14 @@ def run(config: StudyConfig) -> CommandResult:
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
     guard = claim_dir(out, "fae study", inputs=[config.pools, config.adapter],
-                      legacy=any_of(rio.STUDY, rio.RESPONSES, rio.UNITS, rio.SHARDS))
+                      legacy=any_of(responses.STUDY, responses.RESPONSES, responses.UNITS, responses.SHARDS))
     fp = study_fingerprint(config, pools, budgets, formats, [u.id for u in whole.units])
     conditions, chosen = plan(pools, config, budgets, formats)
     if shard is not None:
         mine = shard_units(pools, *shard)
         conditions = [c for c in conditions if c.unit in mine]
         fp = {**fp, "shard": {"index": shard[0], "count": shard[1]}}
-    where = out / rio.SHARDS / f"{shard[0]}-of-{shard[1]}" if shard else out
+    where = out / responses.SHARDS / f"{shard[0]}-of-{shard[1]}" if shard else out
     guard.mark(files=())
     with RunLock(where, "fae study", is_dir=True):
         return _study(config, pools, fp, conditions, chosen, where, budgets)
@@ -264,14 +263,14 @@ def run(config: StudyConfig) -> CommandResult:
 
 def _study(config, pools: Pools, fp: dict, conditions: list, chosen: set[str], where: Path,
            budgets: list[int]) -> CommandResult:
-    rio.check_fingerprint(where, fp)
-    done_lines = rio.read_responses(where / rio.RESPONSES, repair=True)
+    responses.check_fingerprint(where, fp)
+    done_lines = responses.read_responses(where / responses.RESPONSES, repair=True)
     if "shard" not in fp:  # the shards of this study count as done
-        for sdir in rio.shard_dirs(where):
-            rio.check_fingerprint(sdir, fp, "a shard")
-            done_lines += rio.read_responses(sdir / rio.RESPONSES)
-    fp["command"] = shlex.join(["fae", "study", *sys.argv[2:]]) if sys.argv[1:2] == ["study"] else None
-    rio.write_start(where, fp, unit_rows(pools, budgets, chosen))
+        for sdir in responses.shard_dirs(where):
+            responses.check_fingerprint(sdir, fp, "a shard")
+            done_lines += responses.read_responses(sdir / responses.RESPONSES)
+    fp["command"] = command_line("fae study", config)  # the line that resumes it
+    responses.write_start(where, fp, unit_rows(pools, budgets, chosen))
     done = {key_of(x) for x in done_lines}
     todo = [c for c in conditions if c.key not in done]
     replicates = {r.index: r for r in replicate_plan(SamplingParams(seeds=tuple(config.seeds)))}
@@ -283,22 +282,22 @@ def _study(config, pools: Pools, fp: dict, conditions: list, chosen: set[str], w
     if todo:
         backend = open_backend(config)
         bar = progress_bar(len(conditions), len(conditions) - len(todo), "fae study", config.progress)
-        writer = rio.ResponseWriter(where / rio.RESPONSES)
+        writer = responses.ResponseWriter(where / responses.RESPONSES)
         try:
             ask(backend, asker, todo, writer, config.chunk_size, bar)
         except BackendError as exc:
-            raise RunFailure(f"{scrub(exc)}. Answers so far are saved in {where / rio.RESPONSES}; "
+            raise RunFailure(f"{scrub(exc)}. Answers so far are saved in {where / responses.RESPONSES}; "
                              "rerun the same command to resume") from None
         finally:
             writer.close()
             backend.close()
             if bar is not None:
                 bar.close()
-    lines = rio.read_responses(where / rio.RESPONSES) + (done_lines if "shard" not in fp else [])
-    merged = rio.merge_in_order(lines, [c.key for c in conditions], key_of)
+    lines = responses.read_responses(where / responses.RESPONSES) + (done_lines if "shard" not in fp else [])
+    merged = responses.merge_in_order(lines, [c.key for c in conditions], key_of)
     if len(merged) == len(conditions):
-        rio.rewrite_responses(where / rio.RESPONSES, merged)
-    print(f"fae study: {len(merged)} of {len(conditions)} prompts answered -> {where / rio.RESPONSES}",
+        responses.rewrite_responses(where / responses.RESPONSES, merged)
+    print(f"fae study: {len(merged)} of {len(conditions)} prompts answered -> {where / responses.RESPONSES}",
           file=sys.stderr)
-    return CommandResult(outputs={"study": str(where), "responses": str(where / rio.RESPONSES)},
+    return CommandResult(outputs={"study": str(where), "responses": str(where / responses.RESPONSES)},
                          summary={"prompts": len(conditions), "answered": len(merged)})
