@@ -321,9 +321,13 @@ def _case(name: str, tmp: Path) -> tuple[list[str], str, Path]:
 
 def _pools(folder: Path) -> Path:
     """The smallest pools `fae study` reads: `real-data retrieve` of one claim, packed at 128 tokens."""
+    from retrieval_helpers import tiny_cross_encoder
+
     claims, corpus, index = _world(folder)
     pools = folder / "pools"
-    assert _retrieve(claims, corpus, index, pools, "--budgets", "128", "--tokenizer", str(DEMO)) == 0
+    reranker = tiny_cross_encoder(folder / "ce")  # two orderings: `fae study` refuses pools of one before its output
+    assert _retrieve(claims, corpus, index, pools, "--budgets", "128", "--tokenizer", str(DEMO),
+                     "--reranker", str(reranker)) == 0
     return pools
 
 
