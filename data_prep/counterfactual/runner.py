@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tqdm.auto import tqdm
 
 from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_file
+from real_fae_core.progress import progress_bar
 from data_prep.enhance.cache import OK, AnswerCache, CachedAnswer, request_key
 from data_prep.enhance.client import AnnotatorClient, AnnotatorStats
 from data_prep.enhance.config import ConfigError, load_annotators
@@ -500,8 +500,8 @@ async def _ask_async(job, ann, api_key, items: list[Request], cache, task: str):
     table = llm_requests.RequestTable(cache, "counterfactual")
 
     try:
-        with tqdm(total=len(items), desc=f"counterfactual {task}", unit="sentence",
-                  disable=None if job.progress else True) as bar:
+        with progress_bar(total=len(items), desc=f"counterfactual {task}", unit="sentence",
+                          enabled=job.progress) as bar:
             async def tracked(req: Request):
                 try:
                     return await table.ask(req.key, ann.model, lambda: client.annotate_seeded(req), stats, ann.name)

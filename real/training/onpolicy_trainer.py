@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from real_fae_core.errors import UserError
+from real_fae_core.tied_embeddings import untie_for_adapter
 from real.training import checkpoints, fingerprint
 from real.training.model import load_model, load_tokenizer, set_generation_eos
 from real.training.onpolicy import OnPolicyReward, PolicyJudge, pairs_line_ids
@@ -38,6 +39,7 @@ def start_model(model_args, training_args, script_args):
     if not (Path(script_args.init_adapter) / "adapter_config.json").is_file():
         raise UserError(f"init_adapter {script_args.init_adapter!r} holds no adapter_config.json (a real-train "
                         "output directory)")
+    untie_for_adapter(model, script_args.init_adapter)
     return PeftModel.from_pretrained(model, script_args.init_adapter, is_trainable=True), None
 
 
