@@ -20,6 +20,7 @@ from real_fae_core.command import CommandConfig, CommandResult, add_config_argum
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, model_folder
+from real_fae_core.tied_embeddings import untie_for_adapter
 
 logger = logging.getLogger("real.merge")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -72,6 +73,7 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
     except OSError as exc:
         raise UserError(f"could not load base model {base!r} ({str(exc).splitlines()[0]})") from None
     try:
+        untie_for_adapter(model, ad)  # an adapter that trains lm_head of a tied base: merged, they differ
         model = PeftModel.from_pretrained(model, str(ad)).merge_and_unload()
     except (RuntimeError, ValueError, KeyError) as exc:  # shapes or module names of another base model
         raise UserError(f"adapter {adapter!r} does not fit base model {base!r} "

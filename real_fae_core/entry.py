@@ -28,6 +28,7 @@ from real_fae_core.errors import (
     Terminated,
     UserError,
 )
+from real_fae_core.progress import quiet_library_bars
 from real_fae_core.secrets import scrub
 
 _interrupt_notes: list = []
@@ -136,6 +137,19 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def quiet_third_party_warnings() -> None:
+    """Filters for third-party warnings about the libraries' own code, which we cannot fix by using them
+    differently (each named, with the reason and the version it was seen with). Installed by every entry
+    point; a warning of ours, or one about how we call a library, is fixed where it is raised instead."""
+    import warnings
+
+    # peft 0.21 (PeftModel.__init__: getattr(model, "is_gradient_checkpointing", True)) and TRL 1.16
+    # (unwrap_model_for_generation, disable_gradient_checkpointing) read transformers 5's deprecated
+    # alias `is_gradient_checkpointing`, which warns on every read (FutureWarning, transformers 5.25);
+    # nothing of ours reads it (we use `is_activation_checkpointing` / `activation_checkpointing`).
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+
+
 def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
     """Call ``fn(argv)`` and turn every way it can fail into one line and an exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -144,6 +158,8 @@ def run_guarded(prog: str, fn: Callable[[list[str]], int | None], argv: list[str
         argv = [a for a in argv if a != "--debug"]
         debug = True
     set_interrupt_note(None)
+    quiet_library_bars()  # progress bars only on a terminal (a log keeps every \r redraw)
+    quiet_third_party_warnings()
     try:
         with _sigterm_as_interrupt():
             return int(fn(argv) or 0)

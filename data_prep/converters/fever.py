@@ -23,6 +23,7 @@ from typing import Iterator
 
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import surrogate_error
+from real_fae_core.progress import progress_bar
 from data_prep.records import NOT_ENOUGH_INFO, REFUTE, SUPPORT, ClaimRecord, Sentence
 
 from .base import (
@@ -127,11 +128,9 @@ def parse_lines(text: str, path, lineno: int) -> list[str]:
 
 def load_pages(wiki: Path, needed: set[str], stats: ConvertStats | None = None) -> dict[str, list[str]]:
     """Pass 2: stream every shard, keep the lines of the needed pages only."""
-    from tqdm.auto import tqdm
-
     pages: dict[str, list[str]] = {}
     scanned = reported = 0
-    with tqdm(desc="wiki-pages", unit=" pages", mininterval=2.0, disable=None) as bar:
+    with progress_bar(desc="wiki-pages", unit=" pages", mininterval=2.0) as bar:
         for shard in wiki_shards(wiki):
             with shard.open("rb") as fh:
                 offset = 0

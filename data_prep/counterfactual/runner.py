@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tqdm.auto import tqdm
 
 from real_fae_core.command import CommandResult, command_line
 from real_fae_core.errors import UserError
@@ -46,6 +45,7 @@ from data_prep.llm.cache import OK, AnswerCache, CachedAnswer, request_key
 from data_prep.llm.client import AnnotatorClient, AnnotatorStats
 from data_prep.llm.config import ConfigError, load_annotators
 from data_prep.llm.requests import summary_path
+from real_fae_core.progress import progress_bar
 from data_prep.records import (
     REFUTE,
     SUPPORT,
@@ -488,8 +488,8 @@ async def _ask_async(job, ann, api_key, items: list[Request], cache, task: str):
     table = llm_requests.RequestTable(cache, "counterfactual")
 
     try:
-        with tqdm(total=len(items), desc=f"counterfactual {task}", unit="sentence",
-                  disable=None if job.progress else True) as bar:
+        with progress_bar(total=len(items), desc=f"counterfactual {task}", unit="sentence",
+                          enabled=job.progress) as bar:
             async def tracked(req: Request):
                 try:
                     return await table.ask(req.key, ann.model, lambda: client.annotate_seeded(req), stats, ann.name)

@@ -37,13 +37,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
 
 from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
 from data_prep.llm.cache import ABSTAIN, OK, AnswerCache, request_key
 from data_prep.llm.client import AnnotatorClient, AnnotatorStats
 from data_prep.llm.config import AnnotatorConfig, ConfigError, load_annotators
+from real_fae_core.progress import progress_bar
 from data_prep.llm.requests import (
     RequestTable,
     RequestUsage,
@@ -306,8 +306,8 @@ async def _enhance_async(job, records, annotators, targets, need, cache, keys):
         return table.ask(key, a.model, lambda: clients[a.name].annotate(msgs, pool, annotation_check(pool)), stats[a.name], a.name)
 
     # OUT.partial is the run's append-only log of finished claims (rewritten whole at the end)
-    with part.open("w", encoding="utf-8") as fh, tqdm(
-        total=len(targets), desc="enhance", unit="claim", disable=None if job.progress else True
+    with part.open("w", encoding="utf-8") as fh, progress_bar(
+        total=len(targets), desc="enhance", unit="claim", enabled=job.progress
     ) as bar:
 
         async def process(i: int) -> None:

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from real_fae_core.hashing import keyed_rng
+from real_fae_core.progress import progress_bar
 from data_prep.prompts import (
     DEFAULT_LINE_IDS,
     check_line_ids,
@@ -353,11 +354,8 @@ def token_lengths(rows: Sequence[dict], tokenizer, batch_size: int = 256, progre
     prompt), so that sequence's length is what ``max_length`` truncates.
     """
     out: list[int] = []
-    it = range(0, len(rows), batch_size)
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc="measuring token lengths", unit="batch")
+    it = progress_bar(range(0, len(rows), batch_size), enabled=progress, desc="measuring token lengths",
+                      unit="batch")
     for start in it:
         batch = rows[start:start + batch_size]
         convs = [list(r["prompt"]) + list(r["completion"]) for r in batch]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields
 from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
 
 from real_fae_core.hashing import keyed_rng
+from real_fae_core.progress import show_progress
 from data_prep.prompts import (DEFAULT_LINE_IDS, ParsedAnswer, check_line_ids, number_lines, parse_answer,
                                parse_shown_answer, render_evidence_prompt)
 from data_prep.records import ClaimRecord
@@ -668,8 +669,7 @@ class RoundProgress:
         self.shown = [0] * (rounds + 1)
         self.started = self.last = self.clock()
         if tty is None:
-            isatty = getattr(self.stream, "isatty", None)
-            tty = bool(isatty and isatty())
+            tty = show_progress(self.stream)
         self.bars = None
         if self.enabled and tty:
             from tqdm.auto import tqdm

@@ -25,6 +25,7 @@ from real_fae_core.entry import set_interrupt_note
 from real_fae_core.errors import RunFailure, Terminated, UserError
 from real_fae_core.hashing import sha256_file
 from real_fae_core.outputs import Output, any_of, claim_dir
+from real_fae_core.progress import quiet_library_bars
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 from data_prep.prompts import PROMPT_FORMAT_VERSION
@@ -109,22 +110,12 @@ def adapter_base(adapter: str | None) -> str | None:
     return cfg.get("base_model_name_or_path") if isinstance(cfg, dict) else None
 
 
-def quiet_loading_bars() -> None:
-    """No ``\\r`` weight-loading bars in a log file (our own progress is plain lines there)."""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        return
-    hf_logging.disable_progress_bar()
-
-
 def open_backend(backend_cls, opts):
     """The backend (``opts``: its options); an adapter whose weights do not fit the model is one clear line."""
     adapter, model = opts.adapter, opts.model
     base = adapter_base(adapter)
-    if backend_cls.name != "openai" and not sys.stderr.isatty():
-        quiet_loading_bars()
+    if backend_cls.name != "openai":
+        quiet_library_bars()  # no \r weight-loading bars in a log file (our own progress is plain lines there)
     try:
         backend = backend_cls(opts)
     except RuntimeError as exc:

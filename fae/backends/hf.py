@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 from real_fae_core.errors import UserError
 from real_fae_core.hardware import native_bf16_cpu_flags
 from real_fae_core.modelref import is_hub_id
+from real_fae_core.tied_embeddings import untie_for_adapter
 from data_prep.prompts import encode_chat
 from data_prep.schemas import schema_for_prompt
 from fae.backends import Backend, BackendOptions, Generation, RowDecoding, register
@@ -119,6 +120,7 @@ def load_hf_model(model: str | Path, adapter: str | Path | None = None, dtype: s
         if adapter:
             from peft import PeftModel
 
+            untie_for_adapter(lm, adapter)  # an adapter that trains lm_head of a tied base (the demo's)
             lm = PeftModel.from_pretrained(lm, adapter)
             if merge_adapter:
                 lm = lm.merge_and_unload()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import read_appended
+from real_fae_core.progress import progress_bar
 from data_prep.prompts import DEFAULT_LINE_IDS, number_lines, parse_shown_answer
 from data_prep.records import ClaimRecord, RecordError
 from fae.pave.prompts import prompts_for
@@ -58,15 +59,13 @@ def read_samples(path: Path) -> dict[str, dict]:
 
 def collect(records: list[ClaimRecord], sampler, config, out_dir: Path) -> list[dict]:
     """Sample every condition of every claim, appending finished claims to samples.jsonl."""
-    from tqdm.auto import tqdm
-
     path = out_dir / SAMPLES
     done = read_samples(path)
     # A claim whose record gained a counterfactual kind since it was sampled is sampled again.
     todo = [r for r in records
             if r.id not in done or not set(sampled_conditions(r, config)) <= set(done[r.id]["conditions"])]
-    bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="pave", unit="claim",
-               disable=not config.progress)
+    bar = progress_bar(total=len(records), initial=len(records) - len(todo), desc="pave", unit="claim",
+                       enabled=config.progress)
     with path.open("a") as fh:
         for start in range(0, len(todo), config.chunk_size):
             chunk = todo[start:start + config.chunk_size]

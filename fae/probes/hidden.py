@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 import torch
 
 from real_fae_core.errors import UserError
+from real_fae_core.progress import progress_bar
 from data_prep.prompts import encode_chat
 from fae.backends.hf import left_pad
 
@@ -109,9 +110,7 @@ def capture_last_token_states(
     batches = [order[i:i + batch_size] for i in range(0, len(order), max(1, batch_size))]
     it = batches
     if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(batches, desc=desc, unit="batch")
+        it = progress_bar(batches, desc=desc, unit="batch")
     for b in it:
         enc = left_pad_batch([unique_keys[i] for i in b], pad_id, dev)
         res = model(**enc, output_hidden_states=True, use_cache=False, logits_to_keep=1)

@@ -9,6 +9,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from real_fae_core.errors import UserError
+from real_fae_core.progress import progress_bar
 from data_prep.prompts import (
     encode_chat,
     render_evidence_prompt,
@@ -116,9 +117,7 @@ def accumulate(model, tokenizer, records: Iterable[ClaimRecord], *, batch_size: 
     acc = ActivationAccumulator(model)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, desc="fae neurons", unit="claim")
+        bar = progress_bar(total=total, desc="fae neurons", unit="claim")
     try:
         for batch in _batched(records, batch_size):
             ev = [encode_chat(tokenizer, render_evidence_prompt(r)) for r in batch]

@@ -11,10 +11,10 @@ silently. Batches mix conditions of many units: the sampled rows draw from their
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from real_fae_core import progress as bars
 from real_fae_core.labels import LABELS
 from fae.backends import RowDecoding, as_generation
 from fae.study.grid import Condition, StudyUnit, mapping_orders, non_identity_orders
@@ -121,10 +121,7 @@ def ask(backend, asker: Asker, todo: Sequence[Condition], write: Callable[[list[
 
 
 def progress_bar(total: int, initial: int, desc: str, enabled: bool):
-    """A tqdm bar on a terminal, plain lines elsewhere (tqdm's own), nothing when disabled."""
-    if not enabled:
+    """A tqdm bar on a terminal (real_fae_core.progress), nothing elsewhere or when disabled."""
+    if not (enabled and bars.show_progress()):
         return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit="prompt", file=sys.stderr,
-                mininterval=0.5 if sys.stderr.isatty() else 5.0)
+    return bars.progress_bar(total=total, initial=initial, desc=desc, unit="prompt", mininterval=0.5)

@@ -21,6 +21,7 @@ from trl import GRPOConfig, ModelConfig, ScriptArguments, SFTConfig, TrlParser
 from real_fae_core.errors import UserError
 from real_fae_core.flags import KeyValueFlag, appending_lists
 from real_fae_core.hardware import native_bf16_cpu_flags  # noqa: F401 - also imported from here by tests
+from real_fae_core.progress import show_progress
 from data_prep.pairs.build import VARIANTS
 from real.training import recipe_checks
 from real.training.onpolicy import check_weights
@@ -143,6 +144,12 @@ class _CpuPrecision:
                   "choices": ["labelled", "all"]},
     )
 
+    def _progress_default(self):
+        # Trainer's step bar only on a terminal (real_fae_core.progress), unless the recipe or the command
+        # line sets disable_tqdm; transformers' own default follows the logging level instead.
+        if self.disable_tqdm is None:
+            self.disable_tqdm = not show_progress()
+
     def _cpu_precision(self):
         # TRL turns bf16 on by default; without a GPU TrainingArguments refuses it, and bf16
         # matmuls on a CPU without native bf16 are ~100x slower. Fall back to fp32 on CPU
@@ -166,6 +173,7 @@ class _CpuPrecision:
 class RealSFTConfig(_CpuPrecision, SFTConfig):
     def __post_init__(self):
         self._cpu_precision()
+        self._progress_default()
         super().__post_init__()
 
 
@@ -191,6 +199,7 @@ class RealGRPOConfig(_CpuPrecision, GRPOConfig):
 
     def __post_init__(self):
         self._cpu_precision()
+        self._progress_default()
         self.reward_weights = list(check_weights(self.reward_weights))
         super().__post_init__()
 

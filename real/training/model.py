@@ -8,6 +8,7 @@ from pathlib import Path
 
 from real_fae_core.errors import UserError
 from real_fae_core.modelref import is_hub_id
+from real_fae_core.tied_embeddings import untie_for_modules
 from real.training import recipe_checks
 
 logger = logging.getLogger("real.train")
@@ -127,5 +128,7 @@ def load_model(model_args, training_args):
         model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except OSError as exc:
         raise UserError(f"could not load base model {name!r} ({str(exc).splitlines()[0]})") from None
+    if model_args.use_peft:  # a LoRA that trains lm_head of a tied base (the demo's): its own copy first
+        untie_for_modules(model, model_args.lora_modules_to_save, model_args.lora_target_modules)
     return model
 

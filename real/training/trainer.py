@@ -21,6 +21,7 @@ from real_fae_core.atomicio import atomic_write_text
 from real_fae_core.entry import set_interrupt_note
 from real_fae_core.errors import RunFailure, Terminated, UserError
 from real_fae_core.runlock import RunLock
+from real_fae_core.tied_embeddings import untie_for_adapter
 from real_fae_core.lifeline import run_stopping, set_stage
 from real.training import checkpoints, cpu_loss, engines, fingerprint
 from real.training.args import accelerator_available
@@ -253,6 +254,7 @@ def start_model(model_args, training_args, script_args):
     if not (Path(script_args.init_adapter) / "adapter_config.json").is_file():
         raise UserError(f"init_adapter {script_args.init_adapter!r} holds no adapter_config.json (a real-train "
                         "output directory)")
+    untie_for_adapter(model, script_args.init_adapter)
     return PeftModel.from_pretrained(model, script_args.init_adapter, is_trainable=True), None
 
 
