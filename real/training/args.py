@@ -192,6 +192,12 @@ class RealGRPOConfig(_CpuPrecision, GRPOConfig):
         metadata={"help": "Pools per forward when the reward asks the current policy for its label on an "
                   "answer's ablated pools."},
     )
+    seeded_sampling: bool = field(
+        default=False,
+        metadata={"help": "Draw each prompt's answers from a seed named by (seed, step, prompt), one generate "
+                  "call per prompt: the answers no longer depend on the batch or on the process that draws "
+                  "them, so a DDP run trains as one process does (fp32 summation aside)."},
+    )
     control_seed: int = field(
         default=0,
         metadata={"help": "Seed of the control's draws (per record and citation, as FAE's matched control)."},

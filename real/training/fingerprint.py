@@ -48,7 +48,8 @@ def run_definition(*, script_args, training_args, model_args, data_sha: str, glo
         d.update(trainer=script_args.trainer, init_adapter=script_args.init_adapter,
                  records=script_args.records, num_generations=t.num_generations,
                  max_completion_length=t.max_completion_length, temperature=t.temperature, beta=t.beta,
-                 reward_weights=list(t.reward_weights or []), control_seed=t.control_seed)
+                 reward_weights=list(t.reward_weights or []), control_seed=t.control_seed,
+                 seeded_sampling=t.seeded_sampling)
     if m.use_peft:
         targets = m.lora_target_modules
         d.update(lora_r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,

@@ -297,3 +297,40 @@ def pairs_line_ids(dataset_path: str) -> str:
         return json.loads(stats.read_text(encoding="utf-8")).get("line_ids") or DEFAULT_LINE_IDS
     except (OSError, ValueError, AttributeError):
         return DEFAULT_LINE_IDS
+
+
+def seeded_sampling_trainer(base):
+    """A subclass of TRL's ``GRPOTrainer`` (``base``) whose answers are drawn per prompt, each prompt's
+    ``num_generations`` answers from a seed named by (seed, optimizer step, the prompt's tokens, its
+    occurrence in the step): what is sampled then depends neither on the batch around a prompt (its padding,
+    its row in the sampler's draw) nor on which process generates it, so two DDP processes draw the answers
+    one process draws. One ``generate`` call per prompt instead of one per batch: slower on an accelerator,
+    which is why it is an option (``seeded_sampling``), off by default."""
+    import torch
+
+    class SeededSamplingGRPOTrainer(base):
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                                  has_tool_images=False):
+            if images is not None or multimodal_fields or getattr(self, "use_vllm", False):
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                     has_tool_images)
+            completions, logprobs, seen = [], [], {}
+            start = 0
+            while start < len(prompt_ids):
+                end = start + 1
+                while end < len(prompt_ids) and prompt_ids[end] == prompt_ids[start]:
+                    end += 1
+                key = tuple(prompt_ids[start])
+                seen[key] = seen.get(key, -1) + 1
+                seed = derived_seed(self.args.seed, self.state.global_step, key, seen[key])
+                devices = [self.accelerator.device] if self.accelerator.device.type == "cuda" else []
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(seed)
+                    ids, lps = super()._generate_single_turn(prompt_ids[start:end], images, multimodal_fields,
+                                                             num_generations, has_tool_images)
+                completions += ids
+                logprobs = None if lps is None or logprobs is None else logprobs + lps
+                start = end
+            return completions, logprobs
+
+    return SeededSamplingGRPOTrainer

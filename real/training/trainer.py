@@ -31,7 +31,8 @@ from real.training.interrupt import InterruptNote, resume_command
 from real.training.model import check_model_path, check_target_modules, load_model, load_tokenizer, set_generation_eos
 from real.training.model_card import model_card, resolved_config
 from data_prep.records import load_records
-from real.training.onpolicy import PROMPT_COLUMNS, OnPolicyReward, PolicyJudge, pairs_line_ids
+from real.training.onpolicy import (PROMPT_COLUMNS, OnPolicyReward, PolicyJudge, pairs_line_ids,
+                                    seeded_sampling_trainer)
 from real.training.pair_lengths import enforce_max_length, fitted_for_padding_free
 
 logger = logging.getLogger("real.train")
@@ -286,6 +287,8 @@ def build_grpo_trainer(script_args, training_args, model_args, *, callbacks: lis
     line_ids = pairs_line_ids(script_args.dataset_name)
     judge = PolicyJudge(tokenizer, line_ids, training_args.judge_batch_size)
     reward = OnPolicyReward(records, judge, line_ids=line_ids, control_seed=training_args.control_seed)
+    if training_args.seeded_sampling:
+        GRPOTrainer = seeded_sampling_trainer(GRPOTrainer)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward.functions(),
