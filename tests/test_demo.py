@@ -217,6 +217,11 @@ def test_reduced_demo_on_the_shipped_base_shows_the_effect(tmp_path, capsys):
     assert {f"rewards/{t}/mean" for t in REWARD_TERMS} <= {k for e in state["log_history"] for k in e}
     assert "GRPOTrainer" in (out / "models" / ON_POLICY / "README.md").read_text()
     assert on_disk["variants"][ON_POLICY]["n_claims"] == 50 and f"| {ON_POLICY} |" in (out / "report.md").read_text()
+    # judged by its own goals, not the Table-2 pattern: 6 steps of necessity alone from this 60-step
+    # real_sufficient leave it unreadable (measured: a_0 0.12, invalid 0.40; its recipe weighs neither format
+    # nor label, docs/demo.md), which drift.json reports as missed goals
+    assert [p["held"] for p in json.loads((out / "drift.json").read_text())["on_policy"]][0] is (
+        on_disk["variants"][ON_POLICY]["label_accuracy"] >= 0.98)
     # the effect, with margins a broken pipeline cannot pass: the demo's own Table-2 statements (real.demo.drift),
     # among them that the control arm catches REAL's cue (SPEC §6): it abstains when lines that are neither cited
     # nor gold go (60 steps, matched control: IS_ctrl 0.77 measured, sft 0.0) and on gold-only pools; the full
@@ -246,7 +251,7 @@ def test_reduced_demo_on_the_shipped_base_shows_the_effect(tmp_path, capsys):
     assert all(r.enhanced_evidence is not None and set(r.extra["annotations"]) == {a.model for a in ANNOTATORS}
                for r in train)
     inc = on_disk["incomplete_gold"]["incomplete"]
-    assert set(inc) == set(VARIANTS) and inc["real"]["n_claims"] > 0
+    assert set(inc) == {*VARIANTS, ON_POLICY} and inc["real"]["n_claims"] > 0
     compare = json.loads((out / "compare" / "compare.json").read_text())  # SPEC §8 on sft vs real
     assert {"S00", "S01", "S10", "S11", "G", "E0", "A1", "A0", "E1", "I"} <= set(compare)
     report = (out / "report.md").read_text()

@@ -147,6 +147,10 @@ def test_a_run_with_the_on_policy_variant_is_compared_with_a_reference_made_with
         "on_policy reads the full pool", "on_policy needs its evidence"]
     assert "IS - IS_ctrl (paired) >= 0.80" in report["on_policy"][1]["statement"]
     assert any("on_policy's goals" in line for line in drift_lines(report))
+    collapsed = copy.deepcopy(with_op)  # an unreadable on-policy variant misses its own goals, not Table 2's
+    collapsed["variants"]["on_policy"].update(round_accuracy=[0.12, 0.1], label_accuracy=0.12)
+    assert all(held for _, held in table2_pattern(collapsed))
+    assert drift_report(collapsed, ref)["on_policy"][0]["held"] is False
     other = copy.deepcopy(with_op)
     other["size"]["n_test"] = 100  # a size that changes every variant is still not compared
     assert "size" in drift_report(other, ref)["skipped"]

@@ -83,6 +83,9 @@ SUFFICIENT_TARGETS = {"round0_accuracy": 0.98, "is_minus_is_ctrl": 0.75, "is_ctr
 # The on-policy variant's goals (real-demo --on-policy; SPEC §4 `trainer: grpo`): the same statements, a higher
 # evidence-specific IS (its reward asks for necessity under the control on every prompt).
 ON_POLICY_TARGETS = {**SUFFICIENT_TARGETS, "is_minus_is_ctrl": 0.80}
+# The on-policy variant's name (real-demo --on-policy): judged by its own goals (ON_POLICY_TARGETS, reported
+# in drift.json), not by the Table-2 pattern, which is about the pairs-trained variants.
+ON_POLICY = "on_policy"
 # DemoSize fields that add a variant without changing the others: a run with them compares with a reference
 # made without them on the numbers both have.
 ADDED_VARIANT_FIELDS = ("on_policy", "on_policy_steps")
@@ -123,7 +126,7 @@ def table2_pattern(summary: Mapping[str, Any]) -> list[tuple[str, bool]]:
     sft, real = v["sft"], v["real"]
     checks = [
         ("every variant reads the pool: a_0 >= 0.8",
-         all((m.get("round_accuracy") or [0])[0] >= 0.8 for m in v.values())),
+         all((m.get("round_accuracy") or [0])[0] >= 0.8 for name, m in v.items() if name != ON_POLICY)),
         ("ablation raises IS: REAL's IS - SFT's >= 0.5", real["IS"] - sft["IS"] >= 0.5),
         ("the control catches REAL's cue: REAL's IS_ctrl - SFT's >= 0.35",
          real["control"]["IS_ctrl"] - sft["control"]["IS_ctrl"] >= 0.35),
@@ -175,9 +178,9 @@ def drift_report(summary: Mapping[str, Any], reference_path: Path | None, *, sam
     if "real_sufficient" in (summary.get("variants") or {}):  # the goals of the variant, reported, not asserted
         report["sufficiency"] = [{"statement": s, "held": held}
                                  for s, held in sufficiency_pattern(summary["variants"]["real_sufficient"])]
-    if "on_policy" in (summary.get("variants") or {}):
-        report["on_policy"] = [{"statement": s, "held": held} for s, held in
-                               sufficiency_pattern(summary["variants"]["on_policy"], ON_POLICY_TARGETS, "on_policy")]
+    if ON_POLICY in (summary.get("variants") or {}):
+        report[ON_POLICY] = [{"statement": s, "held": held} for s, held in
+                             sufficiency_pattern(summary["variants"][ON_POLICY], ON_POLICY_TARGETS, ON_POLICY)]
     if reference_path is None or not reference_path.is_file():
         report["skipped"] = "no committed summary to compare with"
         return report
@@ -197,9 +200,9 @@ def drift_lines(report: Mapping[str, Any]) -> list[str]:
     if report.get("sufficiency"):
         lines.append("Necessary and sufficient (real_sufficient's goals):")
         lines += [f"  [{'ok' if p['held'] else 'missed'}] {p['statement']}" for p in report["sufficiency"]]
-    if report.get("on_policy"):
-        lines.append("Necessary and sufficient (on_policy's goals):")
-        lines += [f"  [{'ok' if p['held'] else 'missed'}] {p['statement']}" for p in report["on_policy"]]
+    if report.get(ON_POLICY):
+        lines.append(f"Necessary and sufficient ({ON_POLICY}'s goals):")
+        lines += [f"  [{'ok' if p['held'] else 'missed'}] {p['statement']}" for p in report[ON_POLICY]]
     if report.get("skipped"):
         return lines + [f"Against {report['reference']}: not compared ({report['skipped']})"]
     moved = report["moved"]

@@ -63,7 +63,7 @@ from fae.pave.io import SAMPLES, jsd_condition, read_samples
 from fae.probes.knowledge import shares_text
 from fae.probes.report import load_probe, markdown_table
 
-from .drift import drift_lines, drift_report, reference_for
+from .drift import ON_POLICY, drift_lines, drift_report, reference_for
 from .annotators import AnnotatorServer, enhancement_quality, write_annotators_yaml
 from .world import add_counterfactuals, add_incomplete_gold, build_world, make_split, train_test_facts
 
@@ -79,7 +79,6 @@ VARIANTS = ("sft", "no_ablation", "no_enhancement", "real", "real_sufficient")
 PAVE_VARIANTS = ("sft", "real")  # the arbitration profile: standard SFT vs REAL
 # On-policy evidence ablation (SPEC §4, `trainer: grpo`; real-demo --on-policy): GRPO from real_sufficient's
 # adapter on real_sufficient's prompts, rewarded by the verifier's own ablations (recipes/demo/on_policy.yaml).
-ON_POLICY = "on_policy"
 ON_POLICY_START = "real_sufficient"
 # The demo's tiny model is evaluated in fp32 everywhere: its committed numbers
 # (benchmarks/results/demo_cpu_summary.json) were measured so, and `--dtype auto` is bf16 on a CPU with
