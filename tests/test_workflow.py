@@ -261,7 +261,9 @@ def test_training_recipes_follow_the_path_scheme():
             raw = yaml.safe_load(recipe.read_text())
             name = folder if folder != "tiny" else Path(raw["model_name_or_path"]).name
             assert raw["dataset_name"] == f"data/pairs/{name}/{raw['variant']}", recipe
-            assert raw["output_dir"] == f"outputs/{name}/{raw['variant']}", recipe
+            # an on-policy recipe trains on a variant's prompts: its adapter beside that variant's SFT one
+            suffix = "_grpo" if raw.get("trainer") == "grpo" else ""
+            assert raw["output_dir"] == f"outputs/{name}/{raw['variant']}{suffix}", recipe
             header = "".join(line for line in recipe.read_text().splitlines(keepends=True)
                              if line.startswith("#"))
             assert f"--output data/pairs/{name}/{raw['variant']}" in header, recipe
