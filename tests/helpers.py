@@ -57,6 +57,28 @@ def toy_training_records(n: int = 6) -> list[dict]:
             for i in range(n)]
 
 
+def kill_once_saved(cmd: list[str], saved, *, what: str, timeout: float, **popen) -> int:
+    """Start ``cmd`` in its own process group and SIGKILL the whole group as soon as ``saved()`` is true
+    (a checkpoint on disk): a training killed midway, for the resume tests. Returns its exit status."""
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            **popen)
+    try:
+        deadline = time.time() + timeout
+        while not saved():
+            assert proc.poll() is None, f"training ended before {what}"
+            assert time.time() < deadline, f"no {what} within the time limit"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1, so parallel `accelerate launch` runs never collide on 29500."""
     with socket.socket() as s:

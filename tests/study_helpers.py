@@ -20,18 +20,21 @@ def write_study(path: Path, *, dataset="fever", model="m", seeds=(1103, 2207), p
     units = [{"id": f"u{i}", "claim_id": f"c{i}", "gold_label": S if i % 2 else R, "groups": [[0]],
               "submitted": {"256": [[0] if i % 3 else [1], [0]], "2048": [[0], [0]]}} for i in range(12)]
     (path / "units.jsonl").write_text("".join(json.dumps(u) + "\n" for u in units))
-    lines = []
+    lines = [dict(row, answer=u["gold_label"] if (int(u["id"][1:]) + row["replicate"] + row["source"]) % 4
+                  else INVALID) for u, row in _primary_rows(units, budgets, formats, seeds)][drop:]
+    (path / "responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def _primary_rows(units, budgets, formats, seeds):
+    """(unit, the response row's keys) for every primary condition of every unit, in `fae study`'s order."""
     for u in units:
         for s in (0, 1):
             for b in budgets:
                 for f in formats:
                     for r in range(len(seeds) + 1):
-                        ans = u["gold_label"] if (int(u["id"][1:]) + r + s) % 4 else INVALID
-                        lines.append({"unit": u["id"], "kind": "primary", "source": s, "budget": b, "format": f,
-                                      "replicate": r, "control": None, "variant": None, "answer": ans})
-    lines = lines[drop:]
-    (path / "responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return path
+                        yield u, {"unit": u["id"], "kind": "primary", "source": s, "budget": b, "format": f,
+                                  "replicate": r, "control": None, "variant": None}
 
 
 def write_grid(path: Path, units: list[dict], raw, *, dataset="fever", model="m", seeds=(1103, 2207),
@@ -46,14 +49,8 @@ def write_grid(path: Path, units: list[dict], raw, *, dataset="fever", model="m"
     (path / "study.json").write_text(json.dumps(cfg))
     (path / "units.jsonl").write_text("".join(json.dumps(u) + "\n" for u in units))
     lines = []
-    for u in units:
-        for s in (0, 1):
-            for b in budgets:
-                for f in formats:
-                    for r in range(len(seeds) + 1):
-                        text = raw(u["id"], s, b, f, r)
-                        lines.append({"unit": u["id"], "kind": "primary", "source": s, "budget": b, "format": f,
-                                      "replicate": r, "control": None, "variant": None, "response": text,
-                                      "answer": answer_format(f).parse(text, dataset)})
+    for u, row in _primary_rows(units, budgets, formats, seeds):
+        text = raw(u["id"], row["source"], row["budget"], row["format"], row["replicate"])
+        lines.append(dict(row, response=text, answer=answer_format(row["format"]).parse(text, dataset)))
     (path / "responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path

@@ -280,9 +280,7 @@ def test_real_train_grpo_refuses_missing_records_in_one_line(onpolicy_work, tmp_
 def test_a_killed_grpo_run_resumes_to_the_same_adapter(onpolicy_work, tmp_path):
     """SIGKILL after a checkpoint, relaunch: the resumed run ends with the adapter of an uninterrupted one
     (the sampler's RNG state travels in the checkpoint, so the same answers are drawn after the resume)."""
-    import signal
-    import time
-
+    from helpers import kill_once_saved
     from safetensors.torch import load_file
 
     steps = ["--max_steps", "4", "--save_steps", "1", "--save_total_limit", "5"]
@@ -291,19 +289,8 @@ def test_a_killed_grpo_run_resumes_to_the_same_adapter(onpolicy_work, tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     cut = tmp_path / "cut"
-    proc = subprocess.Popen(_grpo_args(onpolicy_work, cut, *steps), cwd=REPO, env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.time() + 300
-        while not (cut / "checkpoint-2" / "trainer_state.json").exists():
-            assert proc.poll() is None, "training ended before its second checkpoint"
-            assert time.time() < deadline
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill_once_saved(_grpo_args(onpolicy_work, cut, *steps), (cut / "checkpoint-2" / "trainer_state.json").exists,
+                    what="its second checkpoint", timeout=300, cwd=REPO, env=ENV)
     if (cut / "adapter_model.safetensors").exists():
         pytest.skip("the run finished before it could be killed")
     p = subprocess.run(_grpo_args(onpolicy_work, cut, *steps), cwd=REPO, env=ENV,

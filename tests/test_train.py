@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO, CpuBurner, alive, free_port, tagged_processes, toy_training_records
+from helpers import REPO, CpuBurner, alive, free_port, kill_once_saved, tagged_processes, toy_training_records
 
 from data_prep.cli import main as real_data
 from real_fae_core.errors import UserError
@@ -478,20 +478,9 @@ def test_killed_run_resumes_from_last_checkpoint(work, tiny_qwen, tmp_path):
     out = tmp_path / "qwen-sft"
     cmd = [REAL_TRAIN, *_args("qwen-sft.yaml", tiny_qwen, work / "pairs-sft", out, "--max_steps", "30",
                              "--save_steps", "1", "--save_total_limit", "3")]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    try:
-        deadline = time.time() + 240
-        while not any(out.glob("checkpoint-*/trainer_state.json")):  # rotated away fast on a fast CPU
-            assert proc.poll() is None, "training ended before its first checkpoint"
-            assert time.time() < deadline, "no checkpoint within the time limit"
-            time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    code = kill_once_saved(cmd, lambda: any(out.glob("checkpoint-*/trainer_state.json")),  # rotated away fast
+                           what="its first checkpoint", timeout=240, cwd=REPO, env=ENV)
+    assert code == -signal.SIGKILL
     assert not (out / "adapter_model.safetensors").exists()  # the run did not finish
     last = rt.last_complete_checkpoint(str(out))
     killed_at = json.loads((Path(last) / "trainer_state.json").read_text())["global_step"]

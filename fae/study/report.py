@@ -537,6 +537,13 @@ def write_figure(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _family_rows(report: dict, family: str, shown=lambda name: True) -> list[str]:
+    """One secondary family's table rows: every panel's comparisons with their adjusted intervals."""
+    return [f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_interval(v)} | "
+            f"{v['seed_signs_agreeing']}/{p['seeds']} |"
+            for p in report["panels"] for name, v in p[family]["values"].items() if shown(name)]
+
+
 def secondary_sections(report: dict) -> list[str]:
     """The secondary inference, each table marked exploratory, post hoc or sensitivity, with its level."""
     sec = report.get("secondary")
@@ -548,20 +555,14 @@ def secondary_sections(report: dict) -> list[str]:
              "### Exploratory family: E1, E_avg = (E0 + E1)/2, endpoints and source gain", "",
              f"{_level(sec['exploratory'])}.", "",
              "| Dataset | Model | Comparison | Effect [adjusted interval] | Seed signs |", "|---|---|---|---|---|"]
-    for p in report["panels"]:
-        for name, v in p["exploratory"]["values"].items():
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_interval(v)} | "
-                         f"{v['seed_signs_agreeing']}/{p['seeds']} |")
+    lines += _family_rows(report, "exploratory")
     lines += ["", "### Post-hoc family: input-scoring interaction and the direct E1 - E0 changes", "",
               f"{_level(sec['post_hoc'])}; the crossed-budget components above belong to this family. "
               "interaction = T(l,l) - T(l,s) - T(s,l) + T(s,s).", "",
               "| Dataset | Model | Comparison | Effect [adjusted interval] | Seed signs |", "|---|---|---|---|---|"]
-    for p in report["panels"]:
-        for name, v in p["post_hoc"]["values"].items():
-            if name.startswith("crossing/") and name != "crossing/interaction":
-                continue
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_interval(v)} | "
-                         f"{v['seed_signs_agreeing']}/{p['seeds']} |")
+    # the crossed-budget components have their own table (crossing_table): only the interaction here
+    lines += _family_rows(report, "post_hoc",
+                          shown=lambda name: not name.startswith("crossing/") or name == "crossing/interaction")
     lines += ["", "### Lenient re-reading (sensitivity check, point estimates)", "",
               "Every saved response re-read by the lenient reader (case, spaces/underscores, surrounding "
               "punctuation, quotes and markdown folded; a leading answer with an unambiguous explanation "
