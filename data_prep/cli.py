@@ -29,6 +29,7 @@ SUBCOMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`real-data COMMAND ...`: run one data-preparation subcommand; its exit code (2 for a usage error)."""
     return dispatch("real-data", __doc__, SUBCOMMANDS, argv)
 
 

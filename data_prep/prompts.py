@@ -66,6 +66,7 @@ class ShownPool:
             return None
 
     def shown_number(self, record_id: int) -> int:
+        """The line number the prompt shows for record id ``record_id``; ValueError when the pool lacks it."""
         return self.numbers[self.ids.index(record_id)]
 
 
@@ -111,6 +112,7 @@ def format_lines(shown: ShownPool, texts: Mapping[int, str]) -> str:
 
 
 def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines too) as one space."""
     # A newline inside a sentence would fake a new "lineN:" row.
     return " ".join(text.split())
 
@@ -212,6 +214,7 @@ class ParsedAnswer:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The parsed answer as a JSON-ready mapping, one key per field."""
         return asdict(self)
 
 

@@ -54,6 +54,7 @@ class Sentence:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """The sentence as a record line holds it: id, text, doc when known, then any extra keys."""
         out: dict[str, Any] = {"id": self.id, "text": self.text}
         if self.doc is not None:
             out["doc"] = self.doc
@@ -81,6 +82,7 @@ class ClaimRecord:
     # -- derived views -------------------------------------------------
     @property
     def pool_ids(self) -> list[int]:
+        """The ids of the pool's sentences, in reading order."""
         return [s.id for s in self.sentences]
 
     @property
@@ -89,10 +91,13 @@ class ClaimRecord:
         return sorted({i for group in self.evidence for i in group})
 
     def sentence_map(self) -> dict[int, Sentence]:
+        """The pool's sentences by id."""
         return {s.id: s for s in self.sentences}
 
     # -- (de)serialisation ---------------------------------------------
     def to_dict(self) -> dict:
+        """The record as one line of a records file: the schema's fields, ``enhanced_evidence`` when set,
+        then the extra keys (kept as read)."""
         out: dict[str, Any] = {
             "id": self.id,
             "dataset": self.dataset,
@@ -253,9 +258,11 @@ class ValidationReport:
 
     @property
     def ok(self) -> bool:
+        """Whether every record was valid."""
         return not self.errors
 
     def to_dict(self) -> dict:
+        """The report as JSON (``real-data validate --json``): counts and every error, located."""
         return {
             "path": self.path,
             "lines": self.n_lines,
@@ -265,6 +272,7 @@ class ValidationReport:
         }
 
     def summary(self) -> str:
+        """The report as printed: one head line of counts, then one indented line per bad record."""
         head = f"{self.path}: {self.n_valid} valid, {len(self.errors)} invalid of {self.n_lines} records"
         return "\n".join([head] + [f"  {e}" for e in self.errors])
 
@@ -337,6 +345,8 @@ def load_records_or_fail(path: str | os.PathLike, **kwargs) -> list[ClaimRecord]
 
 
 def iter_with_lines(path, on_error) -> Iterator[tuple[int, ClaimRecord]]:
+    """(line number, record) for each valid record of ``path``; a bad one goes to ``on_error`` (located),
+    or is raised when ``on_error`` is None."""
     for lineno, obj in iter_jsonl_lines(path):
         try:
             if isinstance(obj, RecordError):

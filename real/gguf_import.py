@@ -112,12 +112,14 @@ def gguf_metadata(path: Path) -> dict:
 
 
 def supported_architectures() -> set[str]:
+    """The GGUF architectures this transformers can dequantize into a model (its GGUF config mapping's keys)."""
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
     return set(GGUF_CONFIG_MAPPING)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """The sha256 (hex) of the file at ``path``, read ``chunk`` bytes at a time (a GGUF file may not fit in memory)."""
     h = hashlib.sha256()
     with path.open("rb") as fh:
         while block := fh.read(chunk):
@@ -156,6 +158,8 @@ def torch_threads(n: int):
 
 
 def verify_logits(model, tokenizer):
+    """The float32 logits of the next token after a fixed chat prompt, on a fixed number of threads: what
+    the import compares before and after it writes the model."""
     import torch
 
     text = tokenizer.apply_chat_template([{"role": "user", "content": VERIFY_PROMPT}], tokenize=False,
@@ -254,10 +258,12 @@ def _check_saved(path: Path, tokenizer, reference, dtype: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`real-import-gguf ...`: import a GGUF model; the exit code, every failure as one line."""
     return run_guarded("real-import-gguf", _main, argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of `real-import-gguf`, one option per field of :class:`ImportGgufConfig`."""
     p = argparse.ArgumentParser(allow_abbrev=False, prog="real-import-gguf", description=__doc__.splitlines()[0])
     add_config_arguments(p, ImportGgufConfig)
     return p

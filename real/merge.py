@@ -98,10 +98,12 @@ def merge_adapter(adapter: str, output: str, *, base: str | None = None, dtype: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`real-merge ...`: merge an adapter into its base model; the exit code, every failure as one line."""
     return run_guarded("real-merge", _main, argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of `real-merge`, one option per field of :class:`MergeConfig`."""
     p = argparse.ArgumentParser(allow_abbrev=False, prog="real-merge", description=__doc__.splitlines()[0])
     add_config_arguments(p, MergeConfig)
     return p

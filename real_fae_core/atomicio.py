@@ -85,6 +85,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """``text`` as the whole of ``path`` (UTF-8), atomically: a kill or a full disk leaves the old file or none."""
     with atomic_open(path, "w") as fh:
         fh.write(text)
 

@@ -121,6 +121,7 @@ class RunFingerprint:
         return out
 
     def path(self, directory: str | os.PathLike) -> Path:
+        """Where the fingerprint of a run in ``directory`` lives: ``directory``/``file`` (it may not exist yet)."""
         return Path(directory) / self.file
 
     def write(self, directory: str | os.PathLike, record: Mapping[str, Any]) -> None:

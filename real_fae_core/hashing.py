@@ -13,10 +13,12 @@ _BLOCK = 1 << 20
 
 
 def sha256_bytes(data: bytes) -> str:
+    """The sha256 of ``data``, as 64 lowercase hex digits."""
     return hashlib.sha256(data).hexdigest()
 
 
 def sha256_text(text: str) -> str:
+    """The sha256 of ``text`` encoded as UTF-8 (hex), so equal strings hash equal on every platform."""
     return sha256_bytes(text.encode("utf-8"))
 
 

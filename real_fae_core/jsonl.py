@@ -72,6 +72,7 @@ class RecordError(ValueError, UserError):
         return ": ".join(parts) + f": {self.reason}"
 
     def located(self, path, line, record_id=None) -> "RecordError":
+        """The same error placed at ``path``:``line``; an id the error already names wins over ``record_id``."""
         return RecordError(
             self.reason,
             field=self.field,
@@ -81,6 +82,7 @@ class RecordError(ValueError, UserError):
         )
 
     def to_dict(self) -> dict:
+        """The error as a JSON-ready mapping (path, line, record_id, field, reason; None where unknown), for reports."""
         return {
             "path": self.path,
             "line": self.line,
@@ -294,6 +296,7 @@ class DurableAppender:
         os.fsync(self._fh.fileno())
 
     def close(self) -> None:
+        """Close the file; every batch already written is on disk (each call fsyncs)."""
         self._fh.close()
 
     def __enter__(self):

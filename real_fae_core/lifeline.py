@@ -138,6 +138,7 @@ def set_stage(text: str) -> None:
 
 
 def stage() -> str:
+    """What this rank said it is doing (:func:`set_stage`); the line that ends a stuck rank quotes it."""
     return _stage
 
 

@@ -73,6 +73,9 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
+        """Take the lock (itself, for chaining); a lock already held or disabled is a no-op.
+        Raises :class:`UserError` naming the holder when another process has it; a file system without locks
+        runs unlocked, with a warning."""
         if not self.enabled or self._fd is not None:
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +102,7 @@ class RunLock:
         return self
 
     def release(self) -> None:
+        """Let the next writer in (a no-op when not held); the lock file stays, describing the last holder."""
         if self._fd is None:
             return
         try:
@@ -109,6 +113,7 @@ class RunLock:
 
     @property
     def held(self) -> bool:
+        """Whether this object holds the lock now (False when disabled or on a file system without locks)."""
         return self._fd is not None
 
     def __enter__(self) -> "RunLock":

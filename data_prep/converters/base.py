@@ -38,6 +38,7 @@ class InputError(UserError):
 
 
 def where(path, line: int | None = None, field: str | None = None) -> str:
+    """``path``, ``path:line`` or ``path:line: field 'x'``: the place a message names."""
     out = str(path)
     if line is not None:
         out += f":{line}"
@@ -155,6 +156,7 @@ class ConvertStats:
 
     def drop(self, reason: str, path, line: int | None = None, field_name: str | None = None,
              detail: str | None = None) -> None:
+        """Count one claim line dropped for ``reason`` and note where (every drop; ``MAX_EXAMPLES`` examples per reason)."""
         self.dropped[reason] += 1
         loc = where(path, line, field_name) + (f": {detail}" if detail else "")
         self.dropped_claims.append((reason, self.current_id, loc))

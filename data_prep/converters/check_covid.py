@@ -34,10 +34,13 @@ LABELS = {"SUPPORT": SUPPORT, "REFUTE": REFUTE, "NOTENOUGHINFO": NOT_ENOUGH_INFO
 
 
 def load_corpus(path) -> dict[str, list[str]]:
+    """``{cord_id: abstract sentences}`` of corpus.json; an empty or duplicate id is fatal."""
     return load_abstract_corpus(path, "cord_id", str, nonempty=True)
 
 
 def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
+    """One record per usable Check-COVID claim (record, file, line); unusable claims are counted in ``stats``
+    as drops, malformed lines are an :class:`InputError`."""
     corpus = load_corpus(inputs.corpus)
     for path, lineno, obj, cid, claim in claim_lines(inputs, stats, "id", (str, int)):
         label = get_label(obj, "label", LABELS, path, lineno)

@@ -56,6 +56,7 @@ CONFIG = ConvertConfig
 
 
 def add_arguments(p) -> None:
+    """The options of `real-data convert`, one per field of :class:`ConvertConfig`."""
     add_config_arguments(p, ConvertConfig)
 
 
@@ -146,6 +147,8 @@ def summary_path(output: Path) -> Path:
 
 
 def format_summary(s: dict) -> str:
+    """The conversion summary as the lines printed: records, labels, pool sizes, trimming and drops with
+    an example of each."""
     lines = [f"{s['dataset']}: {s['records_written']} records written to {s['output']} "
              f"({s['claims_read']} claims read)"]
     lines.append("  labels: " + ", ".join(f"{k} {v}" for k, v in s["labels"].items()))
@@ -167,6 +170,8 @@ def format_summary(s: dict) -> str:
 
 
 def run(config: ConvertConfig) -> CommandResult:
+    """`real-data convert` as a function: the records file and its .summary.json (``summary``); a tokenizer
+    that cannot be loaded for ``--max-pool-tokens`` is a :class:`UserError`."""
     inputs = _inputs(config)
     trimmer = None
     if config.max_pool_tokens is not None:

@@ -32,6 +32,8 @@ EVIDENCE_LABELS = {"SUPPORTS": SUPPORT, "REFUTES": REFUTE, "NOT_ENOUGH_INFO": NO
 
 
 def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
+    """One record per usable Climate-FEVER claim (record, file, line); DISPUTED and unusable claims are
+    counted in ``stats`` as drops, malformed lines are an :class:`InputError`."""
     for path, lineno, obj, cid, claim in claim_lines(inputs, stats, "claim_id", (str, int)):
         label = get_label(obj, "claim_label", CLAIM_LABELS, path, lineno)
         evidences = get_field(obj, "evidences", list, path, lineno)

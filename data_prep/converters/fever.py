@@ -54,6 +54,7 @@ def unescape(text: str) -> str:
 
 
 def norm_title(title: str) -> str:
+    """A page title in NFC, so a claim file's title finds its page in the dump."""
     # The dump and the claim files do not always agree on Unicode normal form.
     return unicodedata.normalize("NFC", title)
 
@@ -100,6 +101,8 @@ def needed_pages(claim_files: list[Path]) -> set[str]:
 
 
 def wiki_shards(wiki: Path) -> list[Path]:
+    """The wiki-pages files to read: ``wiki`` itself when a file, else its shards in name order; a directory
+    without any is a :class:`UserError`."""
     if wiki.is_file():
         return [wiki]
     shards = sorted(wiki.glob("wiki-*.jsonl")) or sorted(wiki.glob("*.jsonl"))
@@ -236,6 +239,8 @@ def build_record(cid, claim, label, groups, pages, path, lineno, stats) -> Claim
 
 
 def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
+    """One record per usable FEVER claim (record, file, line), reading only the wiki pages the claims cite;
+    NEI claims (no evidence pages) and unusable ones are counted in ``stats`` as drops."""
     needed = needed_pages(inputs.claims)
     pages = load_pages(inputs.wiki_pages, needed, stats)
     for path in inputs.claims:

@@ -31,10 +31,13 @@ RATIONALE_LABELS = {"SUPPORT": SUPPORT, "CONTRADICT": REFUTE}
 
 
 def load_corpus(path) -> dict[str, list[str]]:
+    """``{doc_id: abstract sentences}`` of corpus.jsonl (ids as strings); a duplicate id is fatal."""
     return load_abstract_corpus(path, "doc_id", (int, str))
 
 
 def convert(inputs: ConvertInputs, stats: ConvertStats) -> Iterator[Emitted]:
+    """One record per usable SciFact claim (record, file, line), its pool the cited abstracts; unusable claims
+    are counted in ``stats`` as drops, malformed lines are an :class:`InputError`."""
     corpus = load_corpus(inputs.corpus)
     for path, lineno, obj, cid, claim in claim_lines(inputs, stats, "id", (int, str)):
         evidence = get_field(obj, "evidence", dict, path, lineno)

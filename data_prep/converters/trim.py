@@ -43,11 +43,13 @@ class TrimStats:
     gold_over_budget: int = 0
 
     def to_dict(self) -> dict:
+        """The trimming figures for the conversion summary."""
         return {"max_pool_tokens": self.max_pool_tokens, "trimmed": self.trimmed,
                 "kept_whole": self.kept_whole, "dropped_gold_over_budget": self.gold_over_budget}
 
 
 def anchors(rec: ClaimRecord) -> set[int]:
+    """The sentence ids a trimmed pool must keep: the gold ones and any ``related_evidence`` ids."""
     keep = set(rec.gold_ids)
     related = rec.extra.get("related_evidence")
     if isinstance(related, list):
@@ -94,6 +96,7 @@ class PoolTrimmer:
         self.stats = TrimStats(max_pool_tokens)
 
     def costs(self, rec: ClaimRecord) -> list[int]:
+        """Tokens each sentence takes in the prompt, in pool order (its formatted row plus one for the newline)."""
         rows = format_pool(rec).split("\n")  # one row per sentence: texts are single-lined
         return [n + 1 for n in self.count(rows)]
 

@@ -177,6 +177,7 @@ def score(sample: list[dict], sheets: dict[str, dict[int, dict[str, bool]]]) -> 
 
 
 def score_markdown(result: dict) -> str:
+    """score.md of a scored audit: majority pass rates (%) and Fleiss' κ per criterion, per group then overall."""
     groups = [g for g in result["groups"] if g != "overall"] + ["overall"]
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}"  # noqa: E731
     kap = lambda x: "undefined" if x is None else f"{x:.2f}"  # noqa: E731
@@ -201,6 +202,8 @@ def score_markdown(result: dict) -> str:
 # ---------------------------------------------------------------------------
 
 def write_sheets(out: Path, sample: list[dict], raters: int, settings: dict) -> list[Path]:
+    """The audit key (the sample and its settings), one blank CSV sheet per annotator and instructions.md
+    in ``out``; the sheets' paths."""
     Output(out, AUDIT).mark(files=())
     atomic_write_json(out / SAMPLE_FILE, {**settings, "criteria": dict(CRITERIA), "sample": sample},
                       ensure_ascii=False)
@@ -299,10 +302,13 @@ CONFIG = AuditConfig
 
 
 def add_arguments(p) -> None:
+    """The options of `real-data counterfactual-audit`, one per field of :class:`AuditConfig`."""
     add_config_arguments(p, AuditConfig)
 
 
 def run(config: AuditConfig) -> CommandResult:
+    """`real-data counterfactual-audit` as a function: a stratified sample as one sheet per annotator in
+    ``config.output``; records without counterfactual evidence are a :class:`UserError`."""
     claim_dir(config.output, AUDIT, inputs=[config.records], legacy=any_of(SAMPLE_FILE))
     records = _read_records(Path(config.records))
     instances = audit_instances(records)
@@ -367,10 +373,13 @@ def _read_records(path: Path) -> list[dict]:
 
 
 def add_score_arguments(p) -> None:
+    """The options of `real-data counterfactual-audit-score`, one per field of :class:`AuditScoreConfig`."""
     add_config_arguments(p, AuditScoreConfig)
 
 
 def run_score(config: AuditScoreConfig) -> CommandResult:
+    """`real-data counterfactual-audit-score` as a function: score.json and score.md in the audit directory;
+    a missing sample or fewer than two sheets is a :class:`UserError`."""
     audit_dir = Path(config.audit_dir)
     key = audit_dir / SAMPLE_FILE
     if not key.is_file():

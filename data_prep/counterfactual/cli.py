@@ -25,10 +25,13 @@ CONFIG = CounterfactualConfig
 
 
 def add_arguments(p) -> None:
+    """The options of `real-data counterfactual`, one per field of :class:`CounterfactualConfig`."""
     add_config_arguments(p, CounterfactualConfig)
 
 
 def run(config: CounterfactualConfig) -> CommandResult:
+    """`real-data counterfactual` as a function (:func:`data_prep.counterfactual.runner.run`); the LLM client
+    is imported only here, so ``--help`` stays fast."""
     from .runner import run as run_counterfactual  # the openai client: only when run
 
     return run_counterfactual(config)

@@ -99,6 +99,7 @@ class SpanCorpus:
 
     @classmethod
     def from_texts(cls, texts: Iterable[str]) -> "SpanCorpus":
+        """The salient spans of ``texts``, by kind, each once and sorted."""
         found: dict[str, set[str]] = defaultdict(set)
         for t in texts:
             for s in find_spans(t):
@@ -106,6 +107,8 @@ class SpanCorpus:
         return cls({k: sorted(v) for k, v in found.items()})
 
     def alternatives(self, span: Span) -> list[str]:
+        """The corpus's spans of ``span``'s kind other than itself (compared case-insensitively), sorted: the
+        candidates to swap it for."""
         same = span.text.casefold()
         return [v for v in self.by_kind.get(span.kind, []) if v.casefold() != same]
 

@@ -71,10 +71,12 @@ def parse_verdict(content: str | None) -> tuple[str | None, str | None]:
 
 
 def verdict_problem(content: str | None) -> str | None:
+    """Why a judge's answer holds no verdict (None when it does): the check that makes the client re-ask."""
     return parse_verdict(content)[1]
 
 
 def content_words(text: str) -> set[str]:
+    """The lowercase words of ``text`` that carry its topic: no stop words, none under three letters but numbers."""
     return {w for w in _WORD.findall(text.lower()) if w not in _STOP and (len(w) > 2 or w.isdigit())}
 
 

@@ -89,21 +89,27 @@ class CounterfactualJob:
 
     @property
     def cache_path(self) -> Path:
+        """The LLM answer cache: ``cache`` when given, else the default one beside ``output``."""
         return Path(self.cache) if self.cache else llm_requests.default_cache_path(Path(self.output))
 
     def llm_kinds(self) -> list[str]:
+        """The kinds an LLM writes (semantic always, entity with ``entity_method`` llm), in ``kinds``' order."""
         return [k for k in self.kinds if k == "semantic" or (k == "entity" and self.entity_method == "llm")]
 
     def overlap(self, kind: str) -> float:
+        """The least topic overlap a rewrite of ``kind`` must keep (``min_overlap`` overrides the semantic one)."""
         return self.min_overlap if kind == "semantic" and self.min_overlap is not None else MIN_OVERLAP[kind]
 
 
 def gold_sentences(rec: ClaimRecord):
+    """The record's gold sentences, in pool order: the ones a counterfactual is made from."""
     gold = set(rec.gold_ids)
     return [s for s in rec.sentences if s.id in gold]
 
 
 def run_counterfactual(job: CounterfactualJob) -> tuple[int, dict]:
+    """Counterfactual sentences for the SUPPORT/REFUTE records with gold evidence, holding the output's
+    (and cache's) locks: (exit code, summary); 1 when requests failed (their answers so far are cached)."""
     records = load_records_or_fail(job.records)
     targets = [i for i, r in enumerate(records) if r.label in (SUPPORT, REFUTE) and r.gold_ids]
     with llm_requests.run_locks("real-data counterfactual", Path(job.output),
@@ -138,6 +144,8 @@ def _job(config: CounterfactualConfig) -> CounterfactualJob:
 
 
 def run(config: CounterfactualConfig) -> CommandResult:
+    """`real-data counterfactual` as a function: the records with counterfactual evidence and the summary
+    file; exit code 1 when requests failed (rerun the same command to finish)."""
     code, summary = run_counterfactual(_job(config))
     for kind, k in summary["kinds"].items():
         why = "; ".join(f"{n} {reason}" for reason, n in k["dropped_by_reason"].items())
@@ -440,6 +448,8 @@ class SeededClient(AnnotatorClient):
     """
 
     def request_options(self, pool_ids, reask: int = 0) -> dict:
+        """The client's request options plus the seed of this task's current attempt (none outside
+        :meth:`annotate_seeded`)."""
         kwargs = super().request_options(pool_ids, reask)
         state = _ATTEMPT.get()
         if state is not None:
@@ -448,6 +458,8 @@ class SeededClient(AnnotatorClient):
         return kwargs
 
     async def annotate_seeded(self, req: Request) -> CachedAnswer:
+        """The cached or fresh answer to ``req``, each attempt sent with ``req.seed_of(attempt)`` (no seed when the
+        request has none); a re-ask after a malformed answer is the next attempt."""
         if req.seed_of is None:
             return await self.annotate(req.messages, [], check=req.check)
         state = [req.seed_of, 0]

@@ -20,10 +20,13 @@ CONFIG = EnhanceConfig
 
 
 def add_arguments(p) -> None:
+    """The options of `real-data enhance`, one per field of :class:`EnhanceConfig`."""
     add_config_arguments(p, EnhanceConfig)
 
 
 def run(config: EnhanceConfig) -> CommandResult:
+    """`real-data enhance` as a function (:func:`data_prep.enhance.runner.run`); the openai client is imported
+    only here, so ``--help`` and the other subcommands stay fast."""
     # imported here: the runner imports the openai client (~1 s), which `real-data --help` and the other
     # subcommands do not need
     from .runner import run as run_enhance

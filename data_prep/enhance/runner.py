@@ -68,6 +68,7 @@ from .options import EnhanceConfig, check_options, resume_command
 
 
 def partial_path(output: Path) -> Path:
+    """``OUT.partial``: the records finished so far when a run ends with failed claims (removed once complete)."""
     return output.with_name(output.name + ".partial")
 
 
@@ -86,6 +87,7 @@ class EnhanceJob:
 
     @property
     def cache_path(self) -> Path:
+        """The LLM answer cache: ``cache`` when given, else the default one beside ``output``."""
         return Path(self.cache) if self.cache else default_cache_path(Path(self.output))
 
 
@@ -143,6 +145,8 @@ def _plan(records, annotators, targets, cache_keys: set[str], job: EnhanceJob, c
 
 
 def dry_run(job: EnhanceJob) -> int:
+    """Print what a run would send (requests not in the cache, estimated tokens per annotator, unset API key
+    variables) without sending anything or writing; exit code 0."""
     records, annotators = _load_inputs(job)
     _check_min_votes(job.min_votes, len(annotators))
     targets = [i for i, r in enumerate(records) if job.include_nei or r.label != NOT_ENOUGH_INFO]

@@ -25,6 +25,8 @@ ABSTAIN = "abstain"
 
 
 def request_key(model: str, messages: list[dict[str, str]], decoding: dict[str, Any]) -> str:
+    """The cache key of one request: a hash of the model, the messages and the decoding settings (key order
+    ignored), so any change to them is a new request."""
     payload = {"model": model, "messages": messages, "decoding": decoding}
     return sha256_json(payload)
 
@@ -61,6 +63,7 @@ class AnswerCache:
         self._db.commit()
 
     def get(self, key: str) -> CachedAnswer | None:
+        """The stored answer (an abstention too) to the request ``key``, or None when it was never answered."""
         row = self._db.execute(
             "SELECT status, content, prompt_tokens, completion_tokens, error FROM answers WHERE key = ?",
             (key,),
@@ -68,6 +71,7 @@ class AnswerCache:
         return CachedAnswer(*row) if row else None
 
     def put(self, key: str, model: str, answer: CachedAnswer) -> None:
+        """Store ``answer`` under ``key``, replacing an older one, committed at once (a kill keeps it)."""
         self._db.execute(
             "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (key, model, answer.status, answer.content, answer.prompt_tokens,
@@ -76,10 +80,12 @@ class AnswerCache:
         self._db.commit()
 
     def keys(self) -> set[str]:
+        """Every request key the cache holds (for a dry run's count of requests still to send)."""
         return {r[0] for r in self._db.execute("SELECT key FROM answers")}
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 
     def close(self) -> None:
+        """Close the database; every put is already committed."""
         self._db.close()

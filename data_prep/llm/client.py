@@ -75,6 +75,7 @@ class AnnotatorStats:
     errors: dict = field(default_factory=dict)  # error kind -> count
 
     def note_error(self, kind: str) -> None:
+        """Count one error of ``kind`` for the summary."""
         self.errors[kind] = self.errors.get(kind, 0) + 1
 
 
@@ -99,6 +100,7 @@ class AnnotatorClient:
         self.schema_rejected = False  # the server refused json_schema: json_object from then on
 
     async def close(self) -> None:
+        """Close the HTTP client (its connections); await it before the event loop ends."""
         await self._client.close()
 
     def attempt(self) -> None:

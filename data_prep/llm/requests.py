@@ -48,10 +48,12 @@ TERMINATED = object()
 
 
 def summary_path(output: Path) -> Path:
+    """``OUT.summary.json``: the run summary written beside the output ``OUT``."""
     return output.with_name(output.name + ".summary.json")
 
 
 def default_cache_path(output: Path) -> Path:
+    """``OUT.cache.sqlite``: the answer cache beside the output ``OUT`` when no ``--cache`` is given."""
     return output.with_name(output.name + ".cache.sqlite")
 
 
@@ -85,12 +87,14 @@ class RequestUsage:
         self.tokens = {"in": 0, "out": 0, "in_incl_cache": 0, "out_incl_cache": 0}
 
     def add(self, task: str, stats: AnnotatorStats) -> None:
+        """Record one task's request counts and add its token usage (sent, and with cached answers) to the totals."""
         self.by_task[task] = {"made": stats.requests, "served_from_cache": stats.from_cache, "failed": stats.failed}
         for key, value in (("in", stats.tokens_in), ("out", stats.tokens_out),
                            ("in_incl_cache", stats.tokens_in_all), ("out_incl_cache", stats.tokens_out_all)):
             self.tokens[key] += value
 
     def requests(self) -> dict[str, int]:
+        """Requests made, served from cache and failed, summed over the tasks."""
         return {k: sum(t[k] for t in self.by_task.values()) for k in ("made", "served_from_cache", "failed")}
 
 
@@ -113,6 +117,8 @@ class RequestTable:
         self._reported: set[str] = set()
 
     def cached(self, key: str) -> CachedAnswer | None:
+        """The cached answer to ``key``, or None when it must be asked (never answered, or an abstention to
+        retry once this run with ``retry_abstentions``)."""
         hit = self.cache.get(key)
         if hit is None or hit.status == OK or not self.retry_abstentions or key in self._fetched:
             return hit
@@ -120,6 +126,8 @@ class RequestTable:
 
     async def ask(self, key: str, model: str, send: Callable[[], Awaitable[CachedAnswer]], stats: AnnotatorStats,
                   name: str) -> CachedAnswer | str:
+        """The answer to ``key`` (cached, shared with an identical request in flight, or sent with ``send``), or
+        the error string ``"<name>: <reason>"`` of a transport failure; ``stats`` counts which."""
         hit = self.cached(key)
         if hit is not None:
             stats.from_cache += 1

@@ -129,11 +129,13 @@ class MissingEnhancedEvidence(ValueError):
         )
 
     def located(self, path, line: int | None) -> "MissingEnhancedEvidence":
+        """The same error naming where the first offending record is (``path:line``, or ``path`` alone)."""
         where = f"{path}:{line}" if line is not None else str(path)
         return MissingEnhancedEvidence(self.variant, self.missing, self.total, where)
 
 
 def get_variant(name: str) -> Variant:
+    """The training-set variant named ``name``; an unknown name is a ValueError listing the known ones."""
     try:
         return VARIANTS[name]
     except KeyError:

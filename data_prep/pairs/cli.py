@@ -14,4 +14,5 @@ CONFIG = PairsConfig
 
 
 def add_arguments(p):
+    """The options of `real-data pairs`, one per field of :class:`PairsConfig`."""
     add_config_arguments(p, PairsConfig)

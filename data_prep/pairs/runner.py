@@ -100,6 +100,8 @@ def _check(config: PairsConfig) -> Path:
 
 
 def run(config: PairsConfig) -> CommandResult:
+    """`real-data pairs` as a function: the pairs dataset (pairs.jsonl, stats.json) in ``config.output``;
+    no pair to write, or records lacking the variant's evidence, is a :class:`UserError`."""
     out = _check(config)
     records = load_records_or_fail(config.records)
     seed = None if config.no_shuffle else config.seed

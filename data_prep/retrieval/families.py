@@ -142,6 +142,8 @@ def normalized_words(text: str) -> list[str]:
 
 
 def exact_key(text: str) -> str | None:
+    """The claim's normalized words joined by spaces: claims equal up to case, punctuation and contractions
+    share it; None for a claim without words (it links to nothing)."""
     words = normalized_words(text)
     return " ".join(words) or None
 
@@ -172,6 +174,7 @@ def documents(record: ClaimRecord, which: str) -> set[str]:
 
 
 def gold_docs(record: ClaimRecord) -> set[str]:
+    """The documents the record's gold sentences come from (sentences without a doc are left out)."""
     gold = set(record.gold_ids)
     return {s.doc for s in record.sentences if s.doc and s.id in gold}
 
@@ -283,6 +286,7 @@ def best_rows(db: sqlite3.Connection, tokens: Sequence[str], limit: int) -> list
 
 
 def jaccard(a: set[str], b: set[str]) -> float:
+    """|a ∩ b| / |a ∪ b|; two empty sets count as identical (1.0)."""
     return len(a & b) / len(a | b) if a or b else 1.0
 
 
@@ -330,6 +334,7 @@ class UnionFind:
         self.parent = {i: i for i in ids}
 
     def find(self, x: str) -> str:
+        """The root of ``x``'s set (its family's name), compressing the path on the way."""
         root = x
         while self.parent[root] != root:
             root = self.parent[root]

@@ -84,6 +84,7 @@ CONFIG = FamiliesConfig
 
 
 def add_arguments(p) -> None:
+    """The options of `real-data families`, one per field of :class:`FamiliesConfig`."""
     add_config_arguments(p, FamiliesConfig)
 
 
@@ -189,6 +190,8 @@ def load_missed_pools(path: str, known: set[str]) -> list[ClaimRecord]:
 
 def summary_of(result: FamilyResult, config: FamiliesConfig, options: FamilyOptions,
                misses: str | None = None, n_missed: int = 0) -> dict:
+    """The families' .summary.json: inputs, family count and sizes, the options, merges per kind of link and
+    the near-duplicate pairs found."""
     sizes = size_distribution(result.families)
     return {
         "records_file": os.path.abspath(config.records),
@@ -215,6 +218,7 @@ def write(output: str, families: dict[str, str], summary: dict) -> None:
 
 
 def run(config: FamiliesConfig) -> CommandResult:
+    """`real-data families` as a function: the claim-to-family file and its .summary.json (``summary``)."""
     options = check_config(config)
     records = load(config.records)
     misses = misses_path(config, records)

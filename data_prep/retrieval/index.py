@@ -168,4 +168,5 @@ class Index:
         return self.con.execute("SELECT idx, text FROM units WHERE doc = ? ORDER BY idx", (page.rowid,)).fetchall()
 
     def close(self) -> None:
+        """Close the SQLite connection; the index cannot be searched afterwards."""
         self.con.close()

@@ -36,10 +36,13 @@ CONFIG = IndexConfig
 
 
 def add_arguments(p):
+    """The options of `real-data index`, one per field of :class:`IndexConfig`."""
     add_config_arguments(p, IndexConfig)
 
 
 def run(config: IndexConfig) -> CommandResult:
+    """`real-data index` as a function: the BM25 index file at ``config.output`` (its counts as ``summary``);
+    an unknown format, a missing corpus or a directory as output is a :class:`UserError`."""
     if config.format not in FORMATS:
         raise UserError(f"--format {config.format!r}: unknown; choose from {', '.join(FORMATS)}")
     corpus, out = Path(config.corpus), Path(config.output)

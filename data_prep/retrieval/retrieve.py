@@ -45,6 +45,7 @@ class Unit:
 
     @property
     def key(self) -> tuple[int, int]:
+        """(page rank, sentence index): the unit's id, and the order that breaks score ties."""
         return (self.page_rank, self.index)
 
 

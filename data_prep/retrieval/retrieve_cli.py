@@ -15,4 +15,5 @@ CONFIG = RetrieveConfig
 
 
 def add_arguments(p):
+    """The options of `real-data retrieve`, one per field of :class:`RetrieveConfig`."""
     add_config_arguments(p, RetrieveConfig)

@@ -101,6 +101,8 @@ def dropped_line(read: ClaimsRead, limit: int = 10) -> str:
 
 
 def run(config: RetrieveConfig) -> CommandResult:
+    """`real-data retrieve` as a function: records.jsonl, misses.jsonl and summary.json in ``config.output``,
+    written as one directory (a kill leaves none); an index of another corpus is a :class:`UserError`."""
     guard = _check(config)
     out = guard.path
     budgets = check_budgets(config.budgets or [])

@@ -42,6 +42,7 @@ CONFIG = ValidateConfig
 
 
 def add_arguments(p):
+    """The options of `real-data validate`, one per field of :class:`ValidateConfig`."""
     add_config_arguments(p, ValidateConfig)
 
 
@@ -63,6 +64,8 @@ def _invalid(message: str, summary: dict) -> CommandResult:
 
 
 def run(config: ValidateConfig) -> CommandResult:
+    """`real-data validate` as a function: exit code 2 with the first bad line (every bad line with
+    ``--keep-going`` or ``--report``), 0 when every record is valid; the JSON report when asked."""
     if not config.keep_going and not config.report:
         try:
             with records_file(config.records):

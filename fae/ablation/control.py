@@ -54,6 +54,7 @@ from fae.ablation.sufficiency import right as is_right
 
 
 def has_control(claim: Mapping) -> bool:
+    """Whether the claim carries a control ablation (its ``control`` entry is set and not None)."""
     return claim.get("control") is not None
 
 

@@ -17,6 +17,7 @@ _NEI_SPELLINGS = {NEI, "NOT ENOUGH INFO", "NEI"}
 
 
 def is_nei(label: str | None) -> bool:
+    """Whether ``label`` is NOT_ENOUGH_INFO in any of its exact spellings (no case folding; None is not)."""
     return label in _NEI_SPELLINGS
 
 

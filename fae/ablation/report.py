@@ -62,10 +62,13 @@ CONFIG = ReportConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `fae report`, one per field of :class:`ReportConfig`."""
     add_config_arguments(p, ReportConfig)
 
 
 def run(config: ReportConfig) -> CommandResult:
+    """`fae report` as a function: report.md and trajectory.png in ``config.output`` (their paths in
+    ``outputs``); ``--names``, when given, must name every run."""
     if config.names and len(config.names) != len(config.runs):
         raise UserError(f"--names has {len(config.names)} names for {len(config.runs)} runs")
     claim_dir(config.output, "fae report", inputs=config.runs, legacy=only_names("report.md", "trajectory.png")).mark()
@@ -93,6 +96,7 @@ def load_reported(run_dir: str | Path, name: str | None = None) -> dict[str, Any
 
 
 def pct(x: float | None) -> str:
+    """A rate as a percentage with two decimals (``0.5`` is ``50.00``); None (undefined) is ``n/a``."""
     return "n/a" if x is None else f"{100 * x:.2f}"
 
 
@@ -119,6 +123,8 @@ def _a0(m: dict) -> float | None:
 
 
 def warnings_for(run: dict) -> list[str]:
+    """The report's warnings about one run (low round-0 accuracy, IS/ER/IO n/a, NEI claims left out,
+    truncated answers), as markdown lines; empty when the run's numbers can be read as they are."""
     m = run["metrics"]
     out = []
     a0 = _a0(m)
@@ -143,6 +149,7 @@ def warnings_for(run: dict) -> list[str]:
 
 
 def render_markdown(runs: Sequence[dict]) -> str:
+    """The whole report.md of the runs (each a :func:`load_reported` mapping), warnings first."""
     lines = ["# FAE report", ""]
     for run in runs:
         lines += [f"> {w}" for w in warnings_for(run)]
@@ -309,6 +316,7 @@ def sufficiency_table(runs: Sequence[dict]) -> list[str]:
 
 
 def has_sweep(runs: Sequence[dict]) -> bool:
+    """Whether any run measured an evidence-size sweep (so the report has a sufficiency figure)."""
     return any((r["metrics"].get("size_sweep") or {}).get("per_k") for r in runs)
 
 
@@ -333,6 +341,7 @@ def sufficiency_figure(runs: Sequence[dict]):
 
 
 def has_soft(runs: Sequence[dict]) -> bool:
+    """Whether any run kept label probabilities (so the report has the soft-metric figures)."""
     return any((r["metrics"].get("soft") or {}).get("n_with_probs") for r in runs)
 
 
@@ -523,6 +532,8 @@ def _finish_share_plot(fig, ax):
 
 def write_report(run_dirs: Sequence[str | Path], output: str | Path,
                  names: Sequence[str] | None = None) -> tuple[Path, Path]:
+    """Write report.md and the figures of ``run_dirs`` into ``output`` (created); (report.md, trajectory.png).
+    A figure these runs have no data for is removed, so one of an earlier report cannot pass for theirs."""
     runs = [load_reported(d, names[i] if names else None) for i, d in enumerate(run_dirs)]
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)

@@ -138,6 +138,7 @@ def merge_claims(run_dir: str | os.PathLike, record_ids: Sequence[str],
 
 
 def package_versions(packages: Iterable[str] = _VERSION_PACKAGES) -> dict[str, str | None]:
+    """The Python version and each package's installed version (None where not installed), for a run's config."""
     import platform
 
     out: dict[str, str | None] = {"python": platform.python_version()}
@@ -150,6 +151,7 @@ def package_versions(packages: Iterable[str] = _VERSION_PACKAGES) -> dict[str, s
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    """``obj`` as JSON in ``path`` (non-ASCII kept as is), atomically: a kill leaves the old file or the new."""
     atomic_write_json(path, obj, ensure_ascii=False)
 
 
@@ -259,6 +261,7 @@ class RunData:
 
     @property
     def resume_hint(self) -> str:
+        """How to finish this run, for messages: rerun its recorded command (its `fae run` command when none was)."""
         cmd = self.config.get("command")
         return f"rerun `{cmd}`" if cmd else "rerun its `fae run` command"
 
@@ -341,6 +344,7 @@ def load_run(run_dir: str | os.PathLike) -> RunData:
 
 
 def append_run_log(run_dir: str | os.PathLike, entry: dict) -> None:
+    """Append one invocation's entry (shard, times, counts, error) to the run's runs.jsonl; earlier entries stay."""
     with (Path(run_dir) / RUNS_LOG).open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry) + "\n")
 

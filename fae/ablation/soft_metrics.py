@@ -157,6 +157,7 @@ SOFT_COMPARE_NAMES = ("soft_IS", "nei_area", "p_gold_0", "ece")
 
 
 def has_probs(claims: Sequence[Mapping]) -> bool:
+    """Whether any round of any claim has label probabilities (a backend that returns them, a recent run)."""
     return any(probs_at(c, r) is not None for c in claims for r in range(len(c.get("rounds") or [])))
 
 

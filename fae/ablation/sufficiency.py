@@ -37,6 +37,7 @@ def asked(rnd: Mapping | None) -> bool:
 
 
 def right(rnd: Mapping, gold: str) -> bool:
+    """Whether the round's answer is the gold label (an invalid answer is wrong), as every metric counts it."""
     return same_label(round_label(rnd), gold)
 
 

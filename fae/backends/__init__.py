@@ -130,6 +130,7 @@ class RowDecoding:
 
     @property
     def greedy(self) -> bool:
+        """Whether the row is decoded greedily (no ``seed``); temperature, top_p and top_k then do not apply."""
         return self.seed is None
 
     def settings(self, max_new_tokens: int) -> dict[str, Any]:
@@ -164,6 +165,8 @@ class Backend:
     def generate(
         self, prompts: list[list[Message]], callback: Callable[[int], None] | None = None
     ) -> list[Generation | str]:
+        """One answer per prompt, in the prompts' order, greedy at the backend's cap; ``callback(n)`` is called
+        as ``n`` more prompts are answered. Raises :class:`BackendError` when an answer cannot be had."""
         raise NotImplementedError
 
     def __call__(self, prompts, callback=None):
@@ -202,6 +205,7 @@ class Backend:
         return 256
 
     def close(self) -> None:
+        """Free what the backend holds (a model, a client, worker processes); the base holds nothing."""
         pass
 
 
@@ -231,10 +235,13 @@ def backend_options(backend_cls: type, values: Any) -> BackendOptions:
 
 
 def available() -> list[str]:
+    """The names ``--backend`` accepts: the built-ins (loaded or not) and every registered one, sorted."""
     return sorted(set(_BUILTIN) | set(_REGISTRY))
 
 
 def get_backend(name: str) -> type:
+    """The backend class registered as ``name`` (a built-in's module is imported on first use);
+    an unknown name is a :class:`UserError` listing the available ones."""
     if name not in _REGISTRY and name in _BUILTIN:
         importlib.import_module(_BUILTIN[name])
     if name not in _REGISTRY:

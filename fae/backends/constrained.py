@@ -31,6 +31,7 @@ from data_prep.schemas import schema_key
 
 
 def import_xgrammar():
+    """The xgrammar module; when it is not installed, a :class:`UserError` saying which extra to install."""
     try:
         import xgrammar
     except ImportError as exc:
@@ -40,6 +41,7 @@ def import_xgrammar():
 
 
 def eos_list(eos_ids) -> list[int]:
+    """A model's stop token ids as a list of ints (one id, a list of them, or None: empty)."""
     return [int(e) for e in ([eos_ids] if isinstance(eos_ids, int) else (eos_ids or []))]
 
 
@@ -154,6 +156,7 @@ class GrammarCache:
         self.stats = {"grammars_compiled": 0, "compile_seconds": 0.0}
 
     def get(self, schema: dict[str, Any]):
+        """The compiled grammar of ``schema``'s answers, compiled on first use (its time counted in ``stats``)."""
         key = schema_key(schema)
         grammar = self._compiled.get(key)
         if grammar is None:
@@ -232,6 +235,7 @@ class HFConstraint:
         return raised
 
     def processors(self, schemas: list[dict[str, Any]]):
+        """The logits processors that keep each batch row's answer inside its schema (one schema per row, in order)."""
         from transformers import LogitsProcessorList
 
         self.stats["constrained_prompts"] += len(schemas)
@@ -243,5 +247,6 @@ class HFConstraint:
         self.stats["mask_seconds"] += self._last.seconds
 
     def stats_snapshot(self) -> dict[str, Any]:
+        """The constraint's counters and the grammar cache's, seconds rounded to ms, for ``backend_stats``."""
         out = {**self.stats, **self.cache.stats}
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in out.items()}

@@ -50,6 +50,7 @@ class HFOptions(BackendOptions):
 
 
 def resolve_device(device: str | None = "auto") -> str:
+    """``auto`` (or empty/None): ``cuda`` where torch sees a GPU, else ``cpu``; any other device as given."""
     import torch
 
     if device in (None, "", "auto"):
@@ -307,6 +308,8 @@ class HFBackend(Backend):
                 self.stats["label_probs_skipped"] = str(exc)
 
     def generate(self, prompts, callback=None):
+        """One answer per prompt, greedy, in batches of ``batch_size``; with constrained decoding each answer
+        is kept inside its prompt's schema and the constraint's counters join ``stats``."""
         ids = [encode_chat(self.tok, m) for m in prompts]
         self.stats["generate_calls"] += (len(ids) + self.batch_size - 1) // self.batch_size
         self.stats["prompts"] += len(ids)
@@ -346,6 +349,7 @@ class HFBackend(Backend):
 
     @classmethod
     def decoding_of(cls, options: HFOptions):
+        """Greedy, the cap, the resolved dtype (and the weights, when not the model's): what a resume must match."""
         dtype = resolve_dtype(options.dtype, resolve_device(options.device))
         decoding = {"greedy": True, "max_new_tokens": options.max_new_tokens, "dtype": str(dtype).replace("torch.", "")}
         if options.weights != "model":  # only then: runs decoded with the model's weights keep their record
@@ -354,4 +358,5 @@ class HFBackend(Backend):
 
     @classmethod
     def default_chunk_size(cls, options: HFOptions) -> int:
+        """One batch (``batch_size`` claims) in flight, so a kill costs at most one batch."""
         return options.batch_size

@@ -163,6 +163,7 @@ class OpenAIBackend(Backend):
 
     @classmethod
     def decoding_of(cls, options: OpenAIOptions):
+        """Greedy at temperature 0 with the cap (and the seed, when given): what a resume must match."""
         out = {"greedy": True, "temperature": 0.0, "max_new_tokens": options.max_new_tokens}
         if options.seed is not None:
             out["seed"] = options.seed
@@ -170,9 +171,12 @@ class OpenAIBackend(Backend):
 
     @classmethod
     def default_chunk_size(cls, options: OpenAIOptions) -> int:
+        """As many claims in flight as requests may be (``concurrency``), so the server is kept busy."""
         return options.concurrency
 
     def generate(self, prompts, callback=None):
+        """One answer per prompt, in order, at most ``concurrency`` requests at a time (retried as the policy says);
+        a request that keeps failing is a :class:`BackendError`."""
         return asyncio.run(self._generate_all(prompts, callback))
 
     def generate_rows(self, prompts, decodings, callback=None):
@@ -397,9 +401,11 @@ class PriorityGate:
         self.waking = False
 
     def slot(self, priority: int = 0) -> "_Slot":
+        """``async with gate.slot(priority):`` holds one place for the block (a higher priority is served first)."""
         return _Slot(self, priority)
 
     async def acquire(self, priority: int) -> None:
+        """Wait for a place; a cancelled waiter gives up its turn (or, granted as it was cancelled, passes it on)."""
         if self.free > 0 and not self.waiters:
             self.free -= 1
             return
@@ -417,6 +423,7 @@ class PriorityGate:
             raise
 
     def release(self) -> None:
+        """Give the place back; it goes to the best waiter at the event loop's next turn."""
         self.free += 1
         self._schedule()
 

@@ -113,6 +113,7 @@ class SharedPrefixDecoder:
             self.step = hf_step(self.lm)
 
     def new_cache(self, reserve: int):
+        """An empty KV cache for the model, with ``reserve`` positions set aside where the cache type allows."""
         return new_cache(self.lm, reserve)
 
     def extend(self, cache, ids: Sequence[int]) -> None:
@@ -439,9 +440,11 @@ class RowState:
         return live, picks
 
     def keep(self, live: list[int]) -> None:
+        """Keep only the batch rows at indices ``live`` (the others finished), as the batch is compacted."""
         self.active = [self.active[j] for j in live]
 
     def answers(self) -> list[tuple[list, str]]:
+        """Every row's (generated token ids, finish reason ``stop`` or ``length``), in the rows' order."""
         return [(self.tokens[r], self.reasons[r]) for r in range(len(self.decodings))]
 
 

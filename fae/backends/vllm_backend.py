@@ -79,6 +79,7 @@ class VLLMOptions(BackendOptions):
 
     @property
     def vllm_dtype(self) -> str:
+        """The dtype handed to vLLM: ``auto`` means bfloat16 (pinned, so a run's records name what it ran in)."""
         return "bfloat16" if self.dtype == "auto" else self.dtype
 
 
@@ -124,9 +125,12 @@ class VLLMBackend(Backend):
 
     @classmethod
     def decoding_of(cls, options: VLLMOptions):
+        """Greedy, the cap and the dtype vLLM runs in: what a resume must match; no engine started."""
         return {"greedy": True, "max_new_tokens": options.max_new_tokens, "dtype": options.vllm_dtype}
 
     def generate(self, prompts, callback=None):
+        """One answer per prompt, in order, all in one vLLM call (with the LoRA adapter, when given); an answer cut
+        off by the cap has reason ``length``."""
         inputs = [{"prompt_token_ids": encode_chat(self.tok, m)} for m in prompts]
         params = ([constrained_params(self.params, m) for m in prompts] if self.constrained
                   else self.params)

@@ -68,6 +68,8 @@ class PairedColumns:
         self.columns = np.hstack([acc_cols, cols_a, cols_b, soft_a, soft_b, self.arms.columns])
 
     def statistic(self, sums):
+        """Every reported quantity from resampled column sums (last axis: the columns): the accounting, A's and
+        B's metrics, B − A, then the arms' numbers; leading axes (the draws) are kept."""
         k0, ka, kb = self.k0, self.ka, self.kb
         out_acc = accounting.accounting_from_sums(sums[..., :k0])
         ma = accounting.run_metrics_from_sums(sums[..., k0:k0 + ka], self.ra)[..., self.ia]
@@ -166,6 +168,8 @@ class ArmColumns:
         return out
 
     def statistic(self, sums):
+        """The arms' numbers (×100) from their column sums: IS and IS_ctrl of A, of B and B − A, then each asked
+        pool's accuracy and NEI share; an empty last axis when no arm was asked in both runs."""
         parts = [np.zeros(sums.shape[:-1] + (0,))]
         k = 0
         if self.with_control:
@@ -230,6 +234,8 @@ def _same(estimate, reference, what: str) -> None:
 
 
 def interval_of(res, i: int) -> dict:
+    """Quantity ``i`` of a bootstrap result as ``{estimate, ci_low, ci_high}`` (NaN: None), with the count
+    of draws where it was undefined when there were any."""
     d = accounting.as_interval_dict(res.estimate[i], res.ci_low[i], res.ci_high[i])
     if res.undefined_draws[i]:
         d["undefined_draws"] = int(res.undefined_draws[i])

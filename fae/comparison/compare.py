@@ -80,6 +80,7 @@ CONFIG = CompareConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `fae compare`, one per field of :class:`CompareConfig`."""
     add_config_arguments(p, CompareConfig)
 
 
@@ -184,6 +185,8 @@ def _run_info(run: Run, role: str) -> dict:
 
 
 def run(config: CompareConfig) -> CommandResult:
+    """`fae compare` as a function: compare.json and compare.md in ``config.output``; runs of different
+    decodings (or line ids, dtypes) are refused unless allowed; too few claims to resample is a :class:`UserError`."""
     if config.bootstrap < 1:
         raise UserError("--bootstrap must be at least 1")
     if not 0 < config.confidence < 1:

@@ -7,10 +7,12 @@ from fae.comparison import accounting
 
 
 def fmt(x) -> str:
+    """A number with two decimals; None (undefined) is ``n/a``."""
     return "n/a" if x is None else f"{x:.2f}"
 
 
 def ci(d: dict) -> str:
+    """An interval mapping's bounds as ``[low, high]``, each as :func:`fmt` writes it."""
     return f"[{fmt(d['ci_low'])}, {fmt(d['ci_high'])}]"
 
 

@@ -35,10 +35,13 @@ CONFIG = FromInspectConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `fae from-inspect`, one per field of :class:`FromInspectConfig`."""
     add_config_arguments(p, FromInspectConfig)
 
 
 def run(config: FromInspectConfig) -> CommandResult:
+    """`fae from-inspect` as a function: an Inspect AI log as a FAE run directory in ``config.output``
+    (``summary`` its metrics); without Inspect AI installed, a :class:`UserError` saying how to install it."""
     try:
         from fae.harness.logrun import log_to_run  # loads inspect_ai, an optional extra
     except ModuleNotFoundError as exc:

@@ -26,6 +26,7 @@ def condition_name(kind: str) -> str:
 
 
 def kind_sort_key(kind: str) -> tuple:
+    """Sort key of a counterfactual kind: the known kinds in ``KIND_ORDER``, then any other kind by name."""
     return (KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER), kind)
 
 

@@ -58,6 +58,8 @@ KIND_TITLES = {"entity": "counter-entity", "semantic": "counter-semantic"}
 
 
 def render_markdown(res: dict, cfg: dict) -> str:
+    """The pave.md of a result (``res``, as pave.json holds it) and its config (``cfg``): the profile, per kind
+    when there are several, the FAE check and the notes."""
     pr = res["profile"]
     kinds = {k: v for k, v in (res.get("kinds") or {}).items() if k != PLAIN_LIST_KIND}
     lines = [

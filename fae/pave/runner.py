@@ -174,6 +174,8 @@ def check_choices(config: PaveConfig) -> None:
 
 
 def run(config: PaveConfig) -> CommandResult:
+    """`fae pave` as a function: samples.jsonl, pave.json and the report in ``config.output``, resumed where a
+    kill left them; bad options, bad records or no SUPPORT/REFUTE record are one :class:`UserError`."""
     check_choices(config)
     check_backend_options(config)
     if config.temperature <= 0 or config.jsd_temperature <= 0:

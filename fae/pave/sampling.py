@@ -84,6 +84,7 @@ def label_prefix(text: str) -> str:
 
 
 def softmax(logps: list[float]) -> list[float]:
+    """The probabilities of log-probabilities (shifted by their max, so none overflows); they sum to 1."""
     top = max(logps)
     e = [math.exp(x - top) for x in logps]
     z = sum(e)
@@ -194,6 +195,7 @@ class HFSampler:
         return softmax(scores)
 
     def close(self):
+        """Drop the model so its memory can be freed; the sampler cannot sample afterwards."""
         self.lm = None
 
 
@@ -207,6 +209,8 @@ class OpenAISampler(OpenAIBackend):
         self._seeds: dict[int, int] = {}
 
     def sample(self, prompts, n, temperature, keys, callback=None):
+        """``n`` answers per prompt at ``temperature``, each prompt's seed derived from ``keys[i]`` (with the
+        label distribution where the server returns logprobs): one list of (text, probabilities or None) per prompt."""
         self.n, self.temperature = n, temperature
         # by object identity: two prompts with equal messages still get their own keys' seeds
         self._seeds = {id(m): derived_seed(*k) for m, k in zip(prompts, keys, strict=True)}
@@ -216,6 +220,7 @@ class OpenAISampler(OpenAIBackend):
             self._seeds = {}
 
     def request_kwargs(self, messages):
+        """The backend's request plus this sampling's ``n``, temperature, prompt seed and (when asked) logprobs."""
         kwargs = super().request_kwargs(messages)
         kwargs.update(n=self.n, temperature=self.temperature, seed=self._seeds[id(messages)])
         if self.want_logprobs:
@@ -223,6 +228,8 @@ class OpenAISampler(OpenAIBackend):
         return kwargs
 
     def parse_response(self, resp):
+        """(text, label distribution or None) for each choice; a choice without text is a :class:`MalformedResponse`
+        (retried)."""
         choices = getattr(resp, "choices", None)
         if not choices or any(c.message is None or not isinstance(c.message.content, str)
                               for c in choices):
@@ -262,6 +269,8 @@ class VLLMSampler(VLLMBackend):
         self.with_probs = with_probs
 
     def sample(self, prompts, n, temperature, keys, callback=None):
+        """``n`` answers per prompt at ``temperature``, one vLLM request each seeded from ``keys[i]``: one list of
+        (text, label distribution or None) per prompt, in order."""
         import vllm
 
         base = self.params

@@ -23,6 +23,7 @@ from fae.backends.hf import left_pad
 
 
 def model_device(model) -> torch.device:
+    """The device of the model's first parameter, where its inputs must go."""
     return next(model.parameters()).device
 
 
@@ -59,6 +60,8 @@ def num_hidden_states(model) -> int:
 
 
 def check_layer(model, layer: int) -> int:
+    """``layer`` itself when it indexes the model's hidden states (negative counts from the last; 0 is the
+    embeddings); otherwise a :class:`UserError` saying the range."""
     n = num_hidden_states(model)
     if not -n <= layer < n:
         raise UserError(

@@ -33,6 +33,8 @@ def label_shares(labels: Sequence[str | None], gold: Sequence[str | None] | None
 
 
 def abstaining(summary: dict, threshold: float = ABSTAIN_SHARE) -> bool:
+    """Whether more than ``threshold`` of the claim-only answers are NOT_ENOUGH_INFO (the reference is an
+    abstention state); False when the summary has no such share."""
     share = summary["shares"].get(NOT_ENOUGH_INFO)
     return share is not None and share > threshold
 

@@ -75,6 +75,8 @@ class ActivationAccumulator:
         return hook
 
     def add(self, paradigm: str, token_seqs, pad_id: int) -> None:
+        """Run one batch of ``paradigm``'s prompts (token ids, left-padded with ``pad_id``) and add its
+        |down_proj input| over the real tokens to that paradigm's sums; no logits beyond the last are computed."""
         import torch
 
         dev = next(self.model.parameters()).device
@@ -90,6 +92,7 @@ class ActivationAccumulator:
         self.tokens[paradigm] += int(enc["attention_mask"].sum())
 
     def close(self) -> None:
+        """Remove the forward hooks, leaving the model as it was; the sums stay readable."""
         for h in self._handles:
             h.remove()
         self._handles = []

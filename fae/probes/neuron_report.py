@@ -9,6 +9,8 @@ from real_fae_core.atomicio import atomic_file
 
 
 def lens_area(r1: float, r2: float, d: float) -> float:
+    """Area where two circles of radii ``r1``, ``r2`` with centres ``d`` apart overlap (0 when apart, the
+    smaller disc when one holds the other)."""
     if d >= r1 + r2:
         return 0.0
     if d <= abs(r1 - r2):
@@ -36,6 +38,8 @@ def venn_distance(r1: float, r2: float, area: float) -> float:
 
 
 def plot_venn(stats: dict, path: Path, title: str) -> None:
+    """Two circles whose areas and overlap are the evidence, knowledge and shared neuron counts, as a PNG at
+    ``path`` (written atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,6 +81,7 @@ def _pct(x) -> str:
 
 
 def markdown(result: dict, meta: dict) -> str:
+    """The neuron-overlap report: overall sets and Jaccard, then one table row per layer and their sum."""
     o = result["overall"]
     lines = [
         "# MLP neuron overlap: evidence- vs knowledge-based prompts",

@@ -43,10 +43,13 @@ CONFIG = ProbeReportConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `fae probe-report`, one per field of :class:`ProbeReportConfig`."""
     add_config_arguments(p, ProbeReportConfig)
 
 
 def load_probe(d: str | Path) -> dict:
+    """The dirk.json of a `fae probe` output directory; missing, not JSON or lacking a round's field is one
+    :class:`UserError` naming the file."""
     path = Path(d) / "dirk.json"
     if not path.is_file():
         raise UserError(f"{path}: not found (run `fae probe --output {d}` first)")
@@ -72,6 +75,7 @@ def _cell(r: dict | None) -> str:
 
 
 def markdown_table(labels: list[str], probes: list[dict]) -> str:
+    """DirK per round, one column per probe (mean [CI]), with each probe's claims, layer and reference rows."""
     rounds = sorted({r["round"] for p in probes for r in p["rounds"]})
     by = [{r["round"]: r for r in p["rounds"]} for p in probes]
     lines = [
@@ -130,6 +134,7 @@ def common_subset_rounds(values: list[dict[str, list]], *, n_resamples: int, see
 
 
 def common_subset_table(labels: list[str], rounds: list[dict]) -> str:
+    """DirK per round over the claims defined in every probe (``rounds`` from :func:`common_subset_rounds`)."""
     lines = ["| round | n (common) | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
     for r in rounds:
         lines.append(f"| {r['round']} | {r['n']} | " + " | ".join(_cell(c) for c in r["cells"]) + " |")
@@ -142,6 +147,7 @@ def reference_notes(labels: list[str], probes: list[dict]) -> list[str]:
 
 
 def plot(labels: list[str], probes: list[dict], path: Path, title: str) -> None:
+    """DirK per round with its 95% CI band, one line per probe, as a PNG at ``path`` (written atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,6 +184,8 @@ def plot(labels: list[str], probes: list[dict], path: Path, title: str) -> None:
 
 
 def run(config: ProbeReportConfig) -> CommandResult:
+    """`fae probe-report` as a function: dirk.png, dirk.md (and, for several probes, dirk_common.json) in
+    ``config.output``; probes of different layers or references are compared with a warning."""
     labels = config.names or [Path(d).resolve().name for d in config.dirs]
     if len(labels) != len(config.dirs):
         raise UserError(f"--names has {len(labels)} names for {len(config.dirs)} directories")

@@ -184,6 +184,8 @@ def _fmt(x) -> str:
 
 
 def run(config: ProbeConfig) -> CommandResult:
+    """`fae probe` as a function: DirK of a finished FAE run's claims in ``config.output``; an unfinished run,
+    a bad choice or an output that is a file is one :class:`UserError`."""
     run_dir = Path(config.run_dir)
     if not run_dir.is_dir():
         raise UserError(f"RUN_DIR {config.run_dir!r}: directory not found")

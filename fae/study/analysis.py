@@ -102,6 +102,7 @@ N_PARTITION_COLUMNS = 4  # claim, identical claim, E0 part, E1 part (unit_column
 
 
 def width(metric: str) -> int:
+    """Columns per unit and block for ``metric`` (``strict``: the accounting's, else F1's), partition ones included."""
     return (len(ACCOUNTING_COLUMNS) if metric == "strict" else len(F1_COLUMNS)) + N_PARTITION_COLUMNS
 
 
@@ -128,6 +129,7 @@ class Panel:
     notes: list[str] = field(default_factory=list)
 
     def block(self, f: str, u: int, v: int) -> int:
+        """The index of block (format, input budget ``u``, scoring budget ``v``); ValueError when the panel has none."""
         return self.blocks.index((f, u, v))
 
 
@@ -237,6 +239,7 @@ def statistic(panel: Panel) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def primary_names(panel: Panel) -> list[str]:
+    """The panel's primary contrasts (D_format, D_context) that its grid can measure, in that order."""
     return [n for n in ("D_format", "D_context") if n in output_names(panel)]
 
 

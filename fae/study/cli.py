@@ -18,6 +18,8 @@ CONFIG = StudyConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `fae study`: the study's fields, then the hf, vllm and openai backends' options in
+    groups of their own."""
     add_config_arguments(p, StudyFields)
     g = p.add_argument_group("hf backend")
     add_config_arguments(g, StudyHFFields)

@@ -57,6 +57,8 @@ class StudyUnit:
     from_misses: bool = False
 
     def shown(self, source: int, budget: int) -> list[int]:
+        """The sentence ids ordering ``source`` (0 BM25, 1 the reranker) keeps within ``budget`` tokens, in order
+        (a copy); KeyError for a budget the pool was not packed for."""
         return list(self.packed[budget][source])
 
 
@@ -169,6 +171,7 @@ class Condition:
 
     @property
     def key(self) -> tuple:
+        """Every field, in a fixed order: what identifies the condition's response line (resume, merge)."""
         return (self.unit, self.kind, self.source, self.budget, self.format, self.replicate, self.control,
                 self.variant)
 

@@ -196,6 +196,7 @@ class CodesFormat(AnswerFormat):
             raise ValueError(f"codes order {self.order!r}: a permutation of {', '.join(LABELS)}")
 
     def answers(self, dataset: str) -> dict[str, str]:
+        """Each code (A, B, C) to the label it stands for in this ``order``; an unknown dataset is refused."""
         study_dataset(dataset)  # the codes are the same everywhere, the dataset must still be known
         return dict(zip("ABC", self.order))
 
@@ -207,6 +208,7 @@ class LabelsFormat(AnswerFormat):
     name: str = "labels"
 
     def answers(self, dataset: str) -> dict[str, str]:
+        """The dataset's label strings to the labels (its own spelling of each); an unknown dataset is refused."""
         strings = study_dataset(dataset).label_strings
         return {strings[label]: label for label in LABELS}
 

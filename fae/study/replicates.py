@@ -46,6 +46,7 @@ class Replicate:
 
     @property
     def greedy(self) -> bool:
+        """Whether this is the greedy replicate (index 0, no seed)."""
         return self.seed is None
 
 

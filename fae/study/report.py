@@ -65,6 +65,7 @@ CONFIG = StudyReportConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `fae study-report`, one per field of :class:`StudyReportConfig`."""
     add_config_arguments(p, StudyReportConfig)
 
 
@@ -369,6 +370,8 @@ def control_rates(name: str, counts: dict) -> dict:
 
 
 def run(config: StudyReportConfig) -> CommandResult:
+    """`fae study-report` as a function: the JSON report, its markdown and figure in ``config.output``
+    (``summary`` the report); studies that cannot be analysed together are one :class:`UserError`."""
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; give a directory")
@@ -493,6 +496,8 @@ def crossing_table(report: dict) -> list[str]:
 
 
 def control_table(report: dict) -> list[str]:
+    """The markdown of the greedy controls (agreement or accuracy per control), then accuracy and invalid
+    rate per condition, for every panel."""
     lines = ["", "## Greedy controls", "", "Agreement counts two INVALID answers as agreeing; *valid pairs* and their "
              "agreement leave them out.", "",
              "| Dataset | Model | Control | Planned | Feasible | Invalid | Measure | Rate | Valid pairs | Their agreement |",

@@ -85,6 +85,7 @@ def write_start(directory: Path, config: dict, units: list[dict]) -> None:
 
 
 def shard_dirs(directory: Path) -> list[Path]:
+    """The shard directories of a study output (``shards/I-of-N``), sorted; empty for an unsharded study."""
     root = directory / SHARDS
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 

@@ -57,6 +57,8 @@ class Asker:
         return unit, ids, None
 
     def gold_shown(self, unit: StudyUnit, budget: int) -> tuple[list[int], str | None]:
+        """(the first annotated gold group that fits ``budget`` tokens, None), or ([], why none can be shown):
+        no complete group, no tokenizer to count with, or none fits."""
         if not unit.groups:
             return [], "no complete annotated gold group in the pool"
         if self.token_length is None:
@@ -80,6 +82,8 @@ class Asker:
         return render_study_prompt(self.units[c.unit].claim, units, fmt, self.dataset), info
 
     def decoding(self, c: Condition) -> RowDecoding:
+        """How condition ``c``'s prompt is decoded: greedy for replicate 0, else sampled from the seed that
+        its replicate, claim and document name."""
         unit = self.units[c.unit]
         return row_decoding(self.dataset, unit.claim_id, unit.document, self.replicates[c.replicate], self.params)
 

@@ -226,6 +226,7 @@ def check_backend(config: StudyConfig) -> None:
 
 
 def open_backend(config: StudyConfig):
+    """The study's backend, loaded (a model, a client): the caller closes it."""
     cls, options = backend_of(config)
     return cls(options)
 
@@ -239,6 +240,8 @@ def token_counter(tokenizers: list[str]):
 
 
 def run(config: StudyConfig) -> CommandResult:
+    """`fae study` as a function: the responses of every condition (one shard's with ``--shard``) in
+    ``config.output``, resumed where a kill left them; bad pools or options are one :class:`UserError`."""
     whole = load_pools(config.pools)
     pools = limited(whole, config)
     budgets, formats = check_config(config, pools)

@@ -140,6 +140,8 @@ class Chromium:
                 for ev in self._events if ev.get("method") == "Runtime.exceptionThrown"]
 
     def wait_event(self, method: str, timeout: float | None = None) -> dict:
+        """The first event named ``method`` (taken off the queue; others stay queued), waiting up to ``timeout``
+        seconds (the browser's own when None); :class:`BrowserError` when none comes or Chromium exits."""
         deadline = time.monotonic() + (timeout or self.timeout)
         while True:
             for k, ev in enumerate(self._events):

@@ -21,4 +21,5 @@ CONFIG = ViewConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `fae view`, one per field of :class:`ViewConfig`."""
     add_config_arguments(p, ViewConfig)

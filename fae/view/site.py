@@ -25,6 +25,7 @@ MARKER = ".fae-view"  # written into every viewer directory: safe to replace
 
 
 def shard_name(k: int) -> str:
+    """The viewer-relative path of claim shard ``k`` (zero-padded, so the files sort in claim order)."""
     return f"data/claims/{k:05d}.js"
 
 
@@ -34,6 +35,7 @@ def as_script(call: str, *args) -> str:
 
 
 def index_html(title: str) -> str:
+    """The viewer's index.html, titled ``title`` (escaped); the page itself is drawn by assets/view.js."""
     return f"""<!doctype html>
 <html lang="en">
 <head>

@@ -30,6 +30,8 @@ CONFIG = DemoConfig
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`real-demo [build-base] ...`: run the demo (or build its base model); the exit code, every failure as
+    one line."""
     return run_guarded("real-demo", _main, argv)
 
 

@@ -96,9 +96,11 @@ class AnnotatorServer:
 
     @property
     def base_url(self) -> str:
+        """The endpoint to give an annotator YAML (``http://host:port/v1``); the port is known once started."""
         return f"http://{self.host}:{self.port}/v1"
 
     def start(self) -> "AnnotatorServer":
+        """Serve the annotators' chat completions on a free port, from a daemon thread; the server itself."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -136,6 +138,7 @@ class AnnotatorServer:
         return self
 
     def stop(self) -> None:
+        """Shut the server down and free its port (a no-op when not running)."""
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()

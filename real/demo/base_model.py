@@ -47,6 +47,7 @@ MAX_LINE_ID = 32
 
 
 def llama3_chat_template() -> str:
+    """The Llama-3 chat template that TRL ships, so the demo model chats as a Llama-3 model does."""
     from importlib import resources
 
     return resources.files("trl").joinpath("chat_templates", "llama3.jinja").read_text()
@@ -153,27 +154,33 @@ class ExampleFactory:
         return self._pool
 
     def record(self) -> ClaimRecord:
+        """A claim record about a random fact of the world, SUPPORT or REFUTE at even odds, a pool of 2-6 lines."""
         fact = self.rng.choice(self.facts)
         label = SUPPORT if self.rng.random() < 0.5 else REFUTE
         return make_record(self.world, fact, label, self.rng, self.rng.randint(2, 6), "x")
 
     def knowledge(self) -> Example:
+        """A claim-only chat example: the label from the model's own knowledge, no evidence cited."""
         rec = self.record()
         return self._chat(render_knowledge_prompt(rec), format_answer(rec.label, []))
 
     def full_pool(self) -> Example:
+        """An evidence chat example over the whole pool: the label and the gold line ids."""
         rec = self.record()
         return self._chat(render_evidence_prompt(rec), format_answer(rec.label, rec.gold_ids))
 
     abstain_share = 0.0  # share of missing-line prompts answered NOT_ENOUGH_INFO
 
     def missing_gold(self) -> Example:
+        """An evidence chat example with the gold lines removed: NOT_ENOUGH_INFO (``abstain_share`` of the time)
+        or the label from knowledge, nothing cited."""
         rec = self.record()
         pool = [i for i in rec.pool_ids if i not in rec.gold_ids]
         label = "NOT_ENOUGH_INFO" if self.rng.random() < self.abstain_share else rec.label
         return self._chat(render_evidence_prompt(rec, pool), format_answer(label, []))
 
     def draw(self) -> Example:
+        """One example of a kind drawn at the base model's fixed mix (text, copying, quizzes, lookups, chats)."""
         r = self.rng.random()
         if r < 0.10:
             return self.encyclopedia()
@@ -191,6 +198,8 @@ class ExampleFactory:
 
 
 def collate(batch: list[Example], pad_id: int):
+    """(input ids, attention mask, labels) of a batch, right-padded with ``pad_id``; labels are -100 wherever
+    an example carries no loss."""
     import torch
 
     n = max(len(e.ids) for e in batch)

@@ -92,6 +92,7 @@ ADDED_VARIANT_FIELDS = ("on_policy", "on_policy_steps")
 
 
 def comparable_size(size: Mapping[str, Any] | None) -> dict:
+    """A run's size without the fields that only add a variant, so runs with and without it compare."""
     return {k: v for k, v in (size or {}).items() if k not in ADDED_VARIANT_FIELDS}
 
 

@@ -236,6 +236,8 @@ def _call(command, config) -> CommandResult:
 
 
 def write_world_records(out: Path, size: DemoSize, seed: int) -> tuple[Path, Path]:
+    """The demo world's train and test records (incomplete gold and counterfactuals added) under
+    ``out``/data; their paths. The same ``size`` and ``seed`` write the same files."""
     world = build_world(seed=seed)
     train_facts, test_facts = train_test_facts(world, size.n_train, size.n_test, seed=seed + 10)
     train = make_split(world, train_facts, seed=seed + 11, prefix="demo-train")
@@ -471,6 +473,8 @@ def _pave_report_lines(kept: dict, results: dict, test_path: Path, size: DemoSiz
 
 
 def run_demo(output: str | Path, size: DemoSize | None = None, seed: int = 0, base: str | Path | None = None) -> dict:
+    """The whole demo into ``output`` (always fresh, locked): data, training of each variant, FAE; its summary.
+    A missing base model is a :class:`UserError` saying how to build it."""
     size = size or DemoSize()
     out = Path(output)
     base = Path(base) if base else BASE_DIR

@@ -34,6 +34,7 @@ class Fact:
     value: str
 
     def sentence(self, value: str | None = None) -> str:
+        """The fact as the demo's one sentence form; with ``value``, the same sentence stating that value instead."""
         return f"The {self.attribute} of {self.entity} is {value or self.value} ."
 
 
@@ -44,9 +45,11 @@ class World:
     facts: dict[tuple[str, str], Fact]  # (entity, attribute) -> fact
 
     def encyclopedia(self) -> list[str]:
+        """Every fact of the world as a sentence: the text the base model learns its knowledge from."""
         return [f.sentence() for f in self.facts.values()]
 
     def words(self) -> set[str]:
+        """Every word a world sentence can hold: the tokenizer's vocabulary is built from them."""
         out = {"The", "of", "is", "."} | set(ATTRIBUTES) | set(self.entities)
         for vals in self.values.values():
             out |= set(vals)
@@ -66,6 +69,8 @@ def _names(rng: random.Random, n: int, taken: set[str], capitalize: bool = True)
 
 
 def build_world(n_entities: int = 300, n_values: int = 16, seed: int = 0) -> World:
+    """A world of ``n_entities`` made-up entities, each with one value per attribute from ``n_values`` made-up
+    names; the same arguments build the same world."""
     rng = random.Random(seed)
     taken: set[str] = set()
     entities = _names(rng, n_entities, taken)

@@ -240,6 +240,8 @@ def trainer_kind(argv: list[str], recipe: str | None) -> str:
 
 
 def make_parser(dataclasses=DATACLASSES):
+    """The `real-train` parser of ``dataclasses`` (a TrlParser): a list flag given twice appends, and a
+    parse error is one :class:`UserError` line instead of the whole usage."""
     # a list flag given twice appends (--lora-target-modules q_proj --lora-target-modules v_proj), as on
     # every command, and given once replaces the recipe's list; transformers' options of one string that
     # stands for several (--deepspeed JSON, --report-to a,b) are refused given twice

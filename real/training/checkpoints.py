@@ -75,6 +75,8 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
 
 
 def checkpoint_state(checkpoint: str) -> dict:
+    """The checkpoint's trainer_state.json as a mapping; an unreadable one is a :class:`UserError` saying the
+    checkpoint is incomplete."""
     try:
         return json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

@@ -40,6 +40,7 @@ class Engine:
 
     @property
     def name(self) -> str:
+        """The engine as messages and records name it: the kind, with DeepSpeed's ZeRO stage (``deepspeed-zero2``)."""
         if self.kind == "deepspeed":
             return f"deepspeed-zero{self.zero_stage}"
         return self.kind

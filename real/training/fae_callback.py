@@ -56,6 +56,7 @@ class FaeEvalCallback(TrainerCallback):
         self.trainer = None
 
     def attach(self, trainer) -> FaeEvalCallback:
+        """Give the callback the trainer it logs through (itself, for chaining); needed before training starts."""
         self.trainer = trainer
         return self
 
@@ -74,6 +75,8 @@ class FaeEvalCallback(TrainerCallback):
         return compute_metrics(claims)
 
     def on_save(self, args, state, control, model=None, processing_class=None, **kwargs):
+        """At each save, on the main process only: FAE of the model as saved, logged as ``fae/*`` through the
+        trainer; RuntimeError when :meth:`attach` was not called."""
         if not state.is_world_process_zero:
             return
         if self.trainer is None:

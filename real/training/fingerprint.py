@@ -70,6 +70,7 @@ class RunDefinition(TrainerCallback, ExportableState):
         self.settings = dict(settings or {})
 
     def state(self) -> dict:
+        """The run definition as a stateful callback's state, so it is stored in every checkpoint."""
         return {"args": {"settings": self.settings}, "attributes": {}}
 
 

@@ -23,11 +23,14 @@ class InterruptNote(TrainerCallback):
         self.show(start)
 
     def show(self, checkpoint: str | None, step: int | None = None):
+        """Make the Ctrl-C / SIGTERM line name ``checkpoint`` (at ``step``); None: say no checkpoint is kept yet."""
         # before the first on_save the line is said when the signal lands: a first checkpoint may be complete
         # on disk before on_save reports it
         set_interrupt_note(self.line(checkpoint, step) if checkpoint else self.before_first_save)
 
     def line(self, checkpoint: str | None, step: int | None = None) -> str:
+        """The line an interrupted run ends with: the checkpoint kept and the command that resumes it, or that
+        nothing is kept and the command that starts again."""
         if checkpoint:
             kept = f"kept checkpoint {checkpoint}" + (f" (step {step})" if step is not None else "")
             return f"{kept}; resume with: {self.resume_command}"
@@ -39,6 +42,7 @@ class InterruptNote(TrainerCallback):
         return self.line(found, int(Path(found).name.rsplit("-", 1)[1]) if found else None)
 
     def on_save(self, args, state, control, **kwargs):
+        """A checkpoint was saved: the interrupt line names it from now on."""
         self.show(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"), state.global_step)
 
 

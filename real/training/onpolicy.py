@@ -67,7 +67,9 @@ class Target:
 class PoolJudge(Protocol):
     """What the reward asks of a verifier: its label on each (record, pool)."""
 
-    def labels(self, asks: Sequence[tuple[ClaimRecord, tuple[int, ...]]]) -> list[str]: ...
+    def labels(self, asks: Sequence[tuple[ClaimRecord, tuple[int, ...]]]) -> list[str]:
+        """The verifier's label on each (record, pool its record ids show), in the order asked."""
+        ...
 
 
 @dataclass
@@ -184,6 +186,7 @@ class PolicyJudge:
         self.pools = 0
 
     def bind(self, model) -> None:
+        """Judge with ``model`` (the one being trained); :meth:`labels` refuses until bound."""
         self.model = model
 
     def at_step(self, step: int) -> None:
@@ -193,6 +196,8 @@ class PolicyJudge:
             self._cache.clear()
 
     def labels(self, asks: Sequence[tuple[ClaimRecord, tuple[int, ...]]]) -> list[str]:
+        """The policy's label on each (record, pool), in order: the argmax of its label probabilities
+        (NOT_ENOUGH_INFO when it has none); the model's train/eval mode is left as found."""
         import torch
 
         if self.model is None:
@@ -235,6 +240,8 @@ class OnPolicyReward:
     _memo: tuple | None = field(default=None, repr=False)
 
     def targets(self, record_id, label, evidence, pool_ids) -> list[Target]:
+        """One :class:`Target` per prompt of the batch (TRL's dataset columns); a record id the records file does
+        not hold is a :class:`UserError`."""
         out = []
         for rid, lab, ev, pool in zip(record_id, label, evidence, pool_ids):
             record = self.records.get(rid)
@@ -245,6 +252,8 @@ class OnPolicyReward:
         return out
 
     def scored(self, completions, record_id, label, evidence, pool_ids, trainer_state=None) -> Scored:
+        """Every term's scores of a batch of completions, computed once per batch and step: TRL calls one
+        function per term with the same arguments, and each reuses this result."""
         texts = tuple(completion_text(c) for c in completions)
         step = getattr(trainer_state, "global_step", None)
         key = (step, texts, tuple(record_id), tuple(map(tuple, pool_ids)))

@@ -125,6 +125,8 @@ def peer_lost_message(training_args, what: str, exc: BaseException) -> str:
 
 
 def check_output_paths(training_args) -> None:
+    """Refuse, before anything is loaded, an ``output_dir`` that is a file and a ``resume_from_checkpoint``
+    that is not a directory (one :class:`UserError` line each)."""
     out = Path(training_args.output_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"output_dir {str(out)!r} is a file; give a directory for the adapter and checkpoints")
@@ -135,6 +137,8 @@ def check_output_paths(training_args) -> None:
 
 
 def derive_accumulation(global_batch: int, per_device: int, world_size: int) -> int:
+    """Gradient accumulation steps so that ``per_device`` x ``world_size`` x steps is ``global_batch``; a
+    global batch that is not a multiple is a :class:`UserError`."""
     denom = per_device * world_size
     if global_batch % denom:
         raise UserError(
@@ -236,6 +240,7 @@ def build_trainer(script_args, training_args, model_args, *, callbacks: list | N
 
 
 def load_records_by_id(path: str | None) -> dict:
+    """The on-policy trainer's claim records by id; no path, or a missing file, is a :class:`UserError`."""
     if not path:
         raise UserError("trainer grpo needs `records`: the claim records (.jsonl) the pairs were built from")
     if not Path(path).is_file():
@@ -394,9 +399,11 @@ class StageCallback(TrainerCallback):
     """Keeps :func:`real_fae_core.lifeline.set_stage` at the step being trained, for the line a stuck rank ends with."""
 
     def on_step_begin(self, args, state, control, **kwargs):
+        """Say the step being trained (1-based, of ``max_steps``), for the line a stuck rank ends with."""
         set_stage(f"training step {state.global_step + 1} of {state.max_steps}")
 
     def on_save(self, args, state, control, **kwargs):
+        """Say that checkpoint-N was just saved, for the line a stuck rank ends with."""
         set_stage(f"after saving checkpoint-{state.global_step}")
 
 
