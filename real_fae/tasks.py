@@ -8,16 +8,18 @@ from inspect_ai import Task, task
 from inspect_ai.util import registry_info
 
 from real_fae_core.errors import UserError
-from data_prep.prompts import DEFAULT_LINE_IDS
-from fae.ablation.engine import DEFAULT_CONTROL
+from fae.ablation.engine import DEFAULT_ARMS
 from fae.harness.inspect_internals import PrerequisiteError, active_model
 from fae.harness.inspect_task import DEFAULT_MAX_TOKENS, TASK_NAME, fae_task
 
 
+# Inspect AI reads a task's options from its signature, so each arm is a parameter; its default is fae run's
+# (fae.ablation.engine.Arms, the one declaration), and fae_task checks the values with Arms' own check.
 def fae_options(records: str | None = None, rounds: int = 4, max_tokens: int = DEFAULT_MAX_TOKENS,
-                control: str = DEFAULT_CONTROL, control_seed: int = 0, gold_only: bool = True,
-                cited_only: bool = True, size_sweep: bool = True, sweep_seed: int = 0,
-                line_ids: str = DEFAULT_LINE_IDS, **unknown: Any) -> Task:
+                control: str = DEFAULT_ARMS.control, control_seed: int = DEFAULT_ARMS.control_seed,
+                gold_only: bool = DEFAULT_ARMS.gold_only, cited_only: bool = DEFAULT_ARMS.cited_only,
+                size_sweep: bool = DEFAULT_ARMS.size_sweep, sweep_seed: int = DEFAULT_ARMS.sweep_seed,
+                line_ids: str = DEFAULT_ARMS.line_ids, **unknown: Any) -> Task:
     """Fact-Ablated Evaluation (SPEC §6) of the model under evaluation on a records file (SPEC §2).
 
     Args:

@@ -47,7 +47,8 @@ def keyed_rng(*parts: Any, sep: str = ":") -> random.Random:
     ``random.Random`` hashes a str seed (sha512), so the stream is the same on every run and platform
     and depends on the parts only. Used by the FAE control and size-sweep orders and the matched control
     (``fae/ablation/engine.py``), the pairs' removals (``data_prep/pairs/build.py``), the counterfactual
-    audit's strata (``data_prep/counterfactual/audit.py``) and the demo's simulated annotators.
+    audit's strata (``data_prep/counterfactual/audit.py``), the demo's simulated annotators and its world's
+    incomplete gold and counterfactual lines (``real/demo/world.py``, ``sep="-"``: ``"demo-counterfactual-13"``).
     """
     return random.Random(sep.join(str(p) for p in parts))
 

@@ -144,3 +144,14 @@ def test_shards_merge_to_the_same_control_and_gold_only_as_one_run(records_file,
     assert merged == whole and all("control" in c and "gold_only" in c for c in merged)
     m = json.loads((out / "metrics.json").read_text())
     assert m["control"] == json.loads((tmp_path / "whole" / "metrics.json").read_text())["control"]
+
+
+def test_is_minus_is_ctrl_is_the_difference_of_the_two_point_estimates():
+    """control_metrics' IS − IS_ctrl comes from fae.ablation.scores (control_evidence_part): bitwise the
+    difference it computed by hand before, IS - IS_ctrl."""
+    from fae.ablation.scores import control_evidence_part, control_sensitivity, immediate_sensitivity
+
+    for a0, a1, c1 in ((0.7, 0.3, 0.6), (1 / 3, 1 / 7, 2 / 9), (0.9, 0.9, 0.1)):
+        IS, IS_ctrl = float(immediate_sensitivity(a0, a1)), control_sensitivity(a0, c1)
+        assert control_evidence_part(IS, IS_ctrl) == IS - IS_ctrl
+    assert control_evidence_part(None, 0.2) is None and control_evidence_part(0.2, None) is None

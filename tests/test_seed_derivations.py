@@ -86,3 +86,21 @@ def test_demo_annotators_are_unchanged():
                                             "line1: The size of Zorbi is big .\nline2: The colour of Zorbi is red ."}]
     got = [annotate(a, messages, seed=s) for a in ANNOTATORS for s in (0, 1, 2)]
     assert got == [[0, 2], [2], [0, 2], [0, 2], [0, 2], [0, 2], [0, 1, 2], [0, 1], [0, 2]]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 13, 20260916, "train-0", "test-7", "equivalence-3-1"])
+def test_demo_world_draws_are_the_text_seeds_they_replaced(seed, monkeypatch):
+    """real/demo/world.py drew from ``random.Random(f"demo-incomplete-gold-{seed}")`` and
+    ``random.Random(f"demo-counterfactual-{seed}")``; it now asks keyed_rng for them: the same generator state."""
+    import real.demo.world as world
+
+    for name in ("demo-incomplete-gold", "demo-counterfactual"):
+        assert keyed_rng(name, seed, sep="-").getstate() == random.Random(f"{name}-{seed}").getstate()
+    made = []  # the generators the two sites build, compared with the text seeds they were written with
+    monkeypatch.setattr(world, "keyed_rng", lambda *parts, sep: made.append((parts, sep)) or keyed_rng(*parts, sep=sep))
+    w = world.build_world(n_entities=40, n_values=6, seed=0)
+    facts, _ = world.train_test_facts(w, 6, 0, seed=1)
+    world.add_counterfactuals(w, world.add_incomplete_gold(world.make_split(w, facts, seed=2, prefix="t"), seed),
+                              seed)
+    assert [keyed_rng(*parts, sep=sep).getstate() for parts, sep in made] == [
+        random.Random(f"demo-incomplete-gold-{seed}").getstate(), random.Random(f"demo-counterfactual-{seed}").getstate()]

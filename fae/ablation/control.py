@@ -10,7 +10,8 @@ gold (:class:`fae.ablation.engine.ClaimSchedule`). Its metrics:
 - ``a_r^ctrl``: label accuracy on the control pool of round r;
 - ``IS_ctrl = 1 - a_1^ctrl / a_0`` and ``ER_ctrl = 1 - a_R^ctrl / a_0``
   (:func:`fae.ablation.scores.control_sensitivity`, :func:`~fae.ablation.scores.control_retention`);
-- ``IS - IS_ctrl = (a_1^ctrl - a_1) / a_0``: the part of IS that is evidence.
+- ``IS - IS_ctrl = (a_1^ctrl - a_1) / a_0``: the part of IS that is evidence
+  (:func:`~fae.ablation.scores.control_evidence_part`).
 
 The population is the claims with a control at that round (a claim whose pool
 has too few eligible lines is counted in ``n_left_out`` and left out of the
@@ -40,6 +41,7 @@ from fae.intervals import draw_units, percentile_interval
 from fae.ablation.engine import VISIBLE_GAP_KINDS, removal_gap
 from fae.ablation.population import evidence_claims, is_nei
 from fae.ablation.scores import (
+    control_evidence_part,
     control_retention,
     control_sensitivity,
     evidence_specific_sensitivity,
@@ -182,7 +184,7 @@ def _paired(right, ctrl, keep: Sequence[int], R: int, n_resamples: int, confiden
     reason = undefined_reason(acc_same) if keep else "no claim has a control at round 1"
     out = {"a0": acc_same[0] if keep else None, "IS": is_same, "reason": reason,
            "IS_ctrl": None if reason else control_sensitivity(acc_same[0], float(c1.mean()))}
-    out["IS_minus_IS_ctrl"] = None if reason else is_same - out["IS_ctrl"]
+    out["IS_minus_IS_ctrl"] = None if reason else control_evidence_part(is_same, out["IS_ctrl"])
     head = {"method": method, "n_resamples": int(n_resamples), "confidence_level": confidence_level, "seed": seed}
     out["intervals"] = head
     if reason is None:

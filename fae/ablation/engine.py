@@ -27,12 +27,13 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from dataclasses import dataclass, fields
-from typing import Callable, Iterable, NamedTuple, Protocol, Sequence
+from dataclasses import dataclass, field, fields, make_dataclass
+from typing import Callable, Iterable, NamedTuple, Protocol, Sequence, get_type_hints
 
+from real_fae_core.command import option
 from real_fae_core.hashing import keyed_rng
 from real_fae_core.progress import show_progress
-from data_prep.prompts import (DEFAULT_LINE_IDS, ParsedAnswer, check_line_ids, number_lines, parse_answer,
+from data_prep.prompts import (DEFAULT_LINE_IDS, LINE_IDS, ParsedAnswer, number_lines, parse_answer,
                                parse_shown_answer, render_evidence_prompt)
 from data_prep.records import ClaimRecord
 from fae.backends import Generation, as_generation
@@ -163,12 +164,22 @@ def advance(done: list[dict], full_pool: Sequence[int], rounds: int,
 # ---------------------------------------------------------------------------
 
 CONTROL_CHOICES = ("matched", "random", "none")
-DEFAULT_CONTROL = "matched"
 GAP_KINDS = ("leading", "interior", "trailing")
 # Kinds of a removal that a prompt under original line ids shows as a hole in its numbering: lines missing
 # at the end leave the numbers 0..m contiguous (nothing shows), lines missing before or between kept ones
 # do not.
 VISIBLE_GAP_KINDS = ("leading", "interior")
+
+
+
+class ArmError(ValueError):
+    """An arm given a value it does not take. ``str()`` names the ``fae run`` flag (``--control 'x': choose
+    matched, random, none``); ``name``, ``value`` and ``problem`` let another front end (the Inspect AI task)
+    say it in its own words; ``choice``: the value is not one of the arm's choices (else: of the wrong type)."""
+
+    def __init__(self, name: str, value: object, problem: str, choice: bool = False):
+        super().__init__(f"--{name.replace('_', '-')} {value!r}: {problem}")
+        self.name, self.value, self.problem, self.choice = name, value, problem, choice
 
 
 @dataclass(frozen=True)
@@ -191,27 +202,53 @@ class Arms:
 
     ``line_ids``: ``original`` or ``renumbered`` (SPEC §3). The default is what ``fae run`` does;
     :data:`ABLATION_ONLY` is the ablation alone (the paper's protocol).
+
+    The one declaration of the arms: each field's type, default and help (``fae run --help``) are here, and
+    :meth:`__post_init__` is their one check. ``fae run``'s options inherit them (:data:`ArmOptions`), the
+    Inspect AI task takes its defaults from :data:`DEFAULT_ARMS` and checks by constructing an ``Arms``,
+    and a run's fingerprint (resume, shards, ``fae merge``) compares every field (:data:`ARM_FIELDS`).
+    ``control`` and ``line_ids`` are ``str`` with their choices checked here, not ``Literal``: a parser
+    built from a ``Literal`` would refuse a wrong choice with its usage text, where ``fae run`` says one line.
     """
 
-    control: str = DEFAULT_CONTROL
-    control_seed: int = 0
-    gold_only: bool = True
-    cited_only: bool = True
-    size_sweep: bool = True
-    sweep_seed: int = 0
-    line_ids: str = DEFAULT_LINE_IDS
+    control: str = option("matched", help=(
+        "control arm (SPEC §6): matched asks, at every round r >= 1, the full pool minus as many lines as "
+        "the ablation removed by then, drawn (seeded) from lines neither cited nor gold and, where it can, "
+        "leaving the same kind of gap (none, leading, interior, trailing) as the ablation: IS_ctrl and "
+        "IS - IS_ctrl tell evidence from a verifier that abstains whenever a line goes or a number is "
+        "missing (about one more call per ablated round); random draws without matching the gap (the "
+        "control of earlier versions); none skips it"))
+    control_seed: int = option(0, help=(
+        "seed of the control's draws (with each claim's id: draws do not depend on order or shards)"))
+    gold_only: bool = option(True, help=(
+        "also ask each claim on its gold sentences alone (accuracy and NOT_ENOUGH_INFO share beside "
+        "round 0; one call per claim); --no-gold-only skips it"))
+    cited_only: bool = option(True, help=(
+        "also ask each claim on the lines its round-0 answer cited, alone (sufficiency of its own "
+        "rationale, beside round 0 on the same claims; at most one call per claim, none where that pool "
+        "is the gold-only one or the full pool); --no-cited-only skips it"))
+    size_sweep: bool = option(True, help=(
+        "also ask each claim on its gold lines plus k other lines, k = 0 .. n - |gold| - 1, added in a "
+        "seeded order (accuracy and NOT_ENOUGH_INFO share per k: does the verifier answer on short "
+        "pools that hold the proof?); costs n - |gold| - 1 calls per claim of n lines (k = 0 is the "
+        "gold-only pool), short prompts; --no-size-sweep skips it"))
+    sweep_seed: int = option(0, help="seed of the size sweep's order of added lines (with each claim's id)")
+    line_ids: str = option(DEFAULT_LINE_IDS, help=(
+        "line numbers shown (SPEC §3): original (record ids, the paper's protocol: a removed line "
+        "leaves a hole) or renumbered (0..n-1 in reading order; cited numbers mapped back to record ids)"))
 
     def __post_init__(self):
+        """The one check of the arms: a value an arm does not take is one :class:`ArmError`."""
         if self.control not in CONTROL_CHOICES:
-            raise ValueError(f"--control {self.control!r}: choose {', '.join(CONTROL_CHOICES)}")
-        for name in ("control_seed", "sweep_seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"--{name.replace('_', '-')} {value!r}: expected an integer")
-        for name in ("gold_only", "cited_only", "size_sweep"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: expected true or false")
-        check_line_ids(self.line_ids)
+            raise ArmError("control", self.control, f"choose {', '.join(CONTROL_CHOICES)}", choice=True)
+        for f in fields(self):
+            value, kind = getattr(self, f.name), ARM_TYPES[f.name]
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ArmError(f.name, value, "expected an integer")
+            if kind is bool and not isinstance(value, bool):
+                raise ArmError(f.name, value, "expected true or false")
+        if self.line_ids not in LINE_IDS:
+            raise ArmError("line_ids", self.line_ids, f"choose {' or '.join(LINE_IDS)}", choice=True)
 
     def record(self) -> dict:
         """What config.json records (a resume across any of it is refused); a seed of an arm not asked is None."""
@@ -227,7 +264,15 @@ class Arms:
 
 
 ARM_FIELDS = tuple(f.name for f in fields(Arms))
+ARM_TYPES = get_type_hints(Arms)  # {field: its type (str, int, bool)}
+DEFAULT_ARMS = Arms()  # what `fae run` and the Inspect AI task ask unless told otherwise
 ABLATION_ONLY = Arms(control="none", gold_only=False, cited_only=False, size_sweep=False)
+# The arms as options of a command (`fae run`'s RunFields inherit them): Arms' own fields (the same types,
+# defaults and help), in a dataclass that is not frozen, as a command's options class (a subclass) cannot be.
+ArmOptions = make_dataclass("ArmOptions", [(f.name, ARM_TYPES[f.name], field(default=f.default, metadata=f.metadata))
+                                           for f in fields(Arms)])
+ArmOptions.__module__ = __name__
+ArmOptions.__doc__ = "The arms (:class:`Arms`) as a command's options: the same fields, types, defaults and help."
 
 
 def removal_gap(full_pool: Sequence[int], pool: Sequence[int]) -> tuple[str, ...]:

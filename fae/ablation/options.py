@@ -27,7 +27,7 @@ from real_fae_core.config import RangeError, check_ranges, load_config, spelled_
 from real_fae_core.errors import UserError
 from real_fae_core.flags import KeyValueFlag, appending_lists
 from real_fae_core.yamlio import load_yaml_located
-from fae.ablation.engine import ARM_FIELDS, Arms
+from fae.ablation.engine import ARM_FIELDS, ArmOptions, Arms
 from fae.backends import get_backend
 from fae.backends.hf import HFOptions
 from fae.backends.openai_backend import OpenAIOptions
@@ -40,8 +40,9 @@ DESCRIPTION = ("multi-round evidence ablation of a verifier (SPEC §6). Options 
 
 
 @dataclass
-class RunFields:
-    """The options of the run itself (the backends' options follow in :class:`FaeRunArguments`)."""
+class RunFields(ArmOptions):
+    """The options of the run itself (the backends' options follow in :class:`FaeRunArguments`); the arms
+    (``--control``, ``--gold-only``, ...) are :class:`~fae.ablation.engine.Arms`' own fields, inherited."""
 
     records: str | None = field(default=None, metadata={"help": "claim records (.jsonl, SPEC §2); required"})
     output: str | None = field(default=None, metadata={
@@ -68,32 +69,6 @@ class RunFields:
         "metavar": "KEY=VALUE,...", "action": KeyValueFlag})
     ray_gpus_per_shard: float = field(default=0.0, metadata={
         "help": "--executor ray: GPUs each shard's task asks Ray for (0: CPU only)", "min": 0})
-    control: str = field(default="matched", metadata={
-        "help": "control arm (SPEC §6): matched asks, at every round r >= 1, the full pool minus as many lines as "
-                "the ablation removed by then, drawn (seeded) from lines neither cited nor gold and, where it can, "
-                "leaving the same kind of gap (none, leading, interior, trailing) as the ablation: IS_ctrl and "
-                "IS - IS_ctrl tell evidence from a verifier that abstains whenever a line goes or a number is "
-                "missing (about one more call per ablated round); random draws without matching the gap (the "
-                "control of earlier versions); none skips it"})
-    control_seed: int = field(default=0, metadata={
-        "help": "seed of the control's draws (with each claim's id: draws do not depend on order or shards)"})
-    gold_only: bool = field(default=True, metadata={
-        "help": "also ask each claim on its gold sentences alone (accuracy and NOT_ENOUGH_INFO share beside "
-                "round 0; one call per claim); --no-gold-only skips it"})
-    cited_only: bool = field(default=True, metadata={
-        "help": "also ask each claim on the lines its round-0 answer cited, alone (sufficiency of its own "
-                "rationale, beside round 0 on the same claims; at most one call per claim, none where that pool "
-                "is the gold-only one or the full pool); --no-cited-only skips it"})
-    size_sweep: bool = field(default=True, metadata={
-        "help": "also ask each claim on its gold lines plus k other lines, k = 0 .. n - |gold| - 1, added in a "
-                "seeded order (accuracy and NOT_ENOUGH_INFO share per k: does the verifier answer on short "
-                "pools that hold the proof?); costs n - |gold| - 1 calls per claim of n lines (k = 0 is the "
-                "gold-only pool), short prompts; --no-size-sweep skips it"})
-    sweep_seed: int = field(default=0, metadata={
-        "help": "seed of the size sweep's order of added lines (with each claim's id)"})
-    line_ids: str = field(default="original", metadata={
-        "help": "line numbers shown (SPEC §3): original (record ids, the paper's protocol: a removed line "
-                "leaves a hole) or renumbered (0..n-1 in reading order; cited numbers mapped back to record ids)"})
 
 
 @dataclass

@@ -29,6 +29,7 @@ from real_fae_core.errors import UserError
 from real_fae_core.fingerprint import Difference, RunFingerprint
 from real_fae_core.hashing import sha256_bytes, sha256_file, sha256_text
 from real_fae_core.jsonl import DurableAppender, RecordError, read_appended
+from fae.ablation.engine import ARM_FIELDS
 
 CLAIMS = "claims.jsonl"
 CONFIG = "config.json"
@@ -38,10 +39,10 @@ SHARDS_DIR = "shards"  # shards/I-of-N/: one shard's config.json, claims.jsonl, 
 # Files computed from claims.jsonl: removed when a run starts, rewritten at its end.
 DERIVED = (METRICS, "report.md", "trajectory.png", "sufficiency.png")
 # Settings that change the answers: resuming under different ones would mix two runs. ``adapter`` (its path) is
-# compared only where neither run has a local adapter whose content (``adapter_sha256``) decides.
+# compared only where neither run has a local adapter whose content (``adapter_sha256``) decides. The arms are
+# every field of fae.ablation.engine.Arms (control, control_seed, ..., line_ids), named there once.
 RESUME_KEYS = ("records_sha256", "backend", "model", "adapter_sha256", "rounds", "decoding",
-               "constrained_decoding", "prompt_format_version", "control", "control_seed", "gold_only", "cited_only",
-               "size_sweep", "sweep_seed", "line_ids", "claim_set_sha256", "adapter")
+               "constrained_decoding", "prompt_format_version", *ARM_FIELDS, "claim_set_sha256", "adapter")
 
 
 def _adapter_content_decides(old: dict, new: dict) -> bool:

@@ -46,9 +46,9 @@ def evidence_specific_sensitivity(a0, a1, a1_ctrl):
     return safe_ratio(np.asarray(a1_ctrl, float) - np.asarray(a1, float), a0)
 
 
-# The control arm's point estimates (SPEC §6): IS's and ER's own formulas on the control's pools. Each takes
-# its own a_0, the round-0 accuracy over the claims with a control at that round (round 1 for IS_ctrl, round
-# R for ER_ctrl), so that the ratio is paired; :mod:`fae.ablation.control` reports them.
+# The control arm's point estimates (SPEC §6): IS's and ER's own formulas on the control's pools, and IS − IS_ctrl.
+# Each takes its own a_0, the round-0 accuracy over the claims with a control at that round (round 1 for IS_ctrl,
+# round R for ER_ctrl), so that the ratio is paired; :mod:`fae.ablation.control` reports them.
 
 def control_sensitivity(a0: float | None, a1_ctrl: float | None) -> float | None:
     """IS_ctrl = ``1 - a_1^ctrl / a_0``; None where ``a_0`` is 0 or undefined or ``a_1^ctrl`` undefined."""
@@ -58,6 +58,13 @@ def control_sensitivity(a0: float | None, a1_ctrl: float | None) -> float | None
 def control_retention(a0: float | None, aR_ctrl: float | None) -> float | None:
     """ER_ctrl = ``1 - a_R^ctrl / a_0``; None where ``a_0`` is 0 or undefined or ``a_R^ctrl`` undefined."""
     return None if not a0 or aR_ctrl is None else float(end_state_retention(a0, aR_ctrl))
+
+
+def control_evidence_part(IS: float | None, IS_ctrl: float | None) -> float | None:
+    """IS − IS_ctrl as metrics.json reports it: the difference of the two point estimates reported beside it, so
+    the three add up exactly (the same quantity as :func:`evidence_specific_sensitivity`, which the bootstrap's
+    draws use); None where either is undefined."""
+    return None if IS is None or IS_ctrl is None else IS - IS_ctrl
 
 
 def same_label(pred: str | None, gold: str) -> bool:

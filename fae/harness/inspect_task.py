@@ -47,10 +47,9 @@ from inspect_ai.solver import Generate, TaskState, solver
 
 from real_fae_core.errors import UserError
 from real_fae_core.hashing import sha256_file
-from data_prep.prompts import DEFAULT_LINE_IDS, LINE_IDS, PROMPT_FORMAT_VERSION, render_evidence_prompt
+from data_prep.prompts import PROMPT_FORMAT_VERSION, render_evidence_prompt
 from data_prep.records import ClaimRecord, load_records_or_fail
-from fae.ablation.engine import (ABLATION_ONLY, ARM_FIELDS, CONTROL_CHOICES, DEFAULT_CONTROL, Arms, ClaimSchedule,
-                                 Request)
+from fae.ablation.engine import ABLATION_ONLY, ARM_FIELDS, DEFAULT_ARMS, ArmError, Arms, ClaimSchedule, Request
 from fae.backends import ANSWER_MAX_NEW_TOKENS, Generation
 from fae.ablation.metrics import (compute_metrics, nei_exclusion_note, round_accuracy, round_label, same_label,
                                   strict_accuracy)
@@ -84,7 +83,7 @@ ARM_METRIC_NAMES = {"IS_ctrl": ("control", "IS_ctrl"), "IS_minus_IS_ctrl": ("con
                     "sweep_accuracy": ("size_sweep", "sweep_accuracy"),
                     "sweep_lowest_accuracy": ("size_sweep", "min_accuracy")}
 # The options beside records/rounds/max_tokens: fae run's arms (fae.ablation.engine.Arms), its defaults
-ARM_OPTIONS = {name: getattr(Arms, name) for name in ARM_FIELDS}
+ARM_OPTIONS = {name: getattr(DEFAULT_ARMS, name) for name in ARM_FIELDS}
 TASK_OPTIONS = ("records", "rounds", "max_tokens", *ARM_OPTIONS)
 
 
@@ -103,7 +102,7 @@ def chat_messages(messages: Sequence[dict[str, str]]) -> list[ChatMessageSystem 
     return [kinds[m["role"]](content=m["content"]) for m in messages]
 
 
-def record_sample(record: ClaimRecord, line_ids: str = DEFAULT_LINE_IDS) -> Sample:
+def record_sample(record: ClaimRecord, line_ids: str = DEFAULT_ARMS.line_ids) -> Sample:
     """One record as a sample: input = the round-0 prompt, target = the gold label, the record in metadata."""
     return Sample(
         id=record.id,
@@ -133,24 +132,17 @@ def check_options(records: Any, rounds: Any, max_tokens: Any,
 
 
 def check_arms(**options: Any) -> Arms:
-    """The arm options (:data:`ARM_OPTIONS`, defaults filled in), checked: one line naming the option and
-    its choices; as ``fae run``'s :class:`Arms`."""
-    options = {**ARM_OPTIONS, **options}
-    if options["control"] not in CONTROL_CHOICES:
-        raise UserError(f"task option control: {options['control']!r}; choose {', '.join(CONTROL_CHOICES)}")
-    if options["line_ids"] not in LINE_IDS:
-        raise UserError(f"task option line_ids: {options['line_ids']!r}; choose {' or '.join(LINE_IDS)}")
-    for name, default in ARM_OPTIONS.items():
-        value = options[name]
-        if isinstance(default, bool) and not isinstance(value, bool):
-            raise UserError(f"task option {name}: expected true or false (got {value!r})")
-        if isinstance(default, int) and not isinstance(default, bool) and (
-                isinstance(value, bool) or not isinstance(value, int)):
-            raise UserError(f"task option {name}: expected an integer (got {value!r})")
-    return Arms(**options)
+    """The arm options (:data:`ARM_OPTIONS`; an option not given takes its default), checked by ``fae run``'s
+    own check (:class:`Arms`); a bad value is one line naming the task option."""
+    try:
+        return Arms(**options)
+    except ArmError as exc:
+        if exc.choice:
+            raise UserError(f"task option {exc.name}: {exc.value!r}; {exc.problem}") from None
+        raise UserError(f"task option {exc.name}: {exc.problem} (got {exc.value!r})") from None
 
 
-def load_samples(path: Path, line_ids: str = DEFAULT_LINE_IDS) -> tuple[list[Sample], int]:
+def load_samples(path: Path, line_ids: str = DEFAULT_ARMS.line_ids) -> tuple[list[Sample], int]:
     """(samples of the SUPPORT/REFUTE records, number of NEI-gold records left out); bad records: UserError."""
     records = load_records_or_fail(path)
     kept, n_nei = fae_claims(records, source=str(path))
@@ -285,9 +277,10 @@ def question_name(req: Request, rounds: int) -> str:
 
 
 @solver
-def fae_ablation(rounds: int = 4, control: str = DEFAULT_CONTROL, control_seed: int = 0, gold_only: bool = True,
-                 cited_only: bool = True, size_sweep: bool = True, sweep_seed: int = 0,
-                 line_ids: str = DEFAULT_LINE_IDS):
+def fae_ablation(rounds: int = 4, control: str = DEFAULT_ARMS.control, control_seed: int = DEFAULT_ARMS.control_seed,
+                 gold_only: bool = DEFAULT_ARMS.gold_only, cited_only: bool = DEFAULT_ARMS.cited_only,
+                 size_sweep: bool = DEFAULT_ARMS.size_sweep, sweep_seed: int = DEFAULT_ARMS.sweep_seed,
+                 line_ids: str = DEFAULT_ARMS.line_ids):
     """Every question ``fae run`` asks about one claim (SPEC §6): rounds 0..R (ask, parse, drop the cited
     lines, ask again) and, with the arms, each round's control and the gold-only, cited-only and size-sweep
     pools."""
@@ -466,9 +459,10 @@ def fae_metrics():
 
 
 @scorer(metrics=[fae_metrics()])
-def fae_scorer(rounds: int = 4, control: str = DEFAULT_CONTROL, control_seed: int = 0, gold_only: bool = True,
-               cited_only: bool = True, size_sweep: bool = True, sweep_seed: int = 0,
-               line_ids: str = DEFAULT_LINE_IDS):
+def fae_scorer(rounds: int = 4, control: str = DEFAULT_ARMS.control, control_seed: int = DEFAULT_ARMS.control_seed,
+               gold_only: bool = DEFAULT_ARMS.gold_only, cited_only: bool = DEFAULT_ARMS.cited_only,
+               size_sweep: bool = DEFAULT_ARMS.size_sweep, sweep_seed: int = DEFAULT_ARMS.sweep_seed,
+               line_ids: str = DEFAULT_ARMS.line_ids):
     """Per claim: round-0 correctness and Strict, whether each round still had the gold label, and the
     claims.jsonl entry (metadata ``fae_claim``: rounds, and control / gold-only as the arms ask); a claim
     with a question unanswered scores NaN, which Inspect leaves out of every metric (the solver already

@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from real_fae_core.hashing import keyed_rng
 from data_prep.records import REFUTE, SUPPORT, ClaimRecord, Sentence
 
 ATTRIBUTES = ("capital", "river", "founder", "mascot", "export", "festival")
@@ -149,7 +150,7 @@ def add_incomplete_gold(records: list[ClaimRecord], seed: int | str, share: floa
     records exist: ``make_record``/``make_split`` (which the base builder draws
     its training data from) and their random stream are untouched.
     """
-    rng = random.Random(f"demo-incomplete-gold-{seed}")  # str seeds are hashed (sha512): stable across runs
+    rng = keyed_rng("demo-incomplete-gold", seed, sep="-")  # the text seed "demo-incomplete-gold-{seed}"
     for rec in records:
         (gold,) = rec.gold_ids
         if rng.random() >= share:
@@ -185,7 +186,7 @@ def add_counterfactuals(world: World, records: list[ClaimRecord], seed: int) -> 
     the draws are the same for every claim, so SUPPORT claims get the lines
     they got before counterfactuals were claim-aware.
     """
-    rng = random.Random(f"demo-counterfactual-{seed}")  # str seeds are hashed (sha512): stable across runs
+    rng = keyed_rng("demo-counterfactual", seed, sep="-")  # the text seed "demo-counterfactual-{seed}"
     for rec in records:
         fact = world.facts[(rec.extra["entity"], rec.extra["attribute"])]
         (gold,) = rec.gold_ids
