@@ -31,7 +31,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 NON_TRAINING = {"annotators", "eval"}
 RECIPES = sorted(p for p in (REPO / "recipes").rglob("*.yaml")
                  if p.relative_to(REPO / "recipes").parts[0] not in NON_TRAINING)
-CPU_RECIPE_DIRS = {"tiny", "demo", "smollm2-135m-instruct"}
+CPU_RECIPE_DIRS = {"tiny", "demo", "smollm2-135m-instruct", "study"}
 GPU_RECIPES = [p for p in RECIPES if p.parent.name not in CPU_RECIPE_DIRS]
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 REAL_TRAIN = str(Path(sys.executable).with_name("real-train"))
@@ -78,6 +78,16 @@ def test_every_recipe_parses_with_installed_trl(recipe):
     assert script.variant in rt.VARIANT_NAMES and script.variant in str(raw["dataset_name"]).split("/")[-1]
     # paper hyper-parameters (SPEC §4)
     assert model.use_peft and (model.lora_r, model.lora_alpha, model.lora_dropout) == (16, 32, 0.05)
+    if recipe.parent.name == "study":
+        # format tuning of the study's models (recipes/study/format_tune.sh): one recipe for SmolLM2 (30 layers)
+        # and Gemma 3 270M (18), every projection of every layer, a few hundred steps, pairs with NEI targets
+        target = re.compile(model.lora_target_modules)
+        for name in ("model.layers.0.self_attn.q_proj", "model.layers.17.mlp.gate_proj", "model.layers.29.mlp.down_proj"):
+            assert target.fullmatch(name), name
+        assert not any(target.fullmatch(n) for n in ("lm_head", "model.embed_tokens", "model.layers.3.input_layernorm"))
+        assert script.variant == "no_enhancement" and 100 <= training.max_steps <= 1000
+        assert training.max_length == 1024 and raw["cpu_bf16"] is True and training.learning_rate == 5e-4
+        return
     if recipe.parent.name == "smollm2-135m-instruct":
         # the CPU budget's choices, each stated in the recipe (recipes/smollm2-135m-instruct/README.md):
         # every projection of the top 10 of 30 layers, bf16 autocast, one epoch at a higher learning rate

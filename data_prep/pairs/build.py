@@ -53,6 +53,16 @@ each drawn from its own seeded stream (seed, record id, kind):
 So at every pool size and with a gap anywhere both labels occur, and only the
 evidence decides; a record too small for a row (a pool of evidence only, or
 one line beside it) goes without it, counted in ``dropped``.
+
+Answer interfaces (``--interface``): every row above is a JSON-interface row
+(``json``, SPEC §3: label and cited lines). ``codes`` and ``labels`` write the
+same examples as the evaluation-choice study asks them (SPEC §10): the
+study's prompt over the row's pool in record order, lines 0..n-1, and the one
+answer string its strict reader takes for the row's label (``A``/``B``/``C``,
+or the dataset's own label string). ``study`` writes both rows per example,
+so format tuning teaches a model to answer either interface. A row of a study
+interface has a ``format`` column; a record whose ``dataset`` the study does
+not know stops the build (:class:`UnknownStudyDataset`).
 """
 
 from __future__ import annotations
@@ -72,6 +82,9 @@ from data_prep.prompts import (
     shown_pool,
 )
 from data_prep.records import NOT_ENOUGH_INFO, ClaimRecord
+from data_prep.study_prompts import DATASETS as STUDY_DATASETS
+from data_prep.study_prompts import FORMATS as STUDY_FORMATS
+from data_prep.study_prompts import STUDY_LINE_IDS, render_study_prompt
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,14 @@ VARIANTS: dict[str, Variant] = {
                                          sufficient=True),
     "real_sufficient": Variant("real_sufficient", negatives=True, enhanced=True, matched=True, sufficient=True),
 }
+
+# The answer a row's completion is written in (`--interface`): ``json`` is SPEC §3's JSON object with
+# citations (the paper's rows); ``codes`` and ``labels`` are the evaluation-choice study's bare answers
+# (SPEC §10, data_prep/study_prompts.py), rendered exactly as `fae study` asks them; ``study`` writes both
+# rows for every example. Each name maps to the study formats it writes (none: the JSON rows).
+INTERFACES: dict[str, tuple[str, ...]] = {"json": (), "codes": ("codes",), "labels": ("labels",),
+                                          "study": ("codes", "labels")}
+DEFAULT_INTERFACE = "json"
 
 POSITIVE = "positive"
 NEGATIVE = "negative"
@@ -132,6 +153,62 @@ class MissingEnhancedEvidence(ValueError):
         """The same error naming where the first offending record is (``path:line``, or ``path`` alone)."""
         where = f"{path}:{line}" if line is not None else str(path)
         return MissingEnhancedEvidence(self.variant, self.missing, self.total, where)
+
+
+class UnknownStudyDataset(ValueError):
+    """A record's ``dataset`` has no answer strings in the evaluation-choice study, so a study interface
+    cannot render it. :meth:`located` names the record's file and line."""
+
+    def __init__(self, record_id: str, dataset: str, interface: str, where: str | None = None):
+        self.record_id = record_id
+        self.dataset = dataset
+        self.interface = interface
+        prefix = f"{where}: " if where else ""
+        super().__init__(
+            f"{prefix}record {record_id!r}: field 'dataset': {dataset!r} has no answer strings in the "
+            f"evaluation-choice study (known: {', '.join(STUDY_DATASETS)}), so --interface {interface} "
+            "cannot render it"
+        )
+
+    def located(self, path, line: int | None) -> "UnknownStudyDataset":
+        """The same error, said at ``path:line`` of the records file (the file alone when the line is unknown)."""
+        where = f"{path}:{line}" if line is not None else str(path)
+        return UnknownStudyDataset(self.record_id, self.dataset, self.interface, where)
+
+
+def check_interface(interface: str, where: str = "interface", error: type[Exception] = ValueError) -> tuple[str, ...]:
+    """The study formats ``interface`` writes (empty: the JSON rows); ``error`` naming the choices else."""
+    if interface not in INTERFACES:
+        raise error(f"{where} {interface!r}: choose {', '.join(INTERFACES)}")
+    return INTERFACES[interface]
+
+
+def check_study_datasets(records: Sequence[ClaimRecord], interface: str) -> None:
+    """Fail on the first trainable record (file order) whose dataset the study has no strings for."""
+    if not INTERFACES[interface]:
+        return
+    for rec in records:
+        if rec.label != NOT_ENOUGH_INFO and rec.dataset not in STUDY_DATASETS:
+            raise UnknownStudyDataset(rec.id, rec.dataset, interface)
+
+
+def study_row(row: dict, record: ClaimRecord, fmt: str) -> dict:
+    """``row`` (a JSON-interface row of ``record``) asked in the study format ``fmt``.
+
+    The prompt is :func:`~data_prep.study_prompts.render_study_prompt` of the row's pool in the record's
+    order, lines numbered 0..n-1 as the study numbers them, the completion the one answer string that
+    ``fmt`` reads back as the row's label (no citations: the interface has none). The metadata columns
+    stay (``evidence`` and ``pool_ids`` in record ids), plus ``format``.
+    """
+    answer_format = STUDY_FORMATS[fmt]
+    keep = set(row["pool_ids"])
+    units = [s for s in record.sentences if s.id in keep]
+    return {
+        **row,
+        "prompt": render_study_prompt(record.claim, units, answer_format, record.dataset),
+        "completion": [{"role": "assistant", "content": answer_format.answer(row["label"], record.dataset)}],
+        "format": fmt,
+    }
 
 
 def get_variant(name: str) -> Variant:
@@ -270,6 +347,20 @@ def matched_removal(record: ClaimRecord, e_train: Sequence[int], seed: int | Non
     return sorted(rng.sample(candidates, k))
 
 
+def ordered_rows(units: list[list[dict]], seed: int | None, keep_pairs_together: bool) -> list[dict]:
+    """The rows of every record's ``units`` in file order (``seed`` None), shuffled with
+    ``random.Random(seed)``, or, ``keep_pairs_together``, with the records shuffled and each one's rows kept
+    together in order."""
+    if keep_pairs_together:
+        if seed is not None:
+            random.Random(seed).shuffle(units)
+        return [row for unit in units for row in unit]
+    rows = [row for unit in units for row in unit]
+    if seed is not None:
+        random.Random(seed).shuffle(rows)
+    return rows
+
+
 def build_pairs(
     records: Iterable[ClaimRecord],
     variant: str,
@@ -277,6 +368,7 @@ def build_pairs(
     seed: int | None = 42,
     keep_pairs_together: bool = False,
     line_ids: str = DEFAULT_LINE_IDS,
+    interface: str = DEFAULT_INTERFACE,
 ) -> tuple[list[dict], dict]:
     """Training rows for ``variant`` and counts of what was skipped.
 
@@ -290,12 +382,19 @@ def build_pairs(
     A matched variant's record whose pool has fewer sentences outside
     ``E_train`` ∪ ``E*`` than its negative removes gets no matched positive
     (counted in ``dropped.too_few_matched_lines``).
+    ``interface`` (:data:`INTERFACES`): a study interface writes each of these rows once per study format,
+    as :func:`study_row`, its lines numbered as the study numbers them whatever ``line_ids`` says.
     """
     v = get_variant(variant)
     check_line_ids(line_ids, "line_ids")
+    formats = check_interface(interface)
     records = list(records)
     check_records(records, v)
+    if formats:
+        check_study_datasets(records, interface)
+        line_ids = STUDY_LINE_IDS
     units: list[list[dict]] = []  # one record's rows
+    unit_records: list[ClaimRecord] = []
     skipped_nei = 0
     dropped_empty = 0
     too_few_matched = 0
@@ -307,6 +406,7 @@ def build_pairs(
         e_train = train_evidence(rec, v)
         unit = [make_pair(rec, POSITIVE, v, e_train, line_ids=line_ids)]
         units.append(unit)
+        unit_records.append(rec)
         if v.negatives:
             if set(rec.pool_ids) <= set(e_train):
                 dropped_empty += 1
@@ -324,14 +424,9 @@ def build_pairs(
                     too_small[kind] += 1
                 else:
                     unit.append(make_pair(rec, kind, v, e_train, line_ids=line_ids, removed_ids=removed))
-    if keep_pairs_together:
-        if seed is not None:
-            random.Random(seed).shuffle(units)
-        rows = [row for unit in units for row in unit]
-    else:
-        rows = [row for unit in units for row in unit]
-        if seed is not None:
-            random.Random(seed).shuffle(rows)
+    if formats:
+        units = [[study_row(row, rec, f) for row in unit for f in formats] for rec, unit in zip(unit_records, units)]
+    rows = ordered_rows(units, seed, keep_pairs_together)
     dropped = {"empty_ablated_pool": dropped_empty}
     if v.matched:
         dropped["too_few_matched_lines"] = too_few_matched
@@ -414,6 +509,9 @@ def pair_stats(rows: Sequence[dict], info: dict, *, over_length: int | None = No
             [sum(len(m["content"]) for m in r["prompt"] + r["completion"]) for r in rows]
         ),
     }
+    if any("format" in r for r in rows):
+        stats["by_format"] = {f: sum(1 for r in rows if r.get("format") == f)
+                              for f in sorted({r["format"] for r in rows if "format" in r})}
     if any("n_tokens" in r for r in rows) or tokenizer is not None:
         stats["length_tokens"] = percentiles([r["n_tokens"] for r in rows if "n_tokens" in r])
         stats["tokenizer"] = tokenizer

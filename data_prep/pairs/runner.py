@@ -8,6 +8,11 @@ summary. ``real-train`` reads either form through ``dataset_name``.
 ids, so a negative's pool has a hole where ``E_train`` was; ``renumbered``
 shows 0..n-1. The targets cite the numbers shown; ``evidence`` and
 ``pool_ids`` keep record ids, and ``stats.json`` records the choice.
+
+``--interface`` picks the answer the rows train (``data_prep.pairs.build``,
+``INTERFACES``): ``json`` (the default, the rows above), ``codes`` / ``labels``
+(the evaluation-choice study's prompt and bare answer, for format tuning),
+``study`` (both). ``stats.json`` records it, with the rows per format.
 """
 
 from __future__ import annotations
@@ -22,15 +27,20 @@ from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from real_fae_core.jsonl import iter_jsonl_lines
 from data_prep.pairs.build import (
+    DEFAULT_INTERFACE,
+    INTERFACES,
     VARIANTS,
     MissingEnhancedEvidence,
+    UnknownStudyDataset,
     build_pairs,
+    check_interface,
     drop_over_length,
     pair_stats,
     token_lengths,
 )
 from data_prep.prompts import DEFAULT_LINE_IDS, LINE_IDS, check_line_ids
 from data_prep.records import load_records_or_fail
+from data_prep.study_prompts import STUDY_LINE_IDS
 from real_fae_core.outputs import Output, claim_dir, only_names
 
 COMMAND = "real-data pairs"
@@ -58,6 +68,11 @@ class PairsConfig(CommandConfig):
                            help="how the prompt numbers its lines: original (record ids, the paper's; an ablated "
                                 "pool shows a hole) or renumbered (0..n-1 in reading order); targets cite the "
                                 f"numbers shown (default {DEFAULT_LINE_IDS})")
+    interface: str = option(DEFAULT_INTERFACE, metavar="{" + ",".join(INTERFACES) + "}",  # a name in INTERFACES
+                            help="the answer the rows train: json (SPEC §3: label and cited lines, the paper's), "
+                                 "codes or labels (the evaluation-choice study's bare answers, its prompt and "
+                                 "lines 0..n-1 whatever --line-ids says; needs records of a dataset the study "
+                                 "knows) or study (both rows per example) (default json)")
     tokenizer: str | None = option(None, help="tokenizer (local dir or hub id) to measure token lengths with its "
                                               "chat template")
     max_length: int = option(4096, min=1, help="with --tokenizer: drop (and count) pairs longer than this many "
@@ -92,6 +107,7 @@ def _check(config: PairsConfig) -> Path:
     if config.variant not in VARIANTS:
         raise UserError(f"--variant {config.variant!r}: unknown; choose from {', '.join(VARIANTS)}")
     check_line_ids(config.line_ids, error=UserError)
+    check_interface(config.interface, "--interface", error=UserError)
     out = Path(config.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {str(out)!r} is a file; give a directory for the dataset")
@@ -107,9 +123,11 @@ def run(config: PairsConfig) -> CommandResult:
     seed = None if config.no_shuffle else config.seed
     try:
         rows, info = build_pairs(records, config.variant, seed=seed, keep_pairs_together=config.keep_pairs_together,
-                                 line_ids=config.line_ids)
+                                 line_ids=config.line_ids, interface=config.interface)
     except MissingEnhancedEvidence as exc:
         raise UserError(str(exc.located(config.records, _first_line_of(config.records, exc.missing[0])))) from None
+    except UnknownStudyDataset as exc:
+        raise UserError(str(exc.located(config.records, _first_line_of(config.records, exc.record_id)))) from None
     if not rows:
         raise UserError(f"{config.records}: no SUPPORT/REFUTE records, so there are no training pairs")
 
@@ -125,12 +143,15 @@ def run(config: PairsConfig) -> CommandResult:
                        max_length=config.max_length if config.tokenizer else None,
                        tokenizer=config.tokenizer)
     stats.update({"variant": config.variant, "records_file": os.path.abspath(config.records),
-                  "seed": seed, "keep_pairs_together": config.keep_pairs_together, "line_ids": config.line_ids})
+                  "seed": seed, "keep_pairs_together": config.keep_pairs_together,
+                  "line_ids": STUDY_LINE_IDS if INTERFACES[config.interface] else config.line_ids,
+                  "interface": config.interface})
     write_dataset(out, rows, stats, overwrite=config.overwrite)
     Output(out, COMMAND).mark()
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats["by_kind"].items()))
     dropped = ", ".join(f"{k} {n}" for k, n in stats["dropped"].items())
-    print(f"{out}: {len(rows)} pairs ({kinds}); dropped: {dropped}")
+    formats = "".join("; " + ", ".join(f"{f} {n}" for f, n in stats["by_format"].items()) if "by_format" in stats else "")
+    print(f"{out}: {len(rows)} pairs ({kinds}{formats}); dropped: {dropped}")
     return CommandResult(outputs={"dataset": str(out), "pairs": str(out / "pairs.jsonl"),
                                   "stats": str(out / "stats.json")}, summary=stats)
 
