@@ -175,7 +175,7 @@ def command_modules() -> set[str]:
     from fae.cli import SUBCOMMANDS as FAE_COMMANDS
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"].values()
-    return ({module for module, _ in DATA_COMMANDS.values()} | {module for module, _ in FAE_COMMANDS.values()}
+    return ({entry.split(":")[0] for entry, _ in [*DATA_COMMANDS.values(), *FAE_COMMANDS.values()]}
             | {entry.split(":")[0] for entry in scripts})
 
 

@@ -9,13 +9,12 @@ single-process run would have written them. Merging again is harmless.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, command_line, option
+from real_fae_core.command import CommandConfig, CommandResult, command_line, option
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
 from fae.ablation import runio
@@ -30,13 +29,6 @@ class MergeConfig(CommandConfig):
     run_dir: str = option(positional=True, metavar="RUN_DIR", help="the --output directory the shards were run into")
     shards: int | None = option(None, min=1, metavar="N", help="merge the split into N shards (default: the one split "
                                                               "found under RUN_DIR/shards)")
-
-
-CONFIG = MergeConfig
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, MergeConfig)
 
 
 def run(config: MergeConfig) -> CommandResult:
