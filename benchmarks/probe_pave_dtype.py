@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from data_prep.counterfactual.config import CounterfactualConfig  # noqa: E402
+from data_prep.counterfactual.runner import CounterfactualConfig  # noqa: E402
 from data_prep.counterfactual.runner import run as counterfactual  # noqa: E402
 import fae.backends.hf as hf  # noqa: E402
 from fae.ablation.runner import run as fae_run  # noqa: E402

@@ -1,11 +1,11 @@
 """`fae`: Fact-Ablated Evaluation, reports, probes and verifier comparisons.
 
-Each subcommand lives in its own module: its typed options ``CONFIG`` (a dataclass),
-``add_arguments(parser)`` or, for `fae run` and `fae checkpoints`, its own ``parse_args`` and
-``make_parser``, and ``run(config) -> CommandResult`` (:mod:`real_fae_core.command`); the run
-itself is a library module the command imports. This file maps each subcommand to its module and
-dispatches (:func:`real_fae_core.cli.dispatch`); a rank under ``accelerate launch`` is also tied to
-its launcher and sibling ranks here.
+Each subcommand is one library module holding its config dataclass and ``run(config) -> CommandResult``
+(:mod:`real_fae_core.command`), registered here as ``"package.module:XConfig"``: the dispatcher
+(:func:`real_fae_core.cli.dispatch`) generates its parser from the config. `fae run`, `fae checkpoints`,
+`fae probe`, `fae neurons`, `fae pave` and `fae study` are still the older form, a module name (its
+``CONFIG`` and ``add_arguments(parser)``, or its own ``parse_args`` and ``make_parser``). A rank under
+``accelerate launch`` is also tied to its launcher and sibling ranks here.
 """
 
 from __future__ import annotations
@@ -15,18 +15,21 @@ from real_fae_core.lifeline import answer_sigterm, die_with_launcher, launched, 
 
 SUBCOMMANDS = {
     "run": ("fae.ablation.cli", "run multi-round evidence ablation (SPEC §6) on a verifier"),
-    "merge": ("fae.ablation.merge", "join the shards of a run (fae run --shard I/N) into one run directory"),
+    "merge": ("fae.ablation.merge:MergeConfig",
+              "join the shards of a run (fae run --shard I/N) into one run directory"),
     "checkpoints": ("fae.ablation.checkpoints", "FAE of every checkpoint-N of a training output; Acc/IS per step"),
-    "report": ("fae.ablation.report", "Table-1 report and trajectory plot for one or more runs"),
+    "report": ("fae.ablation.report:ReportConfig", "Table-1 report and trajectory plot for one or more runs"),
     "probe": ("fae.probes.cli", "DirK hidden-state probe over an FAE run (SPEC §7)"),
-    "probe-report": ("fae.probes.report", "DirK figure and table for one or more probe outputs"),
+    "probe-report": ("fae.probes.report:ProbeReportConfig", "DirK figure and table for one or more probe outputs"),
     "neurons": ("fae.probes.neurons", "MLP neuron overlap of evidence- vs knowledge-based prompts"),
-    "compare": ("fae.comparison.compare", "answer/evidence score accounting between two runs (SPEC §8)"),
+    "compare": ("fae.comparison.compare:CompareConfig", "answer/evidence score accounting between two runs (SPEC §8)"),
     "pave": ("fae.pave.cli", "PAVE prior-state diagnostics (SPEC §9)"),
     "study": ("fae.study.cli", "ask one model every condition of the evaluation-choice grid (SPEC §10)"),
-    "study-report": ("fae.study.report", "scores, contrasts, intervals and controls of study runs (SPEC §10)"),
-    "view": ("fae.view.cli", "static per-claim ablation explorer (HTML) for one or more runs"),
-    "from-inspect": ("fae.harness.cli", "an Inspect AI log of real_fae/fae as a run directory"),
+    "study-report": ("fae.study.report:StudyReportConfig",
+                     "scores, contrasts, intervals and controls of study runs (SPEC §10)"),
+    "view": ("fae.view.runner:ViewConfig", "static per-claim ablation explorer (HTML) for one or more runs"),
+    "from-inspect": ("fae.harness.from_inspect:FromInspectConfig",
+                     "an Inspect AI log of real_fae/fae as a run directory"),
 }
 
 

@@ -5,11 +5,22 @@ named among the files that may import the trainer (tests/test_architecture.py)."
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
 
-def command_parsers() -> dict:
-    """{prog: (the module that runs it, its argparse parser)} of every command and subcommand of the five
-    tools with a flag dialect of their own (real-data, fae, real-demo, real-merge, real-import-gguf), built as
-    their entry points build them. ``real-train`` keeps TRL's parser and is not here."""
+
+class Walked(NamedTuple):
+    """One command of the walk: the module that runs it, its config class (None: no typed command), its parser."""
+
+    module: Any
+    config: type | None
+    parser: Any
+
+
+def command_parsers() -> dict[str, Walked]:
+    """{prog: :class:`Walked`} of every command and subcommand of the five tools with a flag dialect of their
+    own (real-data, fae, real-demo, real-merge, real-import-gguf), built as their entry points build them: a
+    subcommand's config is the one its registry entry names (``"module:XConfig"``, real_fae_core.cli), a
+    console script's its module's ``CONFIG``. ``real-train`` keeps TRL's parser and is not here."""
     import argparse
 
     import data_prep.cli
@@ -17,6 +28,7 @@ def command_parsers() -> dict:
     from real import demo, gguf_import, merge
     from real.demo import base_model
     from real_fae_core.cli import build_parser
+    from real_fae_core.command import config_type
 
     def subparsers(parser) -> dict:
         for action in parser._actions:
@@ -26,17 +38,17 @@ def command_parsers() -> dict:
 
     out = {}
     for prog, mod in (("real-data", data_prep.cli), ("fae", fae.cli)):
-        top, modules = build_parser(prog, mod.__doc__, mod.SUBCOMMANDS)
-        for name, module in modules.items():
-            if hasattr(module, "parse_args"):  # `fae run`, `fae checkpoints`: their own (dataclass) parser
-                out[f"{prog} {name}"] = (module, module.make_parser(f"{prog} {name}"))
+        top, commands = build_parser(prog, mod.__doc__, mod.SUBCOMMANDS)
+        for name, (module, config, generated) in commands.items():
+            if not generated and hasattr(module, "parse_args"):  # `fae run`, `fae checkpoints`: own parser
+                out[f"{prog} {name}"] = Walked(module, config, module.make_parser(f"{prog} {name}"))
             else:
-                out[f"{prog} {name}"] = (module, subparsers(top)[name])
+                out[f"{prog} {name}"] = Walked(module, config, subparsers(top)[name])
     top = demo.build_parser()
-    out["real-demo"] = (demo, top)
-    out["real-demo build-base"] = (base_model, subparsers(top)["build-base"])
-    out["real-merge"] = (merge, merge.build_parser())
-    out["real-import-gguf"] = (gguf_import, gguf_import.build_parser())
+    out["real-demo"] = Walked(demo, config_type(demo), top)
+    out["real-demo build-base"] = Walked(base_model, config_type(base_model), subparsers(top)["build-base"])
+    out["real-merge"] = Walked(merge, config_type(merge), merge.build_parser())
+    out["real-import-gguf"] = Walked(gguf_import, config_type(gguf_import), gguf_import.build_parser())
     return out
 
 
@@ -51,7 +63,7 @@ def every_parser() -> dict:
     from real.training.args import make_parser as real_train_parser
     from real_fae_core.cli import build_parser
 
-    out = {prog: parser for prog, (_module, parser) in command_parsers().items()}
+    out = {prog: walked.parser for prog, walked in command_parsers().items()}
     for prog, mod in (("real-data", data_prep.cli), ("fae", fae.cli)):
         out[prog] = build_parser(prog, mod.__doc__, mod.SUBCOMMANDS)[0]
     out["real-train"] = real_train_parser()
@@ -81,8 +93,7 @@ def command_table() -> str:
              for name, (_module, text) in table.items()}
     rows = ["| Command | Module | Config (`run(config) -> CommandResult`) | What it does |",
             "|---|---|---|---|"]
-    for prog, (module, parser) in sorted(command_parsers().items()):
-        cls = getattr(module, "CONFIG", None)
+    for prog, (module, cls, parser) in sorted(command_parsers().items()):
         config = f"`{cls.__name__}`" if cls is not None else "(none)"
         what = " ".join((helps.get(prog) or parser.description or "").split()).replace("|", "\\|")
         rows.append(f"| `{prog}` | `{module.__name__}` | {config} | {what} |")

@@ -45,7 +45,7 @@ RUN_INPUT = ["fae report", "fae view", "fae merge", "fae probe"]
 
 def _all_parsers() -> dict[str, argparse.ArgumentParser]:
     """{prog: parser} of every command and subcommand of the five tools."""
-    return {prog: parser for prog, (_module, parser) in command_parsers().items()}
+    return {prog: walked.parser for prog, walked in command_parsers().items()}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

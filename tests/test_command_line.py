@@ -15,7 +15,7 @@ import typing
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from real_fae_core.command import command_line, config_type
+from real_fae_core.command import command_line
 from real_fae_core.flags import SpacedList
 from real_fae_core.secrets import register_secret
 
@@ -84,7 +84,7 @@ def _strategy(f: dataclasses.Field, tp):
 
 
 def _configs(prog: str):
-    cls = config_type(COMMANDS[prog][0])
+    cls = COMMANDS[prog].config
     hints = typing.get_type_hints(cls)
     fields = {}
     for f in dataclasses.fields(cls):
@@ -101,7 +101,7 @@ def _configs(prog: str):
 
 def parse(prog: str, line: str):
     """The config the command's own parser makes of ``line``."""
-    module, parser = COMMANDS[prog]
+    _module, cls, parser = COMMANDS[prog]
     words = shlex.split(line)
     assert words[:len(prog.split())] == prog.split(), line
     argv = words[len(prog.split()):]
@@ -109,7 +109,7 @@ def parse(prog: str, line: str):
         from fae.ablation.options import parse_options
 
         return parse_options(argv, prog)[0]
-    return config_type(module).from_namespace(parser.parse_args(argv))
+    return cls.from_namespace(parser.parse_args(argv))
 
 
 @pytest.mark.parametrize("prog", ROUND_TRIP)

@@ -1,9 +1,10 @@
 """Commands as functions (real_fae_core.command): every subcommand is a typed config plus ``run(config)``.
 
 The walk covers every command of real-data, fae, real-demo, real-merge and
-real-import-gguf. For each: the module names its config dataclass ``CONFIG``
-(a :class:`~real_fae_core.command.CommandConfig`), ``run``'s first parameter is
-that config, and the command line is generated from the config
+real-import-gguf. For each: its config dataclass (a
+:class:`~real_fae_core.command.CommandConfig`: the ``XConfig`` of a subcommand's
+``"module:XConfig"`` registry entry, a console script module's ``CONFIG``),
+``run``'s first parameter is that config, and the command line is generated from the config
 (:func:`~real_fae_core.command.add_config_arguments`): every field is an option,
 and a command line of the required arguments parses to the config those values
 make in Python, defaults included. So a Python caller and the command line
@@ -28,7 +29,7 @@ from command_walk import command_parsers
 COMMANDS = command_parsers()
 # `fae run` and `fae checkpoints` parse their own dataclass options (HfArgumentParser): the walk over
 # argparse actions does not apply; their parse_args is checked to return their CONFIG instead.
-OWN_PARSE = {prog for prog, (module, _p) in COMMANDS.items() if hasattr(module, "parse_args")}
+OWN_PARSE = {prog for prog, (module, _c, _p) in COMMANDS.items() if hasattr(module, "parse_args")}
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -57,14 +58,66 @@ def test_the_walk_sees_every_command():
 
 @pytest.mark.parametrize("prog", sorted(COMMANDS))
 def test_every_command_is_a_typed_config_and_a_run_function(prog):
-    module, _parser = COMMANDS[prog]
-    cls = config_type(module)
-    assert cls is not None, f"{prog}: {module.__name__} has no CONFIG dataclass"
+    module, cls, _parser = COMMANDS[prog]
+    assert cls is not None, f"{prog}: {module.__name__} has no config dataclass"
     assert issubclass(cls, CommandConfig), f"{prog}: {cls.__name__} is not a CommandConfig"
     params = list(inspect.signature(module.run).parameters.values())
     hints = typing.get_type_hints(module.run)
     assert params and hints.get(params[0].name) is cls, f"{prog}: run's first parameter is not a {cls.__name__}"
     assert hints.get("return") is CommandResult, f"{prog}: run does not return a CommandResult"
+
+
+# The subcommands still on the older registry form, a module name alone (its CONFIG and add_arguments, or its own
+# parse_args): they move onto the generated parser in a change of their own. Their modules, and the two
+# dispatchers, are the only cli modules left.
+OLDER_FORM = {"fae run", "fae checkpoints", "fae probe", "fae neurons", "fae pave", "fae study"}
+CLI_MODULES = {"fae/cli.py", "data_prep/cli.py",  # the dispatchers of the console commands
+               "fae/ablation/cli.py", "fae/probes/cli.py", "fae/pave/cli.py", "fae/study/cli.py"}  # older form
+
+
+def _registry() -> dict[str, str]:
+    """{prog: its registry entry} of every subcommand of fae and real-data."""
+    import data_prep.cli
+    import fae.cli
+
+    tables = (("fae", fae.cli.SUBCOMMANDS), ("real-data", data_prep.cli.SUBCOMMANDS))
+    return {f"{prog} {name}": entry for prog, table in tables for name, (entry, _help) in table.items()}
+
+
+@pytest.mark.parametrize("prog", sorted(set(_registry()) - OLDER_FORM))
+def test_every_subcommand_is_one_module_holding_its_config_and_run(prog):
+    """The one layout (docs/architecture.md): the registry names ``"package.module:XConfig"``; that library module
+    defines the config dataclass and ``run``; the parser is the dispatcher's, generated from the config, so the
+    module has no ``add_arguments`` and no ``CONFIG`` alias."""
+    import importlib
+
+    entry = _registry()[prog]
+    module_name, sep, config_name = entry.partition(":")
+    assert sep and config_name, f"{prog}: registry entry {entry!r} is not 'package.module:XConfig'"
+    module = importlib.import_module(module_name)
+    cls = getattr(module, config_name, None)
+    assert isinstance(cls, type) and issubclass(cls, CommandConfig), f"{prog}: {entry}: no CommandConfig {config_name}"
+    assert cls.__module__ == module_name, f"{prog}: {config_name} is defined in {cls.__module__}, not {module_name}"
+    run = getattr(module, "run", None)
+    assert callable(run) and run.__module__ == module_name, f"{prog}: {module_name} defines no run(config)"
+    assert not hasattr(module, "add_arguments") and not hasattr(module, "CONFIG"), \
+        f"{prog}: {module_name} declares a parser or a CONFIG beside its registry entry"
+    assert COMMANDS[prog].config is cls
+
+
+def test_the_older_form_is_only_the_commands_still_moving():
+    """Every registry entry that is a module name alone is one of the six commands named in OLDER_FORM."""
+    older = {prog for prog, entry in _registry().items() if ":" not in entry}
+    assert older <= OLDER_FORM, f"on the older registry form: {sorted(older - OLDER_FORM)}"
+
+
+def test_no_cli_module_but_the_dispatchers_and_the_older_form():
+    """A command is its library module; no ``cli.py`` / ``*_cli.py`` shell re-exports it."""
+    from helpers import REPO
+
+    found = {str(p.relative_to(REPO)) for package in ("fae", "data_prep") for p in (REPO / package).rglob("*.py")
+             if p.stem == "cli" or p.stem.endswith("_cli")}
+    assert found <= CLI_MODULES, f"cli modules beside the dispatchers: {sorted(found - CLI_MODULES)}"
 
 
 def _unexposed(parser: argparse.ArgumentParser, cls: type) -> tuple[list[str], list[str]]:
@@ -94,8 +147,7 @@ def _required_command_line(parser: argparse.ArgumentParser) -> tuple[list[str], 
 def test_every_field_of_the_config_is_an_option_of_the_command(prog):
     """The parser is generated from the config (real_fae_core.command.add_config_arguments, add_option_flags):
     a field left out of it, or an option declared beside it, is named."""
-    module, parser = COMMANDS[prog]
-    cls = config_type(module)
+    _module, cls, parser = COMMANDS[prog]
     hidden, extra = _unexposed(parser, cls)
     assert not hidden and not extra, (f"{prog}: fields of {cls.__name__} with no option: {hidden}; "
                                       f"options that are no field: {extra}")
@@ -105,8 +157,7 @@ def test_every_field_of_the_config_is_an_option_of_the_command(prog):
 def test_a_parsed_command_line_is_the_config(prog):
     """A command line of only the required arguments parses to the config those values make in Python: every
     default the command line gives is the config's, every required argument is a required field."""
-    module, parser = COMMANDS[prog]
-    cls = config_type(module)
+    _module, cls, parser = COMMANDS[prog]
     argv, values = _required_command_line(parser)
     parsed = cls.from_namespace(parser.parse_args(argv))
     assert parsed == cls(**values), f"{prog}: `{' '.join(argv)}` parses to {parsed}, not {cls(**values)}"
@@ -159,8 +210,7 @@ def test_the_generated_parser_keeps_the_command_line_conventions(capsys):
 @pytest.mark.parametrize("prog", sorted(set(COMMANDS) - OWN_PARSE))
 def test_a_parsed_command_line_becomes_the_config(prog):
     """The defaults a bare command line gives (required ones filled) build the config without an error."""
-    module, parser = COMMANDS[prog]
-    cls = config_type(module)
+    _module, cls, parser = COMMANDS[prog]
     values = {}
     for name, action in _options(parser).items():
         if action.required or (not action.option_strings and action.nargs not in ("?", "*")):
@@ -176,9 +226,9 @@ def test_a_parsed_command_line_becomes_the_config(prog):
     ("fae checkpoints", ["--training-output", "t", "--output", "o", "--records", "r.jsonl"]),
 ])
 def test_an_own_parser_returns_its_config_and_the_command_line(prog, argv):
-    module, _parser = COMMANDS[prog]
+    module, cls, _parser = COMMANDS[prog]
     config, context = module.parse_args(argv, prog)
-    assert isinstance(config, config_type(module))
+    assert isinstance(config, cls) and cls is config_type(module)
     assert context["command"] == prog + " " + " ".join(argv)
 
 
@@ -253,7 +303,7 @@ def test_convert_from_python_writes_what_the_command_line_writes(tmp_path, capsy
     import json
 
     from data_prep.cli import main as real_data
-    from data_prep.converters.cli import ConvertConfig, run
+    from data_prep.converters.convert import ConvertConfig, run
     from helpers import SAMPLE_DATA
 
     claims, corpus = SAMPLE_DATA / claims, SAMPLE_DATA / corpus
@@ -270,7 +320,7 @@ def test_convert_from_python_writes_what_the_command_line_writes(tmp_path, capsy
 
 
 def test_convert_checks_hold_for_a_python_caller(tmp_path):
-    from data_prep.converters.cli import ConvertConfig, run
+    from data_prep.converters.convert import ConvertConfig, run
     from helpers import SAMPLE_DATA
 
     claims = SAMPLE_DATA / "scifact/claims_dev.jsonl"
@@ -285,7 +335,7 @@ def test_convert_checks_hold_for_a_python_caller(tmp_path):
 
 def test_validate_from_python_returns_the_exit_code_and_the_same_report(tmp_path, capsys):
     from data_prep.cli import main as real_data
-    from data_prep.validate.cli import ValidateConfig, run
+    from data_prep.validate.runner import ValidateConfig, run
     from helpers import make_record_dict
 
     good = _write_jsonl(tmp_path / "good.jsonl", [make_record_dict(id="a"), make_record_dict(id="b")])
@@ -349,12 +399,12 @@ def test_pairs_from_python_writes_what_the_command_line_writes(tmp_path, capsys)
 @pytest.mark.parametrize("module, cls, values, match", [
     ("data_prep.counterfactual.audit", "AuditConfig", {"size": -3}, r"^AuditConfig: size: must be >= 1, got -3$"),
     ("data_prep.counterfactual.audit", "AuditConfig", {"raters": 1}, r"^AuditConfig: raters: must be >= 2, got 1$"),
-    ("data_prep.enhance.cli", "EnhanceConfig", {"min_votes": 0}, r"^EnhanceConfig: min_votes: must be >= 1, got 0$"),
-    ("data_prep.enhance.cli", "EnhanceConfig", {"max_in_flight": -1},
+    ("data_prep.enhance.runner", "EnhanceConfig", {"min_votes": 0}, r"^EnhanceConfig: min_votes: must be >= 1, got 0$"),
+    ("data_prep.enhance.runner", "EnhanceConfig", {"max_in_flight": -1},
      r"^EnhanceConfig: max_in_flight: must be >= 1, got -1$"),
-    ("data_prep.counterfactual.cli", "CounterfactualConfig", {"min_overlap": 1.5},
+    ("data_prep.counterfactual.runner", "CounterfactualConfig", {"min_overlap": 1.5},
      r"^CounterfactualConfig: min_overlap: must be <= 1, got 1.5$"),
-    ("data_prep.counterfactual.cli", "CounterfactualConfig", {"entity_method": "magic"},
+    ("data_prep.counterfactual.runner", "CounterfactualConfig", {"entity_method": "magic"},
      r"^CounterfactualConfig: entity_method: must be one of rules, llm, got 'magic'$"),
 ])
 def test_a_bad_value_built_in_code_is_one_error_naming_the_field(module, cls, values, match):

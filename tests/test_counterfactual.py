@@ -466,7 +466,7 @@ def test_semantic_needs_annotators_and_failed_requests_exit_1_and_resume(convert
 # ---------------------------------------------------------------------------
 
 def test_fleiss_kappa_reproduces_the_textbook_example():
-    from data_prep.counterfactual.audit import fleiss_kappa
+    from data_prep.counterfactual.audit_score import fleiss_kappa
 
     # Fleiss (1971) as tabulated on Wikipedia: 10 subjects, 14 raters, 5 categories; P = 0.378, Pe = 0.213, κ = 0.210
     table = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],

@@ -10,7 +10,6 @@ record validator. Fast: no model, no subprocess.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import re
 from functools import lru_cache
@@ -94,18 +93,19 @@ def test_relative_links_resolve(page):
 @lru_cache(maxsize=None)
 def _cli_flags() -> dict[tuple[str, str], set[str]]:
     """{(prog, subcommand): option strings}, built the way `dispatch` builds the parsers."""
-    from data_prep.cli import SUBCOMMANDS as DATA
-    from fae.cli import SUBCOMMANDS as FAE
+    import data_prep.cli
+    import fae.cli
+    from real_fae_core.cli import build_parser
 
     flags = {}
-    for prog, table in (("fae", FAE), ("real-data", DATA)):
-        for name, (module_name, _help) in table.items():
-            module = importlib.import_module(module_name)
-            if hasattr(module, "parse_args"):  # parses its own arguments (`fae run`: a dataclass parser)
-                parser = module.make_parser(f"{prog} {name}")
+    for prog, mod in (("fae", fae.cli), ("real-data", data_prep.cli)):
+        top, commands = build_parser(prog, mod.__doc__, mod.SUBCOMMANDS)
+        subparsers = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
+        for name, command in commands.items():
+            if not command.generated and hasattr(command.module, "parse_args"):  # `fae run`: its own parser
+                parser = command.module.make_parser(f"{prog} {name}")
             else:
-                parser = argparse.ArgumentParser(allow_abbrev=False, prog=f"{prog} {name}")
-                module.add_arguments(parser)
+                parser = subparsers[name]
             # an old spelling kept for one release is accepted, but never documented
             flags[prog, name] = {s for a in parser._actions if not is_deprecated(a)
                                  for s in a.option_strings} | {"--debug"}

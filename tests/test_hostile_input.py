@@ -436,11 +436,9 @@ def test_every_draw_count_neighbour_count_and_bootstrap_seed_is_ranged():
     import dataclasses
 
     from command_walk import command_parsers
-    from real_fae_core.command import config_type
 
     seen = []
-    for prog, (module, _parser) in sorted(command_parsers().items()):
-        cls = config_type(module)
+    for prog, (_module, cls, _parser) in sorted(command_parsers().items()):
         if cls is None:
             continue
         for f in dataclasses.fields(cls):

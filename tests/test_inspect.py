@@ -489,7 +489,7 @@ def test_a_retry_wrappers_error_is_named_by_the_error_behind_it():
 
 
 def test_from_inspect_as_a_function_writes_what_the_command_line_writes(scripted, tmp_path, capsys):
-    from fae.harness.cli import FromInspectConfig, run
+    from fae.harness.from_inspect import FromInspectConfig, run
 
     out = tmp_path / "py"
     res = run(FromInspectConfig(log=scripted["log"].location, output=out))

@@ -52,8 +52,7 @@ def _is_list_action(action: argparse.Action, fields: set[str]) -> bool:
 
 def _parsers() -> dict[str, tuple[argparse.ArgumentParser, set[str]]]:
     """{prog: (its parser, the list- or mapping-typed fields of its config)}: every command, real-train too."""
-    out = {prog: (parser, _config_list_fields(getattr(module, "CONFIG", None)))
-           for prog, (module, parser) in command_parsers().items()}
+    out = {prog: (parser, _config_list_fields(cls)) for prog, (_module, cls, parser) in command_parsers().items()}
     from real.training.args import DATACLASSES
     fields = set().union(*(_config_list_fields(cls) for cls in DATACLASSES))
     out["real-train"] = (every_parser()["real-train"], fields)

@@ -8,9 +8,10 @@ must carry the verdict opposite to the claim's gold label, checked by rule
 or by an LLM judge. Records get ``counterfactual_sentences: {"entity":
 [...], "semantic": [...]}`` with the gold sentences' ids. Modules:
 ``entity`` (rule-based swaps, no model), ``rewrite`` (LLM prompts, the topic
-check, the judge's prompt), ``runner`` (the command's run: LLM requests through the
-shared LLM layer, :mod:`data_prep.llm`), ``config`` (its options), ``cli`` (``real-data
-counterfactual``: the parser), ``audit`` (the human validity audit: sheets out, agreement back).
+check, the judge's prompt), ``runner`` (``real-data counterfactual``: its options and its run, LLM
+requests through the shared LLM layer, :mod:`data_prep.llm`), ``audit`` (``real-data counterfactual-audit``:
+the human validity audit's sheets out) and ``audit_score`` (``real-data counterfactual-audit-score``: their
+agreement back).
 """
 
 from .entity import ClaimSwap, SpanCorpus, claim_aware_swap, find_spans

@@ -1,7 +1,17 @@
-"""`real-data counterfactual` orchestration: claim-aware swaps and LLM rewrites, each label-checked.
+"""`real-data counterfactual`: counter-entity and counter-semantic evidence pools for `fae pave`: its
+options (:class:`CounterfactualConfig`) and its run (:func:`run`), claim-aware swaps and LLM rewrites,
+each label-checked.
 
-:func:`run` takes a :class:`~data_prep.counterfactual.config.CounterfactualConfig`; the command
-(:mod:`data_prep.counterfactual.cli`: its parser) and Python callers call it.
+    real-data counterfactual --records in.jsonl --output cf.jsonl --kinds entity        # rules, no model
+    real-data counterfactual --records in.jsonl --output cf.jsonl \\
+        --annotators recipes/annotators/local.yaml                                      # + LLM semantic
+
+Each SUPPORT/REFUTE record gains ``counterfactual_sentences: {"entity": [...],
+"semantic": [...]}``: its gold sentences transformed so that they carry the
+opposite verdict (checked by rule or by an LLM judge), ids and docs kept.
+Re-running resumes from the answer cache. Exit codes: 0 done, 1 some
+requests failed (answers so far are cached; run again), 2 bad input,
+130/143 interrupted.
 
 Every counterfactual sentence must carry the verdict opposite to its
 claim's gold label (PAVE's label consistency): REFUTE for a SUPPORT claim,
@@ -33,11 +43,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 
-from real_fae_core.command import CommandResult, command_line
+from real_fae_core.command import CommandConfig, CommandResult, command_line, option
 from real_fae_core.errors import UserError
+from real_fae_core.flags import SpacedList
 from real_fae_core.hashing import sha256_seed
 from real_fae_core.outputs import claim_file
 from data_prep.llm import requests as llm_requests
@@ -56,7 +67,6 @@ from data_prep.records import (
 )
 
 from . import KINDS
-from .config import CounterfactualConfig
 from .entity import SpanCorpus, claim_aware_swap
 from .rewrite import (
     MIN_OVERLAP,
@@ -68,6 +78,28 @@ from .rewrite import (
     rewrite_problem,
     verdict_problem,
 )
+
+
+@dataclasses.dataclass
+class CounterfactualConfig(CommandConfig):
+    """`real-data counterfactual`: counterfactual evidence pools for `fae pave`."""
+
+    records: str = option(help="input claim records (JSONL)")
+    output: str = option(help="output JSONL (summary: OUTPUT.summary.json)")
+    kinds: list[str] = option(default_factory=lambda: list(KINDS), action=SpacedList, metavar="KIND",
+                              help=f"kinds to build: {', '.join(KINDS)} (default all: --kinds {' '.join(KINDS)})")
+    entity_method: Literal["rules", "llm"] = option(
+        "rules", help="rules: swap spans from the records' own sentences, no model (default); llm: ask the annotator")
+    annotators: str | None = option(None, help="annotators YAML, as for `real-data enhance` (needed for semantic and "
+                                               "--entity-method llm)")
+    annotator: str | None = option(None, metavar="NAME", help="which entry of --annotators to use (default: the first)")
+    judge: str | None = option(None, metavar="NAME", help="entry of --annotators that checks each counterfactual's "
+                                                          "verdict (default: --annotator)")
+    cache: str | None = option(None, help="SQLite answer cache (default OUTPUT.cache.sqlite)")
+    seed: int = option(0, help="seed of the rule-based swaps and of the requests' seeds at temperature > 0")
+    min_overlap: float | None = option(None, min=0, max=1, metavar="FRACTION", help="share of the original's content "
+                                       "words a semantic rewrite must keep (default 0.3)")
+    no_progress: bool = option(False)
 
 FIELD = "counterfactual_sentences"
 

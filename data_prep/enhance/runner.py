@@ -1,4 +1,15 @@
-"""Orchestration of an enhancement run: cache look-ups, async requests, votes, outputs.
+"""`real-data enhance`: annotate evidence with several LLMs and keep the majority picks: its options
+(:class:`EnhanceConfig`) and its run (:func:`run`), cache look-ups, async requests, votes, outputs.
+
+    real-data enhance --records in.jsonl --annotators recipes/annotators/paper.yaml --output out.jsonl
+    real-data enhance ... --dry-run                 # request count + token estimate, nothing sent
+    real-data enhance --records out.jsonl --revote --min-votes 1 --output out2.jsonl   # no requests
+
+Re-running the same command resumes: answers come from the cache, only what
+is missing is requested. Exit codes (docs/errors.md): 0 complete, 1 some
+requests failed (everything else written; run again to retry them), 2 bad
+input or the output/cache is in use by another enhance, 130 interrupted,
+143 terminated; on 130/143 one line says what was kept and the command to resume.
 
 Files next to ``--output OUT``:
 
@@ -38,8 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from real_fae_core.command import CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, command_line, option
 from real_fae_core.errors import UserError
+from real_fae_core.outputs import claim_file
 from data_prep.llm.cache import ABSTAIN, OK, AnswerCache, request_key
 from data_prep.llm.client import AnnotatorClient, AnnotatorStats
 from data_prep.llm.config import AnnotatorConfig, ConfigError, load_annotators
@@ -64,7 +76,43 @@ from data_prep.records import (
 
 from .prompt import annotation_check, estimate_tokens, parse_annotation, render_annotator_prompt
 from .vote import enhanced_evidence, vote_summary, votes_needed
-from .options import EnhanceConfig, check_options, resume_command
+
+
+@dataclass
+class EnhanceConfig(CommandConfig):
+    """`real-data enhance`: enhanced evidence by a majority vote of annotator LLMs."""
+
+    records: str = option(help="input claim records (JSONL)")
+    output: str = option(help="output JSONL; the summary goes to OUTPUT.summary.json")
+    annotators: str | None = option(None, help="annotators YAML (recipes/annotators/*.yaml); not needed with --revote")
+    cache: str | None = option(None, help="SQLite answer cache (default: OUTPUT.cache.sqlite); reuse it to resume")
+    dry_run: bool = option(False, help="print the number of requests and an input-token estimate; send nothing")
+    min_votes: int | None = option(None, min=1, metavar="K", help="votes a sentence needs (default: strict majority "
+                                   "of the configured annotators)")
+    revote: bool = option(False, help="recompute enhanced_evidence from the 'annotations' of an enhanced file; "
+                                      "no requests")
+    include_nei: bool = option(False, help="also annotate NOT_ENOUGH_INFO claims (default: passed through unchanged)")
+    retry_abstentions: bool = option(False,
+                                     help="re-ask annotators whose cached answer was an abstention (malformed answer)")
+    max_in_flight: int | None = option(None, min=1, metavar="N", help="at most N requests in flight over all "
+                                       "annotators (each also has max_concurrency)")
+    no_progress: bool = option(False, help="no progress bar")
+
+
+def resume_command(config: EnhanceConfig) -> str:
+    """The command line that resumes this run (same records, annotators, output, cache, options)."""
+    return command_line("real-data enhance", config)
+
+
+def check_options(config: EnhanceConfig) -> None:
+    """The checks across fields: --revote with --dry-run, --annotators missing, --output = --records."""
+    if config.revote and config.dry_run:
+        raise UserError("--revote sends no requests; --dry-run does not apply")
+    if not config.revote and config.annotators is None:
+        raise UserError("--annotators is required (unless --revote)")
+    if Path(config.records).resolve() == Path(config.output).resolve():
+        raise UserError("--output must differ from --records")
+    claim_file(config.output, "real-data enhance", inputs=[config.records, config.annotators])
 
 
 def partial_path(output: Path) -> Path:

@@ -32,8 +32,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import openai
-
 from real_fae_core.hashing import derived_seed
 from real_fae_core.openai_client import (
     RetriesExhausted,
@@ -151,8 +149,9 @@ class AnnotatorClient:
         self.stats.tokens_out += ct
         return content, pt, ct
 
-    def rejects_json_schema(self, exc: openai.APIStatusError) -> bool:
-        """A 400 refusing the json_schema response_format (a server that knows only json_object)."""
+    def rejects_json_schema(self, exc: Exception) -> bool:
+        """Whether ``exc`` (an ``openai.APIStatusError``) is a 400 refusing the json_schema response_format (a
+        server that knows only json_object)."""
         if not self.cfg.constrained_decoding or exc.status_code != 400:
             return False
         text = str(exc).lower()
@@ -168,6 +167,8 @@ class AnnotatorClient:
         in ``real-data counterfactual``), so every LLM task shares these retries.
         ``pool_ids``: the ids a constrained-decoding schema allows (empty: none).
         """
+        import openai  # ~1 s: only once a request is sent, not when a command's parser is built
+
         malformed = 0
         pt_sum = ct_sum = 0
         fell_back = False

@@ -1,1 +1,1 @@
-"""REAL training pairs (SPEC §4): building them (``build``) and `real-data pairs` (``cli``)."""
+"""REAL training pairs (SPEC §4): building them (``build``) and `real-data pairs` (``runner``: its config and run)."""

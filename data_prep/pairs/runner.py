@@ -1,4 +1,5 @@
-"""`real-data pairs` as a library: a :class:`PairsConfig` -> the REAL training set of one variant (:func:`run`).
+"""`real-data pairs --records FILE --variant V --output DIR`: a :class:`PairsConfig` -> the REAL training set of
+one variant (:func:`run`).
 
 Writes ``DIR`` as a ``datasets.DatasetDict`` (``save_to_disk``, split
 ``train``), the same rows as ``DIR/pairs.jsonl`` and a ``DIR/stats.json``

@@ -1,8 +1,8 @@
-"""`real-data retrieve` as a library: evidence pools for claims from an index, in two orderings, packed to
-budgets.
+"""`real-data retrieve --dataset D --claims FILE --corpus FILE --index FILE --output DIR`: evidence pools for
+claims from an index (SPEC §10), in two orderings, packed to budgets.
 
-:func:`run` takes a :class:`RetrieveConfig`; the command (:mod:`data_prep.retrieval.retrieve_cli`: its parser)
-and Python callers call it.
+:func:`run` takes a :class:`RetrieveConfig`; the command line (its parser generated from the config) and Python
+callers call it.
 
 Writes ``OUTPUT/records.jsonl`` (SPEC §2 records, read by `fae run --records` unchanged),
 ``OUTPUT/misses.jsonl`` (one line per claim whose gold was not all retrieved) and

@@ -122,6 +122,7 @@ def pool_after(rnd: dict) -> list[int]:
 
 
 def claim_entry(record: ClaimRecord, rounds: list[dict]) -> dict:
+    """One claims.jsonl line of a finished claim: its id, gold label and evidence groups, and its rounds."""
     return {
         "id": record.id,
         "gold_label": record.label,
@@ -457,6 +458,8 @@ class ClaimSchedule:
         self._control_extra: dict[int, dict] = {}  # round -> what the control's entry adds (removed, gap_matched)
 
     def next_requests(self, on_reuse: Callable[[int], None] | None = None) -> list[Request]:
+        """The questions of the next step (empty: nothing left to ask); every answer of the previous step must be
+        in. A pool already answered for this claim is copied, not asked; ``on_reuse`` goes to :func:`advance`."""
         if self._pending:
             raise RuntimeError(f"claim {self.record.id!r}: {len(self._pending)} answers still missing")
         reqs: list[Request] = []
@@ -548,6 +551,7 @@ class ClaimSchedule:
                 self._ask("size_sweep", k, pool, reqs, store, lambda src, k=k: {**reuse_round(src, 0), "k": k})
 
     def answer(self, req: Request, got: Generation) -> None:
+        """Record the backend's answer ``got`` to ``req`` in its arm (rounds, control, gold-only, cited-only, sweep)."""
         self._pending.remove(req)
         rnd = make_round(req.r, req.pool, got.text, got.truncated, got, self.arms.line_ids)
         key = tuple(req.pool)
@@ -723,6 +727,7 @@ class RoundProgress:
                               dynamic_ncols=True, file=self.stream) for r in range(rounds + 1)]
 
     def update(self, r: int, n: int) -> None:
+        """``n`` more claims finished round ``r``: the bar moves, or a log line is due every ``interval`` seconds."""
         self.done[r] += n
         if self.bars is not None:
             self.bars[r].update(n)
@@ -730,6 +735,7 @@ class RoundProgress:
             self._lines()
 
     def line(self, r: int) -> str:
+        """Round ``r``'s progress as one log line: ``round r: done/total claims, rate, ETA``."""
         done, elapsed = self.done[r], max(self.clock() - self.started, 1e-9)
         rate = done / elapsed
         if done >= self.total:
@@ -749,6 +755,7 @@ class RoundProgress:
                 print(self.line(r), file=self.stream, flush=True)
 
     def close(self) -> None:
+        """Close the bars, or write each round's last line in a log."""
         if self.bars is not None:
             for b in self.bars:
                 b.close()

@@ -9,13 +9,12 @@ single-process run would have written them. Merging again is harmless.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, command_line, option
+from real_fae_core.command import CommandConfig, CommandResult, command_line, option
 from real_fae_core.errors import UserError
 from real_fae_core.runlock import RunLock
 from fae.ablation import runio
@@ -32,14 +31,9 @@ class MergeConfig(CommandConfig):
                                                               "found under RUN_DIR/shards)")
 
 
-CONFIG = MergeConfig
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, MergeConfig)
-
-
 def run(config: MergeConfig) -> CommandResult:
+    """`fae merge` as a function: every shard checked (count, fingerprint, complete) and joined into the run
+    directory under its lock; refused when a shard is missing or differs."""
     run_dir = Path(config.run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} not found")

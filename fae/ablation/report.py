@@ -19,13 +19,12 @@ percentile-bootstrap bands over claims) and ``reliability.png`` (round 0).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
 from fae.ablation.metrics import compute_metrics, truncation_note, undefined_reason
@@ -56,14 +55,6 @@ class ReportConfig(CommandConfig):
     runs: list[str] = option(positional=True, metavar="RUN_DIR", help="fae run output directories")
     output: str = option(metavar="DIR", help="where report.md and trajectory.png go")
     names: list[str] | None = option(None, help="row names (default: the run directory names)")
-
-
-CONFIG = ReportConfig
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of `fae report`, one per field of :class:`ReportConfig`."""
-    add_config_arguments(p, ReportConfig)
 
 
 def run(config: ReportConfig) -> CommandResult:

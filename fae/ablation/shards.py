@@ -78,10 +78,12 @@ def deal_sha256(ids_per_shard: Sequence[Sequence[str]]) -> str:
 
 
 def shard_dir(run_dir: str | os.PathLike, i: int, n: int) -> Path:
+    """Where shard ``i`` of ``n`` writes: ``RUN_DIR/shards/i-of-n``."""
     return Path(run_dir) / SHARDS_DIR / f"{i}-of-{n}"
 
 
 def shard_name(i: int, n: int) -> str:
+    """A shard as messages name it: ``shard i/n``."""
     return f"shard {i}/{n}"
 
 

@@ -27,14 +27,13 @@ Here: the command's config and its run, and :func:`compare_runs` (what ``compare
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
 from fae.comparison import accounting
@@ -75,14 +74,6 @@ class CompareConfig(CommandConfig):
     allow_mixed_dtype: bool = option(False, help="compare runs whose weights ran in different dtypes (config.json "
                                                  "decoding.dtype, e.g. bfloat16 vs float32; refused by default, see "
                                                  "docs/compare.md); the outputs then carry a warning")
-
-CONFIG = CompareConfig
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of `fae compare`, one per field of :class:`CompareConfig`."""
-    add_config_arguments(p, CompareConfig)
-
 
 def _round0(entry: dict) -> tuple[str | None, list[int]]:
     """Round-0 label (None if invalid) and every id it named, in citation order.

@@ -252,6 +252,7 @@ def describe_error(exc: BaseException) -> str:
 
 
 def sample_record(state: TaskState) -> ClaimRecord:
+    """The claim record an Inspect sample carries in its metadata; a sample of another task is a RoundError."""
     rec = (state.metadata or {}).get(RECORD_KEY)
     if rec is None:
         raise RoundError(f"sample {state.sample_id!r} has no {RECORD_KEY!r} in its metadata: "

@@ -12,13 +12,12 @@ probe, so the systems are compared on the same claims.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
 from fae.probes.dirk import bootstrap_ci
@@ -37,14 +36,6 @@ class ProbeReportConfig(CommandConfig):
     names: list[str] | None = option(None, deprecated=("--labels",), help="one name per DIR, shown in the legend "
                                      "and tables (default: the directory names)")
     title: str = DEFAULT_TITLE
-
-
-CONFIG = ProbeReportConfig
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of `fae probe-report`, one per field of :class:`ProbeReportConfig`."""
-    add_config_arguments(p, ProbeReportConfig)
 
 
 def load_probe(d: str | Path) -> dict:

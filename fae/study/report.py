@@ -14,7 +14,6 @@ numbers are :mod:`fae.study.analysis`'s; this module reads, checks and writes.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from collections import defaultdict
@@ -23,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_dir, only_names
 from fae.comparison.families_file import check_covers, check_known, read_families
@@ -59,14 +58,6 @@ class StudyReportConfig(CommandConfig):
                                  help=f"draws of the post-hoc family (secondary), 1 to {MAX_DRAWS} (default "
                                  f"{analysis.SECONDARY_DRAWS}, the paper's), in batches of "
                                  f"{analysis.SECONDARY_BATCH_DRAWS}")
-
-
-CONFIG = StudyReportConfig
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of `fae study-report`, one per field of :class:`StudyReportConfig`."""
-    add_config_arguments(p, StudyReportConfig)
 
 
 def _json(path: Path) -> dict:

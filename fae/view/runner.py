@@ -1,6 +1,13 @@
-"""`fae view` as a library: a :class:`ViewConfig` -> the static per-claim explorer of its runs (:func:`run`).
+"""`fae view RUN [RUN ...] --output DIR`: a :class:`ViewConfig` -> the static per-claim ablation explorer of its
+runs (:func:`run`; docs/view.md).
 
-The command is :mod:`fae.view.cli`; the page itself is described there and in docs/view.md.
+Opens from the file system in any browser: no server, no network. A run
+table (the report's metrics, each number a link to the claims behind it),
+a claim list with filters (kept the gold label at round r, flipped,
+invalid, cut off, hallucinated ids, NEI-gold excluded, dataset, gold label,
+text) sorted by P(gold) drop, and a claim page with the pool of every round
+(removed lines struck through, cited lines highlighted), the raw and parsed
+answers and P(gold)/P(NEI) per round, several runs side by side by claim id.
 """
 
 from __future__ import annotations

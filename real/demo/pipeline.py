@@ -38,7 +38,7 @@ from real_fae_core.command import CommandResult
 from real_fae_core.errors import UserError
 from real_fae_core.hardware import cpu_allocator_env, cpu_family, cpu_model_name
 from real_fae_core.runlock import LOCK_NAME, RunLock
-from data_prep.enhance.options import EnhanceConfig
+from data_prep.enhance.runner import EnhanceConfig
 from data_prep.enhance.runner import run as real_data_enhance
 from data_prep.pairs.runner import PairsConfig
 from data_prep.pairs.runner import run as real_data_pairs

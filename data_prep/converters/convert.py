@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from real_fae_core.atomicio import atomic_write_json
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_file
 from data_prep.records import LABELS, ClaimRecord, RecordError, save_records
@@ -50,14 +50,6 @@ class ConvertConfig(CommandConfig):
         if isinstance(self.claims, (list, tuple)):  # claim files given as paths
             self.claims = [os.fspath(c) if isinstance(c, os.PathLike) else c for c in self.claims]
         super().__post_init__()
-
-
-CONFIG = ConvertConfig
-
-
-def add_arguments(p) -> None:
-    """The options of `real-data convert`, one per field of :class:`ConvertConfig`."""
-    add_config_arguments(p, ConvertConfig)
 
 
 def _inputs(config: ConvertConfig) -> ConvertInputs:

@@ -7,13 +7,12 @@ eval id). docs/inspect.md.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, command_line, option
+from real_fae_core.command import CommandConfig, CommandResult, command_line, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import any_of, claim_dir
 from fae.ablation.control import control_summary_line
@@ -29,14 +28,6 @@ class FromInspectConfig(CommandConfig):
                                                  "same log is rewritten)")
     skip_incomplete: bool = option(False, help="make a run of the complete claims only (default: refuse a log with "
                                                "an incomplete claim)")
-
-
-CONFIG = FromInspectConfig
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of `fae from-inspect`, one per field of :class:`FromInspectConfig`."""
-    add_config_arguments(p, FromInspectConfig)
 
 
 def run(config: FromInspectConfig) -> CommandResult:

@@ -35,7 +35,7 @@ import os
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_open
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_file
 from real_fae_core.jsonl import RecordError, iter_jsonl_lines
@@ -79,14 +79,6 @@ class FamiliesConfig(CommandConfig):
     unit_separator: str = option(":", help="record ids CLAIM<SEP>DOC are units of claim CLAIM and always share a "
                                            "family (a claim_id field takes precedence; '' turns the rule off; "
                                            "default ':')")
-
-CONFIG = FamiliesConfig
-
-
-def add_arguments(p) -> None:
-    """The options of `real-data families`, one per field of :class:`FamiliesConfig`."""
-    add_config_arguments(p, FamiliesConfig)
-
 
 def check_config(config: FamiliesConfig) -> FamilyOptions:
     """The options of the rules, after the checks that need no records."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import claim_file
 from data_prep.retrieval.corpus import FORMATS
@@ -30,14 +30,6 @@ class IndexConfig(CommandConfig):
                               "title, abstract), fever (id, text, lines)")
     output: str = option(help="the index file to write (SQLite)")
     overwrite: bool = option(False, help="replace an existing index file")
-
-
-CONFIG = IndexConfig
-
-
-def add_arguments(p):
-    """The options of `real-data index`, one per field of :class:`IndexConfig`."""
-    add_config_arguments(p, IndexConfig)
 
 
 def run(config: IndexConfig) -> CommandResult:

@@ -20,7 +20,7 @@ import sys
 from typing import Iterator
 
 from real_fae_core.atomicio import atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
+from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import EXIT_USAGE, UserError
 from real_fae_core.jsonl import RecordFileError
 from real_fae_core.secrets import scrub
@@ -36,14 +36,6 @@ class ValidateConfig(CommandConfig):
     records: str = option(positional=True, help="records JSONL file")
     keep_going: bool = option(False, help="check every line and report all bad ones instead of stopping at the first")
     report: str | None = option(None, help="write the bad lines as a JSON report here (implies --keep-going)")
-
-
-CONFIG = ValidateConfig
-
-
-def add_arguments(p):
-    """The options of `real-data validate`, one per field of :class:`ValidateConfig`."""
-    add_config_arguments(p, ValidateConfig)
 
 
 @contextlib.contextmanager
