@@ -188,11 +188,6 @@ def check_ranges(obj: Any) -> None:
             raise RangeError(f.name, problem)
 
 
-def without_range_keys(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """Field metadata as argparse keyword arguments (HfArgumentParser passes metadata to ``add_argument``)."""
-    return {k: v for k, v in metadata.items() if k not in RANGE_KEYS}
-
-
 # ---------------------------------------------------------------------------
 # Mappings and files
 # ---------------------------------------------------------------------------

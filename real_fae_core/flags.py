@@ -17,6 +17,7 @@ only, so importing it never slows ``--help``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import types
@@ -41,8 +42,20 @@ class _DeprecatedAlias(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         new = max(self.target.option_strings, key=len)
-        warn_deprecated(parser.prog, option_string, new)
+        if not getattr(parser, "_reparsing", False):
+            warn_deprecated(parser.prog, option_string, new)
         self.target(parser, namespace, values, new)
+
+
+@contextlib.contextmanager
+def reparsing(parser: argparse.ArgumentParser):
+    """``parser`` parsing a command line a second time (a YAML file's values now its defaults:
+    :func:`real_fae_core.command.parse_with_config_file`): a deprecated spelling's warning was said once."""
+    parser._reparsing = True
+    try:
+        yield parser
+    finally:
+        parser._reparsing = False
 
 
 def is_deprecated(action: argparse.Action) -> bool:
@@ -91,7 +104,8 @@ def _as_positionals(parser: argparse.ArgumentParser, args: list[str]) -> list[st
         old, eq, value = arg.partition("=")
         new = parser._deprecated_positionals.get(old)
         if new is not None and (eq or i + 1 < len(args)):
-            warn_deprecated(parser.prog, old, f"the positional {new} ({parser.prog} {new} ...)")
+            if not getattr(parser, "_reparsing", False):
+                warn_deprecated(parser.prog, old, f"the positional {new} ({parser.prog} {new} ...)")
             if not eq:
                 i += 1
                 value = args[i]
