@@ -207,6 +207,12 @@ def add_config_arguments(parser, config: type, names: Iterable[str] | None = Non
                              else args[0])
 
 
+def field_names(*parts: type) -> tuple[str, ...]:
+    """The constructor field names of some dataclasses, in order: ``names`` for :func:`add_config_arguments`
+    of a config made of parts (a command's own fields, then the backend options it embeds)."""
+    return tuple(f.name for part in parts for f in dataclasses.fields(part) if f.init)
+
+
 def argument_of(f: dataclasses.Field, tp: Any, bool_action: Any = None) -> tuple[list[str], dict[str, Any]]:
     """(the option strings, the ``add_argument`` keywords) of one field (:func:`add_config_arguments`);
     ``bool_action``: the config's ``BOOL_ACTION``, the action of a bool whose metadata names none."""

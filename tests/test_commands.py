@@ -92,7 +92,7 @@ def _required_command_line(parser: argparse.ArgumentParser) -> tuple[list[str], 
 
 @pytest.mark.parametrize("prog", sorted(set(COMMANDS) - OWN_PARSE))
 def test_every_field_of_the_config_is_an_option_of_the_command(prog):
-    """The parser is generated from the config (real_fae_core.command.add_config_arguments, add_option_flags):
+    """The parser is generated from the config (real_fae_core.command.add_config_arguments):
     a field left out of it, or an option declared beside it, is named."""
     module, parser = COMMANDS[prog]
     cls = config_type(module)

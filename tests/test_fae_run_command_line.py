@@ -119,3 +119,32 @@ def test_a_group_passed_in_keeps_its_fields():
     add_config_arguments(parser.add_argument_group("mine"), _Grouped, ["device", "url"])
     sections = _sections(parser.format_help())
     assert "--device" in sections["mine"] and "--url" in sections["mine"] and "hf backend" not in sections
+
+
+# ---------------------------------------------------------------- the commands that embed backend options
+
+
+@pytest.mark.parametrize("prog, argv, headings", [
+    ("fae pave", ["--records", "r", "--output", "o", "--model", "m"],
+     ["hf backend", "vllm backend (and --dtype)", "openai backend"]),
+    ("fae study", ["--pools", "p", "--output", "o", "--model", "m"],
+     ["hf backend", "vllm backend (and --dtype)", "openai backend"]),
+    ("fae probe", ["r", "--output", "o", "--model", "m"], ["hf backend"]),
+    ("fae neurons", ["--records", "r", "--output", "o", "--model", "m"], ["hf backend"]),
+])
+def test_an_embedded_backend_option_is_the_generators_with_its_heading(prog, argv, headings):
+    """The backends' options a command embeds come from the one generator (no second one): the same flags
+    and bool semantics as before (--trust-remote-code / --no-trust-remote-code), each backend's under its
+    heading."""
+    from real_fae_core.command import config_type
+    from command_walk import command_parsers
+
+    module, parser = command_parsers()[prog]
+    sections = _sections(parser.format_help())
+    assert set(headings) <= set(sections), prog
+    assert "--trust-remote-code, --no-trust-remote-code" in sections["hf backend"]
+    assert "--device" in sections["hf backend"] and "--dtype" in sections["hf backend"]
+    cls = config_type(module)
+    assert cls.from_namespace(parser.parse_args([*argv, "--trust-remote-code"])).trust_remote_code is True
+    assert cls.from_namespace(parser.parse_args([*argv, "--no-trust-remote-code"])).trust_remote_code is False
+    assert cls.from_namespace(parser.parse_args([*argv, "--dtype", "fp32"])).dtype == "fp32"
