@@ -26,8 +26,9 @@ from real_fae_core.flags import is_deprecated
 from command_walk import command_parsers
 
 COMMANDS = command_parsers()
-# `fae run` and `fae checkpoints` parse their own dataclass options (HfArgumentParser): the walk over
-# argparse actions does not apply; their parse_args is checked to return their CONFIG instead.
+# `fae run` and `fae checkpoints` parse their own command line (the generator's options plus a --config YAML
+# read first; checkpoints' config nests fae run's): the walk over argparse actions does not apply; their
+# parse_args is checked to return their CONFIG instead (tests/test_fae_run_command_line.py: their options).
 OWN_PARSE = {prog for prog, (module, _p) in COMMANDS.items() if hasattr(module, "parse_args")}
 
 

@@ -148,3 +148,40 @@ def test_an_embedded_backend_option_is_the_generators_with_its_heading(prog, arg
     assert cls.from_namespace(parser.parse_args([*argv, "--trust-remote-code"])).trust_remote_code is True
     assert cls.from_namespace(parser.parse_args([*argv, "--no-trust-remote-code"])).trust_remote_code is False
     assert cls.from_namespace(parser.parse_args([*argv, "--dtype", "fp32"])).dtype == "fp32"
+
+
+# ---------------------------------------------------------------- fae checkpoints: its own options and fae run's
+
+
+def test_checkpoints_help_lists_its_options_and_every_run_option_but_output_and_adapter():
+    from fae.ablation.checkpoints import make_parser as checkpoints_parser
+
+    text = checkpoints_parser().format_help()
+    sections = _sections(text)
+    for flag in ("--training-output DIR", "--output DIR", "--no-plot", "--records", "--rounds", "--config YAML"):
+        assert flag in sections["options"], flag
+    assert "where each checkpoint's run" in sections["options"] and "--batch-size" in sections["hf backend"]
+    assert "--adapter" not in text and not re.findall(r"--[a-z]+_[a-z_]+", text)
+    assert text.count("--output") == 2  # usage and its own help line: fae run's --output is not offered
+
+
+@pytest.mark.parametrize("adapter", [["--adapter", "x"], ["--adapter=x"], ["--adapter"]])
+def test_checkpoints_refuses_adapter_with_one_line(adapter, capsys):
+    from fae.cli import main
+
+    assert main(["checkpoints", "--training-output", "t", "--output", "o", *adapter, "--records", "r"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "fae checkpoints: error: --adapter is set per checkpoint; give --training-output"]
+
+
+def test_checkpoints_reads_the_run_options_as_fae_run_does(tmp_path):
+    from fae.ablation.checkpoints import parse_args
+
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text("model: m\nrounds: 2\nprogress: false\nbatch-size: 3\n")
+    config, context = parse_args(["--training-output", "t", "--output", "o", "--records", "r", "--config",
+                                  str(cfg), "--progress", "--max-new-tokens", "9", "--no-plot"])
+    assert (config.training_output, config.output, config.plot) == ("t", "o", False)
+    run = config.run_options
+    assert (run.model, run.rounds, run.progress, run.batch_size, run.max_new_tokens) == ("m", 2, True, 3, 9)
+    assert (run.output, run.adapter, run.records) == (None, None, "r") and context["config_file"] == str(cfg)
