@@ -14,7 +14,7 @@ from real_fae_core.cli import dispatch
 from real_fae_core.lifeline import answer_sigterm, die_with_launcher, launched, leave, watch_peers
 
 SUBCOMMANDS = {
-    "run": ("fae.ablation.cli", "run multi-round evidence ablation (SPEC §6) on a verifier"),
+    "run": ("fae.ablation.runner", "run multi-round evidence ablation (SPEC §6) on a verifier"),
     "merge": ("fae.ablation.merge:MergeConfig",
               "join the shards of a run (fae run --shard I/N) into one run directory"),
     "checkpoints": ("fae.ablation.checkpoints", "FAE of every checkpoint-N of a training output; Acc/IS per step"),

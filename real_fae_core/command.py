@@ -39,7 +39,7 @@ from real_fae_core.config import (
     value_problem,
 )
 from real_fae_core.errors import EXIT_OK, UserError
-from real_fae_core.flags import ListFlag, SpacedList, deprecated_alias
+from real_fae_core.flags import ListFlag, SpacedList, deprecated_alias, reparsing
 from real_fae_core.secrets import MASK, scrub
 
 C = TypeVar("C", bound="CommandConfig")
@@ -143,7 +143,7 @@ def exit_code_of(result: Any) -> int:
 
 # What a field's metadata may say about its option (beside the loader's ranges: min, max, above, below).
 ARGUMENT_KEYS = ("help", "metavar", "choices", "positional", "flag", "aliases", "action", "deprecated", "exclusive",
-                 "repeat")
+                 "repeat", "group")
 
 
 def option(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
@@ -158,10 +158,9 @@ def add_config_arguments(parser, config: type, names: Iterable[str] | None = Non
     """Declare one argparse argument per field of the dataclass ``config`` (or of the fields ``names``, in
     that order) on ``parser`` (a parser or an argument group), from the field itself.
 
-    Not transformers' ``HfArgumentParser`` (`fae run` keeps it for its YAML precedence): every subcommand's
-    parser is built on each call of ``fae``/``real-data``, and it would import transformers there; it has
-    no positional arguments, no custom actions (:class:`~real_fae_core.flags.SpacedList`, ``append``), no
-    deprecated aliases, and turns a bool into ``--flag [BOOL]``. Here:
+    The one generator of every command line but ``real-train``'s (TRL's ``TrlParser``); it never imports
+    transformers, so building a parser stays cheap (every subcommand's parser is built on each call of
+    ``fae``/``real-data``):
 
     - the flag is ``--field-name``; metadata ``flag`` another spelling (``--no-progress``), ``aliases`` more
       spellings of the same option (``-o``), ``positional`` True a positional argument (its ``metavar`` the
@@ -174,29 +173,49 @@ def add_config_arguments(parser, config: type, names: Iterable[str] | None = Non
       refuses a second use (one usage error, exit 2) where appending would be wrong for the field;
       a ``Literal`` gives its values as choices, metadata ``choices`` names others;
     - a bool is ``store_true`` (default False) or ``store_false`` (default True, flag ``--no-field-name``),
-      unless its metadata names an ``action`` (``argparse.BooleanOptionalAction``: ``--x`` / ``--no-x``);
+      unless its metadata names an ``action`` (``argparse.BooleanOptionalAction``: ``--x`` / ``--no-x``), or
+      the config class does for all its bools (its attribute ``BOOL_ACTION``: a config whose values a YAML
+      file may set, such as `fae run`'s, needs both spellings so that the command line can undo the file);
     - metadata ``help``, ``metavar``, ``action`` (an Action class; a list's a subclass of ``ListFlag``) go
       to argparse as they are;
       ``deprecated`` lists old spellings, accepted with a warning (:func:`real_fae_core.flags.deprecated_alias`);
-      fields with the same ``exclusive`` name are a required mutually exclusive group (exactly one is given).
+      fields with the same ``exclusive`` name are a required mutually exclusive group (exactly one is given);
+    - fields with the same metadata ``group`` (``"hf backend"``) go into one ``parser.add_argument_group(group)``
+      of this call, shown under that title in ``--help`` (where ``parser`` is itself an argument group, the
+      caller has placed the fields: ``group`` is not nested).
     """
     fields = {f.name: f for f in dataclasses.fields(config) if f.init}
     hints = typing.get_type_hints(config)
+    bool_action = getattr(config, "BOOL_ACTION", None)
     exclusive: dict[str, Any] = {}
+    groups: dict[str, Any] = {}
     for name in (fields if names is None else names):
         f = fields[name]
-        args, kwargs = argument_of(f, hints[name])
-        group = f.metadata.get("exclusive")
-        if group is not None and group not in exclusive:
-            exclusive[group] = parser.add_mutually_exclusive_group(required=True)
-        (parser if group is None else exclusive[group]).add_argument(*args, **kwargs)
+        args, kwargs = argument_of(f, hints[name], bool_action)
+        container = parser
+        title = f.metadata.get("group")
+        if title is not None and isinstance(parser, argparse.ArgumentParser):
+            if title not in groups:
+                groups[title] = parser.add_argument_group(title)
+            container = groups[title]
+        one_of = f.metadata.get("exclusive")
+        if one_of is not None and one_of not in exclusive:
+            exclusive[one_of] = container.add_mutually_exclusive_group(required=True)
+        (container if one_of is None else exclusive[one_of]).add_argument(*args, **kwargs)
         for old in f.metadata.get("deprecated", ()):
             deprecated_alias(parser, old, f.metadata.get("metavar", name) if f.metadata.get("positional")
                              else args[0])
 
 
-def argument_of(f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any]]:
-    """(the option strings, the ``add_argument`` keywords) of one field (:func:`add_config_arguments`)."""
+def field_names(*parts: type) -> tuple[str, ...]:
+    """The constructor field names of some dataclasses, in order: ``names`` for :func:`add_config_arguments`
+    of a config made of parts (a command's own fields, then the backend options it embeds)."""
+    return tuple(f.name for part in parts for f in dataclasses.fields(part) if f.init)
+
+
+def argument_of(f: dataclasses.Field, tp: Any, bool_action: Any = None) -> tuple[list[str], dict[str, Any]]:
+    """(the option strings, the ``add_argument`` keywords) of one field (:func:`add_config_arguments`);
+    ``bool_action``: the config's ``BOOL_ACTION``, the action of a bool whose metadata names none."""
     meta = f.metadata
     has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -204,6 +223,8 @@ def argument_of(f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         base = next(a for a in typing.get_args(tp) if a is not type(None))
     kwargs: dict[str, Any] = {k: meta[k] for k in ("help", "metavar", "choices", "action") if k in meta}
+    if base is bool and "action" not in kwargs and bool_action is not None:
+        kwargs["action"] = bool_action
     flag = "--" + f.name.replace("_", "-")
     if base is bool and "action" not in kwargs:
         kwargs["action"] = "store_false" if default else "store_true"
@@ -253,6 +274,31 @@ def list_flag(kwargs: dict[str, Any], once: bool = False) -> None:
         kwargs["once"] = True
 
 
+CONFIG_FILE_HELP = "options from a YAML file (keys named like the flags); flags given on the command line win"
+
+
+def parse_with_config_file(parser: argparse.ArgumentParser, argv: list[str], config_types: Iterable[type]
+                           ) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
+    """(the values ``parser`` gives ``argv``, by dest; its ``--config`` YAML file or None; that file's values),
+    in the precedence of ``real-train`` (TRL's ``set_defaults_with_config``): field defaults < the YAML file <
+    the command line. ``parser`` has a ``--config`` option (dest ``config``, :data:`CONFIG_FILE_HELP`).
+
+    Usage errors and ``--help`` come first, with the true defaults; then the file is read by the one strict
+    loader against the fields of ``config_types`` (a typo'd or doubled key, a value of the wrong type or out
+    of its range is one :class:`~real_fae_core.errors.UserError` ``file:line: key: reason``), and its values
+    become the parser's defaults, so a flag given on the command line wins, even one equal to its default."""
+    values = vars(parser.parse_args(argv))
+    config = values.pop("config", None)
+    if not config:
+        return values, None, {}
+    from_file = load_config(config, list(config_types), spell=spelled_like_a_flag)[0]
+    parser.set_defaults(**from_file)
+    with reparsing(parser):  # the command line again, over the file's values (its warnings said once)
+        values = vars(parser.parse_args(argv))
+    values.pop("config", None)
+    return values, config, from_file
+
+
 # ---------------------------------------------------------------------------
 # The command line of a config: the generator's inverse
 # ---------------------------------------------------------------------------
@@ -277,6 +323,7 @@ def command_line(prog: str, config: Any) -> str:
     the field.
     """
     hints = typing.get_type_hints(type(config))
+    bool_action = getattr(type(config), "BOOL_ACTION", None)
     positional: list[str] = []
     words: list[str] = []
     for f in dataclasses.fields(config):
@@ -287,7 +334,7 @@ def command_line(prog: str, config: Any) -> str:
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if has_default and value == plain_value(default):
             continue
-        args, kwargs = argument_of(f, hints[f.name])
+        args, kwargs = argument_of(f, hints[f.name], bool_action)
         if f.metadata.get("positional"):
             if value is None or value == []:
                 raise ValueError(f"{type(config).__name__}: {f.name}: {value!r} has no command line spelling")

@@ -30,7 +30,6 @@ import typing
 from typing import Any, Callable, Iterable, Mapping
 
 from real_fae_core.errors import UserError
-from real_fae_core.flags import ListFlag
 from real_fae_core.yamlio import load_yaml_located
 
 # field metadata keys of a range: inclusive (min, max) and exclusive (above, below) bounds
@@ -188,11 +187,6 @@ def check_ranges(obj: Any) -> None:
             raise RangeError(f.name, problem)
 
 
-def without_range_keys(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """Field metadata as argparse keyword arguments (HfArgumentParser passes metadata to ``add_argument``)."""
-    return {k: v for k, v in metadata.items() if k not in RANGE_KEYS}
-
-
 # ---------------------------------------------------------------------------
 # Mappings and files
 # ---------------------------------------------------------------------------
@@ -265,32 +259,3 @@ def options_from(dataclass_type: type, values: Mapping[str, Any], source: str = 
 def spelled_like_a_flag(key: str) -> str:
     """``batch-size`` -> ``batch_size``: YAML keys may be spelled like the flags."""
     return key.replace("-", "_")
-
-
-def add_option_flags(parser, dataclass_type: type, names: Iterable[str] | None = None) -> None:
-    """Declare ``--flag`` for fields of ``dataclass_type`` on an argparse parser or group, from the fields
-    themselves (type, default, help), so a command that loads a model embeds a backend's options instead of
-    re-declaring them. A bool becomes ``--x`` / ``--no-x``, a ``list[T]`` ``--x A B`` that appends when given
-    again (:class:`~real_fae_core.flags.ListFlag`, as every list flag); ranges are checked when the options are
-    built (:func:`options_from`)."""
-    import argparse
-
-    hints = typing.get_type_hints(dataclass_type)
-    wanted = None if names is None else set(names)
-    for f in dataclasses.fields(dataclass_type):
-        if wanted is not None and f.name not in wanted:
-            continue
-        tp = hints[f.name]
-        args = [x for x in typing.get_args(tp) if x is not type(None)]
-        base = args[0] if args and typing.get_origin(tp) in (typing.Union, types.UnionType) else tp
-        default = f.default if f.default is not dataclasses.MISSING else None
-        kwargs: dict[str, Any] = {"default": default, "dest": f.name, "help": f.metadata.get("help", "")}
-        if base is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif typing.get_origin(base) is list:
-            kwargs.update(action=ListFlag, nargs="+", type=typing.get_args(base)[0])
-        else:
-            kwargs["type"] = base
-            if "metavar" in f.metadata:
-                kwargs["metavar"] = f.metadata["metavar"]
-        parser.add_argument("--" + f.name.replace("_", "-"), **kwargs)

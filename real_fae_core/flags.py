@@ -10,17 +10,21 @@ List flags take space-separated values (``nargs="+"``), and a list flag given ag
 use replaces the default (a field's, or a YAML file's). ``KEY=VALUE,...`` flags join their pairs
 (:class:`KeyValueFlag`), and an option whose one string stands for several values is refused when given
 twice (:class:`OnceFlag`): no list option silently keeps only its last value. :class:`SpacedList` also
-splits a comma list, with the same kind of warning, for the same release. Light: the standard library
-only, so importing it never slows ``--help``.
+splits a comma list, with the same kind of warning, for the same release. An option a command refuses
+is one line (:class:`Refused`). Light: the standard library and :mod:`real_fae_core.errors` only, so
+importing it never slows ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import types
 import typing
+
+from real_fae_core.errors import UserError
 
 UNTIL = "0.2"
 
@@ -41,8 +45,20 @@ class _DeprecatedAlias(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         new = max(self.target.option_strings, key=len)
-        warn_deprecated(parser.prog, option_string, new)
+        if not getattr(parser, "_reparsing", False):
+            warn_deprecated(parser.prog, option_string, new)
         self.target(parser, namespace, values, new)
+
+
+@contextlib.contextmanager
+def reparsing(parser: argparse.ArgumentParser):
+    """``parser`` parsing a command line a second time (a YAML file's values now its defaults:
+    :func:`real_fae_core.command.parse_with_config_file`): a deprecated spelling's warning was said once."""
+    parser._reparsing = True
+    try:
+        yield parser
+    finally:
+        parser._reparsing = False
 
 
 def is_deprecated(action: argparse.Action) -> bool:
@@ -91,7 +107,8 @@ def _as_positionals(parser: argparse.ArgumentParser, args: list[str]) -> list[st
         old, eq, value = arg.partition("=")
         new = parser._deprecated_positionals.get(old)
         if new is not None and (eq or i + 1 < len(args)):
-            warn_deprecated(parser.prog, old, f"the positional {new} ({parser.prog} {new} ...)")
+            if not getattr(parser, "_reparsing", False):
+                warn_deprecated(parser.prog, old, f"the positional {new} ({parser.prog} {new} ...)")
             if not eq:
                 i += 1
                 value = args[i]
@@ -112,6 +129,21 @@ def _first_use(action: argparse.Action, namespace: argparse.Namespace) -> bool:
 def _given_twice(parser: argparse.ArgumentParser, action: argparse.Action, how: str) -> None:
     flag = max(action.option_strings, key=lambda s: (len(s), s.count("-")))
     parser.error(f"argument {flag}: given twice; {how}")
+
+
+class Refused(argparse.Action):
+    """An option a command refuses, with one line saying why (``fae checkpoints --adapter``, ``reason``: "is
+    set per checkpoint; give --training-output"): a :class:`~real_fae_core.errors.UserError`, exit 2, as the
+    command's other refusals. Hidden from ``--help``; its value, if any, is never read. A guard looking for the
+    flag by name in argv would have to know ``--adapter=x`` too; this one is argparse's own match."""
+
+    def __init__(self, option_strings, dest, reason: str, **kwargs):
+        kwargs.update(nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+        self.reason = reason
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise UserError(f"{option_string} {self.reason}")
 
 
 class ListFlag(argparse._StoreAction):

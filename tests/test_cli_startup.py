@@ -37,9 +37,11 @@ def test_fae_help_imports_no_heavy_library(argv):
     assert _heavy_after("fae.cli", argv) == []
 
 
-def test_fae_run_help_imports_only_its_parser():
-    """`fae run` parses with transformers' HfArgumentParser: it may import transformers, never torch or trl."""
-    assert _heavy_after("fae.cli", ["run", "--help"], heavy=(*HEAVY, "trl")) == ["transformers"]
+@pytest.mark.parametrize("command", ["run", "checkpoints"])
+def test_fae_run_help_imports_only_its_parser(command):
+    """`fae run` (and `fae checkpoints`, which takes its options) is built by the one generator
+    (real_fae_core.command.add_config_arguments): no transformers, torch or trl to show or parse its options."""
+    assert _heavy_after("fae.cli", [command, "--help"], heavy=(*HEAVY, "trl")) == []
 
 
 def test_real_data_help_imports_no_heavy_library():
@@ -52,5 +54,5 @@ def test_real_data_help_does_not_load_the_openai_client():
 
 
 def test_fae_help_does_not_build_the_run_options_parser():
-    """Only `fae run` itself may pay for importing its parser (transformers); `fae` never imports trl."""
+    """`fae` never imports trl or transformers to list its commands."""
     assert _heavy_after("fae.cli", ["--help"], heavy=("trl", "transformers")) == []

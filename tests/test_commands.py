@@ -27,8 +27,9 @@ from real_fae_core.flags import is_deprecated
 from command_walk import command_parsers
 
 COMMANDS = command_parsers()
-# `fae run` and `fae checkpoints` parse their own dataclass options (HfArgumentParser): the walk over
-# argparse actions does not apply; their parse_args is checked to return their CONFIG instead.
+# `fae run` and `fae checkpoints` parse their own command line (the generator's options plus a --config YAML
+# read first; checkpoints' config nests fae run's): the walk over argparse actions does not apply; their
+# parse_args is checked to return their CONFIG instead (tests/test_fae_run_command_line.py: their options).
 OWN_PARSE = {prog for prog, (module, _c, _p) in COMMANDS.items() if hasattr(module, "parse_args")}
 
 
@@ -145,7 +146,7 @@ def _required_command_line(parser: argparse.ArgumentParser) -> tuple[list[str], 
 
 @pytest.mark.parametrize("prog", sorted(set(COMMANDS) - OWN_PARSE))
 def test_every_field_of_the_config_is_an_option_of_the_command(prog):
-    """The parser is generated from the config (real_fae_core.command.add_config_arguments, add_option_flags):
+    """The parser is generated from the config (real_fae_core.command.add_config_arguments):
     a field left out of it, or an option declared beside it, is named."""
     _module, cls, parser = COMMANDS[prog]
     hidden, extra = _unexposed(parser, cls)

@@ -142,13 +142,14 @@ def test_option_flags_come_from_the_dataclass_fields():
     defaults and help as `fae run`, and the values build the backend's options unchanged."""
     import argparse
 
-    from real_fae_core.config import add_option_flags, options_from
+    from real_fae_core.command import add_config_arguments
+    from real_fae_core.config import options_from
     from fae.backends.hf import HFOptions
     from fae.backends.vllm_backend import VLLMOptions
 
     p = argparse.ArgumentParser(allow_abbrev=False)
-    add_option_flags(p, HFOptions, ["batch_size", "dtype", "trust_remote_code", "model"])
-    add_option_flags(p, VLLMOptions, ["gpu_memory_utilization"])
+    add_config_arguments(p, HFOptions, ["batch_size", "dtype", "trust_remote_code", "model"])
+    add_config_arguments(p, VLLMOptions, ["gpu_memory_utilization"])
     args = p.parse_args(["--batch-size", "3", "--trust-remote-code", "--gpu-memory-utilization", "0.5"])
     assert (args.batch_size, args.dtype, args.trust_remote_code, args.model) == (3, "auto", True, None)
     assert args.gpu_memory_utilization == 0.5 and isinstance(args.gpu_memory_utilization, float)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from real_fae_core.errors import UserError
-from fae.ablation import cli as run_cli
+from fae.ablation import runner as run_cli  # the command module (CONFIG, parse_args, run)
 from fae.ablation.runner import RunRequest, build_config
 from fae.ablation.options import FaeRunArguments, load_yaml_options, parse_run_args
 from fae.cli import main
@@ -167,7 +167,7 @@ def test_config_json_stores_the_command_and_every_resolved_option(tmp_path):
 ])
 def test_an_option_of_another_backend_is_an_error_naming_it(tmp_path, argv, yaml_text, message):
     """It would be ignored silently: the user believes a run used options it never read."""
-    from fae.ablation.cli import parse_args
+    from fae.ablation.runner import parse_args
 
     extra = ["--config", yaml_file(tmp_path, yaml_text)] if yaml_text else []
     with pytest.raises(UserError, match=re.escape(message)):

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from real_fae_core.command import CommandConfig, add_config_arguments, option
-from real_fae_core.config import add_option_flags
 from real_fae_core.errors import UserError
 from real_fae_core.flags import is_deprecated
 
@@ -247,8 +246,9 @@ class _Options:
 
 
 def test_option_flags_of_a_backend_append_too():
+    """A backend's options embedded in a command (the one generator, add_config_arguments) append too."""
     parser = argparse.ArgumentParser(allow_abbrev=False)
-    add_option_flags(parser, _Options)
+    add_config_arguments(parser, _Options)
     assert parser.parse_args(["--layers", "1", "2", "--layers", "3"]).layers == [1, 2, 3]
 
 

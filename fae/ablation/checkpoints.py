@@ -2,8 +2,8 @@
 
 Each checkpoint (a LoRA adapter saved by ``real-train`` or any TRL/Trainer
 run) gets a full ``fae run`` of its own in ``OUTPUT/checkpoint-N/``, with the
-options given after the command's own (``--records``, ``--limit``,
-``--rounds``, ``--constrained-decoding`` ...). ``fae run`` resumes, so a rerun
+`fae run` options given beside the command's own (``--records``, ``--limit``,
+``--rounds``, ``--constrained-decoding`` ...; one parser of both, :func:`make_parser`). ``fae run`` resumes, so a rerun
 skips the checkpoints already evaluated (no model is loaded for them) and
 finishes a half-done one; the table is rebuilt from every run's
 ``metrics.json``:
@@ -11,8 +11,9 @@ finishes a half-done one; the table is rebuilt from every run's
 - ``checkpoints.json`` / ``checkpoints.csv``: one row per step (:func:`checkpoint_row`);
 - ``checkpoints.png``: Acc and IS against the training step.
 
-The `fae run` options are parsed once; each checkpoint's run gets them with
-its own ``--output`` and ``--adapter``, and ``--model`` (when neither a flag
+The `fae run` options are parsed once (defaults < ``--config`` YAML < flags, as
+`fae run` reads them); each checkpoint's run gets them with its own ``--output``
+and ``--adapter``, and ``--model`` (when neither a flag
 nor the YAML names one) is the adapter's base (``base_model_name_or_path``).
 Each run's config.json stores this command line as given: rerunning it resumes.
 """
@@ -31,17 +32,17 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from real_fae_core.atomicio import atomic_file, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult
+from real_fae_core.command import (CONFIG_FILE_HELP, CommandConfig, CommandResult, add_config_arguments, option,
+                                   parse_with_config_file)
 from real_fae_core.errors import UserError
+from real_fae_core.flags import Refused
 from fae.ablation import runner as fae_run
-from fae.ablation.options import make_parser as run_parser
-from fae.ablation.options import FaeRunArguments, parse_options, require
+from fae.ablation.options import FaeRunArguments, options_of, require
 from fae.ablation.runio import METRICS, write_json_atomic
 
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 # table columns: the step, then the FAE numbers a training curve is read by
 COLUMNS = ("step", "checkpoint", "Acc", "IS", "ER", "IO", "nei_rate_r1", "valid_rate")
-OWN_FLAGS = ("--training-output", "--output", "--adapter")
 
 
 def checkpoint_row(metrics: Mapping[str, Any]) -> dict[str, float | None]:
@@ -89,28 +90,9 @@ def find_checkpoints(training_output: str | Path) -> list[tuple[int, Path]]:
 
 EPILOG = ("Every other option is a `fae run` option, given to each checkpoint's run (--records FILE "
           "required; --limit N, --rounds R, --max-new-tokens T, --constrained-decoding, --config eval.yaml ...).")
-
-
-def _own_arguments(p: argparse.ArgumentParser, with_output: bool = True) -> None:
-    p.add_argument("--training-output", required=True, metavar="DIR",
-                   help="a training output directory holding checkpoint-N/ adapters")
-    if with_output:
-        p.add_argument("--output", required=True, metavar="DIR",
-                       help="where each checkpoint's run (checkpoint-N/) and the table and plot go")
-    p.add_argument("--no-plot", dest="plot", action="store_false", help="write the table only")
-
-
-def make_parser(prog: str = "fae checkpoints"):
-    """The whole command line for ``--help``: this command's flags and every `fae run` option."""
-    p = run_parser(prog)
-    p.description, p.epilog = __doc__.splitlines()[0], EPILOG
-    _own_arguments(p, with_output=False)  # --output is fae run's flag too; here it is the table's directory
-    for action in p._actions:
-        if "--output" in action.option_strings:
-            action.help, action.metavar = "where each checkpoint's run (checkpoint-N/), the table and plot go", "DIR"
-        elif "--adapter" in action.option_strings:
-            action.help = argparse.SUPPRESS  # set per checkpoint
-    return p
+OWN_OPTIONS = ("training_output", "output", "plot")
+# the `fae run` options each checkpoint's run takes from the command line: all but its output and adapter
+RUN_OPTIONS = tuple(f.name for f in dataclasses.fields(FaeRunArguments) if f.name not in ("output", "adapter"))
 
 
 @dataclasses.dataclass
@@ -118,27 +100,37 @@ class CheckpointsConfig(CommandConfig):
     """`fae checkpoints`: one `fae run` per checkpoint of ``training_output``, with ``run_options``
     (their ``output`` and ``adapter`` are set per checkpoint; ``model`` defaults to the adapter's base)."""
 
-    training_output: str
-    output: str
-    run_options: FaeRunArguments
-    plot: bool = True
+    training_output: str = option(metavar="DIR", help="a training output directory holding checkpoint-N/ adapters")
+    output: str = option(metavar="DIR", help="where each checkpoint's run (checkpoint-N/), the table and plot go")
+    run_options: FaeRunArguments = option(help="the `fae run` options of every checkpoint's run")
+    plot: bool = option(True, help="write the table only")  # --no-plot
 
 
 CONFIG = CheckpointsConfig
 
 
+def make_parser(prog: str = "fae checkpoints") -> argparse.ArgumentParser:
+    """The whole command line: this command's options (:data:`OWN_OPTIONS`), every `fae run` option but
+    ``--output`` (here the table's directory) and ``--adapter`` (set per checkpoint: refused), each backend's
+    under its heading, and ``--config`` (a `fae run` YAML file); built by the one generator."""
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0], epilog=EPILOG, allow_abbrev=False,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_config_arguments(p, CheckpointsConfig, OWN_OPTIONS)
+    add_config_arguments(p, FaeRunArguments, RUN_OPTIONS)
+    p.add_argument("--config", metavar="YAML", help=CONFIG_FILE_HELP)
+    p.add_argument("--adapter", action=Refused, reason="is set per checkpoint; give --training-output")
+    return p
+
+
 def parse_args(argv: list[str], prog: str = "fae checkpoints") -> tuple[CheckpointsConfig, dict[str, Any]]:
-    """This command's flags; every other flag is a `fae run` option, passed to each checkpoint's run."""
-    if "-h" in argv or "--help" in argv:
-        make_parser(prog).parse_args(["--help"])
-    p = argparse.ArgumentParser(allow_abbrev=False, prog=prog, description=__doc__.splitlines()[0], epilog=EPILOG)
-    _own_arguments(p)
-    args, rest = p.parse_known_args(argv)
-    if "--adapter" in rest or any(a.startswith("--adapter=") for a in rest):
-        p.error("--adapter is set per checkpoint; give --training-output")
-    run_options, config_file = parse_options(rest, f"{prog} (fae run)")
-    config = CheckpointsConfig(training_output=args.training_output, output=args.output,
-                               run_options=run_options, plot=args.plot)
+    """This command's options and the `fae run` options passed to each checkpoint's run (defaults < the
+    ``--config`` YAML < the command line, as `fae run` reads them)."""
+    parser = make_parser(prog)
+    values, config_file, from_file = parse_with_config_file(parser, argv, [FaeRunArguments])
+    own = {name: values.pop(name) for name in OWN_OPTIONS}
+    # the YAML's output and adapter, if any, stay as `fae run` would read them: each checkpoint sets its own
+    values.update(output=from_file.get("output"), adapter=from_file.get("adapter"))
+    config = CheckpointsConfig(**own, run_options=options_of(parser, values))
     return config, {"command": shlex.join([*prog.split(), *argv]), "config_file": config_file}
 
 

@@ -1,36 +1,40 @@
-"""`fae run` options: one dataclass, parsed the way `real.train` parses its recipes.
+"""`fae run`: its options (one dataclass), their command line and its YAML file.
 
 :class:`FaeRunArguments` holds every option: the run's own (records, output,
 rounds, ...) and the options each built-in backend declares
 (:class:`~fae.backends.hf.HFOptions`, :class:`~fae.backends.openai_backend.OpenAIOptions`,
 :class:`~fae.backends.vllm_backend.VLLMOptions`), so a default is written
-once, where its backend is. transformers' ``HfArgumentParser`` (which TRL's
-``TrlParser`` subclasses) turns the fields into flags, so the precedence is
-the training one: field defaults < YAML (``--config``) < command line. The
-YAML is read by the one strict loader (:mod:`real_fae_core.config`): a key
-given twice, a typo'd key, a value of the wrong type or out of its field's
-range is one line ``file:line: key: reason`` instead of reaching argparse,
-which never checks non-string defaults.
+once, where its backend is. The command line is generated from the fields by
+the one generator of every command (:func:`real_fae_core.command.add_config_arguments`;
+a backend's options under its own heading of ``--help``, every bool ``--x`` /
+``--no-x``), and the precedence is the training one: field defaults < YAML
+(``--config``) < command line. The YAML is read by the one strict loader
+(:mod:`real_fae_core.config`): a key given twice, a typo'd key, a value of the
+wrong type or out of its field's range is one line ``file:line: key: reason``
+instead of reaching argparse, which never checks non-string defaults.
 
-``transformers`` is imported only when a parser is built: ``fae --help`` stays free of it.
+The command itself is :mod:`fae.ablation.runner` (``CONFIG``, ``parse_args``, ``run``).
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from real_fae_core.command import CommandConfig, check_fields
-from real_fae_core.config import RangeError, check_ranges, load_config, spelled_like_a_flag, without_range_keys
+from real_fae_core.command import (CONFIG_FILE_HELP, CommandConfig, add_config_arguments, check_fields,
+                                   parse_with_config_file)
+from real_fae_core.config import RangeError, check_ranges, load_config, spelled_like_a_flag
 from real_fae_core.errors import UserError
-from real_fae_core.flags import KeyValueFlag, appending_lists
+from real_fae_core.flags import KeyValueFlag
 from real_fae_core.yamlio import load_yaml_located
 from fae.ablation.engine import ARM_FIELDS, ArmOptions, Arms
-from fae.backends import get_backend
+from fae.backends import BackendOptions, get_backend
 from fae.backends.hf import HFOptions
 from fae.backends.openai_backend import OpenAIOptions
+from fae.backends.options import backend_field
 from fae.backends.vllm_backend import VLLMOptions
 
 REQUIRED = ("records", "output", "model")
@@ -73,11 +77,17 @@ class RunFields(ArmOptions):
 
 @dataclass
 class FaeRunArguments(HFOptions, OpenAIOptions, VLLMOptions, RunFields, CommandConfig):
-    """Every `fae run` option (SPEC §6). Flags are the field names, with ``-`` or ``_``.
+    """Every `fae run` option (SPEC §6). Flags are the field names, ``_`` spelled ``-``.
 
     It is an instance of each built-in backend's options class, so a backend
     takes it as it is (:func:`fae.backends.backend_options`).
     """
+
+    # every bool is --x / --no-x: a YAML file may set it either way, and the command line must undo that
+    BOOL_ACTION = argparse.BooleanOptionalAction
+
+    # the one underscore spelling the published docs and tests use, accepted (with a warning) until 0.2
+    max_new_tokens: int = backend_field(BackendOptions, "max_new_tokens", deprecated=("--max_new_tokens",))
 
     def __post_init__(self):
         check_ranges(self)  # YAML values, flags and direct construction alike
@@ -88,18 +98,15 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def make_parser(prog: str = "fae run"):
-    """``HfArgumentParser`` over :class:`FaeRunArguments`, plus ``--config`` (the YAML file, as TRL names it)."""
-    from transformers import HfArgumentParser
-
-    class Parser(HfArgumentParser):
-        def add_argument(self, *args, **kwargs):  # a field's range is ours, not argparse's
-            return super().add_argument(*args, **without_range_keys(kwargs))
-
-    parser = Parser(FaeRunArguments, prog=prog, description=DESCRIPTION, allow_abbrev=False)
-    parser.add_argument("--config", metavar="YAML", help="options from a YAML file (keys named like the flags); "
-                                                         "flags given on the command line win")
-    return appending_lists(parser)  # a list flag given twice appends, as on every command
+def make_parser(prog: str = "fae run") -> argparse.ArgumentParser:
+    """The command line of :class:`FaeRunArguments` (:func:`~real_fae_core.command.add_config_arguments`: the
+    run's own options first, then each backend's under its heading), plus ``--config`` (the YAML file, as TRL
+    names it); ``--help`` shows every default. Building it imports no transformers."""
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, allow_abbrev=False,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_config_arguments(parser, FaeRunArguments)
+    parser.add_argument("--config", metavar="YAML", help=CONFIG_FILE_HELP)
+    return parser
 
 
 def load_yaml_options(path: str) -> dict[str, Any]:
@@ -220,20 +227,34 @@ def require(options: FaeRunArguments) -> None:
 def parse_options(argv: list[str], prog: str = "fae run") -> tuple[FaeRunArguments, str | None]:
     """(options, the ``--config`` path or None), required ones possibly unset (``fae checkpoints`` sets some).
 
-    Precedence as in ``real.train``: defaults < YAML < flags; the YAML values
-    become the parser's defaults (as ``TrlParser.set_defaults_with_config``
-    does). Unknown or malformed flags end with argparse's usual error (exit 2);
-    ``--help`` lists every option with its default.
+    Precedence as in ``real.train``: defaults < YAML < flags
+    (:func:`~real_fae_core.command.parse_with_config_file`). Unknown or malformed flags end with argparse's
+    usual error (exit 2), and so does a flag out of its field's range; ``--help`` lists every option with its
+    default.
     """
     parser = make_parser(prog)
-    config = parser.parse_args(argv).config  # usage errors and --help first, with the true defaults
-    if config:
-        parser.set_defaults(**load_yaml_options(config))
+    values, config, _from_file = parse_with_config_file(parser, argv, [FaeRunArguments])
+    return options_of(parser, values), config
+
+
+def options_of(parser: argparse.ArgumentParser, values: dict[str, Any]) -> FaeRunArguments:
+    """:class:`FaeRunArguments` of parsed ``values``; a value out of its field's range is ``parser``'s usage
+    error naming the flag (the YAML's values were checked by the loader already: this one is a flag's)."""
     try:
-        options, _extra = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
-    except RangeError as exc:  # YAML values are checked already: this one is a flag's
+        return FaeRunArguments(**values)
+    except RangeError as exc:
         parser.error(f"argument {flag(exc.key)}: {exc.problem}")
-    return options, config
+
+
+def parse_args(argv: list[str], prog: str = "fae run") -> tuple[FaeRunArguments, dict[str, Any]]:
+    """(the options, ``{"command": the command line as given, "config_file": the --config YAML or None}``).
+
+    Called by :func:`real_fae_core.cli.dispatch` instead of ``add_arguments`` (the YAML file is read before
+    the command line). ``command`` is stored in config.json: the one to rerun to resume.
+    """
+    options, config = parse_run_args(argv, prog)
+    check_backend_fields(options.backend, argv, config)  # another backend's option would be ignored
+    return options, {"command": shlex.join([*prog.split(), *argv]), "config_file": config}
 
 
 def arms_of(opts: FaeRunArguments) -> Arms:

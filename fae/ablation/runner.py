@@ -1,6 +1,8 @@
-"""`fae run` as a library: a run's options -> its run directory (:func:`run`).
+"""`fae run`: a run's options -> its run directory (:func:`run`).
 
-The command (:mod:`fae.ablation.cli`), ``fae checkpoints``, the demo and Python callers call
+This module is the command: its config ``CONFIG`` (:class:`~fae.ablation.options.FaeRunArguments`), its
+command line (``parse_args``, ``make_parser``: :mod:`fae.ablation.options`, defaults < YAML ``--config`` <
+flags) and ``run``. The dispatcher, ``fae checkpoints``, the demo and Python callers call
 :func:`run`; the run directory is written by :func:`fae.ablation.results.write_results`. A run
 is one process (:func:`run_whole`), one shard of N (:func:`run_shard`: ``--shard I/N`` or one
 rank under ``accelerate launch``) or N shards as Ray tasks (:mod:`fae.ablation.ray_executor`).
@@ -36,10 +38,12 @@ from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.metrics import nei_exclusion_note
 from fae.ablation.population import fae_claims
 from fae.ablation.options import (EXECUTORS, FaeRunArguments, arms_of, check_backend_values, located_in_yaml,
-                                  require)
+                                  make_parser, parse_args, require)  # noqa: F401 - the command line, for dispatch
 from fae.ablation.results import write_results
 from fae.ablation.shards import merge as merge_shards, parse_shard, shard_dir, shard_section
 from fae.backends import BackendError, backend_options, get_backend
+
+CONFIG = FaeRunArguments  # the command's config (real_fae_core.command)
 
 
 @dataclasses.dataclass(frozen=True)

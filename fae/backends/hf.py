@@ -12,6 +12,7 @@ sampling, :mod:`fae.backends.seeded`) for the evaluation-choice study; ``generat
 
 from __future__ import annotations
 
+import argparse
 import copy
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,19 +35,25 @@ from fae.backends.prefix_tree import decode_rows, generate_shared, processes_log
 from fae.backends.seeded import seeded_kwargs
 
 
+HF_GROUP = "hf backend"  # the section of `fae run --help` (and of a command that embeds them) of these options
+
+
 @dataclass
 class HFOptions(BackendOptions):
     """``--backend hf``: a local transformers model."""
 
-    batch_size: int = field(default=8, metadata={"help": "hf: prompts per generate call", "min": 1})
-    device: str = field(default="auto", metadata={"help": "hf: auto, cpu, cuda, cuda:1 ..."})
-    dtype: str = field(default="auto", metadata={"help": "hf: auto (bf16 on CUDA and on a CPU with native bf16, else fp32), bf16, fp16, fp32"})
+    batch_size: int = field(default=8, metadata={"help": "hf: prompts per generate call", "min": 1,
+                                                 "group": HF_GROUP})
+    device: str = field(default="auto", metadata={"help": "hf: auto, cpu, cuda, cuda:1 ...", "group": HF_GROUP})
+    dtype: str = field(default="auto", metadata={"help": "hf: auto (bf16 on CUDA and on a CPU with native bf16, else fp32), bf16, fp16, fp32", "group": HF_GROUP})
     weights: str = field(default="model", metadata={
         "help": "hf: the weights decoding steps read: model (as loaded), int8 or int4 (weight-only copies, CPU; "
                 "prefill keeps the model's; the answers differ from the model's)",
-        "choices": list(DECODE_WEIGHTS)})
+        "choices": list(DECODE_WEIGHTS), "group": HF_GROUP})
+    # --trust-remote-code / --no-trust-remote-code on every command that embeds it (a YAML file may set it)
     trust_remote_code: bool = field(default=False, metadata={
-        "help": "hf: run the model repository's own Python code (off unless you ask: it executes on load)"})
+        "help": "hf: run the model repository's own Python code (off unless you ask: it executes on load)",
+        "action": argparse.BooleanOptionalAction, "group": HF_GROUP})
 
 
 def resolve_device(device: str | None = "auto") -> str:

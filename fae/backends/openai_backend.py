@@ -99,26 +99,33 @@ class _StatsHooks:
         self.stats["retries"] += int(retrying)
 
 
+OPENAI_GROUP = "openai backend"  # the section of `fae run --help` (and of a command that embeds them) of these options
+
+
 @dataclass
 class OpenAIOptions(BackendOptions):
     """``--backend openai``: an OpenAI-compatible endpoint (``model`` is the served model's name)."""
 
     base_url: str | None = field(default=None, metadata={
-        "help": "openai: OpenAI-compatible endpoint, e.g. http://localhost:8000/v1"})
+        "help": "openai: OpenAI-compatible endpoint, e.g. http://localhost:8000/v1", "group": OPENAI_GROUP})
     api_key_env: str | None = field(default=None, metadata={
         "help": "openai: environment variable holding the API key (the key itself is never stored)",
-        "metavar": "VAR"})
-    concurrency: int = field(default=8, metadata={"help": "openai: requests in flight", "min": 1})
-    request_timeout: float = field(default=60.0, metadata={"help": "openai: seconds per request", "above": 0})
+        "metavar": "VAR", "group": OPENAI_GROUP})
+    concurrency: int = field(default=8, metadata={"help": "openai: requests in flight", "min": 1,
+                                                  "group": OPENAI_GROUP})
+    request_timeout: float = field(default=60.0, metadata={"help": "openai: seconds per request", "above": 0,
+                                                           "group": OPENAI_GROUP})
     max_retries: int = field(default=6, metadata={"help": "openai: retries on 429/5xx/timeouts/bad bodies",
-                                                  "min": 0})
+                                                  "min": 0, "group": OPENAI_GROUP})
     backoff_base: float = field(default=1.0, metadata={"help": "openai: first backoff in seconds (doubles)",
-                                                       "min": 0})
-    seed: int | None = field(default=None, metadata={"help": "openai: sampling seed sent to the endpoint"})
+                                                       "min": 0, "group": OPENAI_GROUP})
+    seed: int | None = field(default=None, metadata={"help": "openai: sampling seed sent to the endpoint",
+                                                     "group": OPENAI_GROUP})
     routing_header: str = field(default="X-Session-ID", metadata={
         "help": "openai: HTTP header carrying a per-claim key (<run>/<claim id>; empty: not sent), so a "
                 "consistent-hash router (vllm-router --policy consistent_hash) keeps all rounds of a claim on "
-                "one server and its prefix cache serves round r from round r-1's KV", "metavar": "NAME"})
+                "one server and its prefix cache serves round r from round r-1's KV", "metavar": "NAME",
+        "group": OPENAI_GROUP})
 
 
 @register("openai")

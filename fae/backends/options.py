@@ -3,8 +3,9 @@
 `fae probe`, `fae neurons`, `fae pave` and `fae study` put some of a backend's
 options on their command line: their configs take the fields with
 :func:`backend_field`, which copies the default, the help and the range from the
-backend's options dataclass, so a default is still written once, and
-``add_option_flags(parser, HFLoadFields)`` declares the flags of such a group.
+backend's options dataclass (its ``group``, the heading of ``--help``, and a bool's ``--x`` / ``--no-x``
+included), so a default is still written once, and
+:func:`~real_fae_core.command.add_config_arguments` declares their flags as every command's.
 :func:`sampling_dtype` is the dtype such a command's answers are made in, which
 `fae pave` and `fae study` record in their fingerprints.
 """

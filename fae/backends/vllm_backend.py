@@ -67,15 +67,21 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+VLLM_GROUP = "vllm backend (and --dtype)"  # the section of `fae run --help` of these options
+
+
 @dataclass
 class VLLMOptions(BackendOptions):
     """``--backend vllm``: offline ``vllm.LLM`` (its ``EngineArgs`` of the same names)."""
 
-    dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on vllm), or a dtype vLLM knows"})
-    tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: GPUs per model", "min": 1})
+    dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on vllm), or a dtype vLLM knows",
+                                                 "group": VLLM_GROUP})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: GPUs per model", "min": 1,
+                                                           "group": VLLM_GROUP})
     gpu_memory_utilization: float | None = field(default=None, metadata={
-        "help": "vllm: share of GPU memory", "above": 0, "max": 1})
-    max_model_len: int | None = field(default=None, metadata={"help": "vllm: context length cap", "min": 1})
+        "help": "vllm: share of GPU memory", "above": 0, "max": 1, "group": VLLM_GROUP})
+    max_model_len: int | None = field(default=None, metadata={"help": "vllm: context length cap", "min": 1,
+                                                              "group": VLLM_GROUP})
 
     @property
     def vllm_dtype(self) -> str:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from real_fae_core.command import add_config_arguments
-from real_fae_core.config import add_option_flags
+from real_fae_core.command import add_config_arguments, field_names
 from fae.pave.runner import (HF_FIELDS, OPENAI_FIELDS, VLLM_FIELDS,  # noqa: F401 - the backends' flags, by name
                              PaveConfig, PaveFields, PaveHFFields)
 from fae.pave.runner import run  # noqa: F401 - the command's run(config), for the dispatcher
@@ -19,11 +18,8 @@ CONFIG = PaveConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, PaveFields)
-    # The backends' own options, declared from their dataclasses (as `fae run` has them); PAVE's --seed
-    # seeds each prompt's samples itself, and it reads no label probabilities from the FAE backends.
-    g = p.add_argument_group("hf backend")
-    add_config_arguments(g, PaveHFFields)
-    add_option_flags(g, HFLoadFields)
-    add_option_flags(p.add_argument_group("vllm backend (and --dtype)"), VLLMServingFields)
-    add_option_flags(p.add_argument_group("openai backend"), OpenAIServingFields)
+    # PAVE's own options, then the backends' own, declared from their dataclasses as `fae run` has them, each
+    # backend's under its heading (their fields' `group`); PAVE's --seed seeds each prompt's samples itself,
+    # and it reads no label probabilities from the FAE backends.
+    add_config_arguments(p, PaveConfig, field_names(PaveFields, PaveHFFields, HFLoadFields, VLLMServingFields,
+                                                    OpenAIServingFields))

@@ -40,7 +40,7 @@ import dataclasses
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult, option
+from real_fae_core.command import CommandConfig, CommandResult, field_names, option
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.fingerprint import RunFingerprint
 from real_fae_core.outputs import Output, any_of, claim_dir
@@ -52,7 +52,7 @@ from data_prep.prompts import LINE_IDS, check_line_ids
 from data_prep.records import RecordError, load_records
 from fae.ablation.runio import adapter_sha256, load_run
 from fae.backends import BackendError, BackendOptions
-from fae.backends.hf import HFOptions
+from fae.backends.hf import HF_GROUP, HFOptions
 from fae.pave.analysis import FAE_GAP_POINTS, analyse, fae_round0_check
 from fae.pave.io import SAMPLES, collect, jsd_condition
 from fae.pave.prompts import counterfactual_records
@@ -123,7 +123,7 @@ class PaveHFFields:
         help="PAVE samples one prompt at a time (each prompt's N answers are one generate call seeded by the "
              "prompt's own key, so they never depend on other prompts): a value other than the default 8 is refused")
     prefill_once: bool = option(  # hf: one prefill for a prompt's N samples (fae.pave.sampling.one_row_prefill)
-        False, help="run a prompt's prefill once for its N samples and copy the KV cache (about 1/N of the prompt's "
+        False, group=HF_GROUP, help="run a prompt's prefill once for its N samples and copy the KV cache (about 1/N of the prompt's "
                     "work); its samples equal the default's only on CPUs and GPUs where a row of a batched matmul "
                     "equals that row alone (an AVX-512 CPU: yes; an AMX CPU: no), and one AMX CPU once gave other "
                     "samples from one process to the next (a resumed run may then differ from an uninterrupted one: "
@@ -134,11 +134,6 @@ class PaveHFFields:
 @dataclasses.dataclass
 class PaveConfig(ServingFields, HFLoadFields, PaveHFFields, PaveFields, CommandConfig):
     """`fae pave`: PAVE prior-state diagnostics and JSD arbitration of a verifier."""
-
-
-def field_names(*parts: type) -> tuple[str, ...]:
-    """The field names of some dataclasses, in order."""
-    return tuple(f.name for part in parts for f in dataclasses.fields(part))
 
 
 HF_FIELDS = field_names(HFLoadFields)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from real_fae_core.command import CommandResult, add_config_arguments
-from real_fae_core.config import add_option_flags
+from real_fae_core.command import CommandResult, add_config_arguments, field_names
 from fae.probes.config import ProbeConfig, ProbeFields
 from fae.backends.options import HFLoadFields
 
@@ -16,8 +15,9 @@ CONFIG = ProbeConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, ProbeFields)
-    add_option_flags(p, HFLoadFields)  # as `fae run --backend hf` has them
+    # the probe's own options, then the hf backend's loading options as `fae run --backend hf` has them
+    # (under its heading: their fields' `group`)
+    add_config_arguments(p, ProbeConfig, field_names(ProbeFields, HFLoadFields))
 
 
 def run(config: ProbeConfig) -> CommandResult:

@@ -28,8 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, option
-from real_fae_core.config import add_option_flags
+from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, field_names, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import Output, claim_dir, only_names
 from real_fae_core.labels import NOT_ENOUGH_INFO
@@ -65,8 +64,9 @@ CONFIG = NeuronsConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_config_arguments(p, NeuronsFields)
-    add_option_flags(p, HFLoadFields)  # as `fae run --backend hf` has them
+    # its own options, then the hf backend's loading options as `fae run --backend hf` has them (under its
+    # heading: their fields' `group`)
+    add_config_arguments(p, NeuronsConfig, field_names(NeuronsFields, HFLoadFields))
 
 
 def _usable(path: str, include_nei: bool, limit: int | None) -> Iterator[ClaimRecord]:
