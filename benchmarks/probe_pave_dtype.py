@@ -39,12 +39,12 @@ from data_prep.counterfactual.runner import CounterfactualConfig  # noqa: E402
 from data_prep.counterfactual.runner import run as counterfactual  # noqa: E402
 import fae.backends.hf as hf  # noqa: E402
 from fae.ablation.runner import run as fae_run  # noqa: E402
-from fae.ablation.options import FaeRunArguments  # noqa: E402
+from fae.ablation.runner import FaeRunConfig  # noqa: E402
 from fae.pave.runner import PaveConfig  # noqa: E402
 from fae.pave.runner import run as fae_pave  # noqa: E402
 from fae.pave.io import read_samples  # noqa: E402
 from fae.pave.sampling import HFSampler  # noqa: E402
-from fae.probes.config import ProbeConfig  # noqa: E402
+from fae.probes.runner import ProbeConfig  # noqa: E402
 from fae.probes.runner import run as fae_probe  # noqa: E402
 
 DTYPES = ("fp32", "bf16")
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         run_dir = work / "run"
-        fae_run(FaeRunArguments(records=args.records, output=run_dir, model=args.model, adapter=args.adapter,
+        fae_run(FaeRunConfig(records=args.records, output=run_dir, model=args.model, adapter=args.adapter,
                                 limit=args.claims, rounds=4, dtype="fp32", progress=False, label_probs=False,
                                 constrained_decoding=args.constrained_decoding))
         cf = work / "counterfactual.jsonl"

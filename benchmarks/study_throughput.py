@@ -41,7 +41,7 @@ from fae.backends.prefix_tree import generate_shared
 from fae.study.grid import load_pools, primary_conditions
 from fae.study.interfaces import ANSWER_TOKENS, FORMATS
 from fae.study.replicates import SamplingParams, replicate_plan
-from fae.study.runner import Asker
+from fae.study.asking import Asker
 
 
 def study_prompts(pools_dir: str, n_units: int):

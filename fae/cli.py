@@ -2,9 +2,8 @@
 
 Each subcommand is one library module holding its config dataclass and ``run(config) -> CommandResult``
 (:mod:`real_fae_core.command`), registered here as ``"package.module:XConfig"``: the dispatcher
-(:func:`real_fae_core.cli.dispatch`) generates its parser from the config. `fae run`, `fae checkpoints`,
-`fae probe`, `fae neurons`, `fae pave` and `fae study` are still the older form, a module name (its
-``CONFIG`` and ``add_arguments(parser)``, or its own ``parse_args`` and ``make_parser``). A rank under
+(:func:`real_fae_core.cli.dispatch`) generates its parser from the config, and what a command needs beyond its
+fields (`fae run`'s ``--config YAML`` and checks after parsing) is declared on its config. A rank under
 ``accelerate launch`` is also tied to its launcher and sibling ranks here.
 """
 
@@ -14,17 +13,18 @@ from real_fae_core.cli import dispatch
 from real_fae_core.lifeline import answer_sigterm, die_with_launcher, launched, leave, watch_peers
 
 SUBCOMMANDS = {
-    "run": ("fae.ablation.runner", "run multi-round evidence ablation (SPEC §6) on a verifier"),
+    "run": ("fae.ablation.runner:FaeRunConfig", "run multi-round evidence ablation (SPEC §6) on a verifier"),
     "merge": ("fae.ablation.merge:MergeConfig",
               "join the shards of a run (fae run --shard I/N) into one run directory"),
-    "checkpoints": ("fae.ablation.checkpoints", "FAE of every checkpoint-N of a training output; Acc/IS per step"),
+    "checkpoints": ("fae.ablation.checkpoints:CheckpointsConfig",
+                    "FAE of every checkpoint-N of a training output; Acc/IS per step"),
     "report": ("fae.ablation.report:ReportConfig", "Table-1 report and trajectory plot for one or more runs"),
-    "probe": ("fae.probes.cli", "DirK hidden-state probe over an FAE run (SPEC §7)"),
+    "probe": ("fae.probes.runner:ProbeConfig", "DirK hidden-state probe over an FAE run (SPEC §7)"),
     "probe-report": ("fae.probes.report:ProbeReportConfig", "DirK figure and table for one or more probe outputs"),
-    "neurons": ("fae.probes.neurons", "MLP neuron overlap of evidence- vs knowledge-based prompts"),
+    "neurons": ("fae.probes.neurons:NeuronsConfig", "MLP neuron overlap of evidence- vs knowledge-based prompts"),
     "compare": ("fae.comparison.compare:CompareConfig", "answer/evidence score accounting between two runs (SPEC §8)"),
-    "pave": ("fae.pave.cli", "PAVE prior-state diagnostics (SPEC §9)"),
-    "study": ("fae.study.cli", "ask one model every condition of the evaluation-choice grid (SPEC §10)"),
+    "pave": ("fae.pave.runner:PaveConfig", "PAVE prior-state diagnostics (SPEC §9)"),
+    "study": ("fae.study.runner:StudyConfig", "ask one model every condition of the evaluation-choice grid (SPEC §10)"),
     "study-report": ("fae.study.report:StudyReportConfig",
                      "scores, contrasts, intervals and controls of study runs (SPEC §10)"),
     "view": ("fae.view.runner:ViewConfig", "static per-claim ablation explorer (HTML) for one or more runs"),

@@ -3,15 +3,17 @@
 A registry (``SUBCOMMANDS`` of :mod:`fae.cli`, :mod:`data_prep.cli`) maps each COMMAND to an entry and its
 help line. The entry of a command is ``"package.module:XConfig"``: the library module that holds the
 command's config dataclass ``XConfig`` (a :class:`~real_fae_core.command.CommandConfig`) and
-``run(config, **context) -> CommandResult``. ``dispatch`` builds that subcommand's parser from the config
-(:func:`~real_fae_core.command.add_config_arguments`), makes the config of what was parsed
-(``XConfig.from_namespace``), runs it under the top-level error handler
-:func:`real_fae_core.entry.run_guarded`, and exits with the result's code. A Python caller calls the same
-``run(XConfig(...))``.
+``run(config) -> CommandResult``. ``dispatch`` builds that subcommand's parser from the config
+(:func:`~real_fae_core.command.add_command_arguments`), makes the config of what was parsed
+(:func:`parse_command`), runs it under the top-level error handler :func:`real_fae_core.entry.run_guarded`,
+and exits with the result's code. A Python caller calls the same ``run(XConfig(...))``.
 
-An entry that is a module name alone is the older form, kept while `fae run`, `fae checkpoints`, `fae probe`,
-`fae neurons`, `fae pave` and `fae study` move: the module fills its subparser (``add_arguments(parser)``) or
-parses its own arguments (``parse_args(argv, prog)``), and names its config ``CONFIG``.
+What a command needs beyond its fields is declared on its config class, never here: ``COMMAND_FIELDS`` (the
+fields that are options, in order; a nested config's fields in its place), ``CONFIG_FILE`` (``--config YAML``:
+defaults < the file < the command line), ``PARSER`` (its parser's description, epilog, help format) and
+``check_command_line`` (checks run after parsing, on the command line itself). A ``run`` that takes
+``command`` or ``config_file`` gets them: the command line (secrets scrubbed), what a run directory records to
+be resumed with, and the ``--config`` file or None.
 """
 
 from __future__ import annotations
@@ -19,101 +21,128 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import inspect
+import shlex
 import sys
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from real_fae_core.command import add_config_arguments, config_type, exit_code_of
+from real_fae_core.command import add_command_arguments, exit_code_of, parse_with_config_file
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import DEBUG_ENV, EXIT_USAGE
+from real_fae_core.secrets import scrub
 
 
 class Command(NamedTuple):
-    """A subcommand as its registry entry names it: the module that runs it, its config class (None: a
-    module that is no typed command) and whether its parser is generated from that config."""
+    """A subcommand as its registry entry names it: the module that runs it and its config class."""
 
     module: ModuleType
-    config: type | None
-    generated: bool
+    config: type
 
 
 def load_command(entry: str) -> Command:
-    """The :class:`Command` of a registry entry: ``"package.module:XConfig"`` (a config dataclass and
-    ``run`` in that module; its parser generated) or, the older form, ``"package.module"`` (its
-    ``add_arguments`` or ``parse_args``, its ``CONFIG``)."""
+    """The :class:`Command` of a registry entry ``"package.module:XConfig"``: a config dataclass and ``run`` in
+    that module."""
     module_name, _, config_name = entry.partition(":")
     module = importlib.import_module(module_name)
-    if not config_name:
-        return Command(module, config_type(module), generated=False)
-    config = getattr(module, config_name, None)
+    config = getattr(module, config_name, None) if config_name else None
     if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
-        raise TypeError(f"{entry}: {module_name} has no config dataclass {config_name}")
+        raise TypeError(f"{entry}: {module_name} has no config dataclass {config_name or '(none named)'}")
     if not callable(getattr(module, "run", None)):
         raise TypeError(f"{entry}: {module_name} has no run(config)")
-    return Command(module, config, generated=True)
+    return Command(module, config)
+
+
+def command_parser(prog: str, config: type, help_text: str | None = None,
+                   parent: argparse._SubParsersAction | None = None) -> argparse.ArgumentParser:
+    """The parser of a command whose config is ``config``: a subparser of ``parent`` named ``prog``'s last word,
+    or a parser of its own (a caller parsing one command line: :func:`parse_command_line`). Its description is
+    ``help_text`` unless the config's ``PARSER`` says otherwise; no abbreviated flag (``allow_abbrev=False``,
+    every parser of the repository: tests/test_no_abbreviations.py): a guard that looks for a flag by name
+    would miss ``--adapt``."""
+    keywords = {"description": help_text, "allow_abbrev": False, **getattr(config, "PARSER", {})}
+    if parent is None:
+        parser = argparse.ArgumentParser(prog=prog, **keywords)
+    else:
+        parser = parent.add_parser(prog.split()[-1], help=help_text, **keywords)
+    add_command_arguments(parser, config)
+    return parser
 
 
 def build_parser(prog: str, doc: str | None, subcommands: dict) -> tuple[argparse.ArgumentParser, dict]:
-    """The top-level parser of ``prog`` with one subparser per COMMAND, and {COMMAND: its :class:`Command`}.
-
-    A ``"module:XConfig"`` command's subparser is generated from ``XConfig``; an older-form module fills
-    its own (``add_arguments``), or, with ``parse_args``, gets an empty subparser: its arguments,
-    ``--help`` included, pass through untouched to its own parser (``make_parser``). No parser takes an
-    abbreviated flag (``allow_abbrev=False``, every parser of the repository: tests/test_no_abbreviations.py):
-    a guard that looks for a flag by name (``--adapter`` in ``fae checkpoints``) would miss ``--adapt``.
-    """
+    """The top-level parser of ``prog`` with one subparser per COMMAND, generated from its config
+    (:func:`command_parser`), and {COMMAND: its :class:`Command`}."""
     parser = argparse.ArgumentParser(allow_abbrev=False, prog=prog, description=(doc or "").splitlines()[0])
     parser.add_argument("--debug", action="store_true", help=f"show tracebacks (also {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands = {}
     for name, (entry, help_text) in subcommands.items():
         command = load_command(entry)
-        if command.generated:
-            add_config_arguments(sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False),
-                                 command.config)
-        elif hasattr(command.module, "parse_args"):
-            sub.add_parser(name, help=help_text, add_help=False, allow_abbrev=False)
-        else:
-            command.module.add_arguments(sub.add_parser(name, help=help_text, description=help_text,
-                                                        allow_abbrev=False))
+        command_parser(f"{prog} {name}", command.config, help_text, parent=sub)
         commands[name] = command
     return parser, commands
 
 
-def run_parsed(command: Command, parsed) -> int:
-    """Run a command on what its parser gave, as an exit code.
+# the dests of the dispatcher's own parser: not the command's
+_DISPATCHER_DESTS = ("command", "debug")
 
-    A typed command (:mod:`real_fae_core.command`: a config and ``run(config, **context)``) gets its
-    config: from the argparse namespace, or the ``(config, context)`` an own ``parse_args`` returns
-    (``context``: what only a command line has, such as the line itself).
-    """
-    if command.config is None:
-        return exit_code_of(command.module.run(parsed))
-    if isinstance(parsed, tuple):
-        config, context = parsed
+
+def parse_command(parser: argparse.ArgumentParser, argv: list[str], config: type, prog: str,
+                  command_argv: list[str], command: argparse.ArgumentParser | None = None
+                  ) -> tuple[Any, dict[str, Any]]:
+    """(the config of a command line, its context): ``parser`` parses ``argv`` (usage errors and ``--help``
+    first); a config that takes ``--config YAML`` has the file's values as the defaults of its ``command``
+    parser (the subparser; None: ``parser`` is the command's own) and the command line over them
+    (:func:`~real_fae_core.command.parse_with_config_file`); the config is ``config.from_parsed`` of the values
+    and passes its ``check_command_line``. The context: ``{"command": prog and command_argv (the command's own
+    words), secrets scrubbed; "config_file": the --config file or None}``."""
+    command = parser if command is None else command
+    types = config.config_file_types()
+    if types:
+        values, config_file, from_file = parse_with_config_file(parser, argv, types, command)
     else:
-        config, context = command.config.from_namespace(parsed), {}
-    return exit_code_of(command.module.run(config, **context))
+        values, config_file, from_file = vars(parser.parse_args(argv)), None, {}
+    if parser is not command:
+        values = {k: v for k, v in values.items() if k not in _DISPATCHER_DESTS}
+    parsed = config.from_parsed(values, command, from_file)
+    parsed.check_command_line(command_argv, config_file)
+    return parsed, {"command": scrub(shlex.join([*prog.split(), *command_argv])), "config_file": config_file}
+
+
+def parse_command_line(config: type, argv: list[str], prog: str) -> tuple[Any, dict[str, Any]]:
+    """(the config, the context) of one command's own words ``argv``, parsed as ``prog COMMAND`` parses them:
+    for a Python caller or a test that has a command line and no dispatcher."""
+    parser = command_parser(prog, config)
+    return parse_command(parser, argv, config, prog, list(argv))
+
+
+def run_command(command: Command, config, context: dict[str, Any]) -> int:
+    """Run a command on its config, as an exit code; its ``run`` gets the keys of ``context`` it takes
+    (``command``, ``config_file``)."""
+    params = inspect.signature(command.module.run).parameters
+    return exit_code_of(command.module.run(config, **{k: v for k, v in context.items() if k in params}))
 
 
 def dispatch(prog: str, doc: str | None, subcommands: dict, argv: list[str] | None) -> int:
-    """Run ``prog COMMAND ...``: ``subcommands`` maps COMMAND to (its entry, its help line); the entry is
-    ``"package.module:XConfig"`` or an older-form module name (:func:`load_command`)."""
-    def body(argv: list[str]) -> int:
-        parser, commands = build_parser(prog, doc, subcommands)
-        args, rest = parser.parse_known_args(argv)
-        if args.command is None:
-            parser.print_help()
-            return EXIT_USAGE
-        command = commands[args.command]
-        if not command.generated and hasattr(command.module, "parse_args"):
-            args = command.module.parse_args(rest, prog=f"{prog} {args.command}")
-        elif rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")  # as parse_args would
-        return run_parsed(command, args)
-
-    # The command's name in messages: "fae run", "real-data enhance".
+    """Run ``prog COMMAND ...``: ``subcommands`` maps COMMAND to (its entry ``"package.module:XConfig"``, its
+    help line)."""
+    # The command's name in messages: "fae run", "real-data enhance". The dispatcher's own options take no
+    # value, so the first word that is no option is the command.
     argv_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in argv_list if not a.startswith("-")), None)
     name = f"{prog} {first}" if first in subcommands else prog
+
+    def body(argv: list[str]) -> int:
+        parser, commands = build_parser(prog, doc, subcommands)
+        if first not in commands:
+            args = parser.parse_args(argv)  # --help, an unknown command: argparse's answer
+            if args.command is None:
+                parser.print_help()
+                return EXIT_USAGE
+        command = commands[first]
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[first]
+        config, context = parse_command(parser, argv, command.config, f"{prog} {first}",
+                                        argv[argv.index(first) + 1:], sub)
+        return run_command(command, config, context)
+
     return run_guarded(name, body, argv_list)

@@ -27,7 +27,7 @@ import os
 import shlex
 import types
 import typing
-from typing import Any, Iterable, Literal, Mapping, TypeVar
+from typing import Any, ClassVar, Iterable, Literal, Mapping, TypeVar
 from urllib.parse import urlsplit
 
 from real_fae_core.config import (
@@ -39,7 +39,7 @@ from real_fae_core.config import (
     value_problem,
 )
 from real_fae_core.errors import EXIT_OK, UserError
-from real_fae_core.flags import ListFlag, SpacedList, deprecated_alias, reparsing
+from real_fae_core.flags import ListFlag, Refused, SpacedList, deprecated_alias, reparsing
 from real_fae_core.secrets import MASK, scrub
 
 C = TypeVar("C", bound="CommandConfig")
@@ -69,8 +69,46 @@ class CommandConfig:
     both are stored as the field's type.
     """
 
+    # What the dispatcher (real_fae_core.cli) reads to build and parse the command line, declared here once:
+    #: the fields that are options, in order (None: every field, in field order); a field holding a nested
+    #: config (fae checkpoints' run options) stands for that config's fields (:func:`add_command_arguments`)
+    COMMAND_FIELDS: ClassVar[tuple[str, ...] | None] = None
+    #: ``--config YAML`` (defaults < the file < the command line, :func:`parse_with_config_file`): False, True
+    #: (the file's keys are this config's fields), or the configs whose fields they are (a nested config's)
+    CONFIG_FILE: ClassVar[bool | tuple[type, ...]] = False
+    #: more keywords of the command's parser (``description``, ``epilog``, ``formatter_class``)
+    PARSER: ClassVar[Mapping[str, Any]] = {}
+
     def __post_init__(self) -> None:
         check_fields(self)
+
+    @classmethod
+    def config_file_types(cls) -> list[type]:
+        """The configs whose fields a ``--config`` YAML file's keys are ([]: the command takes no file)."""
+        if cls.CONFIG_FILE is True:
+            return [cls]
+        return list(cls.CONFIG_FILE or ())
+
+    @classmethod
+    def from_parsed(cls: type[C], values: dict[str, Any], parser: argparse.ArgumentParser,
+                    from_file: Mapping[str, Any] | None = None) -> C:
+        """The config of what the command's ``parser`` gave (``values`` by dest; ``from_file``: what its
+        ``--config`` file set): :meth:`from_namespace`, a nested config's fields built into it
+        (:func:`nested_fields`: its fields that are no option take the file's value, else their default)."""
+        nested = nested_fields(cls)
+        if not nested:
+            return cls.from_namespace(argparse.Namespace(**values))
+        own = {name: values[name] for name in init_fields([cls]) if name not in nested and name in values}
+        for name, (inner, exclude) in nested.items():
+            inner_values = {k: values[k] for k in field_names(inner) if k not in exclude and k in values}
+            defaults = {f.name: f.default for f in dataclasses.fields(inner) if f.name in exclude}
+            inner_values.update({k: (from_file or {}).get(k, defaults[k]) for k in exclude})
+            own[name] = inner.from_parsed(inner_values, parser)
+        return cls(**own)
+
+    def check_command_line(self, argv: list[str], config_file: str | None) -> None:
+        """Checks that need the command line itself (``argv``: the command's words; ``config_file``: its
+        ``--config`` file or None), run by the dispatcher after parsing: an option set that would be ignored."""
 
     @classmethod
     def from_mapping(cls: type[C], values: Mapping[str, Any], source: str = "options") -> C:
@@ -143,7 +181,7 @@ def exit_code_of(result: Any) -> int:
 
 # What a field's metadata may say about its option (beside the loader's ranges: min, max, above, below).
 ARGUMENT_KEYS = ("help", "metavar", "choices", "positional", "flag", "aliases", "action", "deprecated", "exclusive",
-                 "repeat", "group")
+                 "repeat", "group", "exclude", "refuse")
 
 
 def option(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
@@ -205,6 +243,39 @@ def add_config_arguments(parser, config: type, names: Iterable[str] | None = Non
         for old in f.metadata.get("deprecated", ()):
             deprecated_alias(parser, old, f.metadata.get("metavar", name) if f.metadata.get("positional")
                              else args[0])
+
+
+def nested_fields(config: type) -> dict[str, tuple[type, tuple[str, ...]]]:
+    """{field: (its config class, the names of that config's fields that are no option of this command)} of the
+    fields of ``config`` that hold a whole config (a dataclass; metadata ``exclude``: those names)."""
+    hints = typing.get_type_hints(config)
+    return {f.name: (hints[f.name], tuple(f.metadata.get("exclude", ()))) for f in dataclasses.fields(config)
+            if f.init and isinstance(hints[f.name], type) and dataclasses.is_dataclass(hints[f.name])}
+
+
+def add_command_arguments(parser: argparse.ArgumentParser, config: type) -> None:
+    """The options of a command whose config is ``config``: :func:`add_config_arguments` of its
+    ``COMMAND_FIELDS`` (a nested config's fields in its place but the field's metadata ``exclude``; those
+    that metadata ``refuse`` names are refused, with its reason: :class:`~real_fae_core.flags.Refused`), then
+    ``--config YAML`` where the config takes one (``CONFIG_FILE``)."""
+    names = getattr(config, "COMMAND_FIELDS", None) or field_names(config)
+    nested = nested_fields(config)
+    run: list[str] = []
+    for name in [*names, None]:
+        if name is not None and name not in nested:
+            run.append(name)
+            continue
+        if run:  # consecutive fields in one call: one heading per group
+            add_config_arguments(parser, config, run)
+            run = []
+        if name is not None:
+            inner, exclude = nested[name]
+            add_config_arguments(parser, inner, [n for n in field_names(inner) if n not in exclude])
+    if getattr(config, "config_file_types", lambda: [])():
+        parser.add_argument("--config", metavar="YAML", help=CONFIG_FILE_HELP)
+    for f in dataclasses.fields(config):
+        for refused, reason in f.metadata.get("refuse", {}).items():
+            parser.add_argument("--" + refused.replace("_", "-"), action=Refused, reason=reason)
 
 
 def field_names(*parts: type) -> tuple[str, ...]:
@@ -277,7 +348,8 @@ def list_flag(kwargs: dict[str, Any], once: bool = False) -> None:
 CONFIG_FILE_HELP = "options from a YAML file (keys named like the flags); flags given on the command line win"
 
 
-def parse_with_config_file(parser: argparse.ArgumentParser, argv: list[str], config_types: Iterable[type]
+def parse_with_config_file(parser: argparse.ArgumentParser, argv: list[str], config_types: Iterable[type],
+                           command_parser: argparse.ArgumentParser | None = None
                            ) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
     """(the values ``parser`` gives ``argv``, by dest; its ``--config`` YAML file or None; that file's values),
     in the precedence of ``real-train`` (TRL's ``set_defaults_with_config``): field defaults < the YAML file <
@@ -286,14 +358,17 @@ def parse_with_config_file(parser: argparse.ArgumentParser, argv: list[str], con
     Usage errors and ``--help`` come first, with the true defaults; then the file is read by the one strict
     loader against the fields of ``config_types`` (a typo'd or doubled key, a value of the wrong type or out
     of its range is one :class:`~real_fae_core.errors.UserError` ``file:line: key: reason``), and its values
-    become the parser's defaults, so a flag given on the command line wins, even one equal to its default."""
+    become the parser's defaults, so a flag given on the command line wins, even one equal to its default.
+    ``command_parser``: the subparser of the command where ``parser`` is its dispatcher's (the file's values
+    become that one's defaults)."""
     values = vars(parser.parse_args(argv))
     config = values.pop("config", None)
     if not config:
         return values, None, {}
     from_file = load_config(config, list(config_types), spell=spelled_like_a_flag)[0]
-    parser.set_defaults(**from_file)
-    with reparsing(parser):  # the command line again, over the file's values (its warnings said once)
+    target = parser if command_parser is None else command_parser
+    target.set_defaults(**from_file)
+    with reparsing(target):  # the command line again, over the file's values (its warnings said once)
         values = vars(parser.parse_args(argv))
     values.pop("config", None)
     return values, config, from_file

@@ -20,7 +20,7 @@ from real_fae_core.errors import UserError
 from real_fae_core.fingerprint import COMPATIBILITY_DEFAULTS
 from fae.ablation import runio, shards
 from fae.ablation.engine import (ABLATION_ONLY, ARM_FIELDS, ARM_TYPES, DEFAULT_ARMS, ArmError, ArmOptions, Arms)
-from fae.ablation.options import FaeRunArguments, RunFields, arms_of
+from fae.ablation.runner import FaeRunConfig, RunFields, arms_of
 
 REPO = Path(__file__).resolve().parents[1]
 # The modules that use the arms without declaring them
@@ -32,7 +32,7 @@ USERS = ("real_fae/tasks.py", "fae/harness/inspect_task.py", "fae/harness/logrun
 def test_the_run_options_inherit_the_arms_fields():
     own = {f.name: f for f in dataclasses.fields(RunFields)}
     hints = typing.get_type_hints(RunFields)
-    assert issubclass(RunFields, ArmOptions) and issubclass(FaeRunArguments, ArmOptions)
+    assert issubclass(RunFields, ArmOptions) and issubclass(FaeRunConfig, ArmOptions)
     assert not set(ARM_FIELDS) & set(RunFields.__dict__.get("__annotations__", {}))  # none written again
     for f in dataclasses.fields(Arms):
         mine = own[f.name]
@@ -41,12 +41,12 @@ def test_the_run_options_inherit_the_arms_fields():
 
 
 def test_arms_of_builds_the_arms_from_the_run_options():
-    assert arms_of(FaeRunArguments()) == DEFAULT_ARMS
-    opts = FaeRunArguments(control="random", control_seed=3, gold_only=False, cited_only=False, size_sweep=False,
+    assert arms_of(FaeRunConfig()) == DEFAULT_ARMS
+    opts = FaeRunConfig(control="random", control_seed=3, gold_only=False, cited_only=False, size_sweep=False,
                            sweep_seed=5, line_ids="renumbered")
     assert arms_of(opts) == Arms(**{name: getattr(opts, name) for name in ARM_FIELDS})
     with pytest.raises(UserError, match=r"^--control 'gap': choose matched, random, none$"):
-        arms_of(FaeRunArguments(control="gap"))
+        arms_of(FaeRunConfig(control="gap"))
 
 
 @pytest.mark.parametrize("kwargs,message,choice", [

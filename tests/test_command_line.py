@@ -105,10 +105,9 @@ def parse(prog: str, line: str):
     words = shlex.split(line)
     assert words[:len(prog.split())] == prog.split(), line
     argv = words[len(prog.split()):]
-    if prog == "fae run":
-        from fae.ablation.options import parse_options
-
-        return parse_options(argv, prog)[0]
+    if cls.config_file_types():  # `fae run`: the file's values, then the command line's
+        from real_fae_core.cli import parse_command
+        return parse_command(parser, argv, cls, prog, argv)[0]
     return cls.from_namespace(parser.parse_args(argv))
 
 
@@ -122,7 +121,7 @@ def test_a_config_is_what_its_command_line_parses_to(prog, data):
 
 
 def test_only_changed_options_are_written_and_the_line_reads_like_one_typed():
-    from fae.study.study_runner import StudyConfig
+    from fae.study.runner import StudyConfig
 
     config = StudyConfig(pools="p d", output="o", model="m", budgets=[100, 200], seeds=[-1, 2],
                          tokenizer=["a", "b"], progress=False)
@@ -153,7 +152,7 @@ def test_secrets_never_reach_the_line():
 
 
 def test_a_value_the_parser_cannot_say_is_refused():
-    from fae.study.study_runner import StudyConfig
+    from fae.study.runner import StudyConfig
 
     with pytest.raises(ValueError, match="budgets: \\[\\] has no command line spelling"):
         command_line("fae study", StudyConfig(pools="p", output="o", model="m", budgets=[]))

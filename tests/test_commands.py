@@ -22,15 +22,11 @@ import pytest
 
 from real_fae_core.command import CommandConfig, CommandResult, check_fields, config_type
 from real_fae_core.errors import UserError
-from real_fae_core.flags import is_deprecated
+from real_fae_core.flags import Refused, is_deprecated
 
 from command_walk import command_parsers
 
 COMMANDS = command_parsers()
-# `fae run` and `fae checkpoints` parse their own command line (the generator's options plus a --config YAML
-# read first; checkpoints' config nests fae run's): the walk over argparse actions does not apply; their
-# parse_args is checked to return their CONFIG instead (tests/test_fae_run_command_line.py: their options).
-OWN_PARSE = {prog for prog, (module, _c, _p) in COMMANDS.items() if hasattr(module, "parse_args")}
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -39,7 +35,7 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     for a in parser._actions:
         if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction, argparse._VersionAction)):
             continue
-        if is_deprecated(a) or a.dest == argparse.SUPPRESS:
+        if is_deprecated(a) or a.dest == argparse.SUPPRESS or isinstance(a, Refused):  # a refused option: none
             continue
         out.setdefault(a.dest, a)
     return out
@@ -68,12 +64,10 @@ def test_every_command_is_a_typed_config_and_a_run_function(prog):
     assert hints.get("return") is CommandResult, f"{prog}: run does not return a CommandResult"
 
 
-# The subcommands still on the older registry form, a module name alone (its CONFIG and add_arguments, or its own
-# parse_args): they move onto the generated parser in a change of their own. Their modules, and the two
-# dispatchers, are the only cli modules left.
-OLDER_FORM = {"fae run", "fae checkpoints", "fae probe", "fae neurons", "fae pave", "fae study"}
-CLI_MODULES = {"fae/cli.py", "data_prep/cli.py",  # the dispatchers of the console commands
-               "fae/ablation/cli.py", "fae/probes/cli.py", "fae/pave/cli.py", "fae/study/cli.py"}  # older form
+# Every subcommand is on the one layout: no registry entry is a module name alone, and the two dispatchers are
+# the only cli modules.
+OLDER_FORM: set[str] = set()
+CLI_MODULES = {"fae/cli.py", "data_prep/cli.py"}  # the dispatchers of the console commands
 
 
 def _registry() -> dict[str, str]:
@@ -106,8 +100,8 @@ def test_every_subcommand_is_one_module_holding_its_config_and_run(prog):
     assert COMMANDS[prog].config is cls
 
 
-def test_the_older_form_is_only_the_commands_still_moving():
-    """Every registry entry that is a module name alone is one of the six commands named in OLDER_FORM."""
+def test_no_registry_entry_is_the_older_form():
+    """No registry entry is a module name alone (the older form: its own parser, a ``CONFIG`` alias)."""
     older = {prog for prog, entry in _registry().items() if ":" not in entry}
     assert older <= OLDER_FORM, f"on the older registry form: {sorted(older - OLDER_FORM)}"
 
@@ -122,9 +116,16 @@ def test_no_cli_module_but_the_dispatchers_and_the_older_form():
 
 
 def _unexposed(parser: argparse.ArgumentParser, cls: type) -> tuple[list[str], list[str]]:
-    """(fields of ``cls`` with no option on ``parser``, options of ``parser`` that are no field of ``cls``)."""
-    options = set(_options(parser))
-    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    """(fields of ``cls`` with no option on ``parser``, options of ``parser`` that are no field of ``cls``): a
+    nested config's fields stand for its field (but those its metadata ``exclude``s), and ``--config`` is an
+    option of a config that takes a YAML file (``CONFIG_FILE``)."""
+    from real_fae_core.command import field_names, nested_fields
+
+    options = set(_options(parser)) - ({"config"} if getattr(cls, "config_file_types", list)() else set())
+    nested = nested_fields(cls)
+    fields = {f.name for f in dataclasses.fields(cls) if f.init and f.name not in nested}
+    for inner, exclude in nested.values():
+        fields |= {name for name in field_names(inner) if name not in exclude}
     return sorted(fields - options), sorted(options - fields)
 
 
@@ -144,7 +145,7 @@ def _required_command_line(parser: argparse.ArgumentParser) -> tuple[list[str], 
     return argv, values
 
 
-@pytest.mark.parametrize("prog", sorted(set(COMMANDS) - OWN_PARSE))
+@pytest.mark.parametrize("prog", sorted(COMMANDS))
 def test_every_field_of_the_config_is_an_option_of_the_command(prog):
     """The parser is generated from the config (real_fae_core.command.add_config_arguments):
     a field left out of it, or an option declared beside it, is named."""
@@ -154,17 +155,32 @@ def test_every_field_of_the_config_is_an_option_of_the_command(prog):
                                       f"options that are no field: {extra}")
 
 
-@pytest.mark.parametrize("prog", sorted(set(COMMANDS) - OWN_PARSE))
+@pytest.mark.parametrize("prog", sorted(COMMANDS))
 def test_a_parsed_command_line_is_the_config(prog):
     """A command line of only the required arguments parses to the config those values make in Python: every
     default the command line gives is the config's, every required argument is a required field."""
+    from real_fae_core.command import nested_fields
+
     _module, cls, parser = COMMANDS[prog]
     argv, values = _required_command_line(parser)
-    parsed = cls.from_namespace(parser.parse_args(argv))
+    parsed = _config_of(cls, parser, argv)
+    for name, (inner, exclude) in nested_fields(cls).items():  # `fae checkpoints`: fae run's options
+        values[name] = inner(**{k: values.pop(k) for k in list(values) if k in init_names(inner) - set(exclude)})
     assert parsed == cls(**values), f"{prog}: `{' '.join(argv)}` parses to {parsed}, not {cls(**values)}"
     missing = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in values
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     assert not missing, f"{prog}: required in {cls.__name__} but not on the command line: {missing}"
+
+
+def init_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.init}
+
+
+def _config_of(cls: type, parser: argparse.ArgumentParser, argv: list[str]):
+    """The config the dispatcher makes of ``argv`` on the command's ``parser`` (no check that needs the whole
+    command line: `fae run`'s required options are optional fields)."""
+    values = {k: v for k, v in vars(parser.parse_args(argv)).items() if k != "config"}
+    return cls.from_parsed(values, parser, {})
 
 
 def test_a_field_left_off_the_command_line_is_found():
@@ -208,7 +224,7 @@ def test_the_generated_parser_keeps_the_command_line_conventions(capsys):
     assert "--level {low,high}" in parser.format_help() and "--output OUTPUT, -o OUTPUT" in parser.format_help()
 
 
-@pytest.mark.parametrize("prog", sorted(set(COMMANDS) - OWN_PARSE))
+@pytest.mark.parametrize("prog", sorted(COMMANDS))
 def test_a_parsed_command_line_becomes_the_config(prog):
     """The defaults a bare command line gives (required ones filled) build the config without an error."""
     _module, cls, parser = COMMANDS[prog]
@@ -218,7 +234,8 @@ def test_a_parsed_command_line_becomes_the_config(prog):
             values[name] = ["x"] if action.nargs in ("+", "*") else "x"
         else:
             values[name] = action.default
-    config = cls.from_namespace(argparse.Namespace(**values, command="ignored"))
+    values.pop("config", None)
+    config = cls.from_parsed(values, parser, {})
     assert isinstance(config, cls)
 
 
@@ -226,11 +243,15 @@ def test_a_parsed_command_line_becomes_the_config(prog):
     ("fae run", ["--records", "r.jsonl", "--output", "o", "--model", "m"]),
     ("fae checkpoints", ["--training-output", "t", "--output", "o", "--records", "r.jsonl"]),
 ])
-def test_an_own_parser_returns_its_config_and_the_command_line(prog, argv):
-    module, cls, _parser = COMMANDS[prog]
-    config, context = module.parse_args(argv, prog)
-    assert isinstance(config, cls) and cls is config_type(module)
-    assert context["command"] == prog + " " + " ".join(argv)
+def test_a_config_file_command_gets_its_config_and_the_command_line(prog, argv):
+    """A command whose config takes ``--config YAML`` is parsed by the dispatcher as every other (defaults < the
+    file < the command line); its ``run`` gets the command line as given and the file."""
+    from real_fae_core.cli import parse_command_line
+
+    _module, cls, _parser = COMMANDS[prog]
+    config, context = parse_command_line(cls, argv, prog)
+    assert isinstance(config, cls)
+    assert context == {"command": prog + " " + " ".join(argv), "config_file": None}
 
 
 # ---------------------------------------------------------------------------

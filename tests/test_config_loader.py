@@ -76,9 +76,9 @@ def test_ranges_hold_for_direct_construction_too():
 
 
 def test_each_builtin_backend_declares_its_options_once():
-    from fae.ablation.options import FaeRunArguments
+    from fae.ablation.runner import FaeRunConfig
 
-    run = FaeRunArguments()
+    run = FaeRunConfig()
     for name in ("hf", "openai", "vllm"):
         cls = get_backend(name).options_class
         assert isinstance(run, cls)  # `fae run`'s options are every built-in's options, defaults included

@@ -101,11 +101,8 @@ def _cli_flags() -> dict[tuple[str, str], set[str]]:
     for prog, mod in (("fae", fae.cli), ("real-data", data_prep.cli)):
         top, commands = build_parser(prog, mod.__doc__, mod.SUBCOMMANDS)
         subparsers = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
-        for name, command in commands.items():
-            if not command.generated and hasattr(command.module, "parse_args"):  # `fae run`: its own parser
-                parser = command.module.make_parser(f"{prog} {name}")
-            else:
-                parser = subparsers[name]
+        for name in commands:
+            parser = subparsers[name]
             # an old spelling kept for one release is accepted, but never documented
             flags[prog, name] = {s for a in parser._actions if not is_deprecated(a)
                                  for s in a.option_strings} | {"--debug"}

@@ -17,6 +17,7 @@ documented command, a changed meaning), and say why in the commit.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import io
@@ -207,22 +208,22 @@ def _project_backends_only():
 
 def _parse(parser, modules, prog: str, rest: list[str], err: io.StringIO) -> dict:
     """The body of :func:`parse_command`."""
-    from real_fae_core.command import config_type
+    from real_fae_core.cli import parse_command as parse_as_dispatched
 
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             args, extra = parser.parse_known_args(rest)
             command = modules[args.command]
-            module = command.module
-            if hasattr(module, "parse_args"):
-                config, context = module.parse_args(extra, prog=f"{prog} {args.command}")
+            cls = command.config
+            if cls.config_file_types():  # `fae run`, `fae checkpoints`: a --config file, then the command line
+                parser = _parser.__wrapped__(prog)[0]  # a fresh one: the file's values become its defaults
+                sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+                config, context = parse_as_dispatched(parser, rest, cls, f"{prog} {args.command}",
+                                                      rest[rest.index(args.command) + 1:], sub[args.command])
                 return {"config": _plain(dataclasses.asdict(config)), "config_file": context.get("config_file")}
             if extra:
                 parser.error(f"unrecognized arguments: {' '.join(extra)}")
-            cls = command.config or config_type(module)
-            values = dataclasses.asdict(cls.from_namespace(args)) if cls else {
-                k: v for k, v in vars(args).items() if k not in ("command", "debug")}
-            return {"config": _plain(values)}
+            return {"config": _plain(dataclasses.asdict(cls.from_namespace(args)))}
     except SystemExit as exc:
         if exc.code == 0:
             return {"help": True}

@@ -216,16 +216,16 @@ def test_left_padded_batches_answer_like_batch_size_one(reference_run, cc_record
 
 def test_fae_run_as_a_function_equals_the_command_line_and_records_a_resumable_line(reference_run, cc_records,
                                                                                      noisy_llama, tmp_path):
-    """`fae.ablation.runner.run(FaeRunArguments(...))`: the same claims and metrics as `fae run`; its config.json
+    """`fae.ablation.runner.run(FaeRunConfig(...))`: the same claims and metrics as `fae run`; its config.json
     names a `fae run` line that resumes it; an option of another backend is refused as on the command line."""
     import shlex
 
     from real_fae_core.errors import UserError
     from fae.ablation.runner import run
-    from fae.ablation.options import FaeRunArguments
+    from fae.ablation.runner import FaeRunConfig
 
     out = tmp_path / "fn"
-    options = FaeRunArguments(records=cc_records, output=out, model=noisy_llama, rounds=4, batch_size=1,
+    options = FaeRunConfig(records=cc_records, output=out, model=noisy_llama, rounds=4, batch_size=1,
                               max_new_tokens=24, progress=False)
     result = run(options)
     assert result.ok and result.outputs["run_dir"] == str(out)

@@ -12,11 +12,24 @@ import typing
 import pytest
 
 from real_fae_core.command import CommandConfig, add_config_arguments, command_line, option
-from fae.ablation.options import FaeRunArguments, make_parser, parse_run_args
+from real_fae_core.cli import command_parser, parse_command_line
+from fae.ablation.runner import FaeRunConfig
+
+
+def make_parser():
+    """`fae run`'s parser as the dispatcher generates it."""
+    return command_parser("fae run", FaeRunConfig)
+
+
+def parse_run_args(argv):
+    """(the options, the --config file) of `fae run`'s own words, parsed as the dispatcher parses them."""
+    config, context = parse_command_line(FaeRunConfig, argv, "fae run")
+    return config, context["config_file"]
+
 
 REQUIRED = ["--records", "r.jsonl", "--output", "out", "--model", "m"]
-BOOLS = [f.name for f in dataclasses.fields(FaeRunArguments)
-         if typing.get_type_hints(FaeRunArguments)[f.name] is bool]
+BOOLS = [f.name for f in dataclasses.fields(FaeRunConfig)
+         if typing.get_type_hints(FaeRunConfig)[f.name] is bool]
 
 
 def _sections(help_text: str) -> dict[str, str]:
@@ -32,7 +45,7 @@ def _sections(help_text: str) -> dict[str, str]:
 def test_help_lists_each_option_once_spelled_with_dashes():
     text = make_parser().format_help()
     assert not re.findall(r"--[a-z]+_[a-z_]+", text), "an underscore spelling is listed"
-    for f in dataclasses.fields(FaeRunArguments):
+    for f in dataclasses.fields(FaeRunConfig):
         flag = "--" + f.name.replace("_", "-")
         assert len(re.findall(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", _sections(text)["usage"])) == 1, flag
 
@@ -50,7 +63,7 @@ def test_help_shows_each_backend_under_its_heading():
 @pytest.mark.parametrize("name", BOOLS)
 def test_every_bool_is_a_pair_and_the_flag_undoes_the_yaml(tmp_path, name):
     flag = "--" + name.replace("_", "-")
-    default = getattr(FaeRunArguments(), name)
+    default = getattr(FaeRunConfig(), name)
     cfg = tmp_path / "eval.yaml"
     cfg.write_text(f"{name}: {str(not default).lower()}\n")
     assert getattr(parse_run_args(["--config", str(cfg), *REQUIRED])[0], name) is (not default)
@@ -81,7 +94,7 @@ def test_the_documented_underscore_spelling_warns_and_the_others_are_gone(tmp_pa
 
 
 def test_the_recorded_line_of_a_config_parses_back():
-    opts = FaeRunArguments(records="r", output="o", model="m", progress=False, gold_only=False,
+    opts = FaeRunConfig(records="r", output="o", model="m", progress=False, gold_only=False,
                            constrained_decoding=True, max_new_tokens=8, batch_size=3)
     line = command_line("fae run", opts)
     assert "--no-progress" in line and "--no-gold-only" in line and "--constrained-decoding" in line
@@ -154,9 +167,9 @@ def test_an_embedded_backend_option_is_the_generators_with_its_heading(prog, arg
 
 
 def test_checkpoints_help_lists_its_options_and_every_run_option_but_output_and_adapter():
-    from fae.ablation.checkpoints import make_parser as checkpoints_parser
+    from fae.ablation.checkpoints import CheckpointsConfig
 
-    text = checkpoints_parser().format_help()
+    text = command_parser("fae checkpoints", CheckpointsConfig).format_help()
     sections = _sections(text)
     for flag in ("--training-output DIR", "--output DIR", "--no-plot", "--records", "--rounds", "--config YAML"):
         assert flag in sections["options"], flag
@@ -175,7 +188,10 @@ def test_checkpoints_refuses_adapter_with_one_line(adapter, capsys):
 
 
 def test_checkpoints_reads_the_run_options_as_fae_run_does(tmp_path):
-    from fae.ablation.checkpoints import parse_args
+    from fae.ablation.checkpoints import CheckpointsConfig
+
+    def parse_args(argv):
+        return parse_command_line(CheckpointsConfig, argv, "fae checkpoints")
 
     cfg = tmp_path / "eval.yaml"
     cfg.write_text("model: m\nrounds: 2\nprogress: false\nbatch-size: 3\n")

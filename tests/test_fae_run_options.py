@@ -1,4 +1,4 @@
-"""`fae run` options: the FaeRunArguments dataclass parsed like training's recipes (defaults < YAML < CLI)."""
+"""`fae run` options: the FaeRunConfig dataclass parsed like training's recipes (defaults < YAML < CLI)."""
 
 import re
 from pathlib import Path
@@ -6,10 +6,17 @@ from pathlib import Path
 import pytest
 
 from real_fae_core.errors import UserError
-from fae.ablation import runner as run_cli  # the command module (CONFIG, parse_args, run)
-from fae.ablation.runner import RunRequest, build_config
-from fae.ablation.options import FaeRunArguments, load_yaml_options, parse_run_args
+from real_fae_core.cli import parse_command_line
+from fae.ablation.options import load_yaml_options
+from fae.ablation.runner import FaeRunConfig, RunRequest, build_config
 from fae.cli import main
+
+
+def parse_run_args(argv):
+    """(the options, the --config file) of `fae run`'s own words, parsed as the dispatcher parses them."""
+    config, context = parse_command_line(FaeRunConfig, argv, "fae run")
+    return config, context["config_file"]
+
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRED = ["--records", "r.jsonl", "--output", "out", "--model", "m"]
@@ -42,7 +49,7 @@ def yaml_file(tmp_path, text, name="eval.yaml"):
 ])
 def test_defaults_then_yaml_then_command_line(tmp_path, key, flag, yaml_value, cli_value, expected_yaml,
                                               expected_cli):
-    default = getattr(FaeRunArguments(), key)
+    default = getattr(FaeRunConfig(), key)
     assert getattr(parse_run_args(REQUIRED)[0], key) == default
     cfg = yaml_file(tmp_path, f"{key}: {yaml_value}\n")
     assert getattr(parse_run_args(["--config", cfg, *REQUIRED])[0], key) == expected_yaml
@@ -106,7 +113,7 @@ def test_out_of_range_flags_are_usage_errors(capsys, flag, value, message):
 
 def test_the_dataclass_checks_its_ranges_itself():
     with pytest.raises(ValueError, match="rounds: must be >= 0"):
-        FaeRunArguments(rounds=-1)
+        FaeRunConfig(rounds=-1)
 
 
 def test_missing_required_options_name_the_flags(tmp_path):
@@ -135,8 +142,9 @@ def test_help_lists_every_option(capsys):
 
 def test_the_recorded_command_is_the_command_line_as_given(tmp_path):
     cfg = yaml_file(tmp_path, "rounds: 2\n")
-    _options, context = run_cli.parse_args(["--model", "m", "--config", cfg, "--records", "r.jsonl",
-                                            "--output", "o d", "--max_new_tokens=8", "--no-progress"])
+    _options, context = parse_command_line(FaeRunConfig, ["--model", "m", "--config", cfg, "--records", "r.jsonl",
+                                                          "--output", "o d", "--max_new_tokens=8", "--no-progress"],
+                                           "fae run")
     assert context["command"] == (f"fae run --model m --config {cfg} --records r.jsonl "
                             "--output 'o d' --max_new_tokens=8 --no-progress")
 
@@ -148,7 +156,7 @@ def test_config_json_stores_the_command_and_every_resolved_option(tmp_path):
     records.write_text("{}\n")
     argv = ["--config", yaml_file(tmp_path, "rounds: 2\nbatch-size: 3\n"), "--records", str(records),
             "--output", "o", "--model", "m", "--no-label-probs"]
-    options, context = run_cli.parse_args(argv)
+    options, context = parse_command_line(FaeRunConfig, argv, "fae run")
     request = RunRequest(options, context["command"], context["config_file"])
     cfg = build_config(request, HFBackend, {"greedy": True}, ["a"])
     assert cfg["command"] == "fae run " + " ".join(argv) and cfg["config_file"].endswith("eval.yaml")

@@ -7,7 +7,15 @@ import pytest
 
 from real_fae_core.errors import UserError
 from fae.ablation import options
+from fae.ablation.runner import FaeRunConfig
+from real_fae_core.cli import parse_command_line
 from fae.ablation import runio
+
+
+def parse_run_args(argv):
+    """(the options, the --config file) of `fae run`'s own words, parsed as the dispatcher parses them."""
+    config, context = parse_command_line(FaeRunConfig, argv, "fae run")
+    return config, context["config_file"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,24 +85,24 @@ def test_cli_flags_override_yaml_and_yaml_overrides_defaults(tmp_path):
     cfg = tmp_path / "eval.yaml"
     cfg.write_text("backend: openai\nmodel: from-yaml\nbatch-size: 3\nrounds: 2\nrequest_timeout: 5\n"
                    "progress: false\n")
-    opts, _config = options.parse_run_args(["--config", str(cfg), "--records", "r.jsonl", "--output", "o",
+    opts, _config = parse_run_args(["--config", str(cfg), "--records", "r.jsonl", "--output", "o",
                                                     "--model", "from-cli", "--rounds", "4"])
     assert opts.model == "from-cli" and opts.rounds == 4  # CLI wins
     assert opts.backend == "openai" and opts.batch_size == 3 and opts.request_timeout == 5.0
     assert opts.progress is False
-    assert opts.max_new_tokens == options.FaeRunArguments().max_new_tokens  # default kept
+    assert opts.max_new_tokens == options.FaeRunConfig().max_new_tokens  # default kept
 
 
 def test_unknown_or_bad_yaml_keys_name_file_and_key(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("model: m\nbatchsize: 4\n")
     with pytest.raises(UserError, match=r"bad\.yaml:2: batchsize: unknown key \(did you mean 'batch_size'\?\)"):
-        options.parse_run_args(["--config", str(cfg)])
+        parse_run_args(["--config", str(cfg)])
     cfg.write_text("model: m\nrounds: many\n")
     with pytest.raises(UserError, match=r"bad\.yaml:2: rounds: must be an integer"):
-        options.parse_run_args(["--config", str(cfg)])
+        parse_run_args(["--config", str(cfg)])
     with pytest.raises(UserError, match="missing --records, --output"):
-        options.parse_run_args(["--model", "m"])
+        parse_run_args(["--model", "m"])
 
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes" / "eval").glob("*.yaml")), ids=lambda p: p.stem)

@@ -178,21 +178,28 @@ def test_a_list_on_the_command_line_replaces_the_yamls():
     assert parser.parse_args(["--budgets", "100", "--budgets", "300"]).budgets == [100, 300]
 
 
-def test_fae_run_backend_args_replace_the_yamls_and_merge(tmp_path):
-    from fae.ablation.options import parse_options
+RUN_REQUIRED = ["--records", "r.jsonl", "--output", "o", "--model", "m"]
 
+
+def parse_options(argv):
+    """(the options, the context) of `fae run`'s own words, parsed as the dispatcher parses them."""
+    from real_fae_core.cli import parse_command_line
+    from fae.ablation.runner import FaeRunConfig
+
+    return parse_command_line(FaeRunConfig, argv, "fae run")
+
+
+def test_fae_run_backend_args_replace_the_yamls_and_merge(tmp_path):
     yaml_file = tmp_path / "run.yaml"
     yaml_file.write_text("backend_args: {gamma: 3}\n")
-    options, _ = parse_options(["--config", str(yaml_file)])
+    options, _ = parse_options(["--config", str(yaml_file), *RUN_REQUIRED])
     assert options.backend_args == {"gamma": 3}
-    options, _ = parse_options(["--config", str(yaml_file), "--backend-args", "alpha=1",
+    options, _ = parse_options(["--config", str(yaml_file), *RUN_REQUIRED, "--backend-args", "alpha=1",
                                 "--backend-args", "beta=2,alpha=1"])
     assert options.backend_args == "alpha=1,beta=2,alpha=1"
 
 
 def test_fae_run_backend_args_refuse_a_key_with_two_values(capsys):
-    from fae.ablation.options import parse_options
-
     with pytest.raises(SystemExit) as exit_:
         parse_options(["--backend-args", "alpha=1", "--backend-args", "alpha=2"])
     assert exit_.value.code == 2

@@ -1,7 +1,7 @@
 """`real-data pairs --interface`: format-tuning rows in the evaluation-choice study's answer interfaces.
 
 A ``codes`` / ``labels`` row must be what `fae study` asks (the same prompt, built by the study's own
-:class:`~fae.study.runner.Asker` over the same claim and units) with the one answer string the study's strict
+:class:`~fae.study.asking.Asker` over the same claim and units) with the one answer string the study's strict
 reader takes for the row's label; ``study`` writes both; ``json`` (the default) writes the bytes it always did.
 """
 
@@ -21,7 +21,7 @@ from data_prep.records import ClaimRecord
 from fae.study.grid import Condition, Sentence, StudyUnit
 from fae.study.interfaces import FORMATS, INVALID
 from fae.study.replicates import Replicate, SamplingParams
-from fae.study.runner import Asker
+from fae.study.asking import Asker
 from real_fae_core.errors import UserError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

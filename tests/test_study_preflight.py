@@ -66,7 +66,7 @@ def test_vllm_without_cuda_writes_nothing_and_another_backend_then_runs(tmp_path
 
 def test_a_local_model_is_named_by_its_directory():
     """study.json keeps the path (the resume compares it) and a portable name for the report."""
-    from fae.study.study_runner import model_name
+    from fae.study.runner import model_name
 
     here = Path(__file__).resolve().parent
     assert model_name(str(here)) == "tests" and model_name("org/hub-model") == "org/hub-model"

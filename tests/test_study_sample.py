@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from real_fae_core.errors import UserError
-from fae.study.study_runner import StudyConfig, limited
+from fae.study.runner import StudyConfig, limited
 from fae.study.grid import Pools, StudyUnit, sample_claims
 
 

@@ -9,7 +9,7 @@ Each backend declares its options once, as a dataclass (``options_class``:
 :class:`BackendOptions` and its subclasses ``HFOptions``, ``OpenAIOptions``,
 ``VLLMOptions``), the way vLLM's ``EngineArgs`` and lm-eval's ``model_args``
 do: names, types, defaults and ranges (field metadata, checked by
-:mod:`real_fae_core.config`). ``fae run``'s ``FaeRunArguments`` is built from
+:mod:`real_fae_core.config`). ``fae run``'s ``FaeRunConfig`` is built from
 the built-in ones; a mapping (a test, the training callback, ``fae pave``) is
 turned into the backend's options by :func:`backend_options`, keeping the
 keys that are its fields and checking their values.
@@ -223,7 +223,7 @@ def register(name: str) -> Callable[[type], type]:
 def backend_options(backend_cls: type, values: Any) -> BackendOptions:
     """``values`` as ``backend_cls.options_class``: an instance of it as is, else its fields picked and checked.
 
-    ``values`` is that dataclass (``FaeRunArguments`` is one of every built-in's),
+    ``values`` is that dataclass (``FaeRunConfig`` is one of every built-in's),
     another dataclass (its fields are copied) or a mapping.
     """
     cls = backend_cls.options_class

@@ -1,7 +1,7 @@
 """`fae pave` as a library: PAVE prior-state diagnostics and JSD arbitration for a verifier (SPEC §9).
 
-:func:`run` takes a :class:`PaveConfig`; the command (:mod:`fae.pave.cli`: its parser), `fae study`, the
-demo and Python callers call it.
+:func:`run` takes a :class:`PaveConfig` (the command's config: the dispatcher generates its parser); the
+command, `fae study`, the demo and Python callers call it.
 
 Per SUPPORT/REFUTE claim: N sampled claim-only answers (knowledge prompt) ->
 knowledge-boundary state (KK/KU/UK/UU), claims with an abstaining prior
@@ -134,6 +134,11 @@ class PaveHFFields:
 @dataclasses.dataclass
 class PaveConfig(ServingFields, HFLoadFields, PaveHFFields, PaveFields, CommandConfig):
     """`fae pave`: PAVE prior-state diagnostics and JSD arbitration of a verifier."""
+
+    # PAVE's own options, then the backends' own as `fae run` has them, each backend's under its heading (their
+    # fields' `group`); PAVE's --seed seeds each prompt's samples itself, and it reads no label probabilities
+    # from the FAE backends
+    COMMAND_FIELDS = field_names(PaveFields, PaveHFFields, HFLoadFields, VLLMServingFields, OpenAIServingFields)
 
 
 HF_FIELDS = field_names(HFLoadFields)

@@ -19,7 +19,6 @@ Two scopes are reported:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Iterator
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, field_names, option
+from real_fae_core.command import CommandConfig, CommandResult, field_names, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import Output, claim_dir, only_names
 from real_fae_core.labels import NOT_ENOUGH_INFO
@@ -59,14 +58,9 @@ class NeuronsFields:
 class NeuronsConfig(HFLoadFields, NeuronsFields, CommandConfig):
     """`fae neurons`: MLP neuron overlap of evidence- vs knowledge-based prompts."""
 
-
-CONFIG = NeuronsConfig
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
     # its own options, then the hf backend's loading options as `fae run --backend hf` has them (under its
     # heading: their fields' `group`)
-    add_config_arguments(p, NeuronsConfig, field_names(NeuronsFields, HFLoadFields))
+    COMMAND_FIELDS = field_names(NeuronsFields, HFLoadFields)
 
 
 def _usable(path: str, include_nei: bool, limit: int | None) -> Iterator[ClaimRecord]:

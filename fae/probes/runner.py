@@ -1,7 +1,8 @@
 """`fae probe` as a library: DirK hidden-state probe over a finished FAE run (SPEC §7).
 
-:func:`run` takes a :class:`ProbeConfig`; the command (:mod:`fae.probes.cli`), the demo and
-Python callers call it, and `fae view` reads a run's records with :func:`resolve_records`.
+:func:`run` takes a :class:`ProbeConfig` (the command's config: the dispatcher generates its parser); the
+command, the demo and Python callers call it, and `fae view` reads a run's records with :func:`resolve_records`.
+Importing it loads no torch (``fae --help`` builds its parser): the hidden states are captured inside the run.
 
 For every claim of the run it rebuilds the round-r evidence prompt from the
 pool ids the run recorded, plus the claim-only knowledge prompt, captures the
@@ -30,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from real_fae_core.atomicio import atomic_file, atomic_open, atomic_write_text
-from real_fae_core.command import CommandResult
+from real_fae_core.command import CommandConfig, CommandResult, field_names, option
 from real_fae_core.errors import UserError
 from real_fae_core.outputs import Output, claim_dir, only_names
 from real_fae_core.runlock import RunLock
@@ -41,8 +42,47 @@ from fae.backends import ANSWER_MAX_NEW_TOKENS
 from fae.backends.hf import generate_batched, greedy_config, load_hf_model
 from fae.probes.dirk import dirk_values, summarize_rounds
 from fae.probes.knowledge import abstaining, invalid_reference, label_shares, reference_note, shares_text
-from fae.probes.config import KNOWLEDGE_REFERENCES, STATES_DTYPES, ProbeConfig
-from fae.probes.hidden import capture_last_token_states, check_layer, encode_prompts
+from fae.backends.options import HFLoadFields
+from fae.intervals import MAX_DRAWS
+
+STATES_DTYPES = ("float16", "float32")
+KNOWLEDGE_REFERENCES = ("verifier", "base")
+
+
+@dataclass
+class ProbeFields:
+    """`fae probe`'s own options (the hf backend's loading options follow in :class:`ProbeConfig`)."""
+
+    run_dir: str = option(positional=True, metavar="RUN_DIR", deprecated=("--run",),
+                          help="FAE run directory (claims.jsonl, config.json)")
+    model: str = option(help="base model directory (HF format)")
+    output: str = option(help="directory for dirk.json, dirk_claims.jsonl, states")
+    adapter: str | None = option(None, help="optional PEFT/LoRA adapter directory")
+    records: str | None = option(None, help="records JSONL (default: the path in the run's config.json)")
+    layer: int = option(-1, help="index into hidden_states: -1 = last layer after the final norm (SPEC §7), "
+                                 "0 = embeddings, i = output of layer i (default -1)")
+    bootstrap: int = option(2000, min=0, max=MAX_DRAWS, help=f"bootstrap resamples, 0 to {MAX_DRAWS} (default 2000)")
+    seed: int = option(0, min=0, help="bootstrap seed (default 0)")
+    batch_size: int = option(8, min=1, help="prompts per forward pass (default 8)")
+    limit: int | None = option(None, min=1, help="probe only the first N claims")
+    states_dtype: str = option("float16", choices=STATES_DTYPES, help="dtype of states.safetensors (default float16)")
+    knowledge_reference: str = option(
+        "verifier", choices=KNOWLEDGE_REFERENCES,
+        help="whose state on the claim-only prompt is h(K): the probed verifier (default, SPEC §7) or the base "
+             "model without --adapter (the direction toward parametric knowledge; without --adapter the verifier "
+             "is the base, the same h(K))")
+    knowledge_max_new_tokens: int | None = option(None, min=1, help="tokens of the greedy answer to each claim-only "
+                                                  "prompt (default: the run's max_new_tokens, else 64)")
+
+
+@dataclass
+class ProbeConfig(HFLoadFields, ProbeFields, CommandConfig):
+    """`fae probe`: DirK over a finished FAE run."""
+
+    # the probe's own options, then the hf backend's loading options as `fae run --backend hf` has them (under
+    # its heading: their fields' `group`)
+    COMMAND_FIELDS = field_names(ProbeFields, HFLoadFields)
+
 
 FP16_MAX = 65504.0
 STATES_FORMAT = "fae-probe-states/1"
@@ -273,6 +313,8 @@ class _Captured:
 
 def _capture_states(config: ProbeConfig, prompts: list, data: RunData) -> _Captured:
     """Hidden states of every prompt (one model in memory at a time) and the greedy claim-only answers."""
+    from fae.probes.hidden import capture_last_token_states, check_layer, encode_prompts  # torch: here only
+
     model, tok = load_hf_model(config.model, config.adapter, device=config.device, dtype=config.dtype,
                                trust_remote_code=config.trust_remote_code)
     check_layer(model, config.layer)

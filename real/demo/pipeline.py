@@ -45,14 +45,14 @@ from data_prep.pairs.runner import run as real_data_pairs
 from data_prep.records import load_records, save_records
 from fae.ablation.metrics import compute_metrics
 from fae.ablation.runner import run as fae_run
-from fae.ablation.options import FaeRunArguments
+from fae.ablation.runner import FaeRunConfig
 from fae.ablation.report import ReportConfig
 from fae.ablation.report import run as fae_report
 from fae.comparison.compare import CompareConfig
 from fae.comparison.compare import run as fae_compare
 from fae.pave.runner import PaveConfig
 from fae.pave.runner import run as fae_pave
-from fae.probes.config import ProbeConfig
+from fae.probes.runner import ProbeConfig
 from fae.probes.runner import run as fae_probe
 from fae.probes.report import ProbeReportConfig
 from fae.probes.report import run as fae_probe_report
@@ -552,7 +552,7 @@ def _run_demo_locked(out: Path, base: Path, size: DemoSize, seed: int, accelerat
     for variant in variants:
         _stage(f"{variant}: fae run (R = 4) on the test split", t0)
         run_dir = out / "runs" / variant
-        _call(fae_run, FaeRunArguments(records=test_path, output=run_dir, backend="hf", model=base,
+        _call(fae_run, FaeRunConfig(records=test_path, output=run_dir, backend="hf", model=base,
                                        adapter=out / "models" / variant, rounds=4, batch_size=32,
                                        max_new_tokens=16, progress=False, dtype=DEMO_DTYPE,
                                        chunk_size=256))  # all test claims in one window: the measured batches

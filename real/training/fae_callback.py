@@ -24,7 +24,7 @@ from data_prep.records import RecordError, load_records
 from fae.ablation.checkpoints import checkpoint_row
 from fae.ablation.engine import ablate
 from fae.ablation.metrics import compute_metrics
-from fae.ablation.options import FaeRunArguments
+from fae.ablation.runner import FaeRunConfig
 from fae.ablation.population import fae_claims
 from fae.backends import ANSWER_MAX_NEW_TOKENS
 from fae.backends.hf import HFBackend
@@ -98,7 +98,7 @@ DEPRECATED_KEYS = {"fae_eval_limit": "limit", "fae_eval_rounds": "rounds",
                    "fae_eval_constrained_decoding": "constrained_decoding"}
 
 
-def eval_options(script_args) -> FaeRunArguments:
+def eval_options(script_args) -> FaeRunConfig:
     """The FAE-at-each-save options as `fae run` options: ``fae_eval`` (a mapping, or KEY=VALUE,... from the
     command line) over :data:`EVAL_OPTIONS`, checked by `fae run`'s own option class. The old
     ``fae_eval_<key>`` fields still count, with a warning, until 0.2; a key given both ways is an error."""
@@ -113,12 +113,12 @@ def eval_options(script_args) -> FaeRunArguments:
         given[key] = value
     for key in given:
         if key not in EVAL_OPTIONS:
-            known = {f.name for f in dataclasses.fields(FaeRunArguments)}
+            known = {f.name for f in dataclasses.fields(FaeRunConfig)}
             why = ("is a `fae run` option the FAE at each save does not read (it evaluates the model being "
                    "trained, in memory)" if key in known else "is not a `fae run` option")
             raise UserError(f"fae_eval: {key} {why}; its options: {', '.join(EVAL_OPTIONS)}")
     values = {**EVAL_OPTIONS, **given, "records": script_args.fae_eval_records}
-    return FaeRunArguments.from_mapping(values, source="fae_eval")
+    return FaeRunConfig.from_mapping(values, source="fae_eval")
 
 
 def parse_pairs(value) -> dict:
