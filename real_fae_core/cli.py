@@ -27,7 +27,7 @@ import sys
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from real_fae_core.command import add_command_arguments, exit_code_of, parse_with_config_file
+from real_fae_core.command import add_command_arguments, exit_code_of, parse_with_config_file, parse_words
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import DEBUG_ENV, EXIT_USAGE
 from real_fae_core.secrets import scrub
@@ -101,7 +101,7 @@ def parse_command(parser: argparse.ArgumentParser, argv: list[str], config: type
     if types:
         values, config_file, from_file = parse_with_config_file(parser, argv, types, command)
     else:
-        values, config_file, from_file = vars(parser.parse_args(argv)), None, {}
+        values, config_file, from_file = parse_words(parser, argv, command), None, {}
     if parser is not command:
         values = {k: v for k, v in values.items() if k not in _DISPATCHER_DESTS}
     parsed = config.from_parsed(values, command, from_file)

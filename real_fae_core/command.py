@@ -348,6 +348,17 @@ def list_flag(kwargs: dict[str, Any], once: bool = False) -> None:
 CONFIG_FILE_HELP = "options from a YAML file (keys named like the flags); flags given on the command line win"
 
 
+def parse_words(parser: argparse.ArgumentParser, argv: list[str],
+                command_parser: argparse.ArgumentParser | None = None) -> dict[str, Any]:
+    """The values ``parser`` gives ``argv``, by dest; a word it does not know is the usage error of the command's
+    own parser (``command_parser``, the subparser where ``parser`` is the dispatcher's): ``fae run: error:
+    unrecognized arguments: --roundz 2``, its usage above it."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        (command_parser or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return vars(args)
+
+
 def parse_with_config_file(parser: argparse.ArgumentParser, argv: list[str], config_types: Iterable[type],
                            command_parser: argparse.ArgumentParser | None = None
                            ) -> tuple[dict[str, Any], str | None, dict[str, Any]]:
@@ -361,7 +372,7 @@ def parse_with_config_file(parser: argparse.ArgumentParser, argv: list[str], con
     become the parser's defaults, so a flag given on the command line wins, even one equal to its default.
     ``command_parser``: the subparser of the command where ``parser`` is its dispatcher's (the file's values
     become that one's defaults)."""
-    values = vars(parser.parse_args(argv))
+    values = parse_words(parser, argv, command_parser)
     config = values.pop("config", None)
     if not config:
         return values, None, {}
@@ -369,7 +380,7 @@ def parse_with_config_file(parser: argparse.ArgumentParser, argv: list[str], con
     target = parser if command_parser is None else command_parser
     target.set_defaults(**from_file)
     with reparsing(target):  # the command line again, over the file's values (its warnings said once)
-        values = vars(parser.parse_args(argv))
+        values = parse_words(parser, argv, command_parser)
     values.pop("config", None)
     return values, config, from_file
 

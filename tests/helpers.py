@@ -143,3 +143,19 @@ def interruptible() -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
+
+
+def parse_run_args(argv: list[str]):
+    """(the options, the --config file) of `fae run`'s own words as the dispatcher parses them (defaults < the
+    YAML < the command line; the required options given), without the check that refuses another backend's
+    option (:meth:`FaeRunConfig.check_command_line`, tested on its own)."""
+    from real_fae_core.cli import command_parser
+    from real_fae_core.command import parse_with_config_file
+    from fae.ablation.options import require
+    from fae.ablation.runner import FaeRunConfig
+
+    parser = command_parser("fae run", FaeRunConfig)
+    values, config_file, from_file = parse_with_config_file(parser, argv, FaeRunConfig.config_file_types())
+    options = FaeRunConfig.from_parsed(values, parser, from_file)
+    require(options)
+    return options, config_file

@@ -105,9 +105,9 @@ def parse(prog: str, line: str):
     words = shlex.split(line)
     assert words[:len(prog.split())] == prog.split(), line
     argv = words[len(prog.split()):]
-    if cls.config_file_types():  # `fae run`: the file's values, then the command line's
-        from real_fae_core.cli import parse_command
-        return parse_command(parser, argv, cls, prog, argv)[0]
+    if cls.config_file_types():  # `fae run`: its --config is no field; no check of the whole command line
+        values = {k: v for k, v in vars(parser.parse_args(argv)).items() if k != "config"}
+        return cls.from_parsed(values, parser, {})
     return cls.from_namespace(parser.parse_args(argv))
 
 

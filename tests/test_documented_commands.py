@@ -212,18 +212,16 @@ def _parse(parser, modules, prog: str, rest: list[str], err: io.StringIO) -> dic
 
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            args, extra = parser.parse_known_args(rest)
-            command = modules[args.command]
-            cls = command.config
-            if cls.config_file_types():  # `fae run`, `fae checkpoints`: a --config file, then the command line
-                parser = _parser.__wrapped__(prog)[0]  # a fresh one: the file's values become its defaults
-                sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-                config, context = parse_as_dispatched(parser, rest, cls, f"{prog} {args.command}",
-                                                      rest[rest.index(args.command) + 1:], sub[args.command])
+            args, _extra = parser.parse_known_args(rest)
+            cls = modules[args.command].config
+            if cls.config_file_types():  # `fae run`, `fae checkpoints`: a --config file's values become defaults
+                parser = _parser.__wrapped__(prog)[0]  # of a fresh parser
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+            config, context = parse_as_dispatched(parser, rest, cls, f"{prog} {args.command}",
+                                                  rest[rest.index(args.command) + 1:], sub[args.command])
+            if cls.config_file_types():
                 return {"config": _plain(dataclasses.asdict(config)), "config_file": context.get("config_file")}
-            if extra:
-                parser.error(f"unrecognized arguments: {' '.join(extra)}")
-            return {"config": _plain(dataclasses.asdict(cls.from_namespace(args)))}
+            return {"config": _plain(dataclasses.asdict(config))}
     except SystemExit as exc:
         if exc.code == 0:
             return {"help": True}

@@ -14,17 +14,13 @@ import pytest
 from real_fae_core.command import CommandConfig, add_config_arguments, command_line, option
 from real_fae_core.cli import command_parser, parse_command_line
 from fae.ablation.runner import FaeRunConfig
+from helpers import parse_run_args
 
 
 def make_parser():
     """`fae run`'s parser as the dispatcher generates it."""
     return command_parser("fae run", FaeRunConfig)
 
-
-def parse_run_args(argv):
-    """(the options, the --config file) of `fae run`'s own words, parsed as the dispatcher parses them."""
-    config, context = parse_command_line(FaeRunConfig, argv, "fae run")
-    return config, context["config_file"]
 
 
 REQUIRED = ["--records", "r.jsonl", "--output", "out", "--model", "m"]

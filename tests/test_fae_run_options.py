@@ -9,13 +9,9 @@ from real_fae_core.errors import UserError
 from real_fae_core.cli import parse_command_line
 from fae.ablation.options import load_yaml_options
 from fae.ablation.runner import FaeRunConfig, RunRequest, build_config
+from helpers import parse_run_args
 from fae.cli import main
 
-
-def parse_run_args(argv):
-    """(the options, the --config file) of `fae run`'s own words, parsed as the dispatcher parses them."""
-    config, context = parse_command_line(FaeRunConfig, argv, "fae run")
-    return config, context["config_file"]
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,7 +171,10 @@ def test_config_json_stores_the_command_and_every_resolved_option(tmp_path):
 ])
 def test_an_option_of_another_backend_is_an_error_naming_it(tmp_path, argv, yaml_text, message):
     """It would be ignored silently: the user believes a run used options it never read."""
-    from fae.ablation.runner import parse_args
+    from real_fae_core.cli import parse_command_line
+
+    def parse_args(argv):
+        return parse_command_line(FaeRunConfig, argv, "fae run")
 
     extra = ["--config", yaml_file(tmp_path, yaml_text)] if yaml_text else []
     with pytest.raises(UserError, match=re.escape(message)):

@@ -8,14 +8,10 @@ import pytest
 from real_fae_core.errors import UserError
 from fae.ablation import options
 from fae.ablation.runner import FaeRunConfig
+from helpers import parse_run_args
 from real_fae_core.cli import parse_command_line
 from fae.ablation import runio
 
-
-def parse_run_args(argv):
-    """(the options, the --config file) of `fae run`'s own words, parsed as the dispatcher parses them."""
-    config, context = parse_command_line(FaeRunConfig, argv, "fae run")
-    return config, context["config_file"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,7 +86,7 @@ def test_cli_flags_override_yaml_and_yaml_overrides_defaults(tmp_path):
     assert opts.model == "from-cli" and opts.rounds == 4  # CLI wins
     assert opts.backend == "openai" and opts.batch_size == 3 and opts.request_timeout == 5.0
     assert opts.progress is False
-    assert opts.max_new_tokens == options.FaeRunConfig().max_new_tokens  # default kept
+    assert opts.max_new_tokens == FaeRunConfig().max_new_tokens  # default kept
 
 
 def test_unknown_or_bad_yaml_keys_name_file_and_key(tmp_path):

@@ -399,7 +399,7 @@ def test_pave_declares_the_backends_options_with_their_defaults():
 
 def test_pave_as_a_python_function_gives_what_the_command_line_gives(tmp_path, tiny_llama):
     """run(PaveConfig(...)) samples the same answers as `fae pave` and returns pave.json's numbers."""
-    from fae.pave.cli import PaveConfig, run
+    from fae.pave.runner import PaveConfig, run
 
     records, _ = _records(tmp_path, n=2)
     settings = {"samples": 2, "temperature": 1.0, "jsd_samples": 2, "max_new_tokens": 4, "tune_split": 0.5}
@@ -417,7 +417,7 @@ def test_pave_as_a_python_function_gives_what_the_command_line_gives(tmp_path, t
 def test_pave_takes_no_batch_size_but_its_default(tmp_path, capsys):
     """PAVE samples one prompt at a time (a prompt's answers are seeded by its own key): --batch-size other than
     8 would do nothing, so it is refused, on the command line and from Python alike."""
-    from fae.pave.cli import PaveConfig, run
+    from fae.pave.runner import PaveConfig, run
     from real_fae_core.errors import UserError
 
     records, _ = _records(tmp_path, n=2)
