@@ -60,11 +60,11 @@ def command_parser(prog: str, config: type, help_text: str | None = None,
     ``help_text`` unless the config's ``PARSER`` says otherwise; no abbreviated flag (``allow_abbrev=False``,
     every parser of the repository: tests/test_no_abbreviations.py): a guard that looks for a flag by name
     would miss ``--adapt``."""
-    keywords = {"description": help_text, "allow_abbrev": False, **getattr(config, "PARSER", {})}
+    keywords = {"description": help_text, **getattr(config, "PARSER", {})}
     if parent is None:
-        parser = argparse.ArgumentParser(prog=prog, **keywords)
+        parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False, **keywords)
     else:
-        parser = parent.add_parser(prog.split()[-1], help=help_text, **keywords)
+        parser = parent.add_parser(prog.split()[-1], help=help_text, allow_abbrev=False, **keywords)
     add_command_arguments(parser, config)
     return parser
 

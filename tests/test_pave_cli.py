@@ -380,16 +380,15 @@ def test_pave_refuses_an_option_of_another_backend(tmp_path, capsys, argv, messa
 
 
 def test_pave_declares_the_backends_options_with_their_defaults():
-    import argparse
     import dataclasses
 
     from fae.backends.hf import HFOptions
     from fae.backends.openai_backend import OpenAIOptions
     from fae.backends.vllm_backend import VLLMOptions
-    from fae.pave import cli
+    from real_fae_core.cli import command_parser
+    from fae.pave import runner as cli  # the command's module: PaveConfig, its backends' field names
 
-    p = argparse.ArgumentParser(allow_abbrev=False)
-    cli.add_arguments(p)
+    p = command_parser("fae pave", cli.PaveConfig)
     args = p.parse_args(["--records", "r", "--output", "o", "--model", "m"])
     for cls, names in ((HFOptions, cli.HF_FIELDS), (VLLMOptions, cli.VLLM_FIELDS), (OpenAIOptions, cli.OPENAI_FIELDS)):
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
