@@ -59,6 +59,7 @@ class CommandResult:
 
     @property
     def ok(self) -> bool:
+        """True when the command succeeded (exit code 0)."""
         return self.exit_code == EXIT_OK
 
 

@@ -64,10 +64,12 @@ def init_fields(dataclass_types: Iterable[type]) -> dict[str, dataclasses.Field]
 
 
 def is_required(f: dataclasses.Field) -> bool:
+    """True for a field with neither a default nor a default factory: a config without it is refused."""
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def suggestion(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'batch_size'?)`` for a mistyped ``key``, the closest of ``known``; "" when none is close."""
     close = difflib.get_close_matches(key, sorted(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -135,3 +135,46 @@ def test_enhance_never_writes_or_prints_the_echoed_key(tmp_path):
     summary = json.loads((work / "out.jsonl.summary.json").read_text())
     assert summary["claims_failed"] == 4 and "***" in json.dumps(summary["failure_examples"])
     assert assert_no_key(work, texts=[out, err]) >= 4
+
+
+# ---------------------------------------------------------------------------
+# a secret typed on a command line: never in the line a run records or prints to resume with
+# ---------------------------------------------------------------------------
+
+
+def test_fae_runs_recorded_command_line_masks_a_secret_typed_on_it(tmp_path):
+    """config.json's ``command`` is the `fae run` line as given (rerun it to resume), secrets masked: a key typed
+    into --backend-args or a registered key never reaches the file."""
+    import uuid
+
+    from real_fae_core.cli import parse_command_line
+    from real_fae_core.secrets import register_secret
+    from fae.ablation.runner import FaeRunConfig, RunRequest, build_config
+    from fae.backends.hf import HFBackend
+
+    key = f"tok-{uuid.uuid4().hex}"
+    register_secret(key)
+    records = tmp_path / "r.jsonl"
+    records.write_text("{}\n")
+    argv = ["--records", str(records), "--output", "o", "--model", "m",
+            "--backend-args", f"api_key=sk-typed-123,note={key}"]
+    options, context = parse_command_line(FaeRunConfig, argv, "fae run")
+    assert "sk-typed-123" not in context["command"] and key not in context["command"]
+    assert context["command"].startswith("fae run --records") and "***" in context["command"]
+    config = build_config(RunRequest(options, context["command"], None), HFBackend, {}, ["a"])
+    assert "sk-typed-123" not in json.dumps(config["command"]) and key not in config["command"]
+
+
+def test_real_trains_resume_line_masks_a_secret_typed_on_it():
+    """The line an interrupted `real-train` prints to resume with masks a registered key typed on its command line."""
+    import uuid
+
+    pytest.importorskip("transformers")
+    from real_fae_core.secrets import register_secret
+    from real.training.interrupt import resume_command
+
+    key = f"hf_{uuid.uuid4().hex}"
+    register_secret(key)
+    line = resume_command(["--config", "recipes/train/x.yaml", "--hub_token", key, "--report_to", "api_key=abc123"])
+    assert key not in line and "abc123" not in line
+    assert "--config recipes/train/x.yaml --hub_token '***'" in line or "--hub_token ***" in line

@@ -75,6 +75,8 @@ def _usable(path: str, include_nei: bool, limit: int | None) -> Iterator[ClaimRe
 
 
 def run(config: NeuronsConfig) -> CommandResult:
+    """`fae neurons` as a function: neurons.json, neurons.md, neurons_venn.png and neuron_stats.safetensors in
+    ``config.output``; ``summary`` holds the overlap. A missing records file is one error before any model loads."""
     if not Path(config.records).is_file():
         raise UserError(f"--records {config.records!r}: file not found")
     out = Path(config.output)

@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 from real.training.checkpoints import last_complete_checkpoint
 from real_fae_core.entry import set_interrupt_note
 from real_fae_core.lifeline import launched
+from real_fae_core.secrets import scrub
 
 
 class InterruptNote(TrainerCallback):
@@ -47,8 +48,10 @@ class InterruptNote(TrainerCallback):
 
 
 def resume_command(argv: list[str]) -> str:
-    """The command line to run again (same output_dir and settings: the checkpoint's fingerprint matches)."""
+    """The command line to run again (same output_dir and settings: the checkpoint's fingerprint matches); a
+    secret typed on it (a registered key, ``api_key=...``) is masked: the line is printed and may reach a log."""
+    words = scrub(shlex.join(argv))
     if launched():
-        return "the same `accelerate launch ... -m real.train " + shlex.join(argv) + "` command"
+        return "the same `accelerate launch ... -m real.train " + words + "` command"
     prog = "real-train" if Path(sys.argv[0]).name == "real-train" else f"{Path(sys.executable).name} -m real.train"
-    return f"{prog} {shlex.join(argv)}".strip()
+    return f"{prog} {words}".strip()
