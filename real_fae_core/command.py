@@ -1,7 +1,8 @@
 """Commands as functions: each subcommand is a typed config plus ``run(config) -> CommandResult``.
 
-A command module declares its options once, as a dataclass that subclasses
-:class:`CommandConfig`, names it ``CONFIG``, and exposes ``run(config)``. The
+A command module declares its options once, as a dataclass ``XConfig`` that subclasses
+:class:`CommandConfig` (a subcommand's registry entry names it, ``"package.module:XConfig"``; a console
+script's module names it ``CONFIG``), and exposes ``run(config)``. The
 command line and a Python caller then take the same path::
 
     fae report RUN_A RUN_B --output out          # argparse -> ReportConfig -> run

@@ -251,7 +251,7 @@ def test_no_private_names_of_other_packages_outside_the_listed_places():
 
 
 def is_command_module(module: str) -> bool:
-    """An older-form subcommand's argparse shell: ``*.cli`` / ``*_cli`` (a command in the one layout is its library
+    """A subcommand's argparse shell: ``*.cli`` / ``*_cli`` (none is left: a command in the one layout is its library
     module, which callers import; docs/architecture.md). Not the console commands ``fae.cli`` and
     ``data_prep.cli`` (calling their ``main`` runs a command line) nor the dispatcher ``real_fae_core.cli``."""
     last = module.rsplit(".", 1)[-1]
@@ -259,7 +259,7 @@ def is_command_module(module: str) -> bool:
 
 
 def test_no_module_imports_a_command_module():
-    """An older-form command module is a thin shell (its parser, its CONFIG, its run); what others need is in the
+    """A command shell module would be a thin shell (its parser, its CONFIG, its run); what others need is in the
     library module it imports. Tests drive the commands and may import them."""
     modules = project_modules()
     bad = []

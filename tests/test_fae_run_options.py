@@ -7,8 +7,7 @@ import pytest
 
 from real_fae_core.errors import UserError
 from real_fae_core.cli import parse_command_line
-from fae.ablation.options import load_yaml_options
-from fae.ablation.runner import FaeRunConfig, RunRequest, build_config
+from fae.ablation.runner import FaeRunConfig, RunRequest, build_config, load_yaml_options
 from helpers import parse_run_args
 from fae.cli import main
 

@@ -7,7 +7,7 @@ import pytest
 
 from real_fae_core.errors import UserError
 from fae.ablation import options
-from fae.ablation.runner import FaeRunConfig
+from fae.ablation.runner import FaeRunConfig, load_yaml_options
 from helpers import parse_run_args
 from real_fae_core.cli import parse_command_line
 from fae.ablation import runio
@@ -103,7 +103,7 @@ def test_unknown_or_bad_yaml_keys_name_file_and_key(tmp_path):
 
 @pytest.mark.parametrize("recipe", sorted((REPO / "recipes" / "eval").glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_eval_recipes_are_valid(recipe):
-    opts = options.load_yaml_options(str(recipe))
+    opts = load_yaml_options(str(recipe))
     assert opts["backend"] in ("hf", "openai", "vllm") and opts["model"]
     assert "api_key" not in opts  # keys come from the environment only
 

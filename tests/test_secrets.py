@@ -138,7 +138,8 @@ def test_enhance_never_writes_or_prints_the_echoed_key(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# a secret typed on a command line: never in the line a run records or prints to resume with
+# a secret typed on a command line: never in the line a run records or prints to resume with (real-train's:
+# tests/test_train_guards.py)
 # ---------------------------------------------------------------------------
 
 
@@ -163,18 +164,3 @@ def test_fae_runs_recorded_command_line_masks_a_secret_typed_on_it(tmp_path):
     assert context["command"].startswith("fae run --records") and "***" in context["command"]
     config = build_config(RunRequest(options, context["command"], None), HFBackend, {}, ["a"])
     assert "sk-typed-123" not in json.dumps(config["command"]) and key not in config["command"]
-
-
-def test_real_trains_resume_line_masks_a_secret_typed_on_it():
-    """The line an interrupted `real-train` prints to resume with masks a registered key typed on its command line."""
-    import uuid
-
-    pytest.importorskip("transformers")
-    from real_fae_core.secrets import register_secret
-    from real.training.interrupt import resume_command
-
-    key = f"hf_{uuid.uuid4().hex}"
-    register_secret(key)
-    line = resume_command(["--config", "recipes/train/x.yaml", "--hub_token", key, "--report_to", "api_key=abc123"])
-    assert key not in line and "abc123" not in line
-    assert "--config recipes/train/x.yaml --hub_token '***'" in line or "--hub_token ***" in line

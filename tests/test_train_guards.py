@@ -593,3 +593,18 @@ def test_an_interrupt_before_the_first_on_save_names_a_checkpoint_already_comple
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text('{"global_st')
     assert interrupt_note() == f"kept checkpoint {tmp_path / 'checkpoint-1'} (step 1); resume with: real-train --output_dir o"
     set_interrupt_note(None)  # the process's note is global: leave none behind
+
+
+def test_real_trains_resume_line_masks_a_secret_typed_on_it():
+    """The line an interrupted `real-train` prints to resume with masks a registered key typed on its command line."""
+    import uuid
+
+    pytest.importorskip("transformers")
+    from real_fae_core.secrets import register_secret
+    from real.training.interrupt import resume_command
+
+    key = f"hf_{uuid.uuid4().hex}"
+    register_secret(key)
+    line = resume_command(["--config", "recipes/train/x.yaml", "--hub_token", key, "--report_to", "api_key=abc123"])
+    assert key not in line and "abc123" not in line
+    assert "--config recipes/train/x.yaml --hub_token '***'" in line or "--hub_token ***" in line

@@ -19,7 +19,7 @@ import shlex
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from real_fae_core.config import load_config, spelled_like_a_flag
+from real_fae_core.config import spelled_like_a_flag
 from real_fae_core.errors import UserError
 from real_fae_core.flags import KeyValueFlag
 from real_fae_core.yamlio import load_yaml_located
@@ -67,27 +67,9 @@ class RunFields(ArmOptions):
         "help": "--executor ray: GPUs each shard's task asks Ray for (0: CPU only)", "min": 0})
 
 
-def __getattr__(name: str):
-    """``FaeRunArguments``, the config's name before 0.1 (README's Python example imported it from here): the
-    command's config :class:`~fae.ablation.runner.FaeRunConfig`, read lazily (that module imports this one)."""
-    if name == "FaeRunArguments":
-        from fae.ablation.runner import FaeRunConfig
-
-        return FaeRunConfig
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def flag(name: str) -> str:
     """The flag of a field: ``max_new_tokens`` -> ``--max-new-tokens``."""
     return "--" + name.replace("_", "-")
-
-
-def load_yaml_options(path: str) -> dict[str, Any]:
-    """The options of a `fae run` YAML file, keys as field names (``batch-size`` or ``batch_size``), values typed
-    and checked."""
-    from fae.ablation.runner import FaeRunConfig  # the command's module imports this one
-
-    return load_config(path, [FaeRunConfig], spell=spelled_like_a_flag)[0]
 
 
 _BUILTIN_OPTIONS = {"hf": HFOptions, "openai": OpenAIOptions, "vllm": VLLMOptions}
@@ -131,7 +113,7 @@ def check_backend_fields(backend: str, argv: list[str], config: str | None) -> N
     owner = owners()
     sources = [(given_fields(argv), lambda k: flag(k))]
     if config:
-        sources.append((set(load_yaml_options(config)),
+        sources.append((yaml_keys(config),
                         lambda k: "{}: {}".format(*origins.get(k, (config, k)))))
     for given, where in sources:
         for key in sorted(given):
@@ -152,6 +134,12 @@ def check_backend_values(options: RunFields) -> None:
             raise UserError(f"{key}={getattr(options, key)!r} is an option of --backend {' / '.join(backends)}; "
                             f"--backend {options.backend} does not read it (leave it at its default, or choose "
                             "that backend)")
+
+
+def yaml_keys(config: str) -> set[str]:
+    """The fields a YAML file sets, keys spelled as fields (the file was read by the strict loader already)."""
+    data = load_yaml_located(config)[0]
+    return {spelled_like_a_flag(str(k)) for k in data} if isinstance(data, dict) else set()
 
 
 def yaml_origins(config: str | None, command: str | None) -> dict[str, tuple[str, str]]:

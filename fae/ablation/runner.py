@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from real_fae_core.command import CommandConfig, CommandResult, check_fields, command_line
-from real_fae_core.config import RangeError, check_ranges, options_from
+from real_fae_core.config import RangeError, check_ranges, load_config, options_from, spelled_like_a_flag
 from real_fae_core.entry import set_interrupt_note
 from real_fae_core.errors import RunFailure, Terminated, UserError
 from real_fae_core.hashing import sha256_file
@@ -120,6 +120,12 @@ def _dist_state():
 
 
 _DEVICE = re.compile(r"auto|(cpu|mps|cuda|xpu)(:\d+)?")
+
+
+def load_yaml_options(path: str) -> dict[str, Any]:
+    """The options of a `fae run` YAML file, keys as field names (``batch-size`` or ``batch_size``), values typed
+    and checked by the strict loader."""
+    return load_config(path, [FaeRunConfig], spell=spelled_like_a_flag)[0]
 
 
 def check_paths_and_values(opts: FaeRunConfig) -> Output:
