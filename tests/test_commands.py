@@ -20,7 +20,7 @@ import typing
 
 import pytest
 
-from real_fae_core.command import CommandConfig, CommandResult, check_fields, config_type
+from real_fae_core.command import CommandConfig, CommandResult, check_fields
 from real_fae_core.errors import UserError
 from real_fae_core.flags import Refused, is_deprecated
 

@@ -180,8 +180,6 @@ def parse_command(argv: list[str]) -> dict:
     """``{"config": asdict of the command's config, ...}`` of ``fae ...`` / ``real-data ...`` as dispatch parses
     it (a command with its own parser: also ``config_file``), or ``{"error": its one line}`` (``{"help": true}``
     for --help)."""
-    from real_fae_core.command import config_type
-
     prog, rest = argv[0], [a for a in argv[1:] if a != "--debug"]  # run_guarded takes it anywhere
     parser, modules = _parser(prog)
     err = io.StringIO()

@@ -6,10 +6,8 @@ from pathlib import Path
 import pytest
 
 from real_fae_core.errors import UserError
-from fae.ablation import options
 from fae.ablation.runner import FaeRunConfig, load_yaml_options
 from helpers import parse_run_args
-from real_fae_core.cli import parse_command_line
 from fae.ablation import runio
 
 

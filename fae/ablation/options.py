@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
 
 from real_fae_core.config import spelled_like_a_flag
 from real_fae_core.errors import UserError
