@@ -183,25 +183,22 @@ def parse_command(argv: list[str]) -> dict:
     prog, rest = argv[0], [a for a in argv[1:] if a != "--debug"]  # run_guarded takes it anywhere
     parser, modules = _parser(prog)
     err = io.StringIO()
-    with _project_backends_only():
-        return _parse(parser, modules, prog, rest, err)
+    return _project_backends_only(_parse(parser, modules, prog, rest, err))
 
 
-@contextlib.contextmanager
-def _project_backends_only():
-    """The backend registry as a user has it: without the backends other test modules register at import
-    (``test-echo``), which would otherwise enter error lines that name the backends available."""
+def _project_backends_only(result: dict) -> dict:
+    """The result as a user sees it: the backends other test modules register at import (``test-echo``) left
+    out of an error line that names the backends available."""
     from fae import backends
 
-    saved = dict(backends._REGISTRY)
-    for name, cls in saved.items():
-        if not cls.__module__.startswith("fae."):
-            del backends._REGISTRY[name]
-    try:
-        yield
-    finally:
-        backends._REGISTRY.clear()
-        backends._REGISTRY.update(saved)
+    def keep(match: re.Match) -> str:
+        names = [n for n in match.group(1).split(", ")
+                 if backends.get_backend(n).__module__.startswith("fae.")]
+        return f"(available: {', '.join(names)})"
+
+    if "error" in result:
+        result["error"] = re.sub(r"\(available: ([^)]*)\)", keep, result["error"])
+    return result
 
 
 def _parse(parser, modules, prog: str, rest: list[str], err: io.StringIO) -> dict:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from real_fae_core.command import CommandConfig, CommandResult, check_fields, command_line
+from real_fae_core.command import CommandConfig, CommandResult, check_fields, command_line, field_names
 from real_fae_core.config import RangeError, check_ranges, load_config, options_from, spelled_like_a_flag
 from real_fae_core.entry import set_interrupt_note
 from real_fae_core.errors import RunFailure, Terminated, UserError
@@ -34,7 +34,7 @@ from real_fae_core.secrets import scrub
 from data_prep.prompts import PROMPT_FORMAT_VERSION
 from data_prep.records import RecordError, load_records
 from fae.ablation import runio
-from fae.ablation.engine import CALL_COUNTS, call_counts_of, run_ablation
+from fae.ablation.engine import ARM_FIELDS, CALL_COUNTS, call_counts_of, run_ablation
 from fae.ablation.streaming import run_ablation_streaming, supports_streaming
 from fae.ablation.metrics import nei_exclusion_note
 from fae.ablation.population import fae_claims
@@ -84,6 +84,13 @@ class FaeRunConfig(HFOptions, OpenAIOptions, VLLMOptions, RunFields, CommandConf
         backend set: it would be ignored."""
         require(self)
         check_backend_fields(self.backend, argv, config_file)
+
+
+# --help in the order a user fills a command line: the run's own options (records, output, ...), then the arms
+# (declared once in fae.ablation.engine.Arms, inherited first), then the backends' groups
+FaeRunConfig.COMMAND_FIELDS = tuple(
+    [n for n in field_names(RunFields) if n not in ARM_FIELDS] + list(ARM_FIELDS)
+    + [n for n in field_names(FaeRunConfig) if n not in field_names(RunFields)])
 
 
 @dataclasses.dataclass(frozen=True)
