@@ -34,10 +34,12 @@ from real_fae_core.secrets import scrub
 
 
 class Command(NamedTuple):
-    """A subcommand as its registry entry names it: the module that runs it and its config class."""
+    """A subcommand as its registry entry names it: the module that runs it and its config class, and, once
+    :func:`build_parser` made it, its parser (the dispatcher parses the command's words with it)."""
 
     module: ModuleType
     config: type
+    parser: argparse.ArgumentParser | None = None
 
 
 def load_command(entry: str) -> Command:
@@ -78,8 +80,8 @@ def build_parser(prog: str, doc: str | None, subcommands: dict) -> tuple[argpars
     commands = {}
     for name, (entry, help_text) in subcommands.items():
         command = load_command(entry)
-        command_parser(f"{prog} {name}", command.config, help_text, parent=sub)
-        commands[name] = command
+        commands[name] = command._replace(
+            parser=command_parser(f"{prog} {name}", command.config, help_text, parent=sub))
     return parser, commands
 
 
@@ -140,9 +142,8 @@ def dispatch(prog: str, doc: str | None, subcommands: dict, argv: list[str] | No
                 parser.print_help()
                 return EXIT_USAGE
         command = commands[first]
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[first]
         config, context = parse_command(parser, argv, command.config, f"{prog} {first}",
-                                        argv[argv.index(first) + 1:], sub)
+                                        argv[argv.index(first) + 1:], command.parser)
         return run_command(command, config, context)
 
     return run_guarded(name, body, argv_list)

@@ -39,8 +39,8 @@ def command_parsers() -> dict[str, Walked]:
     out = {}
     for prog, mod in (("real-data", data_prep.cli), ("fae", fae.cli)):
         top, commands = build_parser(prog, mod.__doc__, mod.SUBCOMMANDS)
-        for name, (module, config) in commands.items():
-            out[f"{prog} {name}"] = Walked(module, config, subparsers(top)[name])
+        for name, command in commands.items():
+            out[f"{prog} {name}"] = Walked(command.module, command.config, subparsers(top)[name])
     top = demo.build_parser()
     out["real-demo"] = Walked(demo, config_type(demo), top)
     out["real-demo build-base"] = Walked(base_model, config_type(base_model), subparsers(top)["build-base"])
