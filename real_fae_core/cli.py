@@ -22,15 +22,14 @@ import argparse
 import dataclasses
 import importlib
 import inspect
-import shlex
 import sys
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from real_fae_core.command import add_command_arguments, exit_code_of, parse_with_config_file, parse_words
+from real_fae_core.command import (add_command_arguments, exit_code_of, given_command_line, parse_with_config_file,
+                                   parse_words)
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import DEBUG_ENV, EXIT_USAGE
-from real_fae_core.secrets import scrub
 
 
 class Command(NamedTuple):
@@ -108,7 +107,7 @@ def parse_command(parser: argparse.ArgumentParser, argv: list[str], config: type
         values = {k: v for k, v in values.items() if k not in _DISPATCHER_DESTS}
     parsed = config.from_parsed(values, command, from_file)
     parsed.check_command_line(command_argv, config_file)
-    return parsed, {"command": scrub(shlex.join([*prog.split(), *command_argv])), "config_file": config_file}
+    return parsed, {"command": given_command_line(prog, command_argv), "config_file": config_file}
 
 
 def parse_command_line(config: type, argv: list[str], prog: str) -> tuple[Any, dict[str, Any]]:

@@ -392,6 +392,13 @@ def parse_with_config_file(parser: argparse.ArgumentParser, argv: list[str], con
 # ---------------------------------------------------------------------------
 
 
+def given_command_line(prog: str, argv: list[str]) -> str:
+    """The command line as the user typed it (``prog`` and its words, shell-quoted), every secret masked: what a
+    run records beside its config and what an interrupted command says to rerun, where the words themselves
+    (a ``--config`` file, not its values) are what reproduces it. :func:`command_line` writes a config's."""
+    return scrub(shlex.join([*prog.split(), *argv]))
+
+
 def command_line(prog: str, config: Any) -> str:
     """The command that reproduces ``config``: ``prog`` (``"fae study"``) and, for every field whose value is
     not its default, the option :func:`argument_of` declares for it, spelled so that the same parser gives back

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shlex
 
-from real_fae_core.command import CommandConfig, CommandResult, add_config_arguments, exit_code_of, option
+from real_fae_core.command import (CommandConfig, CommandResult, add_config_arguments, exit_code_of,
+                                   given_command_line, option)
 from real_fae_core.entry import run_guarded
 from real_fae_core.errors import EXIT_FAILURE, EXIT_OK
 
@@ -68,7 +68,7 @@ def _main(argv: list[str]) -> int:
         parser.error("build-base comes first: real-demo build-base --output DIR ...")
     if args.command == "build-base":
         config = base_model.BuildBaseConfig.from_namespace(args)
-        return exit_code_of(base_model.run(config, command=shlex.join(["real-demo", *argv])))
+        return exit_code_of(base_model.run(config, command=given_command_line("real-demo", argv)))
     return exit_code_of(run(DemoConfig.from_namespace(args)))
 
 

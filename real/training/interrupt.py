@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from transformers import TrainerCallback
 from real.training.checkpoints import last_complete_checkpoint
 from real_fae_core.entry import set_interrupt_note
 from real_fae_core.lifeline import launched
-from real_fae_core.secrets import scrub
+from real_fae_core.command import given_command_line
 
 
 class InterruptNote(TrainerCallback):
@@ -50,7 +49,7 @@ class InterruptNote(TrainerCallback):
 def resume_command(argv: list[str]) -> str:
     """The command line to run again (same output_dir and settings: the checkpoint's fingerprint matches); a
     secret typed on it (a registered key, ``api_key=...``) is masked: the line is printed and may reach a log."""
-    words = scrub(shlex.join(argv))
+    words = given_command_line("", argv)
     if launched():
         return "the same `accelerate launch ... -m real.train " + words + "` command"
     prog = "real-train" if Path(sys.argv[0]).name == "real-train" else f"{Path(sys.executable).name} -m real.train"
