@@ -1,27 +1,6 @@
-"""Answer interfaces of the evaluation-choice study (SPEC §10): what the verifier is asked to write, and
-how its answer is read.
-
-Two interfaces beside the JSON answer of SPEC §3, both without citations:
-
-- ``codes``: exactly one of ``A``, ``B``, ``C``, standing for the dataset's three labels (in the order
-  SUPPORT, REFUTE, NOT_ENOUGH_INFO unless a control permutes them);
-- ``labels``: exactly one label string of the benchmark itself (FEVER ``SUPPORTS`` / ``REFUTES`` /
-  ``NOT ENOUGH INFO``, SciFact ``SUPPORT`` / ``CONTRADICT`` / ``NOT_ENOUGH_INFO``, Check-COVID
-  ``SUPPORT`` / ``REFUTE`` / ``NOTENOUGHINFO``, the strings of its released files).
-
-An answer is read strictly, as the paper reads it: surrounding whitespace is stripped and what is left
-must equal one of the three strings, case included. Anything else is :data:`INVALID`: kept with the
-response and scored wrong, never guessed. Answers are at most 16 new tokens (``max_new_tokens``).
-
-The lenient reader (:meth:`AnswerFormat.parse_lenient`, the paper's alternative parser of Appendix I) is a
-sensitivity check of the report, never the study's reader: it re-reads a saved raw response without
-consulting gold, folding case, spaces/underscores/hyphens, surrounding punctuation, quotes and markdown, an
-``Answer:`` lead, and accepting a leading label or code followed by an explanation only when that
-explanation names no other choice and holds no question, uncertainty or negation marker.
-
-The prompt puts the evidence before the format instruction: the conditions of one unit (two formats,
-six replicates, and the shorter budget's evidence, a prefix of the longer one's) then share the longest
-possible token prefix, which a server's prefix cache reuses.
+"""Answer interfaces of the evaluation-choice study (SPEC §10): the prompt, the two bare answer formats
+(``codes``, ``labels``), their strict and lenient readers are defined once in :mod:`data_prep.study_prompts`
+(the format-tuning pairs render the same) and re-exported here for the study.
 
 The evidence submitted for scoring is a prefix of the evidence shown (:func:`submitted_evidence`), so a
 larger budget can change both what the model reads and what is scored.
