@@ -50,6 +50,8 @@ def fae_row(metrics: dict) -> dict:
                reasons={k: metrics[k] for k in ("IS_reason", "ER_reason", "IO_reason") if metrics.get(k)})
     row["control"] = metrics.get("control")  # IS_ctrl, IS - IS_ctrl with intervals (fae.ablation.control)
     row["gold_only"] = metrics.get("gold_only")
+    row["cited_only"] = metrics.get("cited_only")  # sufficiency: the claim on the lines it cited at round 0 alone
+    row["size_sweep"] = metrics.get("size_sweep")  # sufficiency: gold plus k other lines, per k
     soft = metrics.get("soft") or {}
     row["soft"] = {k: soft.get(k) for k in ("soft_IS", "nei_area", "p_gold", "p_nei", "ece") if k in soft}
     return row
@@ -128,20 +130,25 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str], ba
     return out
 
 
-DIFFERENCES = ("label_accuracy", "IS", "IS_minus_IS_ctrl", "gold_only_accuracy")
+DIFFERENCES = ("label_accuracy", "IS", "IS_minus_IS_ctrl", "gold_only_accuracy", "cited_only_accuracy",
+               "sweep_accuracy")
+DIFFERENCE_HEADINGS = ("Acc", "IS", "IS − IS_ctrl", "gold-only Acc", "cited-only Acc", "size-sweep Acc (mean over k)")
 
 
 def system_differences(run_a: Path, run_b: Path, n_resamples: int = 2000, seed: int = 0) -> dict:
-    """B − A on Acc, IS, IS − IS_ctrl and gold-only accuracy (x100), paired: `fae compare`'s one bootstrap
-    over the claims of both runs, the same draws for every metric (compare.json's ``metrics``, ``control``
-    and ``gold_only`` blocks)."""
+    """B − A on Acc, IS, IS − IS_ctrl, gold-only, cited-only and size-sweep accuracy (x100), paired: `fae
+    compare`'s one bootstrap over the claims of both runs, the same draws for every metric (compare.json's
+    ``metrics``, ``control``, ``gold_only``, ``cited_only`` and ``size_sweep`` blocks)."""
     res = compare_runs(load_compared(run_a), load_compared(run_b), metric="label_accuracy",
                        n_resamples=n_resamples, seed=seed)
     control, gold = res.get("control") or {}, res.get("gold_only") or {}
+    cited, sweep = res.get("cited_only") or {}, res.get("size_sweep") or {}
     found = {"label_accuracy": ((res["metrics"].get("label_accuracy") or {}).get("difference"), res["n_claims"]),
              "IS": ((res["metrics"].get("IS") or {}).get("difference"), res["n_claims"]),
              "IS_minus_IS_ctrl": ((control.get("IS_minus_IS_ctrl") or {}).get("difference"), control.get("n_claims")),
-             "gold_only_accuracy": ((gold.get("label_accuracy") or {}).get("difference"), gold.get("n_claims"))}
+             "gold_only_accuracy": ((gold.get("label_accuracy") or {}).get("difference"), gold.get("n_claims")),
+             "cited_only_accuracy": ((cited.get("label_accuracy") or {}).get("difference"), cited.get("n_claims")),
+             "sweep_accuracy": ((sweep.get("sweep_accuracy") or {}).get("difference"), sweep.get("n_claims"))}
     out = {"method": f"fae compare: paired bootstrap over claims ({n_resamples} draws, seed {seed})",
            "n_claims": res["n_claims"]}
     for key, (d, n) in found.items():
@@ -215,11 +222,25 @@ def markdown(summary: dict) -> str:
                              f"| {_ci(c, 'IS_ctrl')} | {_ci(c, 'IS_minus_IS_ctrl')} "
                              f"| {_fmt(_pct(g.get('label_accuracy')))} | {_fmt(_pct(g.get('nei_answer_rate')))} |")
             lines.append("")
+    for s, per in summary["sets"].items():
+        rows = [(system, e["fae"]) for system, e in per.items() if (e.get("fae") or {}).get("cited_only")
+                or (e.get("fae") or {}).get("size_sweep")]
+        if rows:
+            lines += [f"## {s}: sufficiency (×100): the cited lines alone, gold plus k other lines", "",
+                      "| system | round-0 Acc | cited-only claims | cited-only Acc | cited-only NEI | size sweep: "
+                      "Acc at k = 0, 1, ... (claims) | sweep NEI share |", "|---|---|---|---|---|---|---|"]
+            for system, row in rows:
+                c, w = row.get("cited_only") or {}, row.get("size_sweep") or {}
+                curve = " / ".join(f"{_fmt(_pct(k['label_accuracy']))} ({k['n_claims']})" for k in w.get("per_k") or [])
+                lines.append(f"| {system} | {_fmt(row.get('Acc'))} | {c.get('n_claims', 'n/a')} "
+                             f"| {_fmt(_pct(c.get('label_accuracy')))} | {_fmt(_pct(c.get('nei_answer_rate')))} "
+                             f"| {curve or 'n/a'} | {_fmt(_pct(w.get('sweep_nei_share')))} |")
+            lines.append("")
     for s, diffs in (summary.get("differences") or {}).items():
         if not diffs:
             continue
         lines += [f"## {s}: paired differences from {summary['baseline']} (×100; one bootstrap over the same claims)",
-                  "", "| system | Acc | IS | IS − IS_ctrl | gold-only Acc |", "|---|---|---|---|---|"]
+                  "", "| system | " + " | ".join(DIFFERENCE_HEADINGS) + " |", "|---|" + "---|" * len(DIFFERENCES)]
         for system, d in diffs.items():
             cells = []
             for key in DIFFERENCES:
