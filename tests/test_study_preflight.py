@@ -88,3 +88,17 @@ def test_pools_of_one_ordering_are_refused_before_anything_is_written(tmp_path, 
     err = one_line(capsys)
     assert f"--pools {pools}: the pools have one ordering only" in err and "--reranker" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("refused", ["vllm without CUDA", "one ordering"])
+def test_an_existing_empty_output_stays_empty_after_a_refusal(tmp_path, capsys, monkeypatch, fake_vllm, refused):
+    """A folder made for the study beforehand (an empty --output, as a job script creates it) gets neither the
+    output marker nor study.json: the checks come before the folder is claimed, so any backend can use it next."""
+    monkeypatch.setattr(vllm_backend, "cuda_available", lambda: False)
+    pools = write_pools(tmp_path / "pools", orderings=1 if refused == "one ordering" else 2)
+    out = tmp_path / "study"
+    out.mkdir()
+    backend = ["vllm"] if refused == "vllm without CUDA" else ["openai", "--base-url", "http://127.0.0.1:9"]
+    assert fae(study(pools, out, *backend)) == 2
+    one_line(capsys)
+    assert list(out.iterdir()) == []
