@@ -65,11 +65,14 @@ def test_vllm_without_cuda_writes_nothing_and_another_backend_then_runs(tmp_path
 
 
 def test_a_local_model_is_named_by_its_directory():
-    """study.json keeps the path (the resume compares it) and a portable name for the report."""
-    from fae.study.runner import model_name
+    """study.json keeps the path (the resume compares it) and a portable name for the report; a path of another
+    machine (not here, but no hub id either) is named by its directory too, never written out whole."""
+    from real_fae_core.modelref import portable_name
 
     here = Path(__file__).resolve().parent
-    assert model_name(str(here)) == "tests" and model_name("org/hub-model") == "org/hub-model"
+    assert portable_name(str(here)) == "tests" and portable_name("org/hub-model") == "org/hub-model"
+    assert portable_name("/tmp/elsewhere/models/smollm2-135m-instruct") == "smollm2-135m-instruct"
+    assert portable_name("~/.cache/all-MiniLM-L6-v2/all-MiniLM-L6-v2") == "all-MiniLM-L6-v2"
 
 
 def test_vllm_not_installed_writes_nothing(tmp_path, capsys, monkeypatch):
