@@ -40,6 +40,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from real_fae_core.modelref import portable_name  # noqa: E402
+
 BIN = Path(sys.executable).parent
 ENGINES = {"single": "cpu.yaml", "ddp": "cpu_2proc.yaml", "zero2": "cpu_deepspeed_zero2.yaml",
            "zero3": "cpu_deepspeed_zero3.yaml", "fsdp": "cpu_fsdp.yaml"}
@@ -209,7 +213,7 @@ def main(argv=None) -> int:
     report = {
         "what": "one process vs DDP / DeepSpeed ZeRO-2 / ZeRO-3 / FSDP2 on 2 CPU processes (gloo), same seed, "
                 "data order and global batch; lora_dropout 0, fp32",
-        "model": "tiny-llama (tests/tiny_models.py)" if args.tiny else args.model,
+        "model": "tiny-llama (tests/tiny_models.py)" if args.tiny else portable_name(args.model),
         "steps": args.steps, "global_batch": args.global_batch, "per_device_batch": 1,
         "train_records": len((work / "data" / f"train-{args.train_claims}.jsonl").read_text().splitlines()),
         "train_pairs": n_pairs, "max_pool_tokens": args.max_pool_tokens,

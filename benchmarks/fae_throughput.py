@@ -63,6 +63,7 @@ from fae_helpers import convert_checkcovid  # noqa: E402
 from data_prep.prompts import encode_chat, parse_answer, render_evidence_prompt  # noqa: E402
 from data_prep.records import ClaimRecord  # noqa: E402
 from real_fae_core.hardware import CPU_ALLOCATOR_ENV, matmul_peak_gflops  # noqa: E402
+from real_fae_core.modelref import portable_name  # noqa: E402
 
 
 def checkcovid(data_dir: Path, n: int) -> list[ClaimRecord]:
@@ -255,7 +256,8 @@ def summarize(args, m: dict) -> dict:
     naive_differs = sum(c["rounds"][r]["raw_output"] != m["naive"][k][r]
                         for k, c in enumerate(fp32_claims) for r in range(args.rounds + 1))
     return {
-        "model": str(args.model or "tiny random llama"), "adapter": str(args.adapter) if args.adapter else None,
+        "model": portable_name(str(args.model)) if args.model else "tiny random llama",
+        "adapter": portable_name(str(args.adapter)) if args.adapter else None,
         "claims": len(m["records"]), "rounds": args.rounds, "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens, "threads": m["threads"], "claim_rounds": total,
         "naive_s": m["seconds"]["naive"], "naive_dtype": "fp32",

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from real_fae_core.atomicio import atomic_write_json
+from real_fae_core.modelref import portable_name
 from data_prep.retrieval.claims import read_claims
 from data_prep.retrieval.corpus import iter_documents
 from data_prep.retrieval.index import Index, build_index
@@ -112,6 +113,34 @@ def _source_1(args) -> str | None:
     return None
 
 
+MODEL_FLAGS = ("--tokenizer", "--reranker")  # their values are models: written by name (portable_name)
+
+
+def portable_command(argv: list[str]) -> str:
+    """The command as the JSON records it: the models named without this machine's paths and ``--data`` as
+    ``DATA`` (docs/retrieval.md's placeholder), so a committed result says what ran, not where it sat."""
+    out, flag = [], None
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        if eq and name in (*MODEL_FLAGS, "--data"):
+            out.append(f"{name}={'DATA' if name == '--data' else portable_name(value)}")
+        elif flag == "--data":
+            out.append("DATA")
+        elif flag in MODEL_FLAGS:
+            out.append(portable_name(arg))
+        else:
+            out.append(arg)
+        flag = arg
+    return " ".join(["python", "benchmarks/retrieval_quality.py", *out])
+
+
+def portable_results(result: dict) -> dict:
+    """One set's result with its tokenizers and reranker model named by :func:`portable_name`."""
+    reranker = result.get("reranker")
+    return {**result, "tokenizers": [portable_name(t) for t in result.get("tokenizers", [])],
+            "reranker": {**reranker, "model": portable_name(reranker["model"])} if reranker else reranker}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--data", required=True,
@@ -128,15 +157,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         results = {name: measure(name, Path(args.data), Path(tmp), args) for name in SETS}
     atomic_write_json(args.output, {
-        "command": " ".join(["python", "benchmarks/retrieval_quality.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": portable_command(sys.argv[1:] if argv is None else argv),
         "machine": {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
                     "processor": platform.processor() or platform.machine(),
                     "omp_num_threads": os.environ.get("OMP_NUM_THREADS")},
         "wall_seconds": round(time.perf_counter() - start, 1),
-        "tokenizer": args.tokenizer, "reranker": args.reranker,
+        "tokenizer": portable_name(args.tokenizer), "reranker": args.reranker and portable_name(args.reranker),
         "reranker_kind": args.reranker_kind if args.reranker else None,
         "source_1": _source_1(args),
-        "results": results})
+        "results": {name: portable_results(r) for name, r in results.items()}})
     print(json.dumps(results, indent=1))
     return 0
 

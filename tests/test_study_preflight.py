@@ -65,11 +65,14 @@ def test_vllm_without_cuda_writes_nothing_and_another_backend_then_runs(tmp_path
 
 
 def test_a_local_model_is_named_by_its_directory():
-    """study.json keeps the path (the resume compares it) and a portable name for the report."""
-    from fae.study.runner import model_name
+    """study.json keeps the path (the resume compares it) and a portable name for the report; a path of another
+    machine (not here, but no hub id either) is named by its directory too, never written out whole."""
+    from real_fae_core.modelref import portable_name
 
     here = Path(__file__).resolve().parent
-    assert model_name(str(here)) == "tests" and model_name("org/hub-model") == "org/hub-model"
+    assert portable_name(str(here)) == "tests" and portable_name("org/hub-model") == "org/hub-model"
+    assert portable_name("/tmp/elsewhere/models/smollm2-135m-instruct") == "smollm2-135m-instruct"
+    assert portable_name("~/.cache/all-MiniLM-L6-v2/all-MiniLM-L6-v2") == "all-MiniLM-L6-v2"
 
 
 def test_vllm_not_installed_writes_nothing(tmp_path, capsys, monkeypatch):
@@ -88,3 +91,17 @@ def test_pools_of_one_ordering_are_refused_before_anything_is_written(tmp_path, 
     err = one_line(capsys)
     assert f"--pools {pools}: the pools have one ordering only" in err and "--reranker" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("refused", ["vllm without CUDA", "one ordering"])
+def test_an_existing_empty_output_stays_empty_after_a_refusal(tmp_path, capsys, monkeypatch, fake_vllm, refused):
+    """A folder made for the study beforehand (an empty --output, as a job script creates it) gets neither the
+    output marker nor study.json: the checks come before the folder is claimed, so any backend can use it next."""
+    monkeypatch.setattr(vllm_backend, "cuda_available", lambda: False)
+    pools = write_pools(tmp_path / "pools", orderings=1 if refused == "one ordering" else 2)
+    out = tmp_path / "study"
+    out.mkdir()
+    backend = ["vllm"] if refused == "vllm without CUDA" else ["openai", "--base-url", "http://127.0.0.1:9"]
+    assert fae(study(pools, out, *backend)) == 2
+    one_line(capsys)
+    assert list(out.iterdir()) == []

@@ -24,6 +24,7 @@ import numpy as np
 from real_fae_core.atomicio import atomic_file, atomic_write_json, atomic_write_text
 from real_fae_core.command import CommandConfig, CommandResult, option
 from real_fae_core.errors import UserError
+from real_fae_core.modelref import portable_name
 from real_fae_core.outputs import claim_dir, only_names
 from fae.comparison.families_file import check_covers, check_known, read_families
 from fae.intervals import MAX_DRAWS
@@ -72,7 +73,7 @@ def _json(path: Path) -> dict:
 def load_study(path: str | Path) -> dict:
     """study.json, units and responses (``responses.jsonl``, or gzipped as committed) of a study directory;
     incomplete or unfinished ones are refused. The model is named portably (study.json's ``model_name``, else
-    :func:`model_label`), so a report says which model, not where it sat on one machine."""
+    :func:`real_fae_core.modelref.portable_name`), so a report says which model, not where it sat on one machine."""
     path = Path(path)
     cfg = _json(path / STUDY)
     if "shard" in cfg:
@@ -87,7 +88,7 @@ def load_study(path: str | Path) -> dict:
     models = sorted({str(cfg.get("model"))} | {str(x["model"]) for x in lines if "model" in x})
     if len(models) > 1:
         raise UserError(f"{path} mixes models {', '.join(models)}: one study directory is one model")
-    cfg = {**cfg, "model": str(cfg.get("model_name") or model_label(str(cfg.get("model"))))}
+    cfg = {**cfg, "model": str(cfg.get("model_name") or portable_name(str(cfg.get("model"))))}
     return {"path": str(path), "config": cfg, "units": units, "lines": lines}
 
 
@@ -167,12 +168,6 @@ def check_together(studies: list[dict]) -> None:
             if fc.get(k) != c.get(k):
                 raise UserError(f"{first['path']} and {s['path']} ({c['dataset']}) differ in {k}: "
                                 f"{fc.get(k)} vs {c.get(k)}; run every model with the same grid")
-
-
-def model_label(model: str) -> str:
-    """A model as the tables and the figure name it: a local directory by its name, a hub id as given (the
-    JSON keeps what was passed)."""
-    return Path(model).name if model.startswith(("/", ".", "~")) else model
 
 
 def known_units(studies: list[dict]) -> tuple[set[str], bool]:
@@ -417,7 +412,7 @@ def unanswered_lines(decision: dict) -> list[str]:
     silent = decision.get("unanswered") or []
     if not silent:
         return []
-    names = "; ".join(f"{x['dataset']} {model_label(x['model'])} {x['format']} ({100 * x['invalid_share']:.1f}% "
+    names = "; ".join(f"{x['dataset']} {portable_name(x['model'])} {x['format']} ({100 * x['invalid_share']:.1f}% "
                       "INVALID)" for x in silent)
     return [f"Mostly unanswered (more than half INVALID: its E0 is about answering, not evidence): {names}.", ""]
 
@@ -438,7 +433,7 @@ def render_markdown(report: dict) -> str:
     for p in report["panels"]:
         for name in p["primary"]:
             v = p["values"][name]
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_interval(v)} | "
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {name} | {_interval(v)} | "
                          f"{v['seed_signs_agreeing']}/{p['seeds']} |")
     lines += ["", "## Scores and evidence gain per format and budget (mean over sampled seeds)", "",
               "| Dataset | Model | Budget | Format | S00 | S01 | S10 | S11 | E0 | E1 | E0 of identical valid answers |",
@@ -448,7 +443,7 @@ def render_markdown(report: dict) -> str:
         for key in sorted({k.rsplit("/", 1)[0] for k in v if k.count("/") == 2 and not k.startswith("budget")}):
             f, budget = key.split("/")
             cells = " | ".join(_f(v[f"{key}/{q}"]["estimate"]) for q in analysis.CELL_NAMES)
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {budget} | {f} | {cells} | "
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {budget} | {f} | {cells} | "
                          f"{_f(v[key + '/E0_identical_answers']['estimate'])} |")
     lines += crossing_table(report) + control_table(report) + secondary_sections(report)
     return "\n".join(lines) + "\n"
@@ -475,13 +470,13 @@ def crossing_table(report: dict) -> list[str]:
         if "crossing/input_first.input" not in v:
             continue
         for order in ("input_first", "scoring_first"):
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {order.replace('_', ' ')} | "
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {order.replace('_', ' ')} | "
                          f"{_interval(v[f'crossing/{order}.input'])} | {_interval(v[f'crossing/{order}.scoring'])} |")
     lines += ["", "| Dataset | Model | Budget | E0 | Product | Covariance |", "|---|---|---|---|---|---|"]
     for p in report["panels"]:
         v = p["values"]
         for key in sorted({k.rsplit("/", 1)[0] for k in v if k.startswith("budget/")}, key=lambda k: int(k[7:])):
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {key[7:]} | {_f(v[key + '/E0']['estimate'], 3)} | "
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {key[7:]} | {_f(v[key + '/E0']['estimate'], 3)} | "
                          f"{_f(v[key + '/E0_product']['estimate'], 3)} | {_f(v[key + '/E0_covariance']['estimate'], 3)} |")
     return lines
 
@@ -496,13 +491,13 @@ def control_table(report: dict) -> list[str]:
     for p in report["panels"]:
         for name, c in p["controls"].items():
             valid = "" if c["measure"] == "answer accuracy" else c["valid_pairs"]
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {c['planned']} | {c['feasible']} | "
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {name} | {c['planned']} | {c['feasible']} | "
                          f"{c['invalid']} | {c['measure']} | {_f(c['rate'])} | {valid} | {_f(c['valid_rate'])} |")
     lines += ["", "## Answer accuracy and invalid rate", "", "| Dataset | Model | Condition | n | Accuracy | Invalid |",
               "|---|---|---|---|---|---|"]
     for p in report["panels"]:
         for k, d in p["diagnostics"].items():
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {k} | {d['n']} | {_f(d['answer_accuracy'])} | "
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {k} | {d['n']} | {_f(d['answer_accuracy'])} | "
                          f"{_f(d['invalid_rate'])} |")
     return lines
 
@@ -514,7 +509,7 @@ def write_figure(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [(f"{p['dataset']} {model_label(p['model'])} {n}", p["values"][n]) for p in report["panels"] for n in p["primary"]]
+    rows = [(f"{p['dataset']} {portable_name(p['model'])} {n}", p["values"][n]) for p in report["panels"] for n in p["primary"]]
     fig, ax = plt.subplots(figsize=(6.5, 0.45 * len(rows) + 1.2))
     for i, (label, v) in enumerate(rows):
         est = v["estimate"] if v["estimate"] is not None else np.nan
@@ -535,7 +530,7 @@ def write_figure(report: dict, path: Path) -> None:
 
 def _family_rows(report: dict, family: str, shown=lambda name: True) -> list[str]:
     """One secondary family's table rows: every panel's comparisons with their adjusted intervals."""
-    return [f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_interval(v)} | "
+    return [f"| {p['dataset']} | {portable_name(p['model'])} | {name} | {_interval(v)} | "
             f"{v['seed_signs_agreeing']}/{p['seeds']} |"
             for p in report["panels"] for name, v in p[family]["values"].items() if shown(name)]
 
@@ -566,13 +561,13 @@ def secondary_sections(report: dict) -> list[str]:
               "| Dataset | Model | Contrast | Strict | Lenient |", "|---|---|---|---|---|"]
     for p in report["panels"]:
         for name, c in p["lenient"]["contrasts"].items():
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {name} | {_f(c['strict'])} | "
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {name} | {_f(c['strict'])} | "
                          f"{_f(c['lenient'])} |")
     lines += ["", "| Dataset | Model | Format | Responses | Invalid, strict (%) | Invalid, lenient (%) | "
               "Without raw text |", "|---|---|---|---|---|---|---|"]
     for p in report["panels"]:
         for fmt, r in p["lenient"]["invalid"].items():
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {fmt} | {r['responses']} | "
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {fmt} | {r['responses']} | "
                          f"{_f(r['strict_invalid_rate'])} | {_f(r['lenient_invalid_rate'])} | {r['no_raw_text']} |")
     lines += ["", "### Evidence eligibility profiles (descriptive; no answers involved)", "",
               "Per claim: 0/1 for FEVER-style datasets (NOT_ENOUGH_INFO gold is eligible), the number of eligible "
@@ -594,7 +589,7 @@ def secondary_sections(report: dict) -> list[str]:
               "E1 changed |", "|---|---|---|---|---|---|---|---|"]
     for p in report["panels"]:
         for cond, r in p["partition"]["conditions"].items():
-            lines.append(f"| {p['dataset']} | {model_label(p['model'])} | {cond} | {_f(r['identical_claims'])} | "
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {cond} | {_f(r['identical_claims'])} | "
                          f"{_f(r['E0']['identical'])} | {_f(r['E0']['changed'])} | {_f(r['E1']['identical'])} | "
                          f"{_f(r['E1']['changed'])} |")
     return lines

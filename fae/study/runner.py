@@ -25,6 +25,7 @@ from real_fae_core.command import CommandConfig, CommandResult, command_line, fi
 from real_fae_core.errors import RunFailure, UserError
 from real_fae_core.outputs import any_of, claim_dir
 from real_fae_core.hashing import sha256_file
+from real_fae_core.modelref import portable_name
 from real_fae_core.runlock import RunLock
 from real_fae_core.secrets import scrub
 from data_prep.retrieval.pack import load_tokenizers, token_lengths
@@ -101,7 +102,7 @@ def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], for
     ``pool_units`` (every unit of the pools, before --limit/--sample) lets the report check a families file."""
     tokenizers = config.tokenizer or ([config.model] if config.backend == "hf" and config.control_claims else [])
     return {"scheme": SCHEME, "pools": pools.path, "pools_sha256": pools.sha256, "dataset": pools.dataset,
-            "backend": config.backend, "model": config.model, "model_name": model_name(config.model),
+            "backend": config.backend, "model": config.model, "model_name": portable_name(config.model),
             "adapter": config.adapter,
             "adapter_sha256": adapter_sha256(config.adapter), "dtype": sampling_dtype(config),
             "formats": formats, "budgets": budgets, "sources": list(range(pools.n_sources)),
@@ -114,12 +115,6 @@ def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], for
                                                       if config.families else None,
                                                       "selected_claims": len({u.claim_id for u in pools.units})},
             "pool_units": sorted(pool_units if pool_units is not None else [u.id for u in pools.units])}
-
-
-def model_name(model: str) -> str:
-    """The model as a report names it: a local directory by its name (``models/gemma3-270m`` -> ``gemma3-270m``),
-    a hub id or served name as given; ``model`` itself stays the path (the resume check compares it)."""
-    return Path(model).expanduser().name if Path(model).expanduser().exists() else model
 
 
 def unit_rows(pools: Pools, budgets: list[int], controls: set[str]) -> list[dict]:
