@@ -31,6 +31,7 @@ The convention (stated here once; docs/architecture.md points here):
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -61,6 +62,9 @@ class BootstrapResult:
     confidence: float
     undefined_draws: np.ndarray  # per output: draws where it was undefined (e.g. a ratio over 0)
     distribution: np.ndarray | None = None  # (q, n_resamples) draws, kept only when asked (``keep_distribution``)
+    # per batch of :func:`pooled_paired_bootstrap`, in order: its own (ci_low, ci_high) at ``confidence``, the
+    # bounds each batch's draws give before pooling (the paper's Table 27 shows them beside the pooled ones)
+    batch_bounds: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
 
 
 def draw_units(n_units: int, n_resamples: int, rng: np.random.Generator | int | None) -> np.ndarray:
@@ -268,16 +272,22 @@ def pooled_paired_bootstrap(sums: np.ndarray, statistic: Callable[[np.ndarray], 
     percentile rule is applied to the pool, as the paper pools four 250,000-draw batches into its million-draw
     secondary intervals (Appendix K). Memory: the pool (8 bytes x q x total) and one batch's scipy copies;
     the statistic should compute only the quantities whose intervals are wanted. ``batch_draws``: as
-    :func:`paired_bootstrap`'s, for the several-batch case."""
+    :func:`paired_bootstrap`'s, for the several-batch case.
+
+    ``batch_bounds`` of the result: each batch's own percentile bounds at ``confidence``, which
+    :func:`paired_bootstrap` computes from that batch's draws anyway (no further draw or statistic call), so
+    a reader sees how far the batches' endpoints spread around the pooled one (the paper's Table 27)."""
     batches = [(int(n), seed) for n, seed in batches]
     if len(batches) == 1:
         n, seed = batches[0]
-        return paired_bootstrap(sums, statistic, n_resamples=n, seed=seed, confidence=confidence,
-                                batch_draws=batch_draws)
+        res = paired_bootstrap(sums, statistic, n_resamples=n, seed=seed, confidence=confidence,
+                               batch_draws=batch_draws)
+        return dataclasses.replace(res, batch_bounds=((res.ci_low, res.ci_high),))
     total = sum(n for n, _ in batches)
     pool = None
     at = 0
     first = None
+    bounds = []
     for n, seed in batches:
         res = paired_bootstrap(sums, statistic, n_resamples=n, seed=seed, confidence=confidence,
                                keep_distribution=True, batch_draws=batch_draws)
@@ -285,9 +295,10 @@ def pooled_paired_bootstrap(sums: np.ndarray, statistic: Callable[[np.ndarray], 
             first = res
             pool = np.empty((res.distribution.shape[0], total))
         pool[:, at:at + n] = res.distribution
+        bounds.append((res.ci_low, res.ci_high))
         at += n
         del res
     low, high, se, undefined = distribution_bounds(pool, confidence)
     return BootstrapResult(estimate=first.estimate, ci_low=low, ci_high=high, standard_error=se,
                            n_units=first.n_units, n_resamples=total, confidence=confidence,
-                           undefined_draws=undefined)
+                           undefined_draws=undefined, batch_bounds=tuple(bounds))

@@ -381,7 +381,19 @@ def analyse_family(panel: Panel, family: str, k: int, draws: int, seed: int = BO
     batches = family_batches(family, draws, seed)
     res = _bootstrap(panel, stat, len(names), k, batches, option, secondary_compute_batch(panel)) if names else None
     return {"comparisons": names, "draws": draws if res is not None else 0,
-            "values": _values(panel, names, stat, res) if names else {}}
+            "values": _values(panel, names, stat, res) if names else {},
+            "batch_endpoints": batch_endpoints(names, res)}
+
+
+def batch_endpoints(names: Sequence[str], res) -> dict:
+    """Per comparison, each batch's own lower and upper percentile endpoints at the family's level, in the
+    order of the family's batches (the paper's Table 27): the Monte Carlo spread behind the pooled interval.
+    They are the bounds every batch's draws already gave (:func:`fae.intervals.pooled_paired_bootstrap`),
+    so nothing is drawn again; empty without an interval."""
+    if res is None or res.batch_bounds is None:
+        return {}
+    return {n: [{"ci_low": _clean(lo[i]), "ci_high": _clean(hi[i])} for lo, hi in res.batch_bounds]
+            for i, n in enumerate(names)}
 
 
 def check_draws_fit(n_outputs: int, draws: int, option: str = "--draws", batch: int | None = None) -> None:
@@ -472,7 +484,27 @@ def check_complete(units: Sequence[dict], answers: dict, sources, budgets, forma
                                             f"format {f} replicate {r} (finish the study: rerun `fae study`)")
 
 
-def eligibility_profiles(units: Sequence[dict], metric: str, sources: Sequence[int], budgets: Sequence[int]) -> dict:
+def submitted_of(unit: dict, source: int, budget: int) -> list[int]:
+    """The evidence ``source`` submits for scoring at ``budget`` (units.jsonl), the scorer's prefix."""
+    return unit["submitted"][str(budget)][source]
+
+
+def claim_eligibility(units: Sequence[dict], metric: str, sources: Sequence[int], budgets: Sequence[int],
+                      evidence: Callable[[dict, int, int], Sequence[int]] = submitted_of) -> dict:
+    """claim -> {(source, budget): its eligible units}, by :func:`eligible` on ``evidence(unit, source,
+    budget)`` (default the submitted prefix). The one per-claim count behind the eligibility profiles, the
+    visible ones and the group where source 1 adds eligibility, so the three cannot drift apart."""
+    count: dict[str, dict[tuple[int, int], float]] = {}
+    for u in units:
+        row = count.setdefault(u["claim_id"], {(s, b): 0.0 for s in sources for b in budgets})
+        for s in sources:
+            for b in budgets:
+                row[(s, b)] += eligible(evidence(u, s, b), u["groups"], u["gold_label"], metric)
+    return count
+
+
+def eligibility_profiles(units: Sequence[dict], metric: str, sources: Sequence[int], budgets: Sequence[int],
+                         evidence: Callable[[dict, int, int], Sequence[int]] = submitted_of) -> dict:
     """Per source x budget, how much submitted evidence is eligible, counted per claim (Figure 2, Appendix J),
     and per claim how eligibility changes from source 0 to source 1 over the budgets.
 
@@ -481,13 +513,10 @@ def eligibility_profiles(units: Sequence[dict], metric: str, sources: Sequence[i
     gold rationale is never eligible; gold abstracts retrieval missed are no units and count nothing). A
     *gain*: source 1's count is higher at one or both budgets and lower at neither; a *loss* the reverse;
     *mixed* higher at one, lower at another; else *unchanged*. Answers play no part: these describe the
-    evidence the sources submit, the same for every model."""
-    count: dict[str, dict[tuple[int, int], float]] = {}
-    for u in units:
-        row = count.setdefault(u["claim_id"], {(s, b): 0.0 for s in sources for b in budgets})
-        for s in sources:
-            for b in budgets:
-                row[(s, b)] += eligible(u["submitted"][str(b)][s], u["groups"], u["gold_label"], metric)
+    evidence the sources submit, the same for every model. ``evidence``: which ids are judged, the submitted
+    prefix by default; the evidence shown to the model gives the visible profile (Appendix J: what the model
+    saw is not what the scorer received)."""
+    count = claim_eligibility(units, metric, sources, budgets, evidence)
     n = len(count)
     profiles = [{"source": s, "budget": b, "claims": n, "eligible": sum(c[(s, b)] for c in count.values()),
                  "per_claim": sum(c[(s, b)] for c in count.values()) / n if n else None}
@@ -502,3 +531,132 @@ def eligibility_profiles(units: Sequence[dict], metric: str, sources: Sequence[i
     return {"unit": "eligible abstracts per claim" if metric == "f1" else "claims with eligible evidence",
             "profiles": profiles, "changes": {k: len(v) for k, v in changes.items()},
             "gain_claims": changes["gain"], "loss_claims": changes["loss"]}
+
+
+def visible_not_submitted(units: Sequence[dict], metric: str, sources: Sequence[int], budgets: Sequence[int],
+                          shown: Callable[[dict, int, int], Sequence[int]]) -> dict:
+    """Presentations (unit x source x budget; SciFact a claim-abstract pair) whose shown evidence is eligible
+    while the submitted prefix is not: a complete gold group the model saw but the scorer never received
+    (the paper's 497 FEVEROUS presentations, Appendix J). Per source x budget and in all; :func:`eligible`
+    judges both sides, so a NOT_ENOUGH_INFO gold (eligible either way) never counts."""
+    rows = []
+    for s in sources:
+        for b in budgets:
+            hit = sum(eligible(shown(u, s, b), u["groups"], u["gold_label"], metric)
+                      > eligible(submitted_of(u, s, b), u["groups"], u["gold_label"], metric) for u in units)
+            rows.append({"source": s, "budget": b, "presentations": len(units), "count": int(hit)})
+    return {"presentations": sum(r["presentations"] for r in rows), "count": sum(r["count"] for r in rows),
+            "conditions": rows}
+
+
+def _on_denominator(part: np.ndarray, total: np.ndarray, metric: str, n_blocks: int) -> np.ndarray:
+    """``part``'s sums with ``total``'s denominator columns in every block (strict n; F1 n, P0, P1, R): its
+    cells and E0 are then the part's contribution on the full denominator, and a part and the rest add up."""
+    w = width(metric)
+    den = [0] if metric == "strict" else [F1_COLUMNS.index(c) for c in ("n", "p0", "p1", "r")]
+    out = part.copy()
+    for bi in range(n_blocks):
+        for c in den:
+            out[..., bi * w + c] = total[..., bi * w + c]
+    return out
+
+
+def added_eligibility(units: Sequence[dict], answers: dict, metric: str, formats: Sequence[str],
+                      budgets: Sequence[int], replicates: Sequence[int], missed: dict[str, int]) -> dict:
+    """Where source 1 adds eligibility (the paper's Table 9, post hoc): the claims whose source-1 count of
+    eligible units (:func:`claim_eligibility`, submitted evidence) exceeds source 0's at the smallest
+    budget, at the largest, at both, and their union; within the union's units the answer accuracy (label
+    equals gold, INVALID wrong) of the answers made with each source's evidence at each budget, the mean over
+    formats and the sampled ``replicates``; and the union's part of E0 on the full denominator (n; SciFact
+    P0 + R) at each budget (input = scoring budget) and of the input component at each scoring budget v,
+    E0(largest input, v) - E0(smallest input, v) (the paper's 1.065 and 1.085 points), each the mean over
+    formats of the seed-averaged value, beside the other claims' part and the whole (the two parts add up to
+    it). The group is chosen from submitted evidence alone, the same for every model of a dataset: the
+    answers only fill in its accuracies and contributions, so it localizes a change in E0 without selecting
+    claims by their outcome."""
+    sources = (0, 1)
+    small, large = budgets[0], budgets[-1]
+    decoding = "sampled" if replicates else "greedy"  # a study without seeds: its greedy answers
+    replicates = list(replicates) or [0]
+    count = claim_eligibility(units, metric, sources, budgets)
+    adds = {b: {c for c, n in count.items() if n[(1, b)] > n[(0, b)]} for b in (small, large)}
+    union = adds[small] | adds[large]
+    group = [u for u in units if u["claim_id"] in union]
+    rest = [u for u in units if u["claim_id"] not in union]
+
+    def accuracy(s, b):
+        hits = [answers[(u["id"], s, b, f, r)] == u["gold_label"] for u in group for f in formats for r in replicates]
+        return 100.0 * float(np.mean(hits)) if hits else None
+
+    blocks = [(f, x, v) for f in formats for x in budgets for v in budgets]
+    w = width(metric)
+
+    def sums(of, miss):
+        return build_sums(of, answers, blocks, replicates, metric, lambda u: "all", miss)[0][0]
+
+    total = sums(units, missed)
+    # each part's numerators over the whole's denominators (a missed abstract is in R alone: the whole's)
+    part, others = (_on_denominator(sums(x, {}) if x else np.zeros_like(total), total, metric, len(blocks))
+                    for x in (group, rest))
+
+    def e0(x, u, v):  # the mean over formats of the seed-averaged E0 with answers at u, evidence at v
+        i = [blocks.index((f, u, v)) for f in formats]
+        return float(np.mean([block_outputs(x[..., j * w:(j + 1) * w], metric).mean(axis=-2)[OUT["E0"]] for j in i]))
+
+    def split(fn):
+        return {"group": _clean(fn(part)), "rest": _clean(fn(others)), "total": _clean(fn(total))}
+
+    return {"smallest_budget": small, "largest_budget": large, "decoding": decoding, "claims": len(count),
+            "adds_smallest": len(adds[small]), "adds_largest": len(adds[large]),
+            "adds_both": len(adds[small] & adds[large]), "union": len(union), "union_units": len(group),
+            "union_claims": sorted(union),
+            "accuracy": {f"source{s}": {str(b): accuracy(s, b) for b in budgets} for s in sources},
+            "E0": {str(b): split(lambda x, b=b: e0(x, b, b)) for b in budgets},
+            "input_component": {str(v): split(lambda x, v=v: e0(x, large, v) - e0(x, small, v)) for v in budgets}
+            if len(budgets) >= 2 else {}}
+
+
+def truncated_invalid(lines: Sequence[dict], formats: Sequence[str]) -> dict:
+    """Per format, the INVALID primary responses and those of them cut off at the generation limit
+    (``finish_reason == "length"``; the paper's Table 22): their count and share of the INVALID ones, sampled
+    replicates alone and greedy included. Only INVALID responses are the denominator: the question is how
+    much of the format failure the token limit explains. ``unknown``: INVALID lines without a finish reason."""
+    out = {f: {k: {"invalid": 0, "length": 0, "unknown": 0} for k in ("sampled", "all")} for f in formats}
+    for x in lines:
+        if x["kind"] != "primary" or x["answer"] != INVALID:
+            continue
+        for k in ("sampled", "all") if x["replicate"] else ("all",):
+            row = out[x["format"]][k]
+            row["invalid"] += 1
+            row["length"] += x.get("finish_reason") == "length"
+            row["unknown"] += x.get("finish_reason") is None
+    for f in out.values():
+        for row in f.values():
+            row["length_share"] = 100.0 * row["length"] / row["invalid"] if row["invalid"] else None
+    return out
+
+
+def invalid_observations(units: Sequence[dict], answers: dict, formats: Sequence[str], budgets: Sequence[int],
+                         replicates: Sequence[int], sources: Sequence[int] = (0, 1)) -> dict:
+    """Per format, claim-condition observations (claim x budget x replicate) flagged when any of their
+    responses is INVALID: both sources and, for SciFact, every abstract of the claim (the paper's Table 25).
+    ``sampled``: the sampled replicates; ``all``: greedy too (the paper pools its six replicates). A claim
+    contributes one observation per budget and replicate however many units it has, so a rate per response
+    would weigh SciFact's claims by their abstracts."""
+    of_claim: dict[str, list[str]] = {}
+    for u in units:
+        of_claim.setdefault(u["claim_id"], []).append(u["id"])
+    out = {}
+    for f in formats:
+        rows = {k: {"observations": 0, "flagged": 0} for k in ("sampled", "all")}
+        for ids in of_claim.values():
+            for b in budgets:
+                for r in replicates:
+                    flagged = any(answers[(uid, s, b, f, r)] == INVALID for uid in ids for s in sources)
+                    for k in ("sampled", "all") if r else ("all",):
+                        rows[k]["observations"] += 1
+                        rows[k]["flagged"] += flagged
+        for row in rows.values():
+            row["rate"] = 100.0 * row["flagged"] / row["observations"] if row["observations"] else None
+        out[f] = rows
+    return out

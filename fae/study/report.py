@@ -212,16 +212,53 @@ def family_mapper(files: list[str] | None, studies: list[dict] | None = None):
     return family_of, fams
 
 
+def primary_answers(study: dict, reader=None) -> dict:
+    """(unit, source, budget, format, replicate) -> the primary answer (``reader(line)`` when given), every
+    condition of the plan checked present."""
+    c = study["config"]
+    answers = {(x["unit"], x["source"], x["budget"], x["format"], x["replicate"]): reader(x) if reader else x["answer"]
+               for x in study["lines"] if x["kind"] == "primary"}
+    analysis.check_complete(study["units"], answers, c["sources"], c["budgets"], c["formats"],
+                            list(range(1 + len(c["seeds"]))), study["path"])
+    return answers
+
+
+def shown_evidence(study: dict):
+    """(unit, source, budget) -> the evidence ids the model was shown (the primary lines' ``shown``, the same
+    for every format and replicate), as a ``(unit, source, budget) -> ids`` reader for
+    :func:`fae.study.analysis.eligibility_profiles`; None when a primary line has no ``shown`` (a study
+    written by hand), so no visible profile is guessed."""
+    shown = {}
+    for x in study["lines"]:
+        if x["kind"] == "primary":
+            if not isinstance(x.get("shown"), list):
+                return None
+            shown.setdefault((x["unit"], x["source"], x["budget"]), x["shown"])
+    return lambda unit, source, budget: shown[(unit["id"], source, budget)]
+
+
+def eligibility_of(study: dict) -> dict:
+    """A dataset's eligibility profiles (Figure 2, Appendix J): on the submitted prefix (the top-level
+    profiles and changes), on the evidence shown (``visible``, the same helper on other ids), and the
+    presentations whose complete gold group was shown but not submitted (``visible_not_submitted``)."""
+    c = study["config"]
+    metric, units = analysis.metric_of(c["dataset"]), study["units"]
+    out = {**analysis.eligibility_profiles(units, metric, c["sources"], c["budgets"]), "evidence": "submitted"}
+    shown = shown_evidence(study)
+    out["visible"] = None if shown is None else analysis.eligibility_profiles(units, metric, c["sources"],
+                                                                             c["budgets"], shown)
+    out["visible_not_submitted"] = None if shown is None else analysis.visible_not_submitted(
+        units, metric, c["sources"], c["budgets"], shown)
+    return out
+
+
 def panel_of(study: dict, family_of, reader=None) -> analysis.Panel:
     """The study's answers as an :class:`fae.study.analysis.Panel` (every condition checked present);
     ``reader(line)`` reads each primary line's answer another way (the lenient re-reading), else its saved one."""
     c = study["config"]
     metric = analysis.metric_of(c["dataset"])
-    answers = {(x["unit"], x["source"], x["budget"], x["format"], x["replicate"]): reader(x) if reader else x["answer"]
-               for x in study["lines"] if x["kind"] == "primary"}
+    answers = primary_answers(study, reader)
     replicates = list(range(1 + len(c["seeds"])))
-    analysis.check_complete(study["units"], answers, c["sources"], c["budgets"], c["formats"], replicates,
-                            study["path"])
     notes = list(c.get("notes") or [])
     if len(c["sources"]) < 2:
         raise UserError(f"{study['path']}: the pools have one ordering only (no --reranker): there is no second "
@@ -306,6 +343,24 @@ def partition(result: dict, panel: analysis.Panel, n_claims: int) -> dict:
     return {"claims": n_claims, "conditions": rows}
 
 
+def descriptive(study: dict) -> dict:
+    """A panel's descriptive secondary tables, from its saved responses and units: where source 1 adds
+    eligibility (``added_eligibility``, Table 9), INVALID responses cut off at the generation limit
+    (``truncation``, Table 22, with study.json's ``max_new_tokens``), and claim-condition observations with
+    any INVALID response (``invalid_observations``, Table 25)."""
+    c = study["config"]
+    answers = primary_answers(study)
+    replicates = list(range(1 + len(c["seeds"])))
+    units = sorted(study["units"], key=lambda u: u["claim_id"])
+    return {"added_eligibility": analysis.added_eligibility(units, answers, analysis.metric_of(c["dataset"]),
+                                                            c["formats"], c["budgets"], replicates[1:],
+                                                            c.get("missed_relevant") or {}),
+            "truncation": {"max_new_tokens": c.get("max_new_tokens"),
+                           "formats": analysis.truncated_invalid(study["lines"], c["formats"])},
+            "invalid_observations": analysis.invalid_observations(units, answers, c["formats"], c["budgets"],
+                                                                  replicates, c["sources"])}
+
+
 def family_record(family: str, k: int, draws: int, seed: int) -> dict:
     """What a family's intervals are: its comparisons over every panel (K), the level, the draws and batches."""
     level = analysis.family_level(k)
@@ -380,11 +435,11 @@ def run(config: StudyReportConfig) -> CommandResult:
                                           f"--{family.replace('_', '-')}-draws")
         r["lenient"] = lenient_sensitivity(s, family_of, r)
         r["partition"] = partition(r, p, len({u["claim_id"] for u in s["units"]}))
+        r.update(descriptive(s))
     eligibility = {}
     for s in studies:
-        c = s["config"]
-        eligibility.setdefault(c["dataset"], analysis.eligibility_profiles(s["units"], analysis.metric_of(c["dataset"]),
-                                                                     c["sources"], c["budgets"]))
+        if s["config"]["dataset"] not in eligibility:
+            eligibility[s["config"]["dataset"]] = eligibility_of(s)
     report = {"panels": results, "primary_contrasts": k, "decision": analysis.decision(results),
               "bootstrap": {"draws": config.draws, "generator": "PCG64", "seed": config.seed,
                             "bonferroni_k": k, "tail": analysis.ALPHA / (2 * max(k, 1))},
@@ -554,6 +609,7 @@ def secondary_sections(report: dict) -> list[str]:
     # the crossed-budget components have their own table (crossing_table): only the interaction here
     lines += _family_rows(report, "post_hoc",
                           shown=lambda name: not name.startswith("crossing/") or name == "crossing/interaction")
+    lines += batch_table(report)
     lines += ["", "### Lenient re-reading (sensitivity check, point estimates)", "",
               "Every saved response re-read by the lenient reader (case, spaces/underscores, surrounding "
               "punctuation, quotes and markdown folded; a leading answer with an unambiguous explanation "
@@ -569,19 +625,30 @@ def secondary_sections(report: dict) -> list[str]:
         for fmt, r in p["lenient"]["invalid"].items():
             lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {fmt} | {r['responses']} | "
                          f"{_f(r['strict_invalid_rate'])} | {_f(r['lenient_invalid_rate'])} | {r['no_raw_text']} |")
+    lines += truncation_table(report) + invalid_observation_table(report)
     lines += ["", "### Evidence eligibility profiles (descriptive; no answers involved)", "",
               "Per claim: 0/1 for FEVER-style datasets (NOT_ENOUGH_INFO gold is eligible), the number of eligible "
               "retrieved abstracts for SciFact. Gain: source 1 higher at one or both budgets and lower at "
               "neither; loss the reverse.", "",
-              "| Dataset | Source | Budget | Claims | Eligible | Per claim |", "|---|---|---|---|---|---|"]
+              "Submitted: the prefix the scorer receives; visible: the evidence the model was shown (the same "
+              "eligibility rule on other ids). Shown, not submitted: presentations (unit x source x budget) whose "
+              "complete gold group was visible but fell outside the submitted prefix.", "",
+              "| Dataset | Source | Budget | Claims | Eligible, submitted | Per claim | Eligible, visible | Per claim "
+              "| Shown, not submitted |", "|---|---|---|---|---|---|---|---|---|"]
     for dataset, e in report["eligibility"].items():
+        visible = {(r["source"], r["budget"]): r for r in (e.get("visible") or {}).get("profiles", [])}
+        missed = {(r["source"], r["budget"]): r for r in (e.get("visible_not_submitted") or {}).get("conditions", [])}
         for r in e["profiles"]:
+            v, m = visible.get((r["source"], r["budget"])), missed.get((r["source"], r["budget"]))
             lines.append(f"| {dataset} | {r['source']} | {r['budget']} | {r['claims']} | {r['eligible']:g} | "
-                         f"{_f(r['per_claim'], 3)} |")
+                         f"{_f(r['per_claim'], 3)} | {'–' if v is None else format(v['eligible'], 'g')} | "
+                         f"{_f(v and v['per_claim'], 3)} | "
+                         f"{'–' if m is None else str(m['count']) + ' of ' + str(m['presentations'])} |")
     lines += ["", "| Dataset | Gain | Loss | Mixed | Unchanged |", "|---|---|---|---|---|"]
     for dataset, e in report["eligibility"].items():
         c = e["changes"]
         lines.append(f"| {dataset} | {c['gain']} | {c['loss']} | {c['mixed']} | {c['unchanged']} |")
+    lines += added_eligibility_table(report)
     lines += ["", "### Identical valid answers, per claim (post hoc, descriptive)", "",
               "Claims whose every unit (SciFact: all three abstracts) has the same valid answer under both sources, "
               "and their part of E0 and E1 on the full denominator (the parts sum to the whole).", "",
@@ -592,4 +659,87 @@ def secondary_sections(report: dict) -> list[str]:
             lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {cond} | {_f(r['identical_claims'])} | "
                          f"{_f(r['E0']['identical'])} | {_f(r['E0']['changed'])} | {_f(r['E1']['identical'])} | "
                          f"{_f(r['E1']['changed'])} |")
+    return lines
+
+
+def batch_table(report: dict) -> list[str]:
+    """Table 27: each secondary comparison's interval beside the endpoints of every batch of draws it pools,
+    all at the family's own tail level."""
+    lines = ["", "### Monte Carlo batches of the secondary families (post hoc, descriptive)", "",
+             "Each batch's own lower and upper percentile endpoints at its family's tail probability, in batch "
+             "order (seeds under `secondary.<family>.batches`), beside the interval that pools them.", "",
+             "| Dataset | Model | Family | Comparison | Pooled interval | Batch endpoints |", "|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for family in ("exploratory", "post_hoc"):
+            for name, ends in (p.get(family) or {}).get("batch_endpoints", {}).items():
+                v = p[family]["values"][name]
+                batches = "; ".join(f"[{_f(e['ci_low'])}, {_f(e['ci_high'])}]" for e in ends)
+                lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {family.replace('_', ' ')} | {name} | "
+                             f"[{_f(v['ci_low'])}, {_f(v['ci_high'])}] | {batches} |")
+    return lines
+
+
+def truncation_table(report: dict) -> list[str]:
+    """Table 22: INVALID primary responses cut off at the generation limit, per panel x format."""
+    lines = ["", "### INVALID responses cut off at the generation limit (descriptive)", "",
+             "Among the INVALID primary responses, those whose generation stopped at max_new_tokens "
+             "(finish_reason `length`); the share is of the INVALID responses. Unknown: INVALID responses saved "
+             "without a finish reason.", "",
+             "| Dataset | Model | Format | max_new_tokens | Invalid, sampled | Cut off | Share (%) | Invalid, with greedy "
+             "| Cut off | Share (%) | Unknown |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        t = p.get("truncation")
+        if not t:
+            continue
+        for fmt, r in t["formats"].items():
+            a, g = r["sampled"], r["all"]
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {fmt} | {t['max_new_tokens']} | "
+                         f"{a['invalid']} | {a['length']} | {_f(a['length_share'])} | {g['invalid']} | {g['length']} | "
+                         f"{_f(g['length_share'])} | {g['unknown']} |")
+    return lines
+
+
+def invalid_observation_table(report: dict) -> list[str]:
+    """Table 25: claim-condition observations with any INVALID response, per panel x format."""
+    lines = ["", "### Claim-condition observations with an INVALID response (descriptive)", "",
+             "An observation is a claim x format x budget x replicate, flagged when any of its responses is "
+             "INVALID (both sources; SciFact every abstract of the claim); rates pool the budgets, over the sampled "
+             "replicates and with greedy added (the paper pools six replicates, greedy included).", "",
+             "| Dataset | Model | Format | Observations, sampled | Flagged | Rate (%) | Observations, with greedy | "
+             "Flagged | Rate (%) |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in report["panels"]:
+        for fmt, r in (p.get("invalid_observations") or {}).items():
+            a, g = r["sampled"], r["all"]
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {fmt} | {a['observations']} | {a['flagged']} | "
+                         f"{_f(a['rate'])} | {g['observations']} | {g['flagged']} | {_f(g['rate'])} |")
+    return lines
+
+
+def added_eligibility_table(report: dict) -> list[str]:
+    """Table 9: the post-hoc union of claims where source 1 adds eligibility, the accuracy of answers made
+    with each source's evidence within it, and its part of E0 and of the input component."""
+    lines = ["", "### Where source 1 adds eligibility (post hoc, descriptive)", "",
+             "Claims whose source-1 submitted evidence has more eligible units than source 0's (the profiles' "
+             "count) at the smallest budget, the largest, both, and their union. Within the union: answer "
+             "accuracy with each source's evidence as input (mean over formats and sampled seeds), and the "
+             "union's part of E0 (input = scoring budget) and of the input component E0(largest input, v) - "
+             "E0(smallest input, v) at each scoring budget v, on the full denominator; the rest of the claims "
+             "add up to the whole.", "",
+             "| Dataset | Model | Claims | Adds, smallest | Adds, largest | Both | Union |", "|---|---|---|---|---|---|---|"]
+    panels = [p for p in report["panels"] if p.get("added_eligibility")]
+    for p in panels:
+        a = p["added_eligibility"]
+        lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {a['claims']} | {a['adds_smallest']} | "
+                     f"{a['adds_largest']} | {a['adds_both']} | {a['union']} |")
+    lines += ["", "| Dataset | Model | Budget | Accuracy, source 0 evidence | Accuracy, source 1 evidence | E0: union | "
+              "E0: rest | E0 | Input component at this scoring budget: union | rest | whole |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in panels:
+        a = p["added_eligibility"]
+        for b in a["E0"]:
+            e, i = a["E0"][b], a["input_component"].get(b) or {}
+            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {b} | {_f(a['accuracy']['source0'][b])} | "
+                         f"{_f(a['accuracy']['source1'][b])} | {_f(e['group'], 3)} | {_f(e['rest'], 3)} | "
+                         f"{_f(e['total'], 3)} | {_f(i.get('group'), 3)} | {_f(i.get('rest'), 3)} | "
+                         f"{_f(i.get('total'), 3)} |")
     return lines
