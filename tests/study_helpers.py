@@ -38,19 +38,31 @@ def _primary_rows(units, budgets, formats, seeds):
 
 
 def write_grid(path: Path, units: list[dict], raw, *, dataset="fever", model="m", seeds=(1103, 2207),
-               budgets=(256, 2048), formats=("codes", "labels"), missed=None) -> Path:
+               budgets=(256, 2048), formats=("codes", "labels"), missed=None, shown=None, finish=None,
+               max_new_tokens=None) -> Path:
     """A study directory of the given units whose raw response texts are ``raw(unit id, source, budget, format,
-    replicate)``; each saved answer is the strict reading of its text, as `fae study` saves it."""
+    replicate)``; each saved answer is the strict reading of its text, as `fae study` saves it. ``shown(unit,
+    source, budget)``: the evidence ids each line says the model saw (with the unit's submitted ids, as `fae
+    study` writes both); ``finish(unit id, source, budget, format, replicate)``: each line's finish reason;
+    ``max_new_tokens``: study.json's generation limit."""
     from fae.study.interfaces import answer_format
 
     path.mkdir(parents=True)
     cfg = {"dataset": dataset, "model": model, "pools_sha256": "p1", "seeds": list(seeds), "budgets": list(budgets),
            "formats": list(formats), "sources": [0, 1], "missed_relevant": missed or {}, "notes": []}
+    if max_new_tokens is not None:
+        cfg["max_new_tokens"] = max_new_tokens
     (path / "study.json").write_text(json.dumps(cfg))
     (path / "units.jsonl").write_text("".join(json.dumps(u) + "\n" for u in units))
     lines = []
     for u, row in _primary_rows(units, budgets, formats, seeds):
-        text = raw(u["id"], row["source"], row["budget"], row["format"], row["replicate"])
+        key = (u["id"], row["source"], row["budget"], row["format"], row["replicate"])
+        text = raw(*key)
+        if shown is not None:
+            row = dict(row, shown=shown(u, row["source"], row["budget"]),
+                       submitted=u["submitted"][str(row["budget"])][row["source"]])
+        if finish is not None:
+            row = dict(row, finish_reason=finish(*key))
         lines.append(dict(row, response=text, answer=answer_format(row["format"]).parse(text, dataset)))
     (path / "responses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return path

@@ -66,13 +66,27 @@ def random_raw(seed):
     return raw
 
 
+def fever_shown(u, s, b):
+    """What each presentation showed: the submitted prefix, then either the gold ids 0 and 1 (so a complete
+    group is visible where the prefix misses it) or an id no group holds."""
+    extra = [0, 1] if (int(u["id"][1:]) + s + (b == 2048)) % 3 == 0 else [9]
+    sub = u["submitted"][str(b)][s]
+    return sub + [i for i in extra if i not in sub]
+
+
+def fever_finish(uid, s, b, f, r):
+    """Cut off at the generation limit on every third condition, valid answers and INVALID ones alike."""
+    return "length" if (int(uid[1:]) + s + r + (b == 2048)) % 3 == 0 else "stop"
+
+
 @pytest.fixture(scope="module")
 def fever(tmp_path_factory):
     """One FEVER panel: its directory, the raw texts, the report (small draws) and the report's JSON."""
     tmp = tmp_path_factory.mktemp("fever")
     units = fever_units()
     raw = random_raw(3)
-    study = write_grid(tmp / "study", units, raw, seeds=SEEDS)
+    study = write_grid(tmp / "study", units, raw, seeds=SEEDS, shown=fever_shown, finish=fever_finish,
+                       max_new_tokens=16)
     res = rep.run(rep.StudyReportConfig(studies=[str(study)], output=str(tmp / "out"), draws=DRAWS,
                                         exploratory_draws=DRAWS, post_hoc_draws=DRAWS + 20))
     return {"dir": study, "units": units, "raw": raw, "report": res.summary,
@@ -215,6 +229,45 @@ def test_a_familys_draws_come_in_independently_seeded_batches_pooled(fever, monk
     assert not np.allclose(one.ci_low, lo) or not np.allclose(one.ci_high, hi)  # pooling is not one long batch
 
 
+def test_each_batchs_own_endpoints_at_the_familys_level_without_drawing_again(fever, monkeypatch):
+    """Table 27: per comparison, every batch's lower and upper percentile endpoints at the family's tail
+    (0.05/(2K), K = 7 here), from the batch's own draws, beside the pooled interval; the family draws each
+    batch once (one paired_bootstrap per batch, as many statistic calls as without the endpoints)."""
+    import fae.intervals as intervals
+
+    monkeypatch.setattr(analysis, "SECONDARY_BATCH_DRAWS", 50)
+    panel = rep.panel_of(rep.load_study(fever["dir"]), rep.family_mapper(None)[0])
+    names = analysis.family_names(panel, "post_hoc")
+    stat = analysis.family_statistic(panel, names)
+    batches = analysis.family_batches("post_hoc", 120, 5)
+    dists = [paired_bootstrap(panel.sums[:, 1:, :], stat, n_resamples=n, seed=s, keep_distribution=True,
+                              batch_draws=analysis.secondary_compute_batch(panel)).distribution for n, s in batches]
+    calls = []
+    real = intervals.paired_bootstrap
+    monkeypatch.setattr(intervals, "paired_bootstrap", lambda *a, **k: calls.append(k["n_resamples"]) or real(*a, **k))
+    got = analysis.analyse_family(panel, "post_hoc", 7, 120, seed=5)
+    assert calls == [50, 50, 20]  # each batch drawn once: the endpoints reuse its draws
+    assert sorted(got["batch_endpoints"]) == sorted(names)
+    spread = False
+    for i, n in enumerate(names):
+        ends = got["batch_endpoints"][n]
+        assert len(ends) == 3
+        for b, dist in enumerate(dists):
+            lo, hi = np.quantile(dist[i], [0.05 / 14, 1 - 0.05 / 14])
+            assert (ends[b]["ci_low"], ends[b]["ci_high"]) == pytest.approx((lo, hi)), (n, b)
+            primary = np.quantile(dist[i], [0.05 / 4, 1 - 0.05 / 4])  # one panel's primary K = 2
+            spread |= not np.allclose(primary, (lo, hi))
+        assert ends[0] != ends[1] or ends[0]["ci_low"] == ends[0]["ci_high"]
+    assert spread  # the primary level would give other endpoints here
+    # the report: one batch per family at these draws, whose endpoints are the pooled interval itself
+    for family in ("exploratory", "post_hoc"):
+        p = fever["json"]["panels"][0][family]
+        for name, v in p["values"].items():
+            assert p["batch_endpoints"][name] == [{"ci_low": v["ci_low"], "ci_high": v["ci_high"]}], name
+    assert "Monte Carlo batches of the secondary families (post hoc" in fever["md"]
+    assert "| fever | m | post hoc | crossing/interaction |" in fever["md"]
+
+
 def test_lenient_re_reading_recomputes_the_primary_contrasts_and_invalid_rates(fever):
     (panel,) = fever["json"]["panels"]
     strict = by_hand(fever["units"], reader(fever["raw"], strict_read))
@@ -299,7 +352,33 @@ def scifact_raw(uid, s, b, f, r):
     if claim == 1:
         return right if d < 2 or s == 0 else ("A" if codes else "SUPPORT")
     rng = np.random.default_rng([claim, d, s, b, r, int(codes)])
-    return right if rng.random() < 0.6 else ("B" if codes else "CONTRADICT")
+    x = rng.random()
+    return right if x < 0.6 else ("B" if codes else "CONTRADICT") if x < 0.85 else "maybe"  # "maybe": INVALID
+
+
+def scifact_shown(u, s, b):
+    """The submitted sentences, then sentence 1 on every other claim x source (a complete rationale [0, 1]
+    visible where only [0] is submitted), else a sentence outside every rationale."""
+    extra = 1 if (int(u["claim_id"][1:]) + s) % 2 == 0 else 5
+    sub = u["submitted"][str(b)][s]
+    return sub + ([extra] if extra not in sub else [])
+
+
+@pytest.fixture(scope="module")
+def scifact(tmp_path_factory):
+    """The SciFact panel (four claims x three abstracts, one gold abstract of c2 missed): units, report, markdown.
+    Its lines record what was shown but no finish reason."""
+    tmp = tmp_path_factory.mktemp("scifact")
+    units = scifact_units()
+    study = write_grid(tmp / "sf", units, scifact_raw, dataset="scifact", seeds=SEEDS, missed={"c2": 1},
+                       shown=scifact_shown)
+    res = rep.run(rep.StudyReportConfig(studies=[str(study)], output=str(tmp / "out"), draws=20,
+                                        exploratory_draws=20, post_hoc_draws=20))
+    return {"units": units, "report": res.summary, "md": (tmp / "out" / "study_report.md").read_text()}
+
+
+def scifact_read(uid, s, b, f, r):
+    return SCIFACT.get(scifact_raw(uid, s, b, f, r), INVALID)
 
 
 def f1_parts(units, read, f, u, v, r, missed, per_claim=True):
@@ -324,17 +403,12 @@ def f1_parts(units, read, f, u, v, r, missed, per_claim=True):
     return cells, {"E0": part[0], "E1": part[1], "identical_claims": 100.0 * sum(same.values()) / len(claims)}
 
 
-def test_scifact_partition_is_per_claim_in_every_condition(tmp_path):
-    units = scifact_units()
-    study = write_grid(tmp_path / "sf", units, scifact_raw, dataset="scifact", seeds=SEEDS, missed={"c2": 1})
-    res = rep.run(rep.StudyReportConfig(studies=[str(study)], output=str(tmp_path / "out"), draws=20,
-                                        exploratory_draws=20, post_hoc_draws=20))
-    (panel,) = res.summary["panels"]
+def test_scifact_partition_is_per_claim_in_every_condition(scifact):
+    units, res = scifact["units"], scifact["report"]
+    (panel,) = res["panels"]
     got = panel["partition"]
     assert got["claims"] == 4
-
-    def read(uid, s, b, f, r):
-        return SCIFACT.get(scifact_raw(uid, s, b, f, r), INVALID)
+    read = scifact_read
 
     for f in FORMATS:
         for b in BUDGETS:
@@ -352,10 +426,189 @@ def test_scifact_partition_is_per_claim_in_every_condition(tmp_path):
                             for r in range(1, len(SEEDS) + 1)])
     assert got["conditions"]["codes/256"]["E0"]["identical"] != pytest.approx(per_abstract)
     # SciFact's eligibility profile counts eligible retrieved abstracts per claim, gains and losses per claim
-    prof = res.summary["eligibility"]["scifact"]
+    prof = res["eligibility"]["scifact"]
     for row in prof["profiles"]:
         n = sum(eligible_by_hand(x["submitted"][str(row["budget"])][row["source"]], x["groups"], x["gold_label"],
                                  False) for x in units)
         assert row["claims"] == 4 and row["eligible"] == n and row["per_claim"] == pytest.approx(n / 4)
     assert prof["changes"]["mixed"] == 1 and "c3" not in prof["gain_claims"] + prof["loss_claims"]
     assert sum(prof["changes"].values()) == 4
+
+
+# ---------------------------------------------------------------- the descriptive tables (Tables 9, 22, 25, 27, Figure 2)
+
+
+def claim_counts(units, evidence, nei_eligible):
+    """claim -> {(source, budget): eligible units}, by hand."""
+    count = {}
+    for x in units:
+        row = count.setdefault(x["claim_id"], {(s, b): 0.0 for s in (0, 1) for b in BUDGETS})
+        for s in (0, 1):
+            for b in BUDGETS:
+                row[(s, b)] += eligible_by_hand(evidence(x, s, b), x["groups"], x["gold_label"], nei_eligible)
+    return count
+
+
+def submitted(x, s, b):
+    return x["submitted"][str(b)][s]
+
+
+def e0_part(units, read, f, u, v, r, members, metric, missed=0):
+    """The members' part of E0 (source-0 answers at input budget u, evidence at scoring budget v) on the full
+    denominator: strict 100/n, F1 200/(P0 + R) over every unit (R with the missed gold abstracts)."""
+    strict = metric == "strict"
+    if strict:
+        scale = 100.0 / len(units)
+    else:
+        p0 = sum(read(x["id"], 0, u, f, r) in (S, R) for x in units)
+        scale = 200.0 / (p0 + sum(x["gold_label"] in (S, R) for x in units) + missed)
+    total = 0.0
+    for x in members:
+        a = read(x["id"], 0, u, f, r) == x["gold_label"] and (strict or x["gold_label"] in (S, R))
+        d = [eligible_by_hand(x["submitted"][str(v)][e], x["groups"], x["gold_label"], strict) for e in (0, 1)]
+        total += a * (d[1] - d[0])
+    return scale * total
+
+
+def check_added_eligibility(units, read, panel, metric, missed=0):
+    """Table 9 by hand: the claims where source 1 adds eligibility at each extreme budget, both and the union;
+    the union's accuracies and its and the other claims' parts of E0 and of the input component."""
+    got = panel["added_eligibility"]
+    small, large = BUDGETS
+    count = claim_counts(units, submitted, metric == "strict")
+    adds = {b: {c for c, n in count.items() if n[(1, b)] > n[(0, b)]} for b in BUDGETS}
+    union = adds[small] | adds[large]
+    assert union != adds[small] & adds[large]  # the fixture tells the union from the intersection
+    assert (got["claims"], got["adds_smallest"], got["adds_largest"], got["adds_both"], got["union"]) == (
+        len(count), len(adds[small]), len(adds[large]), len(adds[small] & adds[large]), len(union))
+    assert got["union_claims"] == sorted(union) and got["decoding"] == "sampled"
+    members = [x for x in units if x["claim_id"] in union]
+    others = [x for x in units if x["claim_id"] not in union]
+    sampled = range(1, len(SEEDS) + 1)
+
+    def part(group, u, v):
+        return np.mean([e0_part(units, read, f, u, v, r, group, metric, missed) for f in FORMATS for r in sampled])
+
+    for b in BUDGETS:
+        for src in (0, 1):
+            acc = 100 * np.mean([read(x["id"], src, b, f, r) == x["gold_label"]
+                                 for x in members for f in FORMATS for r in sampled])
+            assert got["accuracy"][f"source{src}"][str(b)] == pytest.approx(acc), (src, b)
+        e = got["E0"][str(b)]
+        assert e["group"] == pytest.approx(part(members, b, b), abs=1e-9), b
+        assert e["rest"] == pytest.approx(part(others, b, b), abs=1e-9), b
+        assert e["total"] == pytest.approx(e["group"] + e["rest"], abs=1e-9)
+        assert e["total"] == pytest.approx(panel["values"][f"budget/{b}/E0"]["estimate"], abs=1e-9)
+        i = got["input_component"][str(b)]
+        assert i["group"] == pytest.approx(part(members, large, b) - part(members, small, b), abs=1e-9), b
+        assert i["rest"] == pytest.approx(part(others, large, b) - part(others, small, b), abs=1e-9), b
+        assert i["total"] == pytest.approx(i["group"] + i["rest"], abs=1e-9)
+    # the crossing's input components are the whole's, at the smallest and the largest scoring budget
+    v = panel["post_hoc"]["values"]
+    assert got["input_component"][str(small)]["total"] == pytest.approx(v["crossing/input_first.input"]["estimate"])
+    assert got["input_component"][str(large)]["total"] == pytest.approx(v["crossing/scoring_first.input"]["estimate"])
+    assert any(got["E0"][str(b)]["group"] for b in BUDGETS)
+    return got
+
+
+def test_where_source_1_adds_eligibility_fever(fever):
+    check_added_eligibility(fever["units"], reader(fever["raw"], strict_read), fever["json"]["panels"][0], "strict")
+    assert "Where source 1 adds eligibility (post hoc" in fever["md"]
+
+
+def test_where_source_1_adds_eligibility_scifact_counts_abstracts_and_f1_denominators(scifact):
+    got = check_added_eligibility(scifact["units"], scifact_read, scifact["report"]["panels"][0], "f1", missed=1)
+    assert got["union_units"] == 3 * got["union"]  # every abstract of a union claim
+    assert "| scifact | m | 4 |" in scifact["md"]
+
+
+def invalid_lines(units, read_text, f, reps):
+    return [(x["id"], s, b, f, r) for x in units for s in (0, 1) for b in BUDGETS for r in reps
+            if read_text(x["id"], s, b, f, r) == INVALID]
+
+
+def test_invalid_responses_cut_off_at_the_generation_limit(fever, scifact):
+    """Table 22: among INVALID primary responses (not all responses), those with finish_reason "length"."""
+    got = fever["json"]["panels"][0]["truncation"]
+    assert got["max_new_tokens"] == 16
+    read = reader(fever["raw"], strict_read)
+    for f in FORMATS:
+        for scope, reps in (("sampled", range(1, len(SEEDS) + 1)), ("all", range(len(SEEDS) + 1))):
+            bad = invalid_lines(fever["units"], read, f, reps)
+            cut = [k for k in bad if fever_finish(*k) == "length"]
+            row = got["formats"][f][scope]
+            assert (row["invalid"], row["length"], row["unknown"]) == (len(bad), len(cut), 0), (f, scope)
+            assert row["length_share"] == pytest.approx(100 * len(cut) / len(bad))
+    # the fixture tells the scopes apart: valid responses are cut off too, and greedy adds INVALID ones
+    assert any(fever_finish(x["id"], s, b, f, r) == "length" and read(x["id"], s, b, f, r) != INVALID
+               for x in fever["units"] for s in (0, 1) for b in BUDGETS for f in FORMATS for r in range(3))
+    assert any(got["formats"][f]["all"]["invalid"] > got["formats"][f]["sampled"]["invalid"] for f in FORMATS)
+    assert "INVALID responses cut off at the generation limit" in fever["md"]
+    # no finish reason saved: counted unknown, never cut off
+    sf = scifact["report"]["panels"][0]["truncation"]
+    assert sf["max_new_tokens"] is None
+    for f in FORMATS:
+        row = sf["formats"][f]["all"]
+        assert row["length"] == 0 and row["unknown"] == row["invalid"] == len(invalid_lines(
+            scifact["units"], scifact_read, f, range(len(SEEDS) + 1)))
+
+
+def check_observations(units, read, got):
+    """Table 25 by hand: claim x budget x replicate, flagged when any unit of the claim under either source
+    answered INVALID."""
+    claims = sorted({x["claim_id"] for x in units})
+    for f in FORMATS:
+        for scope, reps in (("sampled", range(1, len(SEEDS) + 1)), ("all", range(len(SEEDS) + 1))):
+            flags = [any(read(x["id"], s, b, f, r) == INVALID for x in units if x["claim_id"] == c for s in (0, 1))
+                     for c in claims for b in BUDGETS for r in reps]
+            row = got[f][scope]
+            assert (row["observations"], row["flagged"]) == (len(flags), sum(flags)), (f, scope)
+            assert row["rate"] == pytest.approx(100 * np.mean(flags))
+            # per response would be another rate: the fixture has observations with two INVALID answers
+            per_response = len(invalid_lines(units, read, f, reps)) / (len(units) * 2 * len(BUDGETS) * len(reps))
+            assert row["rate"] != pytest.approx(100 * per_response)
+
+
+def test_claim_condition_observations_with_an_invalid_response(fever, scifact):
+    check_observations(fever["units"], reader(fever["raw"], strict_read), fever["json"]["panels"][0]["invalid_observations"])
+    check_observations(scifact["units"], scifact_read, scifact["report"]["panels"][0]["invalid_observations"])
+    assert "Claim-condition observations with an INVALID response" in fever["md"]
+
+
+def check_visible(units, shown, elig, metric):
+    """Figure 2 / Appendix J by hand: the profile on what was shown beside the one on what was submitted, and
+    the presentations whose shown evidence holds a complete gold group that the submitted prefix lacks."""
+    nei = metric == "strict"
+    visible = claim_counts(units, shown, nei)
+    scored = claim_counts(units, submitted, nei)
+    for row in elig["visible"]["profiles"]:
+        key = (row["source"], row["budget"])
+        assert row["eligible"] == sum(c[key] for c in visible.values()), key
+        assert row["per_claim"] == pytest.approx(np.mean([c[key] for c in visible.values()]))
+    for row in elig["profiles"]:
+        assert row["eligible"] == sum(c[(row["source"], row["budget"])] for c in scored.values())
+    assert elig["evidence"] == "submitted" and elig["visible"]["profiles"] != elig["profiles"]
+    rows = {(r["source"], r["budget"]): r for r in elig["visible_not_submitted"]["conditions"]}
+    total = 0
+    for s in (0, 1):
+        for b in BUDGETS:
+            n = sum(eligible_by_hand(shown(x, s, b), x["groups"], x["gold_label"], nei)
+                    and not eligible_by_hand(submitted(x, s, b), x["groups"], x["gold_label"], nei) for x in units)
+            assert rows[(s, b)] == {"source": s, "budget": b, "presentations": len(units), "count": n}
+            total += n
+    assert elig["visible_not_submitted"]["count"] == total > 0
+    assert elig["visible_not_submitted"]["presentations"] == 4 * len(units)
+
+
+def test_visible_and_submitted_eligibility(fever, scifact):
+    check_visible(fever["units"], fever_shown, fever["json"]["eligibility"]["fever"], "strict")
+    check_visible(scifact["units"], scifact_shown, scifact["report"]["eligibility"]["scifact"], "f1")
+    assert "Eligible, visible" in fever["md"] and "Shown, not submitted" in fever["md"]
+
+
+def test_a_study_without_shown_evidence_has_no_visible_profile(tmp_path):
+    study = write_grid(tmp_path / "s", fever_units(), random_raw(4), seeds=SEEDS)
+    res = rep.run(rep.StudyReportConfig(studies=[str(study)], output=str(tmp_path / "out"), draws=20,
+                                        exploratory_draws=20, post_hoc_draws=20))
+    elig = res.summary["eligibility"]["fever"]
+    assert elig["visible"] is None and elig["visible_not_submitted"] is None and elig["profiles"]
