@@ -3,7 +3,9 @@ responses of a small hand-made study: the exploratory family (E1, E_avg, endpoin
 factors), the post-hoc family (crossed-budget components, the input-scoring interaction, the direct E1 - E0
 changes), each at its own Bonferroni level with its own seeded batches; the lenient re-reading; eligibility
 profiles and their gain/loss counts per claim; the identical-answer partition per claim (SciFact: all three
-abstracts)."""
+abstracts); the descriptive tables: each batch's endpoints (Table 27), visible vs submitted eligibility
+(Figure 2), where source 1 adds eligibility (Table 9), INVALID responses cut off (Table 22) and flagged
+claim-condition observations (Table 25)."""
 
 from __future__ import annotations
 

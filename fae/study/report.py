@@ -7,9 +7,12 @@ identical valid answers, answer accuracy and invalid rate, the greedy controls; 
 over all panels. Then the secondary inference of the paper's §6 and appendices, each part marked as such:
 the exploratory family (E1, E_avg, endpoints and source gain under both factors) and the post-hoc family
 (crossed-budget components, the input-scoring interaction, the direct E1 - E0 changes), each at its own
-Bonferroni level with its own draws; the lenient re-reading of every response as a sensitivity table; the
-eligibility profiles of each dataset's sources; the per-claim partition by identical valid answers. The
-numbers are :mod:`fae.study.analysis`'s; this module reads, checks and writes.
+Bonferroni level with its own draws, and each batch's own endpoints beside the pooled interval; the lenient
+re-reading of every response as a sensitivity table, INVALID responses cut off at the generation limit and
+claim-condition observations with an INVALID response; the eligibility profiles of each dataset's sources
+on the submitted and on the shown evidence, and the post-hoc group where source 1 adds eligibility; the
+per-claim partition by identical valid answers. The numbers are :mod:`fae.study.analysis`'s; this module
+reads, checks and writes.
 """
 
 from __future__ import annotations
@@ -475,8 +478,10 @@ def unanswered_lines(decision: dict) -> list[str]:
 def render_markdown(report: dict) -> str:
     """The paper's tables: primary contrasts (Table 15), scores by budget (Table 6), crossing (Table 28),
     product/covariance (Table 10), controls (Table 18), diagnostics; then the secondary inference, marked as
-    such: the exploratory family (Table 7), the post-hoc family (Table 24), the lenient re-reading (Table 26),
-    eligibility profiles (Figure 2, Appendix J) and the per-claim identical-answer partition (Table 20)."""
+    such: the exploratory family (Table 7), the post-hoc family (Table 24) and its batches' endpoints (Table
+    27), the lenient re-reading (Table 26), truncated INVALID responses (Table 22), flagged observations
+    (Table 25), eligibility profiles submitted and visible (Figure 2, Appendix J), where source 1 adds
+    eligibility (Table 9) and the per-claim identical-answer partition (Table 20)."""
     b = report["bootstrap"]
     lines = ["# Evaluation-choice study", "",
              f"Decision rule: **{report['decision']['label']}**. Intervals: {b['draws']} family x seed draws, "
