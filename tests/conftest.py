@@ -1,10 +1,11 @@
 """Fixtures: tiny models with real chat templates, the real Check-COVID / SciFact files; the gpu lane;
-a suite that leaves no process behind."""
+a suite that leaves no process behind; its share of the cores for each pytest-xdist worker."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -17,15 +18,43 @@ LEFT_GRACE_SECONDS = 15
 
 
 def pytest_configure(config):
-    """Tag this run: each child (launcher, rank, server, browser) inherits the tag through its environment."""
+    """Tag this run (each pytest-xdist worker tags its own): each child (launcher, rank, server, browser)
+    inherits the tag through its environment. A worker takes its share of the cores: the workers run
+    side by side, so torch in the worker and in every child it starts (OMP_NUM_THREADS) uses
+    cores // workers threads instead of every core each."""
     config.suite_tag = uuid.uuid4().hex
     os.environ[SUITE_TAG] = config.suite_tag
+    config.left_reports = []  # the controller's: the processes each worker found left behind
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        share = max(1, cores // int(workerinput.get("workercount", 1)))
+        config.threads_given = "OMP_NUM_THREADS" in os.environ  # the run's own setting is kept
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))  # read when torch loads: before collection does
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def _distributed(config) -> bool:
+    """This process is pytest-xdist's controller: the tests (and what they start) run in its workers."""
+    return config.pluginmanager.has_plugin("dsession")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller collects what a finished worker found left behind (pytest-xdist hook)."""
+    node.config.left_reports.extend(getattr(node, "workeroutput", {}).get("left_processes", []))
 
 
 def pytest_sessionfinish(session, exitstatus):
     """Fail the run if a process it started is still alive once every test is done (after a short grace);
-    name each one, and end it."""
-    tag = getattr(session.config, "suite_tag", None)
+    name each one, and end it. Under pytest-xdist each worker checks its own children after its last test
+    and hands the list to the controller, which reports it and fails the run."""
+    config = session.config
+    if _distributed(config):
+        _report_left(session, config.left_reports)
+        return
+    tag = getattr(config, "suite_tag", None)
     if tag is None:
         return
     deadline = time.monotonic() + LEFT_GRACE_SECONDS
@@ -34,18 +63,28 @@ def pytest_sessionfinish(session, exitstatus):
     if not left:
         return
     report = []
+    worker = f" (worker {config.workerinput['workerid']})" if hasattr(config, "workerinput") else ""
     for pid in left:
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             cmd = "?"
-        report.append(f"  pid {pid}: {cmd[:200]}")
+        report.append(f"  pid {pid}{worker}: {cmd[:200]}")
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    if hasattr(config, "workerinput"):  # a worker: the controller reports it (a worker's output is not shown)
+        config.workeroutput["left_processes"] = report
+        return
+    _report_left(session, report)
+
+
+def _report_left(session, report: list[str]) -> None:
+    if not report:
+        return
     terminal = session.config.pluginmanager.get_plugin("terminalreporter")
-    text = (f"{len(left)} process(es) started by this test run were still alive {LEFT_GRACE_SECONDS} s after "
+    text = (f"{len(report)} process(es) started by this test run were still alive {LEFT_GRACE_SECONDS} s after "
             "the last test (now killed):\n" + "\n".join(report))
     if terminal is not None:
         terminal.write_line(text, red=True)

@@ -29,14 +29,18 @@ class _Tok:
 
 
 def test_the_check_runs_on_one_thread_and_restores_the_callers():
+    before = torch.get_num_threads()  # this process's own (a pytest-xdist worker's share of the cores)
     torch.set_num_threads(2)
-    model = _ThreadRecorder()
-    verify_logits(model, _Tok())
-    assert model.seen == [VERIFY_THREADS] == [1]
-    assert torch.get_num_threads() == 2
-    with pytest.raises(RuntimeError), torch_threads(1):
-        raise RuntimeError("a failing block still restores")
-    assert torch.get_num_threads() == 2
+    try:
+        model = _ThreadRecorder()
+        verify_logits(model, _Tok())
+        assert model.seen == [VERIFY_THREADS] == [1]
+        assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError), torch_threads(1):
+            raise RuntimeError("a failing block still restores")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_tolerance_is_a_few_ulps_of_the_largest_logit_in_its_dtype():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import signal
 import subprocess
@@ -78,6 +79,21 @@ def test_interruptible_gives_ctrl_c_back_to_a_child_of_a_background_suite():
     assert restored == "python"  # Ctrl-C raises KeyboardInterrupt in the child
 
 
+def test_a_worker_takes_its_share_of_the_cores(request):
+    """Under pytest-xdist the workers run side by side: torch in each, and the processes a test starts
+    (OMP_NUM_THREADS), use the worker's share of the cores, not every core each (tests/conftest.py)."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is None:
+        pytest.skip("one process (-n 0): torch keeps its own default")
+    import torch
+
+    share = int(os.environ["OMP_NUM_THREADS"])
+    assert torch.get_num_threads() == share
+    if not request.config.threads_given:  # OMP_NUM_THREADS set for the run is kept
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        assert share == max(1, cores // int(workerinput["workercount"]))
+
+
 def test_every_test_has_a_time_ceiling(request):
     """pytest-timeout is configured: a hang fails its test with every thread's stack instead of stalling CI."""
     assert 0 < float(request.config.getini("timeout")) <= 1800
@@ -86,8 +102,10 @@ def test_every_test_has_a_time_ceiling(request):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds left-over processes through /proc")
-def test_a_run_that_leaves_a_process_behind_fails_and_names_it(tmp_path):
-    """The conftest's end-of-run check, on a real pytest run whose one test starts a detached process."""
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "two-workers"])
+def test_a_run_that_leaves_a_process_behind_fails_and_names_it(tmp_path, workers):
+    """The conftest's end-of-run check, on a real pytest run whose one test starts a detached process: in one
+    process, and under pytest-xdist (the worker that ran the test finds it, the controller fails the run)."""
     for name in ("conftest.py", "helpers.py"):
         shutil.copy(TESTS / name, tmp_path / name)
     marker = f"{time.time_ns()}"
@@ -95,7 +113,7 @@ def test_a_run_that_leaves_a_process_behind_fails_and_names_it(tmp_path):
         "import subprocess, sys\n\n\ndef test_leaks():\n"
         f"    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', '{marker}'],\n"
         "                     start_new_session=True)\n", encoding="utf-8")
-    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *workers, str(tmp_path)],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert "1 passed" in p.stdout

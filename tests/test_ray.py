@@ -20,6 +20,9 @@ from real_fae_core.runlock import RunLock
 pytest.importorskip("ray")
 
 REPO = Path(__file__).resolve().parents[1]
+# Never two of these at a time, nor beside another Ray run: a test kills the shard workers it finds by their
+# process title, any Ray run's. The suite's --dist loadfile runs this file on one worker, in order, and no
+# other file starts Ray.
 pytestmark = pytest.mark.slow
 
 

@@ -116,11 +116,17 @@ def _apt_install_chromium() -> str:
 
 
 @pytest.fixture(scope="session")
-def chromium() -> str:
+def chromium(tmp_path_factory) -> str:
     path = find_chromium()
     if path is None:
-        why = _apt_install_chromium()
-        path = find_chromium()
+        # one install at a time: pytest-xdist workers share the run's base temp folder's parent, and a second
+        # apt-get beside the first fails on dpkg's lock (the worker then finds the first one's Chromium)
+        from filelock import FileLock
+
+        with FileLock(str(tmp_path_factory.getbasetemp().parent / "chromium-install.lock")):
+            path = find_chromium()
+            why = _apt_install_chromium() if path is None else "installed"
+            path = path or find_chromium()
         if path is None:
             pytest.skip(f"no Chromium for the viewer tests ({why}); install the Debian package `chromium`")
     return path
