@@ -87,6 +87,8 @@ def summarize(root: Path, model_id: str, systems: list[str], sets: list[str], ba
                 out["missing"].append(f"runs/{model_id}/{system}/{s}/metrics.json")
             else:
                 entry["fae"] = fae_row(metrics)
+                run_config = _load(root / "runs" / model_id / system / s / "config.json") or {}
+                entry["fae"]["dtype"] = (run_config.get("decoding") or {}).get("dtype")  # the dtype it ran in
                 claims = _claims(root / "runs" / model_id / system / s / "claims.jsonl")
                 if claims is not None:
                     entry["fae"]["intervals"] = {k: ({"ci_low": _pct(v["ci_low"]), "ci_high": _pct(v["ci_high"]),
