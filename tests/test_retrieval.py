@@ -22,7 +22,7 @@ from data_prep.records import load_records
 from data_prep.retrieval.corpus import iter_documents
 from data_prep.retrieval.index import Index, build_index
 from data_prep.retrieval.pack import BudgetTooSmall, pack
-from data_prep.retrieval.rerank import BiEncoder, best_first
+from data_prep.retrieval.rerank import BiEncoder, best_first, hub_hint
 from data_prep.retrieval.retrieve import Unit, rank_units
 from fae.ablation.engine import ablate
 from fae_helpers import Scripted
@@ -388,3 +388,22 @@ def test_a_reranker_that_cannot_be_loaded_is_bad_input(small, capsys):
     assert _retrieve("scifact", claims, corpus, index, tmp_path / "o", "--reranker", broken) == 2
     assert f"--reranker {str(broken)!r}: cannot be loaded" in _error(capsys)
     assert _before(tmp_path) == before
+
+
+def test_a_hub_name_that_does_not_load_says_what_to_do_offline(small, capsys, monkeypatch):
+    """A hub name that cannot be resolved: offline, the line says only the cache was read and asks for a local
+    directory; online, it says HF_HUB_OFFLINE=1 stops the minutes of retries where the hub is unreachable."""
+    from huggingface_hub import constants
+
+    tmp_path, corpus, claims, index = small
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    before = _before(tmp_path)
+    hub_name = "no-such-org/no-such-reranker"
+    assert _retrieve("scifact", claims, corpus, index, tmp_path / "o", "--reranker", hub_name) == 2
+    err = _error(capsys)
+    assert "--reranker 'no-such-org/no-such-reranker': cannot be loaded as a cross-encoder" in err
+    assert err.endswith("HF_HUB_OFFLINE is set, so only the local hub cache was read: give a local directory "
+                        "holding a copy"), err
+    assert _before(tmp_path) == before
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    assert "set HF_HUB_OFFLINE=1 (no retries) or give a local directory" in hub_hint()
