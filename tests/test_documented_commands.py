@@ -39,7 +39,7 @@ PROGS = ("fae", "real-data")
 # a number, the script's default; a choice, one of its values)
 SUBSTITUTIONS = {
     "MAX_LENGTH": "4096", "AUDIT_SIZE": "100", "NEURONS_LIMIT": "500", "CONTROL_CLAIMS": "16",
-    "VARIANT": "real", "variant": "real", "COUNTERFACTUAL_KINDS": "entity", "RERANKER_KIND": "cross-encoder", "dataset": "scifact", "format": "scifact",
+    "BACKEND": "vllm", "VARIANT": "real", "variant": "real", "COUNTERFACTUAL_KINDS": "entity", "RERANKER_KIND": "cross-encoder", "dataset": "scifact", "format": "scifact",
     "MODEL_ID": "smollm2-135m-instruct",
     "EVAL_CONFIG": "recipes/eval/smollm2-135m-instruct.yaml",
     "tokenizers": "--tokenizer model_a --tokenizer model_b",  # recipes/study/reproduce.sh: flags, not positionals

@@ -11,7 +11,6 @@ nothing written.
 from __future__ import annotations
 
 import json
-import string
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,11 @@ from data_prep.records import load_records
 from data_prep.retrieval.corpus import iter_documents
 from data_prep.retrieval.index import Index, build_index
 from data_prep.retrieval.pack import BudgetTooSmall, pack
-from data_prep.retrieval.rerank import BiEncoder, best_first
+from data_prep.retrieval.rerank import BiEncoder, best_first, hub_hint
 from data_prep.retrieval.retrieve import Unit, rank_units
 from fae.ablation.engine import ablate
 from fae_helpers import Scripted
-from retrieval_helpers import SPECIAL, abstract_corpus, tiny_cross_encoder, write_jsonl
+from retrieval_helpers import BI_MAX_TOKENS, abstract_corpus, tiny_bi_encoder, tiny_cross_encoder, write_jsonl
 
 DATA = Path(__file__).parent / "data"
 SCIFACT = DATA / "scifact"
@@ -216,34 +215,6 @@ def test_reranker_gives_a_second_ordering_of_the_same_pool_and_counts_truncation
 
 # ---------------------------------------------------------------- the bi-encoder stand-in
 
-BI_MAX_TOKENS = 64
-
-
-def tiny_bi_encoder(path: Path, seed: int = 0) -> Path:
-    """A sentence-transformers bi-encoder saved to ``path``: a one-layer random BERT with a character-level
-    WordPiece vocabulary (each character a token) and mean pooling, ``max_seq_length`` 64."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    bert = path.parent / f"{path.name}-bert"
-    bert.mkdir(parents=True, exist_ok=True)
-    chars = string.ascii_lowercase + string.digits + string.punctuation
-    vocab = SPECIAL + list(chars) + ["##" + c for c in chars]
-    (bert / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    torch.manual_seed(seed)
-    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32, max_position_embeddings=128)).save_pretrained(bert)
-    # the vocabulary file positionally: transformers 5 ignores ``vocab_file=`` (every token [UNK])
-    tok = BertTokenizerFast(str(bert / "vocab.txt"), do_lower_case=True)
-    assert tok.tokenize("Word.") == ["w", "##o", "##r", "##d", "."]
-    tok.save_pretrained(bert)
-    word = Transformer(str(bert), max_seq_length=BI_MAX_TOKENS)
-    SentenceTransformer(modules=[word, Pooling(16, "mean")], device="cpu").save(str(path))
-    return path
-
-
 @pytest.fixture(scope="module")
 def bi_encoder(tmp_path_factory) -> Path:
     return tiny_bi_encoder(tmp_path_factory.mktemp("bi") / "bi")
@@ -417,3 +388,22 @@ def test_a_reranker_that_cannot_be_loaded_is_bad_input(small, capsys):
     assert _retrieve("scifact", claims, corpus, index, tmp_path / "o", "--reranker", broken) == 2
     assert f"--reranker {str(broken)!r}: cannot be loaded" in _error(capsys)
     assert _before(tmp_path) == before
+
+
+def test_a_hub_name_that_does_not_load_says_what_to_do_offline(small, capsys, monkeypatch):
+    """A hub name that cannot be resolved: offline, the line says only the cache was read and asks for a local
+    directory; online, it says HF_HUB_OFFLINE=1 stops the minutes of retries where the hub is unreachable."""
+    from huggingface_hub import constants
+
+    tmp_path, corpus, claims, index = small
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    before = _before(tmp_path)
+    hub_name = "no-such-org/no-such-reranker"
+    assert _retrieve("scifact", claims, corpus, index, tmp_path / "o", "--reranker", hub_name) == 2
+    err = _error(capsys)
+    assert "--reranker 'no-such-org/no-such-reranker': cannot be loaded as a cross-encoder" in err
+    assert err.endswith("HF_HUB_OFFLINE is set, so only the local hub cache was read: give a local directory "
+                        "holding a copy"), err
+    assert _before(tmp_path) == before
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    assert "set HF_HUB_OFFLINE=1 (no retries) or give a local directory" in hub_hint()

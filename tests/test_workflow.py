@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import REPO
+from doc_blocks import bash_block_under, run_bash
 from enhance_world import annotators_yaml
 from openai_server import LocalOpenAIServer, overlap_annotator
 
@@ -41,11 +42,7 @@ VARIANTS = ("sft", "no_ablation", "no_enhancement", "real")
 
 
 def readme_workflow_block() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Workflow for a real model", 1)[1]
-    m = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
-    assert m, "README: no bash block under 'Workflow for a real model'"
-    return m.group(1)
+    return bash_block_under(REPO / "README.md", "## Workflow for a real model")
 
 
 # ---------------------------------------------------------------------------
@@ -128,13 +125,6 @@ def workspace(tmp_path, shared_data):
     srv.stop()
 
 
-def _bash(args: list[str], cwd: Path, env: dict, timeout: int = 900) -> subprocess.CompletedProcess:
-    p = subprocess.run(["bash", "-eo", "pipefail", *args], cwd=cwd, env=env, capture_output=True,
-                       text=True, timeout=timeout)
-    assert p.returncode == 0, f"bash {args} failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}"
-    return p
-
-
 def _n_records(path: Path) -> int:
     return len(_jsonl(path))
 
@@ -148,7 +138,7 @@ def test_readme_workflow_block_runs_verbatim(workspace, tiny_llama):
     ws, env, srv = workspace
     script = ws / "readme_workflow.sh"
     script.write_text(readme_workflow_block(), encoding="utf-8")
-    _bash([str(script)], ws, {**env, "MODEL": str(tiny_llama)})
+    run_bash([str(script)], ws, {**env, "MODEL": str(tiny_llama)})
 
     m = "llama-3.1-8b-instruct"
     enhanced = _jsonl(ws / "data/fever-train.enhanced.jsonl")
@@ -174,7 +164,7 @@ def test_reproduce_sh_runs_verbatim_then_skips_every_finished_step(workspace, ti
     ws, env, srv = workspace
     env = {**env, "MODEL": str(tiny_qwen), "TEST_SETS": "check-covid"}
     script = str(REPO / "recipes/qwen-2.5-7b-instruct/reproduce.sh")
-    first = _bash([script], ws, env)
+    first = run_bash([script], ws, env)
 
     m = "qwen-2.5-7b-instruct"
     assert (ws / f"outputs/{m}/real/train_results.json").is_file()
@@ -191,12 +181,12 @@ def test_reproduce_sh_runs_verbatim_then_skips_every_finished_step(workspace, ti
 
     # a rerun finds every step complete and runs nothing (no request reaches the annotators either)
     requests = srv.count()
-    again = _bash([script], ws, env)
+    again = run_bash([script], ws, env)
     assert not [line for line in again.stdout.splitlines() if line.startswith("+ ")], again.stdout
     assert again.stdout.count("# done: ") == 13 and srv.count() == requests
     # an incomplete step is redone, and only that one
     (ws / f"runs/{m}/real/check-covid/metrics.json").unlink()
-    dry = _bash([script, "--dry-run"], ws, env)
+    dry = run_bash([script, "--dry-run"], ws, env)
     assert [line.split()[1:3] for line in dry.stdout.splitlines() if line.startswith("+ ")] == [["fae", "run"]]
 
 
@@ -207,7 +197,7 @@ def test_reproduce_sh_runs_verbatim_then_skips_every_finished_step(workspace, ti
 def _dry_run_commands(tmp_path: Path, model_id: str) -> list[list[str]]:
     env = {k: v for k, v in os.environ.items()
            if k not in {"MODEL", "VARIANTS", "TEST_SETS", "DATA_DIR", "OUTPUTS_DIR", "RUNS_DIR"}}
-    p = _bash([str(REPO / "recipes" / model_id / "reproduce.sh"), "--dry-run"], tmp_path, env, timeout=60)
+    p = run_bash([str(REPO / "recipes" / model_id / "reproduce.sh"), "--dry-run"], tmp_path, env, timeout=60)
     assert not list(tmp_path.iterdir()), "--dry-run wrote files"
     return [shlex.split(line[2:]) for line in p.stdout.splitlines() if line.startswith("+ ")]
 
@@ -287,7 +277,7 @@ def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp
     """The CPU wrapper: model import first, single splits, no enhancement, PAVE, learning curves, a summary."""
     env = {k: v for k, v in os.environ.items()
            if k not in {"MODEL", "VARIANTS", "TEST_SETS", "DATA_DIR", "OUTPUTS_DIR", "RUNS_DIR", "ENHANCE"}}
-    p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path, env, timeout=60)
+    p = run_bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path, env, timeout=60)
     assert not list(tmp_path.iterdir()), "--dry-run wrote files"
     cmds = [shlex.split(line[2:]) for line in p.stdout.splitlines() if line.startswith("+ ")]
     model = "models/smollm2-135m-instruct"
@@ -326,7 +316,7 @@ def test_smollm2_reproduce_dry_run_runs_the_cpu_experiment_on_produced_paths(tmp
     assert [_flag(c, "--training-output") for c in curves] == trained
     assert all(int(_flag(c, "--limit")) >= 100 for c in curves + list(runs.values()))
     assert "# 6. one summary" in p.stdout
-    p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path,
+    p = run_bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh"), "--dry-run"], tmp_path,
               {**env, "CHECKPOINT_VARIANTS": ""}, timeout=60)
     assert "+ fae checkpoints" not in p.stdout  # CHECKPOINT_VARIANTS= (empty) skips them
 
@@ -360,7 +350,7 @@ def test_smollm2_reproduce_runs_every_step_on_a_tiny_model(tmp_path, shared_data
            "FAE_ARGS": "--limit 4 --max-new-tokens 24", "PROBE_ARGS": "--bootstrap 50 --limit 3 --knowledge-reference base",
            "PAVE_ARGS": "--limit 2 --samples 2 --jsd-samples 2 --jsd-temperature 0.3 --max-new-tokens 16",
            "CHECKPOINT_ARGS": "--limit 3 --rounds 1 --max-new-tokens 16"}
-    p = _bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh")], tmp_path, env, timeout=900)
+    p = run_bash([str(REPO / "recipes/smollm2-135m-instruct/reproduce.sh")], tmp_path, env, timeout=900)
     m = "smollm2-135m-instruct"
     summary = json.loads((tmp_path / f"reports/{m}/summary.json").read_text())
     assert summary["missing"] == [], summary["missing"]
@@ -399,5 +389,5 @@ def test_smollm2_reproduce_checks_every_prerequisite_before_the_first_step(tmp_p
     assert "'gguf' is missing" not in text  # installed here: only what is missing is named
     assert "MIN_FREE_GB" in text
     assert "+ " not in p.stdout and not list(work.iterdir())  # no step ran, nothing written, no pip install
-    dry = _bash([script, "--dry-run"], work, env, timeout=60)
+    dry = run_bash([script, "--dry-run"], work, env, timeout=60)
     assert "a real run would stop here" in dry.stdout and "+ import_packaged_gguf" in dry.stdout

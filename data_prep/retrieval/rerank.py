@@ -127,6 +127,17 @@ def _json(path: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def hub_hint() -> str:
+    """What to do about a hub name that did not load: offline, a local copy; otherwise, where the hub cannot be
+    reached, HF_HUB_OFFLINE=1 (each file is then looked up in the cache at once, not retried for minutes)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "; HF_HUB_OFFLINE is set, so only the local hub cache was read: give a local directory holding a copy"
+    return ("; where the hub cannot be reached, set HF_HUB_OFFLINE=1 (no retries) or give a local directory "
+            "holding a copy")
+
+
 def load_model(name: str, kind: str):
     """``CrossEncoder(name, max_length=512)`` or ``SentenceTransformer(name)``. A name or directory that does
     not load, or whose files declare another kind (a cross-encoder loaded as a bi-encoder would get an
@@ -148,7 +159,8 @@ def load_model(name: str, kind: str):
             return SentenceTransformer(source)
     except Exception as exc:  # the hub, a config or weights file: every failure is the same "cannot load"
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise UserError(f"--reranker {name!r}: cannot be loaded as a {kind} ({reason})") from None
+        hint = "" if local.exists() else hub_hint()
+        raise UserError(f"--reranker {name!r}: cannot be loaded as a {kind} ({reason}){hint}") from None
     hint = f"; pass --reranker-kind {declared}" if declared in KINDS else ""
     article = "" if declared.startswith("not ") else "it is a "
     raise UserError(f"--reranker {name!r}: cannot be loaded as a {kind} ({article}{declared}{hint})")
