@@ -475,6 +475,25 @@ def unanswered_lines(decision: dict) -> list[str]:
     return [f"Mostly unanswered (more than half INVALID: its E0 is about answering, not evidence): {names}.", ""]
 
 
+def _header(*columns: str) -> list[str]:
+    """A markdown table's header and rule."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def _panel_rows(panels, cells) -> list[str]:
+    """One markdown row per panel x entry of ``cells(panel)``: the panel's dataset and model, then the entry's
+    cells (each written with ``str``)."""
+    return ["| " + " | ".join([p["dataset"], portable_name(p["model"]), *map(str, row)]) + " |"
+            for p in panels for row in cells(p)]
+
+
+def _contrast_rows(panels, items) -> list[str]:
+    """Rows of contrasts with their adjusted intervals and seed-sign agreement: ``items(panel)`` gives
+    (name, value) pairs."""
+    return _panel_rows(panels, lambda p: ((name, _interval(v), f"{v['seed_signs_agreeing']}/{p['seeds']}")
+                                          for name, v in items(p)))
+
+
 def render_markdown(report: dict) -> str:
     """The paper's tables: primary contrasts (Table 15), scores by budget (Table 6), crossing (Table 28),
     product/covariance (Table 10), controls (Table 18), diagnostics; then the secondary inference, marked as
@@ -488,23 +507,18 @@ def render_markdown(report: dict) -> str:
              f"NumPy PCG64 seed {b['seed']}, percentile bounds at {b['tail']:.5f} and {1 - b['tail']:.5f} "
              f"(Bonferroni over K = {b['bonferroni_k']} primary contrasts).", "",
              *unanswered_lines(report["decision"]),
-             "## Primary contrasts", "", "| Dataset | Model | Contrast | Effect [adjusted interval] | Seed signs |",
-             "|---|---|---|---|---|"]
-    for p in report["panels"]:
-        for name in p["primary"]:
-            v = p["values"][name]
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {name} | {_interval(v)} | "
-                         f"{v['seed_signs_agreeing']}/{p['seeds']} |")
+             "## Primary contrasts", "", *_header("Dataset", "Model", "Contrast", "Effect [adjusted interval]", "Seed signs")]
+    lines += _contrast_rows(report["panels"], lambda p: ((name, p["values"][name]) for name in p["primary"]))
     lines += ["", "## Scores and evidence gain per format and budget (mean over sampled seeds)", "",
-              "| Dataset | Model | Budget | Format | S00 | S01 | S10 | S11 | E0 | E1 | E0 of identical valid answers |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for p in report["panels"]:
+              *_header("Dataset", "Model", "Budget", "Format", *analysis.CELL_NAMES, "E0 of identical valid answers")]
+
+    def scores(p):
         v = p["values"]
         for key in sorted({k.rsplit("/", 1)[0] for k in v if k.count("/") == 2 and not k.startswith("budget")}):
             f, budget = key.split("/")
-            cells = " | ".join(_f(v[f"{key}/{q}"]["estimate"]) for q in analysis.CELL_NAMES)
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {budget} | {f} | {cells} | "
-                         f"{_f(v[key + '/E0_identical_answers']['estimate'])} |")
+            yield (budget, f, *(_f(v[f"{key}/{q}"]["estimate"]) for q in analysis.CELL_NAMES),
+                   _f(v[key + "/E0_identical_answers"]["estimate"]))
+    lines += _panel_rows(report["panels"], scores)
     lines += crossing_table(report) + control_table(report) + secondary_sections(report)
     return "\n".join(lines) + "\n"
 
@@ -524,21 +538,22 @@ def crossing_table(report: dict) -> list[str]:
     lines = ["", "## Budget crossing and product/covariance" + (" (post hoc)" if post else ""), ""]
     if post:
         lines += [f"Post-hoc intervals: {_level(post)}.", ""]
-    lines += ["| Dataset | Model | Path order | Input component [CI] | Scoring component [CI] |", "|---|---|---|---|---|"]
-    for p in report["panels"]:
+
+    def orders(p):
         v = p["post_hoc"]["values"] if "post_hoc" in p else p["values"]
         if "crossing/input_first.input" not in v:
-            continue
+            return
         for order in ("input_first", "scoring_first"):
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {order.replace('_', ' ')} | "
-                         f"{_interval(v[f'crossing/{order}.input'])} | {_interval(v[f'crossing/{order}.scoring'])} |")
-    lines += ["", "| Dataset | Model | Budget | E0 | Product | Covariance |", "|---|---|---|---|---|---|"]
-    for p in report["panels"]:
+            yield order.replace("_", " "), _interval(v[f"crossing/{order}.input"]), _interval(v[f"crossing/{order}.scoring"])
+
+    def budgets(p):
         v = p["values"]
         for key in sorted({k.rsplit("/", 1)[0] for k in v if k.startswith("budget/")}, key=lambda k: int(k[7:])):
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {key[7:]} | {_f(v[key + '/E0']['estimate'], 3)} | "
-                         f"{_f(v[key + '/E0_product']['estimate'], 3)} | {_f(v[key + '/E0_covariance']['estimate'], 3)} |")
-    return lines
+            yield key[7:], *(_f(v[f"{key}/{q}"]["estimate"], 3) for q in ("E0", "E0_product", "E0_covariance"))
+    lines += _header("Dataset", "Model", "Path order", "Input component [CI]", "Scoring component [CI]")
+    lines += _panel_rows(report["panels"], orders)
+    lines += ["", *_header("Dataset", "Model", "Budget", "E0", "Product", "Covariance")]
+    return lines + _panel_rows(report["panels"], budgets)
 
 
 def control_table(report: dict) -> list[str]:
@@ -546,20 +561,16 @@ def control_table(report: dict) -> list[str]:
     rate per condition, for every panel."""
     lines = ["", "## Greedy controls", "", "Agreement counts two INVALID answers as agreeing; *valid pairs* and their "
              "agreement leave them out.", "",
-             "| Dataset | Model | Control | Planned | Feasible | Invalid | Measure | Rate | Valid pairs | Their agreement |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for p in report["panels"]:
-        for name, c in p["controls"].items():
-            valid = "" if c["measure"] == "answer accuracy" else c["valid_pairs"]
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {name} | {c['planned']} | {c['feasible']} | "
-                         f"{c['invalid']} | {c['measure']} | {_f(c['rate'])} | {valid} | {_f(c['valid_rate'])} |")
-    lines += ["", "## Answer accuracy and invalid rate", "", "| Dataset | Model | Condition | n | Accuracy | Invalid |",
-              "|---|---|---|---|---|---|"]
-    for p in report["panels"]:
-        for k, d in p["diagnostics"].items():
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {k} | {d['n']} | {_f(d['answer_accuracy'])} | "
-                         f"{_f(d['invalid_rate'])} |")
-    return lines
+             *_header("Dataset", "Model", "Control", "Planned", "Feasible", "Invalid", "Measure", "Rate", "Valid pairs",
+                      "Their agreement")]
+    lines += _panel_rows(report["panels"], lambda p: (
+        (name, c["planned"], c["feasible"], c["invalid"], c["measure"], _f(c["rate"]),
+         "" if c["measure"] == "answer accuracy" else c["valid_pairs"], _f(c["valid_rate"]))
+        for name, c in p["controls"].items()))
+    lines += ["", "## Answer accuracy and invalid rate", "",
+              *_header("Dataset", "Model", "Condition", "n", "Accuracy", "Invalid")]
+    return lines + _panel_rows(report["panels"], lambda p: (
+        (k, d["n"], _f(d["answer_accuracy"]), _f(d["invalid_rate"])) for k, d in p["diagnostics"].items()))
 
 
 def write_figure(report: dict, path: Path) -> None:
@@ -590,9 +601,7 @@ def write_figure(report: dict, path: Path) -> None:
 
 def _family_rows(report: dict, family: str, shown=lambda name: True) -> list[str]:
     """One secondary family's table rows: every panel's comparisons with their adjusted intervals."""
-    return [f"| {p['dataset']} | {portable_name(p['model'])} | {name} | {_interval(v)} | "
-            f"{v['seed_signs_agreeing']}/{p['seeds']} |"
-            for p in report["panels"] for name, v in p[family]["values"].items() if shown(name)]
+    return _contrast_rows(report["panels"], lambda p: ((n, v) for n, v in p[family]["values"].items() if shown(n)))
 
 
 def secondary_sections(report: dict) -> list[str]:
@@ -605,12 +614,12 @@ def secondary_sections(report: dict) -> list[str]:
              "comparisons: their guarantees do not combine, and none enters the decision rule.", "",
              "### Exploratory family: E1, E_avg = (E0 + E1)/2, endpoints and source gain", "",
              f"{_level(sec['exploratory'])}.", "",
-             "| Dataset | Model | Comparison | Effect [adjusted interval] | Seed signs |", "|---|---|---|---|---|"]
+             *_header("Dataset", "Model", "Comparison", "Effect [adjusted interval]", "Seed signs")]
     lines += _family_rows(report, "exploratory")
     lines += ["", "### Post-hoc family: input-scoring interaction and the direct E1 - E0 changes", "",
               f"{_level(sec['post_hoc'])}; the crossed-budget components above belong to this family. "
               "interaction = T(l,l) - T(l,s) - T(s,l) + T(s,s).", "",
-              "| Dataset | Model | Comparison | Effect [adjusted interval] | Seed signs |", "|---|---|---|---|---|"]
+              *_header("Dataset", "Model", "Comparison", "Effect [adjusted interval]", "Seed signs")]
     # the crossed-budget components have their own table (crossing_table): only the interaction here
     lines += _family_rows(report, "post_hoc",
                           shown=lambda name: not name.startswith("crossing/") or name == "crossing/interaction")
@@ -619,17 +628,14 @@ def secondary_sections(report: dict) -> list[str]:
               "Every saved response re-read by the lenient reader (case, spaces/underscores, surrounding "
               "punctuation, quotes and markdown folded; a leading answer with an unambiguous explanation "
               "accepted; gold never consulted), the primary contrasts recomputed.", "",
-              "| Dataset | Model | Contrast | Strict | Lenient |", "|---|---|---|---|---|"]
-    for p in report["panels"]:
-        for name, c in p["lenient"]["contrasts"].items():
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {name} | {_f(c['strict'])} | "
-                         f"{_f(c['lenient'])} |")
-    lines += ["", "| Dataset | Model | Format | Responses | Invalid, strict (%) | Invalid, lenient (%) | "
-              "Without raw text |", "|---|---|---|---|---|---|---|"]
-    for p in report["panels"]:
-        for fmt, r in p["lenient"]["invalid"].items():
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {fmt} | {r['responses']} | "
-                         f"{_f(r['strict_invalid_rate'])} | {_f(r['lenient_invalid_rate'])} | {r['no_raw_text']} |")
+              *_header("Dataset", "Model", "Contrast", "Strict", "Lenient")]
+    lines += _panel_rows(report["panels"], lambda p: (
+        (name, _f(c["strict"]), _f(c["lenient"])) for name, c in p["lenient"]["contrasts"].items()))
+    lines += ["", *_header("Dataset", "Model", "Format", "Responses", "Invalid, strict (%)", "Invalid, lenient (%)",
+                           "Without raw text")]
+    lines += _panel_rows(report["panels"], lambda p: (
+        (fmt, r["responses"], _f(r["strict_invalid_rate"]), _f(r["lenient_invalid_rate"]), r["no_raw_text"])
+        for fmt, r in p["lenient"]["invalid"].items()))
     lines += truncation_table(report) + invalid_observation_table(report)
     lines += ["", "### Evidence eligibility profiles (descriptive; no answers involved)", "",
               "Per claim: 0/1 for FEVER-style datasets (NOT_ENOUGH_INFO gold is eligible), the number of eligible "
@@ -657,14 +663,11 @@ def secondary_sections(report: dict) -> list[str]:
     lines += ["", "### Identical valid answers, per claim (post hoc, descriptive)", "",
               "Claims whose every unit (SciFact: all three abstracts) has the same valid answer under both sources, "
               "and their part of E0 and E1 on the full denominator (the parts sum to the whole).", "",
-              "| Dataset | Model | Condition | Identical claims (%) | E0 identical | E0 changed | E1 identical | "
-              "E1 changed |", "|---|---|---|---|---|---|---|---|"]
-    for p in report["panels"]:
-        for cond, r in p["partition"]["conditions"].items():
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {cond} | {_f(r['identical_claims'])} | "
-                         f"{_f(r['E0']['identical'])} | {_f(r['E0']['changed'])} | {_f(r['E1']['identical'])} | "
-                         f"{_f(r['E1']['changed'])} |")
-    return lines
+              *_header("Dataset", "Model", "Condition", "Identical claims (%)", "E0 identical", "E0 changed",
+                       "E1 identical", "E1 changed")]
+    return lines + _panel_rows(report["panels"], lambda p: (
+        (cond, _f(r["identical_claims"]), *(_f(r[e][part]) for e in ("E0", "E1") for part in ("identical", "changed")))
+        for cond, r in p["partition"]["conditions"].items()))
 
 
 def batch_table(report: dict) -> list[str]:
@@ -673,15 +676,15 @@ def batch_table(report: dict) -> list[str]:
     lines = ["", "### Monte Carlo batches of the secondary families (post hoc, descriptive)", "",
              "Each batch's own lower and upper percentile endpoints at its family's tail probability, in batch "
              "order (seeds under `secondary.<family>.batches`), beside the interval that pools them.", "",
-             "| Dataset | Model | Family | Comparison | Pooled interval | Batch endpoints |", "|---|---|---|---|---|---|"]
-    for p in report["panels"]:
+             *_header("Dataset", "Model", "Family", "Comparison", "Pooled interval", "Batch endpoints")]
+
+    def batches(p):
         for family in ("exploratory", "post_hoc"):
             for name, ends in (p.get(family) or {}).get("batch_endpoints", {}).items():
                 v = p[family]["values"][name]
-                batches = "; ".join(f"[{_f(e['ci_low'])}, {_f(e['ci_high'])}]" for e in ends)
-                lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {family.replace('_', ' ')} | {name} | "
-                             f"[{_f(v['ci_low'])}, {_f(v['ci_high'])}] | {batches} |")
-    return lines
+                yield (family.replace("_", " "), name, f"[{_f(v['ci_low'])}, {_f(v['ci_high'])}]",
+                       "; ".join(f"[{_f(e['ci_low'])}, {_f(e['ci_high'])}]" for e in ends))
+    return lines + _panel_rows(report["panels"], batches)
 
 
 def truncation_table(report: dict) -> list[str]:
@@ -690,18 +693,16 @@ def truncation_table(report: dict) -> list[str]:
              "Among the INVALID primary responses, those whose generation stopped at max_new_tokens "
              "(finish_reason `length`); the share is of the INVALID responses. Unknown: INVALID responses saved "
              "without a finish reason.", "",
-             "| Dataset | Model | Format | max_new_tokens | Invalid, sampled | Cut off | Share (%) | Invalid, with greedy "
-             "| Cut off | Share (%) | Unknown |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for p in report["panels"]:
-        t = p.get("truncation")
-        if not t:
-            continue
+             *_header("Dataset", "Model", "Format", "max_new_tokens", "Invalid, sampled", "Cut off", "Share (%)",
+                      "Invalid, with greedy", "Cut off", "Share (%)", "Unknown")]
+
+    def formats(p):
+        t = p.get("truncation") or {"formats": {}}
         for fmt, r in t["formats"].items():
             a, g = r["sampled"], r["all"]
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {fmt} | {t['max_new_tokens']} | "
-                         f"{a['invalid']} | {a['length']} | {_f(a['length_share'])} | {g['invalid']} | {g['length']} | "
-                         f"{_f(g['length_share'])} | {g['unknown']} |")
-    return lines
+            yield (fmt, t["max_new_tokens"], a["invalid"], a["length"], _f(a["length_share"]), g["invalid"], g["length"],
+                   _f(g["length_share"]), g["unknown"])
+    return lines + _panel_rows(report["panels"], formats)
 
 
 def invalid_observation_table(report: dict) -> list[str]:
@@ -710,14 +711,11 @@ def invalid_observation_table(report: dict) -> list[str]:
              "An observation is a claim x format x budget x replicate, flagged when any of its responses is "
              "INVALID (both sources; SciFact every abstract of the claim); rates pool the budgets, over the sampled "
              "replicates and with greedy added (the paper pools six replicates, greedy included).", "",
-             "| Dataset | Model | Format | Observations, sampled | Flagged | Rate (%) | Observations, with greedy | "
-             "Flagged | Rate (%) |", "|---|---|---|---|---|---|---|---|---|"]
-    for p in report["panels"]:
-        for fmt, r in (p.get("invalid_observations") or {}).items():
-            a, g = r["sampled"], r["all"]
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {fmt} | {a['observations']} | {a['flagged']} | "
-                         f"{_f(a['rate'])} | {g['observations']} | {g['flagged']} | {_f(g['rate'])} |")
-    return lines
+             *_header("Dataset", "Model", "Format", "Observations, sampled", "Flagged", "Rate (%)",
+                      "Observations, with greedy", "Flagged", "Rate (%)")]
+    return lines + _panel_rows(report["panels"], lambda p: (
+        (fmt, *(x for r in (obs["sampled"], obs["all"]) for x in (r["observations"], r["flagged"], _f(r["rate"]))))
+        for fmt, obs in (p.get("invalid_observations") or {}).items()))
 
 
 def added_eligibility_table(report: dict) -> list[str]:
@@ -730,21 +728,18 @@ def added_eligibility_table(report: dict) -> list[str]:
              "union's part of E0 (input = scoring budget) and of the input component E0(largest input, v) - "
              "E0(smallest input, v) at each scoring budget v, on the full denominator; the rest of the claims "
              "add up to the whole.", "",
-             "| Dataset | Model | Claims | Adds, smallest | Adds, largest | Both | Union |", "|---|---|---|---|---|---|---|"]
+             *_header("Dataset", "Model", "Claims", "Adds, smallest", "Adds, largest", "Both", "Union")]
     panels = [p for p in report["panels"] if p.get("added_eligibility")]
-    for p in panels:
+    lines += _panel_rows(panels, lambda p: [tuple(p["added_eligibility"][k] for k in (
+        "claims", "adds_smallest", "adds_largest", "adds_both", "union"))])
+    lines += ["", *_header("Dataset", "Model", "Budget", "Accuracy, source 0 evidence", "Accuracy, source 1 evidence",
+                           "E0: union", "E0: rest", "E0", "Input component at this scoring budget: union", "rest",
+                           "whole")]
+
+    def budgets(p):
         a = p["added_eligibility"]
-        lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {a['claims']} | {a['adds_smallest']} | "
-                     f"{a['adds_largest']} | {a['adds_both']} | {a['union']} |")
-    lines += ["", "| Dataset | Model | Budget | Accuracy, source 0 evidence | Accuracy, source 1 evidence | E0: union | "
-              "E0: rest | E0 | Input component at this scoring budget: union | rest | whole |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for p in panels:
-        a = p["added_eligibility"]
-        for b in a["E0"]:
-            e, i = a["E0"][b], a["input_component"].get(b) or {}
-            lines.append(f"| {p['dataset']} | {portable_name(p['model'])} | {b} | {_f(a['accuracy']['source0'][b])} | "
-                         f"{_f(a['accuracy']['source1'][b])} | {_f(e['group'], 3)} | {_f(e['rest'], 3)} | "
-                         f"{_f(e['total'], 3)} | {_f(i.get('group'), 3)} | {_f(i.get('rest'), 3)} | "
-                         f"{_f(i.get('total'), 3)} |")
-    return lines
+        for b, e in a["E0"].items():
+            i = a["input_component"].get(b) or {}
+            yield (b, _f(a["accuracy"]["source0"][b]), _f(a["accuracy"]["source1"][b]),
+                   *(_f(e[k], 3) for k in ("group", "rest", "total")), *(_f(i.get(k), 3) for k in ("group", "rest", "total")))
+    return lines + _panel_rows(panels, budgets)
