@@ -193,6 +193,35 @@ def _ci(block: dict, key: str) -> str:
     return cell if iv.get("ci_low") is None else f"{cell} [{_fmt(_pct(iv['ci_low']))}, {_fmt(_pct(iv['ci_high']))}]"
 
 
+def _arm_tables(summary: dict, arms: tuple[str, ...], title: str, columns: tuple[str, ...], cells) -> list[str]:
+    """Per set, a table of the systems whose FAE row has one of ``arms``: ``cells(row)`` gives the columns."""
+    lines = []
+    for s, per in summary["sets"].items():
+        rows = [(system, e["fae"]) for system, e in per.items() if any((e.get("fae") or {}).get(a) for a in arms)]
+        if rows:
+            lines += [f"## {s}: {title}", "", "| system | " + " | ".join(columns) + " |",
+                      "|---|" + "---|" * len(columns)]
+            lines += ["| " + " | ".join([system, *cells(row)]) + " |" for system, row in rows]
+            lines.append("")
+    return lines
+
+
+def _control_cells(row: dict) -> list[str]:
+    """The control arm (IS and IS_ctrl over the same claims) and the gold-only pools."""
+    c, g = row.get("control") or {}, row.get("gold_only") or {}
+    left = (c.get("n_left_out") or [0])[0]
+    return [f"{c.get('n_control_claims', 'n/a')} ({left})", _ci(c, "IS"), _ci(c, "IS_ctrl"), _ci(c, "IS_minus_IS_ctrl"),
+            _fmt(_pct(g.get("label_accuracy"))), _fmt(_pct(g.get("nei_answer_rate")))]
+
+
+def _sufficiency_cells(row: dict) -> list[str]:
+    """The cited-only arm and the pool-size sweep's accuracy curve."""
+    c, w = row.get("cited_only") or {}, row.get("size_sweep") or {}
+    curve = " / ".join(f"{_fmt(_pct(k['label_accuracy']))} ({k['n_claims']})" for k in w.get("per_k") or [])
+    return [_fmt(row.get("Acc")), str(c.get("n_claims", "n/a")), _fmt(_pct(c.get("label_accuracy"))),
+            _fmt(_pct(c.get("nei_answer_rate"))), curve or "n/a", _fmt(_pct(w.get("sweep_nei_share")))]
+
+
 def markdown(summary: dict) -> str:
     lines = [f"# {summary['model_id']}: FAE summary", ""]
     for s, per in summary["sets"].items():
@@ -210,34 +239,14 @@ def markdown(summary: dict) -> str:
                          + f" | {traj} | {_chance_cells(row.get('chance'))} "
                          f"| {_chance_cells(row.get('chance_label_token'))} |")
         lines.append("")
-    for s, per in summary["sets"].items():
-        rows = [(system, e["fae"]) for system, e in per.items() if (e.get("fae") or {}).get("control")
-                or (e.get("fae") or {}).get("gold_only")]
-        if rows:
-            lines += [f"## {s}: control arm and gold-only pools (×100; 95% bootstrap over claims)", "",
-                      "| system | control claims (left out) | IS (same claims) | IS_ctrl | IS − IS_ctrl | gold-only Acc "
-                      "| gold-only NEI |", "|---|---|---|---|---|---|---|"]
-            for system, row in rows:
-                c, g = row.get("control") or {}, row.get("gold_only") or {}
-                left = (c.get("n_left_out") or [0])[0]
-                lines.append(f"| {system} | {c.get('n_control_claims', 'n/a')} ({left}) | {_ci(c, 'IS')} "
-                             f"| {_ci(c, 'IS_ctrl')} | {_ci(c, 'IS_minus_IS_ctrl')} "
-                             f"| {_fmt(_pct(g.get('label_accuracy')))} | {_fmt(_pct(g.get('nei_answer_rate')))} |")
-            lines.append("")
-    for s, per in summary["sets"].items():
-        rows = [(system, e["fae"]) for system, e in per.items() if (e.get("fae") or {}).get("cited_only")
-                or (e.get("fae") or {}).get("size_sweep")]
-        if rows:
-            lines += [f"## {s}: sufficiency (×100): the cited lines alone, gold plus k other lines", "",
-                      "| system | round-0 Acc | cited-only claims | cited-only Acc | cited-only NEI | size sweep: "
-                      "Acc at k = 0, 1, ... (claims) | sweep NEI share |", "|---|---|---|---|---|---|---|"]
-            for system, row in rows:
-                c, w = row.get("cited_only") or {}, row.get("size_sweep") or {}
-                curve = " / ".join(f"{_fmt(_pct(k['label_accuracy']))} ({k['n_claims']})" for k in w.get("per_k") or [])
-                lines.append(f"| {system} | {_fmt(row.get('Acc'))} | {c.get('n_claims', 'n/a')} "
-                             f"| {_fmt(_pct(c.get('label_accuracy')))} | {_fmt(_pct(c.get('nei_answer_rate')))} "
-                             f"| {curve or 'n/a'} | {_fmt(_pct(w.get('sweep_nei_share')))} |")
-            lines.append("")
+    lines += _arm_tables(summary, ("control", "gold_only"),
+                         "control arm and gold-only pools (×100; 95% bootstrap over claims)",
+                         ("control claims (left out)", "IS (same claims)", "IS_ctrl", "IS − IS_ctrl", "gold-only Acc",
+                          "gold-only NEI"), _control_cells)
+    lines += _arm_tables(summary, ("cited_only", "size_sweep"),
+                         "sufficiency (×100): the cited lines alone, gold plus k other lines",
+                         ("round-0 Acc", "cited-only claims", "cited-only Acc", "cited-only NEI",
+                          "size sweep: Acc at k = 0, 1, ... (claims)", "sweep NEI share"), _sufficiency_cells)
     for s, diffs in (summary.get("differences") or {}).items():
         if not diffs:
             continue
