@@ -15,6 +15,7 @@ from statistics import mean
 from typing import Any
 
 from real_fae_core.errors import UserError
+from real_fae_core.modelref import portable_name
 from data_prep.records import NOT_ENOUGH_INFO
 from data_prep.retrieval.claims import ClaimGold
 from data_prep.retrieval.index import Index
@@ -145,6 +146,6 @@ def summary(tally: Tally, records: list[dict], misses: list[dict], opts: Options
         "retained_share": {str(b): {s: round(mean(tally.shares[b, i]), 4) if tally.shares.get((b, i)) else None
                                     for i, s in enumerate(sources)} for b in opts.budgets},
         "reranker": None if opts.reranker is None else {
-            "model": opts.reranker.name, "kind": opts.reranker.kind, "pairs": tally.pairs,
+            "model": portable_name(opts.reranker.name), "kind": opts.reranker.kind, "pairs": tally.pairs,
             "truncated_pairs": tally.truncated, "max_pair_tokens": opts.reranker.max_tokens},
     }
