@@ -14,12 +14,11 @@ near-tied greedy token of a random model; more than 1% would be a bug).
     python benchmarks/fae_throughput.py                # 200 Check-COVID claims, R = 4
     python benchmarks/fae_throughput.py --claims 50    # quicker
 
-Measured on the 2-core CPU build machine (torch 2.13 CPU, 1 thread, batch 8):
-naive 76.9 s, engine 12.5 s, ratio 6.16x; reuse answered 80.0% of the 1000
-claim-rounds; 0 of 1000 claim-rounds differ. The random model never answers
-validly, so its pools never shrink: reuse gives 5x, length-sorted batching the
-rest (padded prefill costs ~3x a causal bs-1 prefill on CPU, batched decoding
-saves ~3x). On a GPU batching dominates instead.
+The random model never answers validly, so its pools never shrink: round reuse and
+length-sorted batching are all the engine has to gain there (on a CPU a padded prefill
+costs more than a causal batch-of-1 one, batched decoding less); on a GPU batching
+dominates instead. The committed runs are SmolLM2's
+(benchmarks/results/fae_throughput_smollm2*.json, docs/fae.md).
 
 The model is the random tiny Llama of ``tests/tiny_models.py`` with its weights
 scaled by ``--weight-scale`` (default 5): unscaled, it answers blank lines to
