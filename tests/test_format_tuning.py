@@ -77,7 +77,7 @@ def test_dry_run_prints_every_step_on_paths_an_earlier_step_produced(tmp_path):
     tools = [c[0] if c[0] in ("concat", "real-train", "real-merge", "bash", "python3") else " ".join(c[:2])
              for c in cmds]
     per_model = ["real-data convert", "real-data convert", "concat", "real-data pairs", "real-train", "real-merge"]
-    assert tools == [*per_model, *per_model, "bash", *["fae study"] * 4, "fae study-report", "python3"], tools
+    assert tools == [*per_model, *per_model, "bash", *["fae study"] * 4, *["fae study-report"] * 2, "python3"], tools
 
     produced: list[str] = [f"data/{f}" for f in DATA_FILES] + ["models/smollm2-135m-instruct", "models/gemma3-270m"]
     tuned = []
@@ -121,7 +121,10 @@ def test_dry_run_prints_every_step_on_paths_an_earlier_step_produced(tmp_path):
         f"study-work/studies/{d}-{m}" for m in ("smollm2-135m-instruct", "gemma3-270m") for d in
         ("scifact-dev", "check-covid-test")] + [_flag(c, "--output") for c in studies]
     assert len(_flags(report, "--families")) == 2 and _parsed(report).output == "study-work/report-format-tuning"
-    check = cmds[18]
+    alone = cmds[18]  # the tuned models' own report: their decision label
+    assert alone[2:alone.index("--families")] == [_flag(c, "--output") for c in studies]
+    assert _flags(alone, "--families") == _flags(report, "--families") and _parsed(alone).output == "study-work/report-tuned"
+    check = cmds[19]
     assert check[1:4] == [str(CHECK), "study-work/report-format-tuning/study_report.json",
                           "--max"] and check[4] == "5"
     assert check[check.index("--models") + 1:] == ["smollm2-135m-instruct-format", "gemma3-270m-format"]

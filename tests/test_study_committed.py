@@ -1,6 +1,8 @@
 """The committed real study (benchmarks/results/study, recipes/study/reproduce.sh) read as committed: its
 gzipped responses and both families files give the committed report's numbers again, and its JSON names
-models and inputs without one machine's paths."""
+models and inputs without one machine's paths. The same for the format-tuned models' report
+(recipes/study/format_tune.sh: the untuned and tuned studies in one report), whose INVALID shares
+docs/study.md quotes."""
 
 from __future__ import annotations
 
@@ -12,13 +14,22 @@ import pytest
 from fae.cli import main as fae
 
 STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "study"
-STUDIES = [f"studies/{d}-{m}" for m in ("smollm2-135m-instruct", "gemma3-270m")
-           for d in ("scifact-dev", "check-covid-test")]  # reproduce.sh's order: models, then datasets
+UNTUNED = ("smollm2-135m-instruct", "gemma3-270m")
+TUNED = tuple(f"{m}-format" for m in UNTUNED)
+# each committed report and the models of its studies, in the recipes' order (models, then datasets)
+REPORTS = {"report": UNTUNED, "report-format-tuning": UNTUNED + TUNED}
+
+
+def studies_of(models) -> list[str]:
+    return [f"studies/{d}-{m}" for m in models for d in ("scifact-dev", "check-covid-test")]
+
+
+STUDIES = studies_of(UNTUNED)  # reproduce.sh's
 POINT = ("estimate", "greedy", "per_seed", "seed_signs_agreeing")
 
 
-def _regenerate(out: Path, *extra: str) -> None:
-    assert fae(["study-report", *STUDIES, "--families", "families/scifact-dev.jsonl",
+def _regenerate(out: Path, *extra: str, studies: list[str] = STUDIES) -> None:
+    assert fae(["study-report", *studies, "--families", "families/scifact-dev.jsonl",
                 "--families", "families/check-covid-test.jsonl", "--output", str(out), *extra]) == 0
 
 
@@ -50,25 +61,50 @@ def test_the_committed_report_is_regenerated_from_the_committed_studies(tmp_path
     assert old["secondary"]["exploratory"]["draws"] == old["secondary"]["post_hoc"]["draws"] == 1_000_000
 
 
+def test_the_format_tuning_report_is_regenerated_from_the_committed_studies(tmp_path, monkeypatch):
+    """format_tune.sh's report over the untuned and the tuned studies (the secondary families with 2,000 draws):
+    every panel's point estimates, diagnostics, controls and INVALID shares of the committed report again, and
+    the untuned panels' points are the untuned report's (a panel's estimates do not depend on its neighbours;
+    only K, and with it every interval, does)."""
+    monkeypatch.chdir(STUDY)
+    out = tmp_path / "report"
+    _regenerate(out, "--exploratory-draws", "2000", "--post-hoc-draws", "2000", studies=studies_of(REPORTS["report-format-tuning"]))
+    new = json.loads((out / "study_report.json").read_text())
+    old = json.loads((STUDY / "report-format-tuning" / "study_report.json").read_text())
+    untuned = json.loads((STUDY / "report" / "study_report.json").read_text())
+    assert [p["model"] for p in new["panels"]] == [m for m in UNTUNED + TUNED for _ in range(2)]
+    assert new["bootstrap"]["bonferroni_k"] == 2 * untuned["bootstrap"]["bonferroni_k"]
+    for a, b in zip(new["panels"], old["panels"]):
+        for name, v in a["values"].items():
+            assert {k: v[k] for k in POINT} == {k: b["values"][name][k] for k in POINT}, name
+        for key in ("controls", "diagnostics", "lenient", "truncation", "invalid_observations", "partition"):
+            assert a.get(key) == b.get(key), (a["dataset"], a["model"], key)
+    for a, b in zip(new["panels"], untuned["panels"]):
+        for name, v in a["values"].items():
+            assert {k: v[k] for k in POINT if k != "seed_signs_agreeing"} == \
+                {k: b["values"][name][k] for k in POINT if k != "seed_signs_agreeing"}, name
+
+
 @pytest.mark.slow
-def test_the_committed_report_is_regenerated_byte_for_byte(tmp_path, monkeypatch):
+@pytest.mark.parametrize("report", sorted(REPORTS))
+def test_the_committed_report_is_regenerated_byte_for_byte(tmp_path, monkeypatch, report):
     """The same command with every default (the paper's draw counts): the committed JSON and markdown exactly."""
     monkeypatch.chdir(STUDY)
     out = tmp_path / "report"
-    _regenerate(out)
+    _regenerate(out, studies=studies_of(REPORTS[report]))
     assert json.loads((out / "study_report.json").read_text()) == \
-        json.loads((STUDY / "report" / "study_report.json").read_text())
-    assert (out / "study_report.md").read_text() == (STUDY / "report" / "study_report.md").read_text()
+        json.loads((STUDY / report / "study_report.json").read_text())
+    assert (out / "study_report.md").read_text() == (STUDY / report / "study_report.md").read_text()
 
 
-@pytest.mark.parametrize("pattern", ["studies/*/study.json", "report/*.json", "pools/*/summary.json",
-                                     "families/*.summary.json"])
+@pytest.mark.parametrize("pattern", ["studies/*/study.json", "report/*.json", "report-format-tuning/*.json",
+                                     "pools/*/summary.json", "families/*.summary.json"])
 def test_the_committed_json_holds_no_machine_paths(pattern):
     files = sorted(STUDY.glob(pattern))
     assert files
     for path in files:
         text = path.read_text()
         assert "/tmp/" not in text and "/root/" not in text and "/home/" not in text, path
-    if pattern == "report/*.json":
+    if pattern.startswith("report"):
         (report,) = [json.loads(p.read_text()) for p in files]
-        assert {p["model"] for p in report["panels"]} == {"smollm2-135m-instruct", "gemma3-270m"}
+        assert {p["model"] for p in report["panels"]} == set(REPORTS[pattern.split("/")[0]])

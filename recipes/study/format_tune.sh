@@ -2,11 +2,12 @@
 # Models that answer: format tuning for the evaluation-choice study (docs/study.md, "Models that answer:
 # format tuning"). For every model in MODELS: Check-COVID train + SciFact train -> records -> pairs in
 # both study interfaces (`real-data pairs --interface study`: the study's own prompt, the exact answer
-# string as target) -> a LoRA adapter (recipes/study/format_tuning.yaml, a few hundred steps) -> a merged
+# string as target) -> a LoRA adapter (recipes/study/format_tuning.yaml, 100 steps) -> a merged
 # model directory, WORK/models/<model>-format. Then the held-out measure: the study itself
 # (recipes/study/reproduce.sh for the untuned models, the same `fae study` grid for the tuned ones) over
-# SciFact dev and Check-COVID test, one report with the tuned models beside the untuned ones, and the
-# INVALID share per model x format (recipes/study/invalid_share.py; the goal: at most MAX_INVALID %).
+# SciFact dev and Check-COVID test, one report with the tuned models beside the untuned ones, one with the
+# tuned models alone (their decision label), and the INVALID share per model x format
+# (recipes/study/invalid_share.py; the goal: at most MAX_INVALID %).
 #
 #   DATA=../shared/data MODELS="models/smollm2-135m-instruct models/gemma3-270m" \
 #   RERANKER=/path/to/all-MiniLM-L6-v2 RERANKER_KIND=bi-encoder \
@@ -167,6 +168,10 @@ done
 report="$WORK/report-format-tuning"
 step -- fae study-report "${studies[@]}" --families "$WORK/families/scifact-dev.jsonl" \
     --families "$WORK/families/check-covid-test.jsonl" --output "$report"
+echo "# the tuned models alone: their own decision label (the untuned models' unanswered formats withhold any label"
+echo "# of a report they are in) and intervals adjusted over their own contrasts"
+step -- fae study-report "${studies[@]:${#studies[@]}-2*${#tuned[@]}}" --families "$WORK/families/scifact-dev.jsonl" \
+    --families "$WORK/families/check-covid-test.jsonl" --output "$WORK/report-tuned"
 names=()
 for m in "${tuned[@]}"; do names+=("$(basename "$m")"); done
 echo "# the INVALID share per model x format (every primary answer); the tuned models must stay at most $MAX_INVALID%"
