@@ -114,8 +114,10 @@ def test_dry_run_prints_every_step_on_paths_an_earlier_step_produced(tmp_path):
     for c in studies:
         args = _parsed(c)
         assert args.tokenizer == ["models/smollm2-135m-instruct", "models/gemma3-270m"]
-        assert args.sample == (20 if "scifact" in args.pools else 10) and args.control_claims == 2
-        assert args.pools.startswith("study-work/pools/")
+        # the first untuned model's study of the same pools gives the units (and its sample record)
+        dataset = args.pools.removeprefix("study-work/pools/")
+        assert args.units_from == f"study-work/studies/{dataset}-smollm2-135m-instruct" and args.sample is None
+        assert args.control_claims == 2 and dataset in ("scifact-dev", "check-covid-test")
     report = cmds[17]
     assert [a for a in report[2:report.index("--families")]] == [
         f"study-work/studies/{d}-{m}" for m in ("smollm2-135m-instruct", "gemma3-270m") for d in

@@ -155,6 +155,36 @@ def test_pools_of_two_datasets_are_refused(pools, server, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_units_from_asks_another_studys_units_and_the_report_takes_both(pools, server, tmp_path, capsys):
+    """A second model asked with `--units-from` the first study: the same units and sample record even when a
+    families file would now sample other claims, so `fae study-report` takes the two as one dataset's panels;
+    on other pools, or beside --sample, it is refused before anything is written."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert fae_main(args(pools, first, server.base_url, "--sample", "2")) == 0
+    # a families file that puts every claim in one family: --sample 2 with it would take all six claims
+    units = [json.loads(x) for x in (first / "units.jsonl").read_text().splitlines()]
+    every = json.loads((first / "study.json").read_text())["pool_units"]
+    fam = tmp_path / "one-family.jsonl"
+    fam.write_text("".join(json.dumps({"id": u, "family": "all"}) + "\n" for u in every))
+    model_b = [a if a != "m" else "m2" for a in args(pools, second, server.base_url, "--units-from", str(first))]
+    assert fae_main(model_b) == 0
+    again = [json.loads(x) for x in (second / "units.jsonl").read_text().splitlines()]
+    assert [u["id"] for u in again] == [u["id"] for u in units] and len({u["claim_id"] for u in units}) == 2
+    a, b = (json.loads((d / "study.json").read_text()) for d in (first, second))
+    assert b["sample"] == a["sample"] and b["limit"] is None and b["units_from"] == str(first)
+    assert fae_main(["study-report", str(first), str(second), "--families", str(fam), "--output",
+                     str(tmp_path / "r"), "--draws", "100", "--exploratory-draws", "100", "--post-hoc-draws", "100"]) == 0
+    report = json.loads((tmp_path / "r" / "study_report.json").read_text())
+    assert [p["model"] for p in report["panels"]] == ["m", "m2"]
+    sampled = tmp_path / "sampled"  # what --sample 2 with the new file asks instead: every claim, other units
+    assert fae_main(args(pools, sampled, server.base_url, "--sample", "2", "--families", str(fam))) == 0
+    assert len({json.loads(x)["claim_id"] for x in (sampled / "units.jsonl").read_text().splitlines()}) == 6
+    for bad, why in ((["--units-from", str(first), "--sample", "2"], "each choose the claims"),
+                     (["--units-from", str(tmp_path / "nowhere")], "study.json not found")):
+        assert fae_main(args(pools, tmp_path / "bad", server.base_url, *bad)) == 2
+        assert why in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
 def hf_args(pools: Path, out: Path, *extra: str) -> list[str]:
     return ["study", "--pools", str(pools), "--output", str(out), "--model", str(DEMO), "--backend", "hf",
             "--dtype", "fp32", "--seeds", "1103", "2207", "--control-claims", "1", "--sample", "2", "--no-progress",

@@ -69,7 +69,7 @@ def test_limited_applies_the_sample_and_keeps_every_unit_of_a_claim(tmp_path):
 
 def test_limit_and_sample_together_and_families_alone_are_refused(tmp_path):
     pools = _pools(_units(3))
-    with pytest.raises(UserError, match="--limit and --sample"):
+    with pytest.raises(UserError, match="--limit, --sample and --units-from each choose the claims"):
         limited(pools, _config(sample=2, limit=2))
     with pytest.raises(UserError, match="--families chooses whole families for --sample"):
         limited(pools, _config(families=str(tmp_path / "f.jsonl")))
@@ -86,3 +86,38 @@ def test_a_families_file_leaving_a_pool_out_is_refused_before_sampling(tmp_path)
     fam.write_text("".join(json.dumps({"id": u.id, "family": "f"}) + "\n" for u in units[:-1]))
     with pytest.raises(UserError, match=r"unit 'scifact-2:1' of --pools pools is in no family"):
         limited(_pools(units), _config(sample=1, families=str(fam)))
+
+
+def _reference(tmp_path, ids, sha="0" * 64, sample=None):
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    (ref / "study.json").write_text(json.dumps({"pools_sha256": sha, "limit": None, "sample": sample}))
+    (ref / "units.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    return ref
+
+
+def test_units_from_keeps_exactly_the_other_studys_units_and_carries_its_record(tmp_path):
+    from fae.study.runner import selection_of
+
+    units = _units(12, docs=3)
+    ids = [u.id for u in units if u.claim_id in ("3", "7")]
+    record = {"claims": 2, "families_sha256": "a" * 64, "selected_claims": 2}
+    ref = _reference(tmp_path, ids, sample=record)
+    config = _config(units_from=str(ref))
+    kept = limited(_pools(units), config)
+    assert [u.id for u in kept.units] == ids and set(kept.missed_relevant) == {"3", "7"}
+    assert selection_of(config, kept) == {"limit": None, "sample": record, "units_from": str(ref)}
+    assert selection_of(_config(limit=3), kept) == {"limit": 3, "sample": None}
+
+
+@pytest.mark.parametrize("case", ["other pools", "unknown unit", "no units file", "with a sample"])
+def test_units_from_is_refused_on_other_pools_unknown_units_or_beside_a_sample(tmp_path, case):
+    units = _units(3)
+    ref = _reference(tmp_path, [units[0].id] + (["scifact-9:0"] if case == "unknown unit" else []),
+                     sha="1" * 64 if case == "other pools" else "0" * 64)
+    if case == "no units file":
+        (ref / "units.jsonl").unlink()
+    fragment = {"other pools": "its study asked other pools", "unknown unit": "unit 'scifact-9:0' is not in --pools",
+                "no units file": "units.jsonl not found", "with a sample": "each choose the claims"}[case]
+    with pytest.raises(UserError, match=fragment):
+        limited(_pools(units), _config(units_from=str(ref), sample=2 if case == "with a sample" else None))

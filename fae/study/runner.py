@@ -18,6 +18,7 @@ the whole file. docs/study.md describes the files.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -75,6 +76,10 @@ class StudyFields:
                                 help="a subset of at least N claims, whole families in the order of a hash of the "
                                      "family (families from --families; else each claim is one)")
     families: str | None = option(None, help="`real-data families` file of the pools, for --sample")
+    units_from: str | None = option(None, metavar="STUDY",
+                                    help="ask exactly the units another `fae study` output of the same pools asked "
+                                         "(its --limit/--sample record carried over): a new model on the same units "
+                                         "after the families file that sampled them has changed")
     chunk_size: int = option(64, min=1, help="prompts per backend call and per write")
     shard: str | None = option(None, metavar="I/N", help="answer shard I of N (0-based) into OUTPUT/shards/I-of-N")
     progress: bool = True  # --no-progress
@@ -109,12 +114,57 @@ def study_fingerprint(config: StudyConfig, pools: Pools, budgets: list[int], for
             "seeds": list(config.seeds), "sampling": {"temperature": config.temperature, "top_p": config.top_p,
                                                        "top_k": config.top_k},
             "max_new_tokens": ANSWER_TOKENS, "control_claims": config.control_claims, "tokenizers": tokenizers,
-            "missed_relevant": pools.missed_relevant, "notes": pools.notes, "limit": config.limit,
+            "missed_relevant": pools.missed_relevant, "notes": pools.notes, **selection_of(config, pools),
+            "pool_units": sorted(pool_units if pool_units is not None else [u.id for u in pools.units])}
+
+
+def selection_of(config: StudyConfig, pools: Pools) -> dict:
+    """study.json's record of how the claims were chosen (``limit``, ``sample``); with ``--units-from`` the other
+    study's record, which chose these units, and ``units_from`` naming that study."""
+    if config.units_from:
+        ref = _json_of(Path(config.units_from) / responses.STUDY)
+        return {"limit": ref.get("limit"), "sample": ref.get("sample"), "units_from": config.units_from}
+    return {"limit": config.limit,
             "sample": None if not config.sample else {"claims": config.sample,
                                                       "families_sha256": sha256_file(config.families)
                                                       if config.families else None,
-                                                      "selected_claims": len({u.claim_id for u in pools.units})},
-            "pool_units": sorted(pool_units if pool_units is not None else [u.id for u in pools.units])}
+                                                      "selected_claims": len({u.claim_id for u in pools.units})}}
+
+
+def _json_of(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"--units-from: {path} not found: give a `fae study` output directory") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--units-from: {path}: not a study.json ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"--units-from: {path}: not a study.json (a JSON object)")
+    return data
+
+
+def same_units(pools: Pools, config: StudyConfig) -> Pools:
+    """The pools' units that the study in ``--units-from`` asked: same pools (their SHA-256), every unit found."""
+    where = Path(config.units_from)
+    ref = _json_of(where / responses.STUDY)
+    if ref.get("pools_sha256") != pools.sha256:
+        raise UserError(f"--units-from {where}: its study asked other pools (pools_sha256 {ref.get('pools_sha256')}, "
+                        f"--pools {pools.path} is {pools.sha256}): units are the same only on the same pools")
+    units = where / responses.UNITS
+    try:
+        ids = [json.loads(line)["id"] for line in units.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise UserError(f"--units-from: {units} not found: give a `fae study` output directory") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"--units-from: {units}: not a units file ({type(exc).__name__}: {exc})") from None
+    known = {u.id for u in pools.units}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise UserError(f"--units-from: {units}: unit {unknown[0]!r} is not in --pools {pools.path}")
+    keep = set(ids)
+    return dataclasses.replace(pools, units=[u for u in pools.units if u.id in keep],
+                               missed_relevant={c: n for c, n in pools.missed_relevant.items()
+                                                if any(u.claim_id == c for u in pools.units if u.id in keep)})
 
 
 def unit_rows(pools: Pools, budgets: list[int], controls: set[str]) -> list[dict]:
@@ -167,8 +217,10 @@ def plan(pools: Pools, config: StudyConfig, budgets: list[int], formats: list[st
 
 def limited(pools: Pools, config: StudyConfig) -> Pools:
     """The pools of the first ``--limit`` claims, or of the ``--sample`` (every unit of each claim)."""
-    if config.limit and config.sample:
-        raise UserError("--limit and --sample both choose the claims: give one")
+    if sum(map(bool, (config.limit, config.sample, config.units_from))) > 1:
+        raise UserError("--limit, --sample and --units-from each choose the claims: give one")
+    if config.units_from:
+        return same_units(pools, config)
     if config.families and not config.sample:
         raise UserError("--families chooses whole families for --sample: give --sample N too")
     if config.sample:

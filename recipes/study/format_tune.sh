@@ -149,19 +149,21 @@ fi
 
 echo "# held-out: the untuned models' study (recipes/study/reproduce.sh: pools, families, studies, report)"
 step -- bash "$HERE/reproduce.sh"
-echo "# held-out: the tuned models on the same pools, sample and grid (the untuned models' tokenizers count the budgets)"
+echo "# held-out: the tuned models on the untuned study's units and grid (the untuned models' tokenizers count the budgets)"
 studies=()
 for m in $MODELS; do
     for name in scifact-dev check-covid-test; do studies+=("$WORK/studies/$name-$(basename "$m")"); done
 done
+first=${MODELS%% *}
 for m in "${tuned[@]}"; do
     for name in scifact-dev check-covid-test; do
-        sample=$([[ $name == scifact-dev ]] && echo "$SCIFACT_SAMPLE" || echo "$COVID_SAMPLE")
         out="$WORK/studies/$name-$(basename "$m")"
+        # exactly the units the first untuned model's study asked (its sample record carried over), whichever
+        # families file sampled them
         # shellcheck disable=SC2086  # STUDY_ARGS is word-split on purpose
         step -- fae study --pools "$WORK/pools/$name" --output "$out" --model "$m" --backend hf \
             "${base_tokenizers[@]}" --control-claims "$CONTROL_CLAIMS" --chunk-size 192 --no-progress \
-            ${sample:+--sample "$sample" --families "$WORK/families/$name.jsonl"} $STUDY_ARGS
+            --units-from "$WORK/studies/$name-$(basename "$first")" $STUDY_ARGS
         studies+=("$out")
     done
 done
