@@ -155,6 +155,7 @@ for m in $MODELS; do
     for name in scifact-dev check-covid-test; do studies+=("$WORK/studies/$name-$(basename "$m")"); done
 done
 first=${MODELS%% *}
+tuned_studies=()
 for m in "${tuned[@]}"; do
     for name in scifact-dev check-covid-test; do
         out="$WORK/studies/$name-$(basename "$m")"
@@ -165,6 +166,7 @@ for m in "${tuned[@]}"; do
             "${base_tokenizers[@]}" --control-claims "$CONTROL_CLAIMS" --chunk-size 192 --no-progress \
             --units-from "$WORK/studies/$name-$(basename "$first")" $STUDY_ARGS
         studies+=("$out")
+        tuned_studies+=("$out")
     done
 done
 report="$WORK/report-format-tuning"
@@ -172,7 +174,7 @@ step -- fae study-report "${studies[@]}" --families "$WORK/families/scifact-dev.
     --families "$WORK/families/check-covid-test.jsonl" --output "$report"
 echo "# the tuned models alone: their own decision label (the untuned models' unanswered formats withhold any label"
 echo "# of a report they are in) and intervals adjusted over their own contrasts"
-step -- fae study-report "${studies[@]:${#studies[@]}-2*${#tuned[@]}}" --families "$WORK/families/scifact-dev.jsonl" \
+step -- fae study-report "${tuned_studies[@]}" --families "$WORK/families/scifact-dev.jsonl" \
     --families "$WORK/families/check-covid-test.jsonl" --output "$WORK/report-tuned"
 names=()
 for m in "${tuned[@]}"; do names+=("$(basename "$m")"); done
