@@ -26,6 +26,7 @@ from real_fae_core.cli import build_parser
 SCRIPT = REPO / "recipes" / "study" / "format_tune.sh"
 CHECK = REPO / "recipes" / "study" / "invalid_share.py"
 COMMITTED_REPORT = REPO / "benchmarks" / "results" / "study" / "report" / "study_report.json"
+TUNED_REPORT = REPO / "benchmarks" / "results" / "study" / "report-format-tuning" / "study_report.json"
 DATA_FILES = ("check-covid/covidCheck_train_composed+extracted.json", "check-covid/corpus.json",
               "scifact/claims_train.jsonl", "scifact/corpus_cited.jsonl")
 BIN = Path(sys.executable).parent
@@ -125,7 +126,8 @@ def test_dry_run_prints_every_step_on_paths_an_earlier_step_produced(tmp_path):
     assert len(_flags(report, "--families")) == 2 and _parsed(report).output == "study-work/report-format-tuning"
     alone = cmds[18]  # the tuned models' own report: their decision label
     assert alone[2:alone.index("--families")] == [_flag(c, "--output") for c in studies]
-    assert _flags(alone, "--families") == _flags(report, "--families") and _parsed(alone).output == "study-work/report-tuned"
+    assert _flags(alone, "--families") == _flags(report, "--families")
+    assert _parsed(alone).output == "study-work/report-tuned"
     check = cmds[19]
     assert check[1:4] == [str(CHECK), "study-work/report-format-tuning/study_report.json",
                           "--max"] and check[4] == "5"
@@ -172,6 +174,20 @@ def test_invalid_share_reads_the_committed_report_as_the_study_counts_it():
     assert _check(str(COMMITTED_REPORT), "--models", "smollm2-135m-instruct", "--max", "100").returncode == 0
     unknown = _check(str(COMMITTED_REPORT), "--models", "smollm2-135m-instruct-format")
     assert unknown.returncode == 2 and "has no panel of smollm2-135m-instruct-format" in unknown.stderr
+
+
+def test_the_committed_tuned_models_answer_every_format_within_the_goal():
+    """The committed format-tuned study (docs/study.md, "The tuned study"): the recipe's check passes for both
+    tuned models, every one of their formats at 0 INVALID answers, while the untuned rows beside them stay
+    printed and unchecked."""
+    p = _check(str(TUNED_REPORT), "--max", "5", "--models", "smollm2-135m-instruct-format", "gemma3-270m-format")
+    assert p.returncode == 0, p.stderr
+    rows = [line.split(" | ") for line in p.stdout.splitlines() if line.startswith("| ") and "dataset" not in line]
+    tuned = [r for r in rows if r[1].endswith("-format")]
+    assert len(tuned) == 8 and all(r[4] == "0" and r[5] == "0.00" and r[6] == "ok |" for r in tuned), tuned
+    assert {r[3] for r in tuned if r[0] == "| scifact"} == {"1512"}
+    assert {r[3] for r in tuned if r[0] == "| check-covid"} == {"408"}
+    assert "| scifact | gemma3-270m | labels | 1512 | 1512 | 100.00 |  |" in p.stdout  # untuned, not checked
 
 
 def _held_out_answers(model_dir: Path) -> list[str]:

@@ -68,7 +68,8 @@ def test_the_format_tuning_report_is_regenerated_from_the_committed_studies(tmp_
     only K, and with it every interval, does)."""
     monkeypatch.chdir(STUDY)
     out = tmp_path / "report"
-    _regenerate(out, "--exploratory-draws", "2000", "--post-hoc-draws", "2000", studies=studies_of(REPORTS["report-format-tuning"]))
+    _regenerate(out, "--exploratory-draws", "2000", "--post-hoc-draws", "2000",
+                studies=studies_of(REPORTS["report-format-tuning"]))
     new = json.loads((out / "study_report.json").read_text())
     old = json.loads((STUDY / "report-format-tuning" / "study_report.json").read_text())
     untuned = json.loads((STUDY / "report" / "study_report.json").read_text())

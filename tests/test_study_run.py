@@ -172,8 +172,8 @@ def test_units_from_asks_another_studys_units_and_the_report_takes_both(pools, s
     assert [u["id"] for u in again] == [u["id"] for u in units] and len({u["claim_id"] for u in units}) == 2
     a, b = (json.loads((d / "study.json").read_text()) for d in (first, second))
     assert b["sample"] == a["sample"] and b["limit"] is None and b["units_from"] == str(first)
-    assert fae_main(["study-report", str(first), str(second), "--families", str(fam), "--output",
-                     str(tmp_path / "r"), "--draws", "100", "--exploratory-draws", "100", "--post-hoc-draws", "100"]) == 0
+    assert fae_main(["study-report", str(first), str(second), "--families", str(fam), "--output", str(tmp_path / "r"),
+                     "--draws", "100", "--exploratory-draws", "100", "--post-hoc-draws", "100"]) == 0
     report = json.loads((tmp_path / "r" / "study_report.json").read_text())
     assert [p["model"] for p in report["panels"]] == ["m", "m2"]
     sampled = tmp_path / "sampled"  # what --sample 2 with the new file asks instead: every claim, other units

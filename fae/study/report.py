@@ -507,7 +507,8 @@ def render_markdown(report: dict) -> str:
              f"NumPy PCG64 seed {b['seed']}, percentile bounds at {b['tail']:.5f} and {1 - b['tail']:.5f} "
              f"(Bonferroni over K = {b['bonferroni_k']} primary contrasts).", "",
              *unanswered_lines(report["decision"]),
-             "## Primary contrasts", "", *_header("Dataset", "Model", "Contrast", "Effect [adjusted interval]", "Seed signs")]
+             "## Primary contrasts", "",
+             *_header("Dataset", "Model", "Contrast", "Effect [adjusted interval]", "Seed signs")]
     lines += _contrast_rows(report["panels"], lambda p: ((name, p["values"][name]) for name in p["primary"]))
     lines += ["", "## Scores and evidence gain per format and budget (mean over sampled seeds)", "",
               *_header("Dataset", "Model", "Budget", "Format", *analysis.CELL_NAMES, "E0 of identical valid answers")]
@@ -544,7 +545,8 @@ def crossing_table(report: dict) -> list[str]:
         if "crossing/input_first.input" not in v:
             return
         for order in ("input_first", "scoring_first"):
-            yield order.replace("_", " "), _interval(v[f"crossing/{order}.input"]), _interval(v[f"crossing/{order}.scoring"])
+            yield (order.replace("_", " "), _interval(v[f"crossing/{order}.input"]),
+                   _interval(v[f"crossing/{order}.scoring"]))
 
     def budgets(p):
         v = p["values"]
@@ -700,8 +702,8 @@ def truncation_table(report: dict) -> list[str]:
         t = p.get("truncation") or {"formats": {}}
         for fmt, r in t["formats"].items():
             a, g = r["sampled"], r["all"]
-            yield (fmt, t["max_new_tokens"], a["invalid"], a["length"], _f(a["length_share"]), g["invalid"], g["length"],
-                   _f(g["length_share"]), g["unknown"])
+            yield (fmt, t["max_new_tokens"], a["invalid"], a["length"], _f(a["length_share"]), g["invalid"],
+                   g["length"], _f(g["length_share"]), g["unknown"])
     return lines + _panel_rows(report["panels"], formats)
 
 
@@ -741,5 +743,6 @@ def added_eligibility_table(report: dict) -> list[str]:
         for b, e in a["E0"].items():
             i = a["input_component"].get(b) or {}
             yield (b, _f(a["accuracy"]["source0"][b]), _f(a["accuracy"]["source1"][b]),
-                   *(_f(e[k], 3) for k in ("group", "rest", "total")), *(_f(i.get(k), 3) for k in ("group", "rest", "total")))
+                   *(_f(e[k], 3) for k in ("group", "rest", "total")),
+                   *(_f(i.get(k), 3) for k in ("group", "rest", "total")))
     return lines + _panel_rows(panels, budgets)
