@@ -17,7 +17,7 @@ STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "study"
 UNTUNED = ("smollm2-135m-instruct", "gemma3-270m")
 TUNED = tuple(f"{m}-format" for m in UNTUNED)
 # each committed report and the models of its studies, in the recipes' order (models, then datasets)
-REPORTS = {"report": UNTUNED, "report-format-tuning": UNTUNED + TUNED}
+REPORTS = {"report": UNTUNED, "report-format-tuning": UNTUNED + TUNED, "report-tuned": TUNED}
 
 
 def studies_of(models) -> list[str]:
@@ -86,6 +86,22 @@ def test_the_format_tuning_report_is_regenerated_from_the_committed_studies(tmp_
                 {k: b["values"][name][k] for k in POINT if k != "seed_signs_agreeing"}, name
 
 
+def test_the_tuned_models_own_report_has_the_combined_reports_points_and_its_own_label():
+    """report-tuned (the tuned models alone, K = 8) against the combined report's tuned panels (K = 16): the same
+    point estimates, controls and diagnostics; its own decision label, with nothing unanswered."""
+    alone = json.loads((STUDY / "report-tuned" / "study_report.json").read_text())
+    combined = json.loads((STUDY / "report-format-tuning" / "study_report.json").read_text())
+    tuned = [p for p in combined["panels"] if p["model"] in TUNED]
+    assert [(p["dataset"], p["model"]) for p in alone["panels"]] == [(p["dataset"], p["model"]) for p in tuned]
+    for a, b in zip(alone["panels"], tuned):
+        for name, v in a["values"].items():
+            assert {k: v[k] for k in POINT} == {k: b["values"][name][k] for k in POINT}, name
+        assert a["controls"] == b["controls"] and a["diagnostics"] == b["diagnostics"]
+    assert alone["bootstrap"]["bonferroni_k"] == 8 and combined["bootstrap"]["bonferroni_k"] == 16
+    assert alone["decision"] == {"label": "restricted/mixed evidence", "contrasts": 8}
+    assert {u["model"] for u in combined["decision"]["unanswered"]} == set(UNTUNED)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("report", sorted(REPORTS))
 def test_the_committed_report_is_regenerated_byte_for_byte(tmp_path, monkeypatch, report):
@@ -98,8 +114,8 @@ def test_the_committed_report_is_regenerated_byte_for_byte(tmp_path, monkeypatch
     assert (out / "study_report.md").read_text() == (STUDY / report / "study_report.md").read_text()
 
 
-@pytest.mark.parametrize("pattern", ["studies/*/study.json", "report/*.json", "report-format-tuning/*.json",
-                                     "pools/*/summary.json", "families/*.summary.json"])
+@pytest.mark.parametrize("pattern", ["studies/*/study.json", *(f"{r}/*.json" for r in REPORTS), "pools/*/summary.json",
+                                     "families/*.summary.json", "format-tuning/*/*.json"])
 def test_the_committed_json_holds_no_machine_paths(pattern):
     files = sorted(STUDY.glob(pattern))
     assert files
