@@ -110,7 +110,7 @@ def test_units_from_keeps_exactly_the_other_studys_units_and_carries_its_record(
     assert selection_of(_config(limit=3), kept) == {"limit": 3, "sample": None}
 
 
-@pytest.mark.parametrize("case", ["other pools", "unknown unit", "no units file", "with a sample"])
+@pytest.mark.parametrize("case", ["other pools", "unknown unit", "no units file", "with a sample", "with families"])
 def test_units_from_is_refused_on_other_pools_unknown_units_or_beside_a_sample(tmp_path, case):
     units = _units(3)
     ref = _reference(tmp_path, [units[0].id] + (["scifact-9:0"] if case == "unknown unit" else []),
@@ -118,6 +118,8 @@ def test_units_from_is_refused_on_other_pools_unknown_units_or_beside_a_sample(t
     if case == "no units file":
         (ref / "units.jsonl").unlink()
     fragment = {"other pools": "its study asked other pools", "unknown unit": "unit 'scifact-9:0' is not in --pools",
-                "no units file": "units.jsonl not found", "with a sample": "each choose the claims"}[case]
+                "no units file": "units.jsonl not found", "with a sample": "each choose the claims",
+                "with families": "--families chooses whole families for --sample"}[case]
     with pytest.raises(UserError, match=fragment):
-        limited(_pools(units), _config(units_from=str(ref), sample=2 if case == "with a sample" else None))
+        limited(_pools(units), _config(units_from=str(ref), sample=2 if case == "with a sample" else None,
+                                       families=str(ref / "f.jsonl") if case == "with families" else None))

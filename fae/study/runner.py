@@ -162,9 +162,10 @@ def same_units(pools: Pools, config: StudyConfig) -> Pools:
     if unknown:
         raise UserError(f"--units-from: {units}: unit {unknown[0]!r} is not in --pools {pools.path}")
     keep = set(ids)
-    return dataclasses.replace(pools, units=[u for u in pools.units if u.id in keep],
-                               missed_relevant={c: n for c, n in pools.missed_relevant.items()
-                                                if any(u.claim_id == c for u in pools.units if u.id in keep)})
+    kept = [u for u in pools.units if u.id in keep]
+    claims = {u.claim_id for u in kept}
+    return dataclasses.replace(pools, units=kept,
+                               missed_relevant={c: n for c, n in pools.missed_relevant.items() if c in claims})
 
 
 def unit_rows(pools: Pools, budgets: list[int], controls: set[str]) -> list[dict]:
@@ -216,13 +217,14 @@ def plan(pools: Pools, config: StudyConfig, budgets: list[int], formats: list[st
 
 
 def limited(pools: Pools, config: StudyConfig) -> Pools:
-    """The pools of the first ``--limit`` claims, or of the ``--sample`` (every unit of each claim)."""
+    """The pools of the first ``--limit`` claims, of the ``--sample`` (every unit of each claim), or the units
+    another study asked (``--units-from``)."""
     if sum(map(bool, (config.limit, config.sample, config.units_from))) > 1:
         raise UserError("--limit, --sample and --units-from each choose the claims: give one")
-    if config.units_from:
-        return same_units(pools, config)
     if config.families and not config.sample:
         raise UserError("--families chooses whole families for --sample: give --sample N too")
+    if config.units_from:
+        return same_units(pools, config)
     if config.sample:
         families = {}
         if config.families:
