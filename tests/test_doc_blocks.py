@@ -113,7 +113,8 @@ def test_retrieval_md_blocks_run_verbatim(workspace):
     pools = ws / "pools" / "scifact-dev"
     summary = json.loads((pools / "summary.json").read_text())
     assert summary["claims"] == N_CLAIMS and summary["budgets"] == [256, 2048]
-    assert summary["reranker"]["model"] == "models/cross-encoder" and summary["reranker"]["kind"] == "cross-encoder"
+    # the reranker named without the workspace's path (real_fae_core.modelref.portable_name)
+    assert summary["reranker"]["model"] == "cross-encoder" and summary["reranker"]["kind"] == "cross-encoder"
     assert all(len(r["retrieval"]["orderings"]) == 2 for r in _jsonl(pools / "records.jsonl"))
     assert json.loads((ws / "runs" / "scifact-pools" / "metrics.json").read_text())["n_claims"] > 0
 

@@ -235,8 +235,10 @@ def test_a_short_training_on_study_pairs_makes_the_tiny_model_answer_in_the_form
 
 
 @pytest.mark.parametrize("doc", ["docs/study.md"])
-def test_the_docs_show_the_recipe_and_say_no_tuned_study_has_run(doc):
+def test_the_docs_show_the_recipe_and_the_committed_tuned_study(doc):
     text = (REPO / doc).read_text()
     section = text[text.index("## Models that answer: format tuning"):]
     assert "recipes/study/format_tune.sh" in section and "--interface study" in section
-    assert "has not been run" in section
+    assert "**Status: run and committed**" in section and "has not been run" not in section
+    for committed in ("report-tuned/", "report-format-tuning/", "format_tuning_steps.log"):
+        assert committed in section and (TUNED_REPORT.parents[1] / committed).exists(), committed
